@@ -1,0 +1,18 @@
+//! `gshare-core`: the pure heart of gshare.
+//!
+//! No sockets, no clocks, no threads: time comes in as `now`, randomness
+//! through a seeded [`rng::Rng`]. Everything here is data in, decisions out,
+//! so the region, the node agent and the simulators run the very same code.
+//!
+//! ```text
+//!   operator TOML ──▶ config (parse strictly, validate, every error at once)
+//!                          │
+//!                          ▼
+//!   model (units, tiers, slices, functions) ◀── placement (feasibility → rank → pick)
+//!                                           ◀── sim (trace-driven experiments)
+//! ```
+
+pub mod model;
+pub mod rng;
+
+pub use model::*;

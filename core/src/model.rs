@@ -1,0 +1,483 @@
+//! The domain model: units, GPUs, nodes, pools, slices, tiers, tenants,
+//! quotas and function specs.
+//!
+//! Units are fixed across the whole code base:
+//! - compute in milli-GPU ([`MilliGpu`]; `1000` = one whole GPU, as the
+//!   Alibaba trace's `gpu_milli`),
+//! - memory in MiB ([`Mib`]),
+//! - simulated time in integer microseconds ([`Micros`]).
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// Compute share of one GPU, in thousandths (`1000` = a whole GPU).
+pub type MilliGpu = u32;
+/// Memory in mebibytes.
+pub type Mib = u64;
+/// Simulated or measured time, in microseconds.
+pub type Micros = u64;
+
+/// One whole GPU in milli-GPU.
+pub const WHOLE_GPU: MilliGpu = 1000;
+
+/// Kind of a pool: a big datacenter pool or a small, scattered edge site.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PoolKind {
+    /// A large central GPU pool.
+    Center,
+    /// A small edge site, possibly cut off from the region at times.
+    Edge,
+}
+
+impl PoolKind {
+    /// The lower-case name used in configs and the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PoolKind::Center => "center",
+            PoolKind::Edge => "edge",
+        }
+    }
+}
+
+impl fmt::Display for PoolKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for PoolKind {
+    type Err = ParseEnumError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "center" => Ok(PoolKind::Center),
+            "edge" => Ok(PoolKind::Edge),
+            _ => Err(ParseEnumError::new("pool kind", s, &["center", "edge"])),
+        }
+    }
+}
+
+/// The sharing tier a tenant buys for a function: coarser guarantees, deeper discount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Tier {
+    /// Whole GPUs; never shared, swapped or delayed. Full price.
+    Exclusive,
+    /// A fixed, reserved slice sharing a GPU spatially; never swapped.
+    Guaranteed,
+    /// Memory reserved, compute may be overcommitted; may be delayed within its deadline.
+    Burstable,
+    /// May be swapped out when idle and delayed within its deadline. Deepest discount.
+    Oversubscribed,
+}
+
+impl Tier {
+    /// All tiers, from the strongest guarantee to the weakest.
+    pub const ALL: [Tier; 4] = [
+        Tier::Exclusive,
+        Tier::Guaranteed,
+        Tier::Burstable,
+        Tier::Oversubscribed,
+    ];
+
+    /// The kebab-case name used in configs and the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Exclusive => "exclusive",
+            Tier::Guaranteed => "guaranteed",
+            Tier::Burstable => "burstable",
+            Tier::Oversubscribed => "oversubscribed",
+        }
+    }
+
+    /// Whether an idle instance of this tier may be swapped out to host memory.
+    pub fn swappable(self) -> bool {
+        matches!(self, Tier::Oversubscribed)
+    }
+
+    /// Whether a request of this tier may be held back while its deadline still holds.
+    pub fn delayable(self) -> bool {
+        matches!(self, Tier::Burstable | Tier::Oversubscribed)
+    }
+
+    /// Whether the instance's compute share is reserved (not overcommitted).
+    pub fn compute_reserved(self) -> bool {
+        matches!(self, Tier::Exclusive | Tier::Guaranteed)
+    }
+}
+
+impl fmt::Display for Tier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Tier {
+    type Err = ParseEnumError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Tier::ALL
+            .into_iter()
+            .find(|t| t.as_str() == s)
+            .ok_or_else(|| {
+                ParseEnumError::new(
+                    "tier",
+                    s,
+                    &["exclusive", "guaranteed", "burstable", "oversubscribed"],
+                )
+            })
+    }
+}
+
+/// The serving runtime a function's instances run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Runtime {
+    /// vLLM OpenAI-compatible server.
+    Vllm,
+    /// SGLang server.
+    Sglang,
+    /// A PyTorch script serving HTTP.
+    Pytorch,
+    /// TensorFlow Serving.
+    TfServing,
+    /// Any other HTTP server command.
+    Custom,
+}
+
+impl Runtime {
+    /// The kebab-case name used in configs and the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Runtime::Vllm => "vllm",
+            Runtime::Sglang => "sglang",
+            Runtime::Pytorch => "pytorch",
+            Runtime::TfServing => "tf-serving",
+            Runtime::Custom => "custom",
+        }
+    }
+}
+
+impl fmt::Display for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Runtime {
+    type Err = ParseEnumError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [
+            Runtime::Vllm,
+            Runtime::Sglang,
+            Runtime::Pytorch,
+            Runtime::TfServing,
+            Runtime::Custom,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
+        .ok_or_else(|| {
+            ParseEnumError::new(
+                "runtime",
+                s,
+                &["vllm", "sglang", "pytorch", "tf-serving", "custom"],
+            )
+        })
+    }
+}
+
+/// Where a function would like its instances: an edge pool by name, the
+/// center, or anywhere. Written `edge:<pool>`, `center` or `any`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum PoolPreference {
+    /// The named edge pool first (latency), spilling to others.
+    Edge(String),
+    /// A center pool first.
+    Center,
+    /// No preference.
+    Any,
+}
+
+impl fmt::Display for PoolPreference {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PoolPreference::Edge(p) => write!(f, "edge:{p}"),
+            PoolPreference::Center => f.write_str("center"),
+            PoolPreference::Any => f.write_str("any"),
+        }
+    }
+}
+
+impl FromStr for PoolPreference {
+    type Err = ParseEnumError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "center" => Ok(PoolPreference::Center),
+            "any" => Ok(PoolPreference::Any),
+            _ => match s.strip_prefix("edge:") {
+                Some(p) if !p.is_empty() => Ok(PoolPreference::Edge(p.to_string())),
+                _ => Err(ParseEnumError::new(
+                    "pool preference",
+                    s,
+                    &["edge:<pool>", "center", "any"],
+                )),
+            },
+        }
+    }
+}
+
+impl Serialize for PoolPreference {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for PoolPreference {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A word that is not one of an enum's names.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} {value:?} (expected one of: {})", expected.join(", "))]
+pub struct ParseEnumError {
+    /// What was being parsed ("tier", "pool kind", ...).
+    pub what: &'static str,
+    /// The offending input.
+    pub value: String,
+    /// The accepted spellings.
+    pub expected: Vec<&'static str>,
+}
+
+impl ParseEnumError {
+    fn new(what: &'static str, value: &str, expected: &[&'static str]) -> Self {
+        Self {
+            what,
+            value: value.to_string(),
+            expected: expected.to_vec(),
+        }
+    }
+}
+
+/// A node's name, unique in a region.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct NodeId(pub String);
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One physical GPU: its node and its index on that node.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct GpuId {
+    /// The node holding the GPU.
+    pub node: NodeId,
+    /// The GPU's index on its node (as `CUDA_VISIBLE_DEVICES` counts).
+    pub index: u32,
+}
+
+impl fmt::Display for GpuId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/gpu{}", self.node, self.index)
+    }
+}
+
+/// A fine-grained share of one physical GPU: compute and memory, any size.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Slice {
+    /// The GPU the slice is cut from.
+    pub gpu: GpuId,
+    /// Compute share in milli-GPU (1..=1000).
+    pub compute_milli: MilliGpu,
+    /// GPU memory in MiB.
+    pub memory_mib: Mib,
+}
+
+/// A tenant's name, unique in a region.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct TenantId(pub String);
+
+impl fmt::Display for TenantId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Limits on what one tenant may hold in one pool kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Quota {
+    /// Total compute of all instances, in milli-GPU.
+    pub compute_milli: u64,
+    /// Total GPU memory of all instances, in MiB.
+    pub memory_mib: Mib,
+    /// Number of instances.
+    pub instances: u32,
+}
+
+impl Quota {
+    /// Whether `used + extra` stays within this quota; names the first dimension that does not.
+    pub fn admits(&self, used: &Quota, extra: &Quota) -> Result<(), QuotaDimension> {
+        if used.compute_milli + extra.compute_milli > self.compute_milli {
+            return Err(QuotaDimension::Compute);
+        }
+        if used.memory_mib + extra.memory_mib > self.memory_mib {
+            return Err(QuotaDimension::Memory);
+        }
+        if used.instances + extra.instances > self.instances {
+            return Err(QuotaDimension::Instances);
+        }
+        Ok(())
+    }
+}
+
+/// The dimension of a quota that ran out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum QuotaDimension {
+    /// Compute milli-GPU.
+    Compute,
+    /// GPU memory.
+    Memory,
+    /// Instance count.
+    Instances,
+}
+
+impl fmt::Display for QuotaDimension {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            QuotaDimension::Compute => "compute",
+            QuotaDimension::Memory => "memory",
+            QuotaDimension::Instances => "instances",
+        })
+    }
+}
+
+/// How a function's service time depends on the compute share it runs on.
+///
+/// The model: a request takes `full_gpu_us` on a whole GPU. Below
+/// `saturation_milli` the time grows in inverse proportion to the share
+/// (work-conserving: half the compute, twice the time); at or above it the
+/// request gets no faster (the model cannot use more compute).
+///
+/// ```text
+/// service(c) = full_gpu_us * max(1, saturation_milli / c)      for c in 1..=1000
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LatencyProfile {
+    /// Service time of one request on a whole GPU, in microseconds.
+    pub full_gpu_us: Micros,
+    /// The compute share beyond which a request gets no faster (1..=1000).
+    pub saturation_milli: MilliGpu,
+}
+
+impl LatencyProfile {
+    /// Service time of one request on a slice of `compute_milli`.
+    pub fn service_us(&self, compute_milli: MilliGpu) -> Micros {
+        let c = compute_milli.clamp(1, WHOLE_GPU) as u64;
+        let sat = self.saturation_milli.clamp(1, WHOLE_GPU) as u64;
+        if c >= sat {
+            self.full_gpu_us
+        } else {
+            // Round up: a slice never makes a request faster than the model says.
+            (self.full_gpu_us * sat).div_ceil(c)
+        }
+    }
+}
+
+/// What a tenant deploys: one serverless function.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionSpec {
+    /// Owning tenant.
+    pub tenant: TenantId,
+    /// Name, unique per tenant.
+    pub name: String,
+    /// Serving runtime.
+    pub runtime: Runtime,
+    /// GPU memory footprint of one instance (weights + working set), MiB.
+    pub memory_mib: Mib,
+    /// Compute slice of one instance, milli-GPU (a multiple of 1000 for multi-GPU).
+    pub compute_milli: MilliGpu,
+    /// Sharing tier.
+    pub tier: Tier,
+    /// Default per-request deadline (SLO), relative, in milliseconds.
+    pub deadline_ms: u64,
+    /// Where instances should go.
+    pub pool: PoolPreference,
+    /// Instances kept even when idle.
+    pub min_instances: u32,
+    /// Upper bound on instances.
+    pub max_instances: u32,
+    /// Idle time after which an extra instance may be released, in seconds.
+    pub idle_timeout_s: u64,
+    /// Service time as a function of compute share.
+    pub latency: LatencyProfile,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enums_round_trip_their_names() {
+        for t in Tier::ALL {
+            assert_eq!(t.as_str().parse::<Tier>().unwrap(), t);
+        }
+        assert_eq!("edge".parse::<PoolKind>().unwrap(), PoolKind::Edge);
+        assert_eq!(
+            "edge:hk-1".parse::<PoolPreference>().unwrap(),
+            PoolPreference::Edge("hk-1".into())
+        );
+        assert_eq!("tf-serving".parse::<Runtime>().unwrap(), Runtime::TfServing);
+    }
+
+    #[test]
+    fn bad_enum_names_say_what_is_accepted() {
+        let e = "gold".parse::<Tier>().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "unknown tier \"gold\" (expected one of: exclusive, guaranteed, burstable, oversubscribed)"
+        );
+        assert!("edge:".parse::<PoolPreference>().is_err());
+    }
+
+    #[test]
+    fn latency_grows_below_saturation_only() {
+        let p = LatencyProfile {
+            full_gpu_us: 100_000,
+            saturation_milli: 500,
+        };
+        assert_eq!(p.service_us(1000), 100_000);
+        assert_eq!(p.service_us(500), 100_000);
+        assert_eq!(p.service_us(250), 200_000);
+        assert_eq!(p.service_us(0), 50_000_000);
+    }
+
+    #[test]
+    fn quota_names_the_dimension_that_runs_out() {
+        let q = Quota {
+            compute_milli: 1000,
+            memory_mib: 1024,
+            instances: 2,
+        };
+        let used = Quota {
+            compute_milli: 500,
+            memory_mib: 512,
+            instances: 1,
+        };
+        let small = Quota {
+            compute_milli: 500,
+            memory_mib: 512,
+            instances: 1,
+        };
+        assert_eq!(q.admits(&used, &small), Ok(()));
+        let big = Quota {
+            memory_mib: 513,
+            ..small
+        };
+        assert_eq!(q.admits(&used, &big), Err(QuotaDimension::Memory));
+    }
+}
