@@ -226,6 +226,11 @@ impl<'a, 'i> TableReader<'a, 'i> {
         &self.loc
     }
 
+    /// Whether the table has `key` (whatever its value).
+    pub fn has(&self, key: &str) -> bool {
+        self.table.get(key).is_some()
+    }
+
     /// The location of `key` in this table: its value's span when present,
     /// else the table's own.
     pub fn loc_of(&self, key: &str) -> Loc {

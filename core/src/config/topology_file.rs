@@ -74,7 +74,8 @@ struct RawPool {
     name: Field<String>,
     kind: Field<String>,
     nodes: Vec<RawNode>,
-    nodes_at: Loc,
+    /// Where `nodes` is; `None` when the key is absent (already reported).
+    nodes_at: Option<Loc>,
     loading: RawLoading,
 }
 
@@ -98,6 +99,8 @@ struct RawTopology {
     models: Vec<RawModel>,
     loading: RawLoading,
     pools: Vec<RawPool>,
+    /// Where `pools` is; `None` when the key is absent (already reported).
+    pools_at: Option<Loc>,
     pricing: Option<RawPricing>,
 }
 
@@ -132,6 +135,7 @@ fn read_topology(is: &mut Issues<'_>, mut root: TableReader<'_, '_>) -> RawTopol
         })
         .collect();
     let loading = read_loading(is, &mut root, true);
+    let pools_at = root.has("pools").then(|| root.loc_of("pools"));
     let pools = root
         .tables(is, "pools", true)
         .into_iter()
@@ -143,6 +147,7 @@ fn read_topology(is: &mut Issues<'_>, mut root: TableReader<'_, '_>) -> RawTopol
         models,
         loading,
         pools,
+        pools_at,
         pricing,
     }
 }
@@ -151,13 +156,19 @@ fn read_topology(is: &mut Issues<'_>, mut root: TableReader<'_, '_>) -> RawTopol
 /// of one level; `required` at the top (region defaults), optional below.
 fn read_loading(is: &mut Issues<'_>, t: &mut TableReader<'_, '_>, required: bool) -> RawLoading {
     let mut out = RawLoading::default();
+    // An absent optional key stays `None` (inherit); a present one is a
+    // `Field` whose `v` is `None` only when its value was unusable.
+    let key = |is: &mut Issues<'_>, t: &mut TableReader<'_, '_>, k: &'static str| {
+        let f = t.uint(is, k, required);
+        (required || t.has(k)).then_some(f)
+    };
     if let Some(mut c) = t.table(is, "cold_start", required) {
-        out.cold_setup_us = Some(c.uint(is, "setup_us", required));
-        out.storage_mib_per_s = Some(c.uint(is, "storage_mib_per_s", required));
+        out.cold_setup_us = key(is, &mut c, "setup_us");
+        out.storage_mib_per_s = key(is, &mut c, "storage_mib_per_s");
         c.finish(is);
     }
     if let Some(mut s) = t.table(is, "swap", required) {
-        out.swap_setup_us = Some(s.uint(is, "setup_us", required));
+        out.swap_setup_us = key(is, &mut s, "setup_us");
         s.finish(is);
     }
     out
@@ -167,7 +178,7 @@ fn read_pool(is: &mut Issues<'_>, mut t: TableReader<'_, '_>) -> RawPool {
     let name = t.string(is, "name", true);
     let kind = t.string(is, "kind", true);
     let loading = read_loading(is, &mut t, false);
-    let nodes_at = t.loc_of("nodes");
+    let nodes_at = t.has("nodes").then(|| t.loc_of("nodes"));
     let nodes = t
         .tables(is, "nodes", true)
         .into_iter()
@@ -357,6 +368,14 @@ fn validate(is: &mut Issues<'_>, raw: RawTopology) -> Option<Topology> {
     .overridden(is, &raw.loading);
 
     // Pools, nodes, GPUs.
+    if let (true, Some(at)) = (raw.pools.is_empty(), &raw.pools_at) {
+        is.report(
+            at,
+            IssueKind::OutOfRange,
+            "a region needs at least one pool".to_string(),
+            None,
+        );
+    }
     let mut pools = Vec::new();
     let mut pool_names = HashMap::new();
     let mut node_names = HashMap::new();
@@ -368,9 +387,9 @@ fn validate(is: &mut Issues<'_>, raw: RawTopology) -> Option<Topology> {
             check_unique(is, &mut pool_names, n, &p.name, "pool");
         }
         let kind = parse_kind(is, &p.kind);
-        if p.nodes.is_empty() {
+        if let (true, Some(at)) = (p.nodes.is_empty(), &p.nodes_at) {
             is.report(
-                &p.nodes_at,
+                at,
                 IssueKind::OutOfRange,
                 "a pool needs at least one node".to_string(),
                 None,
@@ -463,8 +482,18 @@ fn validate(is: &mut Issues<'_>, raw: RawTopology) -> Option<Topology> {
     if !is.is_empty() {
         return None;
     }
+    let defaults = (
+        ColdStart {
+            setup_us: region.cold_setup_us.unwrap_or(0),
+            storage_mib_per_s: region.storage_mib_per_s.unwrap_or(1),
+        },
+        SwapCost {
+            setup_us: region.swap_setup_us.unwrap_or(0),
+        },
+    );
     Some(Topology::new(
         models.into_values().collect(),
+        defaults,
         pools,
         pricing,
     ))
@@ -586,5 +615,172 @@ fn validate_pricing(
         units_per_currency: units_per_currency.unwrap_or(1),
         discounts_bp,
         prices,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A valid one-pool topology that the tests below break one way each.
+    const BASE: &str = r#"
+[[gpu_models]]
+name = "g"
+memory_mib = 16_000
+h2d_mib_per_s = 10_000
+
+[cold_start]
+setup_us = 1_000
+storage_mib_per_s = 1_000
+
+[swap]
+setup_us = 10
+
+[[pools]]
+name = "p"
+kind = "center"
+
+[[pools.nodes]]
+name = "n"
+cpu_milli = 1_000
+memory_mib = 1_000
+swap_mib = 0
+gpus = [{ model = "g", count = 1 }]
+
+[pricing]
+currency = "USD"
+unit = "micro-USD"
+units_per_currency = 1_000_000
+
+[pricing.tiers]
+exclusive = { discount_bp = 0 }
+guaranteed = { discount_bp = 0 }
+burstable = { discount_bp = 0 }
+oversubscribed = { discount_bp = 0 }
+
+[[pricing.prices]]
+gpu_model = "g"
+pool_kind = "center"
+gpu_hour = 1
+memory_gib_hour = 1
+"#;
+
+    /// The error lines of `BASE` with `from` replaced by `to`.
+    fn errors_with(from: &str, to: &str) -> Vec<String> {
+        assert!(BASE.contains(from), "{from}");
+        let src = BASE.replacen(from, to, 1);
+        match parse_topology("t.toml", &src) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.to_string().lines().map(str::to_string).collect(),
+        }
+    }
+
+    fn one_error(from: &str, to: &str, expected: &str) {
+        let lines = errors_with(from, to);
+        assert_eq!(lines.len(), 1, "{lines:#?}");
+        assert!(lines[0].contains(expected), "{} !~ {expected}", lines[0]);
+    }
+
+    #[test]
+    fn the_base_is_valid() {
+        assert_eq!(errors_with("", ""), Vec::<String>::new());
+    }
+
+    #[test]
+    fn shapes_and_types_are_checked() {
+        one_error(
+            "count = 1",
+            "count = 1.5",
+            "gpus[0].count: expected a non-negative integer, found a float (got 1.5)",
+        );
+        one_error(
+            "count = 1",
+            "count = 4_294_967_296",
+            "gpus[0].count: must be from 0 to 4294967295 (got 4294967296)",
+        );
+        one_error(
+            "gpus = [{ model = \"g\", count = 1 }]",
+            "gpus = [\"g\"]",
+            "pools[0].nodes[0].gpus[0]: expected a table, found a string (got \"g\")",
+        );
+        one_error(
+            "gpus = [{ model = \"g\", count = 1 }]",
+            "gpus = 3",
+            "pools[0].nodes[0].gpus: expected an array of tables, found an integer (got 3)",
+        );
+        let src = format!("swap = 10\n{}", BASE.replace("[swap]\nsetup_us = 10", ""));
+        let e = parse_topology("t.toml", &src).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "t.toml:1:8: swap: expected a table, found an integer (got 10)"
+        );
+        one_error(
+            "kind = \"center\"",
+            "kind = \"center\"\n\"my key\" = true",
+            "pools[0].\"my key\": unknown key",
+        );
+    }
+
+    #[test]
+    fn empty_collections_are_refused() {
+        let node = "[[pools.nodes]]\nname = \"n\"\ncpu_milli = 1_000\nmemory_mib = 1_000\nswap_mib = 0\ngpus = [{ model = \"g\", count = 1 }]";
+        one_error(
+            node,
+            "nodes = []",
+            "t.toml:18:9: pools[0].nodes: a pool needs at least one node",
+        );
+        let rest = BASE
+            .replace("[[pools]]\nname = \"p\"\nkind = \"center\"\n", "")
+            .replace(node, "");
+        let src = format!("pools = []\n{rest}");
+        let e = parse_topology("t.toml", &src).unwrap_err().to_string();
+        assert!(e.contains("pools: a region needs at least one pool"), "{e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
+    }
+
+    #[test]
+    fn names_and_references_are_checked() {
+        one_error("name = \"p\"", "name = \"p q\"", "pools[0].name: a name is");
+        one_error(
+            "pool_kind = \"center\"",
+            "pool_kind = \"edge\"",
+            "no price for GPU model \"g\" in center pools (used by pools[0].nodes[0].gpus[0])",
+        );
+        one_error(
+            "currency = \"USD\"",
+            "currency = \"US Dollar\"",
+            "pricing.currency: a currency is",
+        );
+        one_error("oversubscribed = { discount_bp = 0 }", "oversubscribed = { discount_bp = 0 }\ngold = { discount_bp = 0 }", "pricing.tiers.gold: unknown key (expected one of: exclusive, guaranteed, burstable, oversubscribed)");
+        one_error(
+            "oversubscribed = { discount_bp = 0 }",
+            "",
+            "pricing.tiers.oversubscribed: missing required key",
+        );
+        one_error(
+            "swap_mib = 0",
+            "swap_mib = 0\ncold_start = { storage_mib_per_s = 0 }",
+            "pools[0].nodes[0].cold_start.storage_mib_per_s: must be from 1 to",
+        );
+    }
+
+    #[test]
+    fn a_second_price_for_the_same_pair_is_a_duplicate() {
+        let dup = "[[pricing.prices]]\ngpu_model = \"g\"\npool_kind = \"center\"\ngpu_hour = 1\nmemory_gib_hour = 1\n";
+        let src = format!("{BASE}{dup}");
+        let e = parse_topology("t.toml", &src).unwrap_err();
+        assert_eq!(e.issues.len(), 1, "{e}");
+        assert_eq!(e.issues[0].kind, IssueKind::Duplicate);
+        assert_eq!(e.issues[0].path, "pricing.prices[1].gpu_model");
+        assert!(e.to_string().contains("first at pricing.prices[0]"), "{e}");
+    }
+
+    #[test]
+    fn prices_above_the_cap_are_refused() {
+        one_error(
+            "gpu_hour = 1",
+            "gpu_hour = 1_000_000_000_001",
+            "pricing.prices[0].gpu_hour: must be from 0 to 1000000000000 (got 1000000000001)",
+        );
     }
 }
