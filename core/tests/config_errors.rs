@@ -154,7 +154,7 @@ fn a_broken_topology_reports_every_mistake_at_once() {
     has(
         &lines,
         "pools[1].nodes[0].swap_mib",
-        &["cannot exceed", "(8192)", "(got 9000)"],
+        &["cannot exceed", "(8192)", "(got 9_000)"],
     );
     has(
         &lines,
@@ -164,12 +164,12 @@ fn a_broken_topology_reports_every_mistake_at_once() {
     has(
         &lines,
         "pricing.tiers.burstable.discount_bp",
-        &["must be from 0 to 10000", "(got 12000)"],
+        &["must be from 0 to 10000", "(got 12_000)"],
     );
     has(
         &lines,
         "pricing.tiers.oversubscribed.discount_bp",
-        &["at least guaranteed's 1500 bp", "(got 1000)"],
+        &["at least guaranteed's 1500 bp", "(got 1_000)"],
     );
     has(
         &lines,
@@ -264,7 +264,7 @@ fn a_broken_tenants_file_reports_every_mistake_at_once() {
     has(
         &lines,
         "tenants[0].quota.center.instances",
-        &["from 0 to 4294967295", "(got 5000000000)"],
+        &["from 0 to 4294967295", "(got 5_000_000_000)"],
     );
     has(
         &lines,

@@ -56,6 +56,18 @@ pub struct Usage {
     pub memory_mib_ms: u64,
 }
 
+impl Usage {
+    /// The sum of two usages, `None` on overflow.
+    pub fn checked_add(&self, other: &Usage) -> Option<Usage> {
+        Some(Usage {
+            compute_milli_gpu_ms: self
+                .compute_milli_gpu_ms
+                .checked_add(other.compute_milli_gpu_ms)?,
+            memory_mib_ms: self.memory_mib_ms.checked_add(other.memory_mib_ms)?,
+        })
+    }
+}
+
 /// What a usage costs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct Charge {
@@ -99,6 +111,12 @@ pub struct PriceList {
 }
 
 impl PriceList {
+    /// Parses and validates a file holding only a `[pricing]` table, in
+    /// the topology file's schema (e.g. for `gsharectl price set -f`).
+    pub fn from_toml(file: &str, src: &str) -> Result<PriceList, super::ConfigError> {
+        super::topology_file::parse_price_list(file, src)
+    }
+
     /// The discount of `tier`, in basis points.
     pub fn discount_bp(&self, tier: Tier) -> u32 {
         self.discounts_bp[tier_index(tier)]
@@ -308,6 +326,51 @@ mod tests {
             e.to_string(),
             "no price for GPU model \"A100-80G\" in edge pools"
         );
+    }
+
+    #[test]
+    fn usages_add_up_and_overflow_is_caught() {
+        let a = Usage {
+            compute_milli_gpu_ms: 5,
+            memory_mib_ms: 7,
+        };
+        assert_eq!(
+            a.checked_add(&a),
+            Some(Usage {
+                compute_milli_gpu_ms: 10,
+                memory_mib_ms: 14
+            })
+        );
+        let full = Usage {
+            compute_milli_gpu_ms: u64::MAX,
+            memory_mib_ms: 0,
+        };
+        assert_eq!(full.checked_add(&a), None);
+    }
+
+    #[test]
+    fn a_price_list_file_parses_on_its_own() {
+        let src = r#"
+[pricing]
+currency = "USD"
+unit = "micro-USD"
+units_per_currency = 1_000_000
+tiers = { exclusive = { discount_bp = 0 }, guaranteed = { discount_bp = 10 }, burstable = { discount_bp = 20 }, oversubscribed = { discount_bp = 30 } }
+prices = [{ gpu_model = "X-1", pool_kind = "edge", gpu_hour = 5, memory_gib_hour = 6 }]
+"#;
+        let l = PriceList::from_toml("p.toml", src).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(l.discount_bp(Tier::Oversubscribed), 30);
+        assert_eq!(l.price("X-1", PoolKind::Edge).unwrap().memory_gib_hour, 6);
+        let bad = src.replace("\"X-1\"", "\"X 1\"").replace("= 30", "= 3");
+        let e = PriceList::from_toml("p.toml", &bad)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("pricing.prices[0].gpu_model: a name is"), "{e}");
+        assert!(
+            e.contains("pricing.tiers.oversubscribed.discount_bp: a coarser tier"),
+            "{e}"
+        );
+        assert_eq!(e.lines().count(), 2, "{e}");
     }
 
     #[test]

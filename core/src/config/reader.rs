@@ -75,6 +75,31 @@ impl<'s> Issues<'s> {
         ));
     }
 
+    /// The text of a one-line scalar value at `at` as written in the file
+    /// (`48_000`, `"A10"`), for "(got ...)".
+    pub fn as_written(&self, at: &Loc) -> Option<String> {
+        let text = self.src.get(at.span.clone()?)?.trim();
+        let simple = !text.is_empty()
+            && !text.contains('\n')
+            && !text.starts_with('[')
+            && !text.starts_with('{')
+            && text.chars().count() <= 60;
+        simple.then(|| text.to_string())
+    }
+
+    /// The value at `at` as written, else `v` formatted.
+    pub fn written_or(&self, at: &Loc, v: impl std::fmt::Display) -> String {
+        self.as_written(at).unwrap_or_else(|| v.to_string())
+    }
+
+    /// `v` for "(got ...)": as written when it is a short scalar.
+    pub fn got(&self, at: &Loc, v: &DeValue<'_>) -> String {
+        match v {
+            DeValue::Array(_) | DeValue::Table(_) => render(v),
+            _ => self.as_written(at).unwrap_or_else(|| render(v)),
+        }
+    }
+
     /// Whether nothing was reported.
     pub fn is_empty(&self) -> bool {
         self.list.is_empty()
@@ -98,11 +123,12 @@ where
 {
     let v = f.v?;
     if v < lo || v > hi {
+        let got = issues.written_or(&f.at, v);
         issues.report(
             &f.at,
             IssueKind::OutOfRange,
             format!("must be from {lo} to {hi}"),
-            Some(v.to_string()),
+            Some(got),
         );
         return None;
     }
@@ -277,11 +303,12 @@ impl<'a, 'i> TableReader<'a, 'i> {
     }
 
     fn wrong_type(issues: &mut Issues<'_>, at: &Loc, expected: &str, v: &DeValue<'_>) {
+        let got = issues.got(at, v);
         issues.report(
             at,
             IssueKind::WrongType,
             format!("expected {expected}, found {}", type_name(v)),
-            Some(render(v)),
+            Some(got),
         );
     }
 
@@ -326,7 +353,8 @@ impl<'a, 'i> TableReader<'a, 'i> {
                 } else {
                     format!("must be from 0 to {}", max_of::<T>())
                 };
-                issues.report(&at, IssueKind::OutOfRange, message, Some(i.to_string()));
+                let got = issues.got(&at, v.get_ref());
+                issues.report(&at, IssueKind::OutOfRange, message, Some(got));
             }
             fits
         });
@@ -396,15 +424,20 @@ impl<'a, 'i> TableReader<'a, 'i> {
             if self.read.contains(&key) {
                 continue;
             }
-            let at = Loc {
+            let value_at = Loc {
                 path: self.loc.key(key),
+                span: Some(v.span()),
+            };
+            let got = issues.got(&value_at, v.get_ref());
+            let at = Loc {
                 span: Some(k.span()),
+                ..value_at
             };
             issues.report(
                 &at,
                 IssueKind::UnknownKey,
                 format!("unknown key (expected one of: {})", self.read.join(", ")),
-                Some(render(v.get_ref())),
+                Some(got),
             );
         }
     }

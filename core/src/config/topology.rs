@@ -8,7 +8,7 @@ use super::node::{GpuGroup, Node};
 use super::pool::Pool;
 use super::pricing::{Charge, PriceList, PricingError, Usage};
 use super::topology_file::parse_topology;
-use crate::model::{GpuId, Mib, Micros, Tier};
+use crate::model::{GpuId, Mib, Micros, PoolKind, Tier};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -146,6 +146,21 @@ impl Topology {
         &self.pricing
     }
 
+    /// The (GPU model, pool kind) pairs in use that `list` has no price
+    /// for (empty when `list` could replace this topology's price list).
+    pub fn unpriced(&self, list: &PriceList) -> Vec<(String, PoolKind)> {
+        let mut missing: Vec<(String, PoolKind)> = Vec::new();
+        for node in self.nodes() {
+            for g in &node.gpus {
+                let pair = (g.model.clone(), node.kind);
+                if list.price(&g.model, node.kind).is_none() && !missing.contains(&pair) {
+                    missing.push(pair);
+                }
+            }
+        }
+        missing
+    }
+
     /// What `usage` on GPU `id` at `tier` costs (the GPU's model and its
     /// pool's kind select the price). `None` for an unknown GPU.
     pub fn quote(
@@ -192,7 +207,7 @@ impl From<TopologyData> for Topology {
 mod tests {
     use super::*;
     use crate::config::pricing::Usage;
-    use crate::model::{NodeId, PoolKind};
+    use crate::model::NodeId;
 
     /// Two pools; node `c0` has two GPU groups; overrides at pool and node level.
     const SMALL: &str = r#"
@@ -342,6 +357,10 @@ memory_gib_hour = 0
         assert_eq!(q(gpu("c0", 2), Tier::Guaranteed), 900_000);
         assert_eq!(q(gpu("e0", 0), Tier::Oversubscribed), 750_000);
         assert!(t.quote(&gpu("e0", 9), Tier::Exclusive, &hour).is_none());
+        assert!(t.unpriced(t.pricing()).is_empty());
+        let mut fewer = t.pricing().clone();
+        fewer.prices.retain(|p| p.pool_kind == PoolKind::Center);
+        assert_eq!(t.unpriced(&fewer), [("small".to_string(), PoolKind::Edge)]);
     }
 
     #[test]

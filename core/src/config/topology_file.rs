@@ -118,6 +118,27 @@ pub fn parse_topology(file: &str, src: &str) -> Result<Topology, ConfigError> {
     }
 }
 
+/// Parses and validates a file holding only a `[pricing]` table (same
+/// schema as in a topology file). GPU model names are checked for form
+/// only: there is no catalog to check them against, nor pools whose prices
+/// must be present (see [`Topology::unpriced`]).
+pub fn parse_price_list(file: &str, src: &str) -> Result<PriceList, ConfigError> {
+    let mut is = Issues::new(src);
+    let Some(doc) = parse_document(src, &mut is) else {
+        return Err(is.into_error(file));
+    };
+    let mut root = TableReader::root(&doc);
+    let raw = root
+        .table(&mut is, "pricing", true)
+        .map(|t| read_pricing(&mut is, t));
+    root.finish(&mut is);
+    let list = raw.map(|r| validate_pricing(&mut is, r, None, &BTreeMap::new()));
+    match list {
+        Some(l) if is.is_empty() => Ok(l),
+        _ => Err(is.into_error(file)),
+    }
+}
+
 // ---- first pass: shape and types -------------------------------------------
 
 fn read_topology(is: &mut Issues<'_>, mut root: TableReader<'_, '_>) -> RawTopology {
@@ -407,11 +428,12 @@ fn validate(is: &mut Issues<'_>, raw: RawTopology) -> Option<Topology> {
             let swap_mib = check_range(is, &n.swap_mib, 0, MAX_HOST);
             if let (Some(mem), Some(swap)) = (memory_mib, swap_mib) {
                 if swap > mem {
+                    let got = is.written_or(&n.swap_mib.at, swap);
                     is.report(
                         &n.swap_mib.at,
                         IssueKind::Inconsistent,
                         format!("swap space cannot exceed the node's host memory_mib ({mem})"),
-                        Some(swap.to_string()),
+                        Some(got),
                     );
                 }
             }
@@ -477,7 +499,7 @@ fn validate(is: &mut Issues<'_>, raw: RawTopology) -> Option<Topology> {
 
     let pricing = raw
         .pricing
-        .map(|r| validate_pricing(is, r, &models, &model_list, &in_use));
+        .map(|r| validate_pricing(is, r, Some((&models, &model_list)), &in_use));
     let pricing = pricing?;
     if !is.is_empty() {
         return None;
@@ -502,8 +524,7 @@ fn validate(is: &mut Issues<'_>, raw: RawTopology) -> Option<Topology> {
 fn validate_pricing(
     is: &mut Issues<'_>,
     r: RawPricing,
-    models: &BTreeMap<String, GpuModel>,
-    model_list: &str,
+    models: Option<(&BTreeMap<String, GpuModel>, &str)>,
     in_use: &BTreeMap<(String, PoolKind), String>,
 ) -> PriceList {
     if let Some(c) = &r.currency.v {
@@ -541,13 +562,14 @@ fn validate_pricing(
         if let Some((prev_tier, prev_bp)) = previous {
             if bp < prev_bp {
                 // The next tiers are compared with the larger discount.
+                let got = is.written_or(&f.at, bp);
                 is.report(
                     &f.at,
                     IssueKind::Inconsistent,
                     format!(
                         "a coarser tier may not cost more: discount must be at least {prev_tier}'s {prev_bp} bp"
                     ),
-                    Some(bp.to_string()),
+                    Some(got),
                 );
                 continue;
             }
@@ -565,7 +587,11 @@ fn validate_pricing(
         let Some(model) = p.gpu_model.v.as_ref() else {
             continue;
         };
-        if !models.contains_key(model) {
+        let unknown = models.and_then(|(m, list)| (!m.contains_key(model)).then_some(list));
+        if models.is_none() && check_name(is, &p.gpu_model).is_none() {
+            continue;
+        }
+        if let Some(model_list) = unknown {
             is.report(
                 &p.gpu_model.at,
                 IssueKind::UnknownReference,
@@ -696,7 +722,7 @@ memory_gib_hour = 1
         one_error(
             "count = 1",
             "count = 4_294_967_296",
-            "gpus[0].count: must be from 0 to 4294967295 (got 4294967296)",
+            "gpus[0].count: must be from 0 to 4294967295 (got 4_294_967_296)",
         );
         one_error(
             "gpus = [{ model = \"g\", count = 1 }]",
@@ -780,7 +806,7 @@ memory_gib_hour = 1
         one_error(
             "gpu_hour = 1",
             "gpu_hour = 1_000_000_000_001",
-            "pricing.prices[0].gpu_hour: must be from 0 to 1000000000000 (got 1000000000001)",
+            "pricing.prices[0].gpu_hour: must be from 0 to 1000000000000 (got 1_000_000_000_001)",
         );
     }
 }
