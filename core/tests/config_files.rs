@@ -86,3 +86,19 @@ fn the_example_region_has_a_center_and_two_edge_pools() {
         assert!(t.pricing().price(&gpu.model, node.kind).is_some(), "{id}");
     }
 }
+
+#[test]
+fn the_schema_samples_in_configs_readme_are_valid() {
+    let path = configs_dir().join("README.md");
+    let text = std::fs::read_to_string(&path).expect("configs/README.md");
+    let blocks: Vec<&str> = text
+        .split("```toml\n")
+        .skip(1)
+        .map(|b| b.split("```").next().expect("closed block"))
+        .collect();
+    assert_eq!(blocks.len(), 2, "a topology and a tenants sample");
+    let t =
+        Topology::from_toml("README topology sample", blocks[0]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(t.total_gpus(), 3);
+    Tenants::from_toml("README tenants sample", blocks[1]).unwrap_or_else(|e| panic!("{e}"));
+}
