@@ -214,6 +214,14 @@ fn a_topology_with_syntax_errors_reports_them_with_line_and_column() {
     let first = &e.issues[0];
     assert_eq!(first.line, Some(2), "{e}");
     assert!(e.to_string().starts_with("t.toml:2:"), "{e}");
+
+    // Every syntax error of the file, each with the text it points at.
+    let e = Tenants::from_toml("t.toml", "a = 1\na = 2\n[x]\n[x]\n").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "t.toml:2:1: TOML syntax error: duplicate key (got a)\n\
+         t.toml:4:2: TOML syntax error: duplicate key (got x)"
+    );
 }
 
 #[test]

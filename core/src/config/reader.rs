@@ -160,11 +160,13 @@ pub(crate) fn parse_document<'s>(
             path: String::new(),
             span: Some(e.span().unwrap_or(0..0)),
         };
+        // The text at the error, e.g. the key of "duplicate key".
+        let got = issues.as_written(&at);
         issues.report(
             &at,
             IssueKind::Syntax,
             format!("TOML syntax error: {}", e.message().trim()),
-            None,
+            got,
         );
     }
     None
