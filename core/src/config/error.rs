@@ -68,8 +68,8 @@ impl fmt::Display for ConfigIssue {
 /// `Display` lists them one per line, in file order:
 ///
 /// ```text
-/// topology.toml:14:9: pools[1].nodes[0].gpus[0].model: unknown GPU model (expected one of: A100-80G) (got "H900")
-/// topology.toml:20:1: pricing.tiers: missing key `burstable`
+/// topology.toml:14:19: pools[1].nodes[0].gpus[0].model: unknown GPU model (expected one of: A100-80G) (got "H900")
+/// topology.toml:20:1: pricing.tiers.burstable: missing required key
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct ConfigError {

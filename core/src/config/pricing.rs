@@ -329,6 +329,60 @@ mod tests {
     }
 
     #[test]
+    fn every_part_is_the_nearest_unit_and_grows_with_usage() {
+        // Seeded: a failure names the seed and the case.
+        let seed = 42;
+        let mut rng = crate::rng::Rng::new(seed);
+        for case in 0..10_000 {
+            let price = Price {
+                gpu_hour: rng.below(MAX_PRICE + 1),
+                memory_gib_hour: rng.below(10_000_000),
+                ..a100()
+            };
+            let bp = rng.below(u64::from(BP_PER_WHOLE) + 1) as u32;
+            let u = Usage {
+                compute_milli_gpu_ms: rng.below(1 << 40),
+                memory_mib_ms: rng.below(1 << 50),
+            };
+            let c = charge(&price, bp, &u).unwrap();
+            let keep = u128::from(BP_PER_WHOLE - bp);
+            let exact =
+                |q: u64, p: u64, per: u128| (u128::from(q) * u128::from(p) * keep, per * 10_000);
+            for (got, (num, den)) in [
+                (
+                    c.compute,
+                    exact(
+                        u.compute_milli_gpu_ms,
+                        price.gpu_hour,
+                        MILLI_GPU_MS_PER_GPU_HOUR,
+                    ),
+                ),
+                (
+                    c.memory,
+                    exact(u.memory_mib_ms, price.memory_gib_hour, MIB_MS_PER_GIB_HOUR),
+                ),
+            ] {
+                // got − num/den lies in (−1/2, +1/2]: nearest, halves up.
+                let diff = 2 * (u128::from(got) * den) as i128 - 2 * num as i128;
+                let den = den as i128;
+                assert!(
+                    -den < diff && diff <= den,
+                    "seed {seed} case {case}: {got} vs {num}/{den}"
+                );
+            }
+            assert_eq!(c.total, c.compute + c.memory);
+            let more = Usage {
+                compute_milli_gpu_ms: u.compute_milli_gpu_ms + rng.below(1 << 30),
+                ..u
+            };
+            assert!(
+                charge(&price, bp, &more).unwrap().total >= c.total,
+                "seed {seed} case {case}"
+            );
+        }
+    }
+
+    #[test]
     fn usages_add_up_and_overflow_is_caught() {
         let a = Usage {
             compute_milli_gpu_ms: 5,
