@@ -15,5 +15,6 @@
 pub mod config;
 pub mod model;
 pub mod rng;
+pub mod state;
 
 pub use model::*;

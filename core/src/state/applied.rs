@@ -1,0 +1,122 @@
+//! What applying a command did (the state machine's answer to the client).
+
+use super::instance::InstanceId;
+use crate::model::{NodeId, PoolKind, Slice, TenantId};
+use serde::{Deserialize, Serialize};
+
+/// The outcome of one applied [`super::DomainCommand`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Applied {
+    /// A tenant was created.
+    TenantCreated {
+        /// The tenant.
+        tenant: TenantId,
+    },
+    /// A tenant was updated.
+    TenantUpdated {
+        /// The tenant.
+        tenant: TenantId,
+        /// Pool kinds where what it holds now passes its new quota (kept
+        /// running; no new placement there until it is back under).
+        over_quota: Vec<PoolKind>,
+    },
+    /// A token was recorded.
+    TokenIssued {
+        /// The tenant.
+        tenant: TenantId,
+        /// The token id.
+        token_id: String,
+    },
+    /// A token was forgotten.
+    TokenRevoked {
+        /// The tenant.
+        tenant: TenantId,
+        /// The token id.
+        token_id: String,
+    },
+    /// A quota was set.
+    QuotaSet {
+        /// The tenant.
+        tenant: TenantId,
+        /// The pool kind.
+        pool_kind: PoolKind,
+        /// Whether the tenant now holds more than the new quota (see
+        /// [`Applied::TenantUpdated::over_quota`]).
+        over_quota: bool,
+    },
+    /// A price list took effect.
+    PriceListSet {
+        /// Its epoch (index in the price history).
+        epoch: u32,
+        /// When it took effect (Unix ms).
+        effective_from_ms: u64,
+    },
+    /// A topology was loaded or reloaded.
+    TopologyLoaded {
+        /// Number of nodes now in the topology.
+        nodes: u32,
+        /// Nodes the reload removed (now draining).
+        drained: Vec<NodeId>,
+        /// Drained nodes the reload brought back.
+        restored: Vec<NodeId>,
+        /// Instances released because their GPUs went away or shrank.
+        released: Vec<InstanceId>,
+        /// The price epoch in force after the load.
+        price_epoch: u32,
+    },
+    /// A function was deployed.
+    FunctionDeployed {
+        /// Owner.
+        tenant: TenantId,
+        /// Name.
+        name: String,
+        /// Its version (1).
+        version: u64,
+    },
+    /// A function was updated.
+    FunctionUpdated {
+        /// Owner.
+        tenant: TenantId,
+        /// Name.
+        name: String,
+        /// Its new version.
+        version: u64,
+        /// Instances released because the update changed their shape.
+        released: Vec<InstanceId>,
+    },
+    /// A function was deleted.
+    FunctionDeleted {
+        /// Owner.
+        tenant: TenantId,
+        /// Name.
+        name: String,
+        /// Its instances, released.
+        released: Vec<InstanceId>,
+    },
+    /// An instance was placed.
+    InstancePlaced {
+        /// Its new id.
+        instance: InstanceId,
+        /// Its slices.
+        slices: Vec<Slice>,
+    },
+    /// An instance was released.
+    InstanceReleased {
+        /// The instance.
+        instance: InstanceId,
+    },
+    /// An agent registered.
+    AgentRegistered {
+        /// Whether this is its first registration.
+        first_time: bool,
+        /// The next usage sequence number the region expects from it.
+        next_seq: u64,
+    },
+    /// A usage batch was applied.
+    UsageApplied {
+        /// Records applied now.
+        applied: u32,
+        /// Records already applied before (ignored).
+        duplicates: u32,
+    },
+}

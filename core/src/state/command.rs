@@ -1,0 +1,193 @@
+//! The domain commands the region's state machine applies.
+//!
+//! Plain serde types (no `flatten`, `untagged`, `skip_serializing_if`), so
+//! they encode with bincode 2 as well as JSON. Secrets never appear here:
+//! a token is carried as the SHA-256 digest the API layer computed.
+//!
+//! ```text
+//!   operator ─▶ TenantCreate/Update, TokenIssue/Revoke, QuotaSet, PriceListSet, TopologyLoad
+//!   tenant   ─▶ FunctionDeploy/Update/Delete
+//!   leader   ─▶ InstancePlace (from plan::plan), InstanceRelease
+//!   agent    ─▶ AgentRegister, UsageBatch
+//! ```
+
+use super::agent::AgentId;
+use super::instance::InstanceId;
+use crate::config::{PriceList, Topology};
+use crate::model::{FunctionSpec, NodeId, PoolKind, Quota, Slice, TenantId, Tier};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Most records one usage batch may carry.
+pub const MAX_USAGE_BATCH: usize = 10_000;
+
+/// One change to the region's domain state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DomainCommand {
+    /// Creates a tenant (operator).
+    TenantCreate {
+        /// Its name.
+        tenant: TenantId,
+        /// Name for humans.
+        display_name: Option<String>,
+        /// Quota per pool kind (absent kinds: zero).
+        quotas: BTreeMap<PoolKind, Quota>,
+    },
+    /// Changes a tenant's display name and, if given, replaces all its quotas.
+    TenantUpdate {
+        /// The tenant.
+        tenant: TenantId,
+        /// New display name (`None` clears it).
+        display_name: Option<String>,
+        /// New quotas for every pool kind, or `None` to keep them.
+        quotas: Option<BTreeMap<PoolKind, Quota>>,
+    },
+    /// Records a new token for a tenant by its digest.
+    TokenIssue {
+        /// The tenant.
+        tenant: TenantId,
+        /// The token's public id (a name, shown in listings).
+        token_id: String,
+        /// SHA-256 of the secret, 64 lower-case hex digits.
+        digest: String,
+    },
+    /// Forgets a token.
+    TokenRevoke {
+        /// The tenant.
+        tenant: TenantId,
+        /// The token's public id.
+        token_id: String,
+    },
+    /// Sets a tenant's quota in one pool kind.
+    QuotaSet {
+        /// The tenant.
+        tenant: TenantId,
+        /// The pool kind.
+        pool_kind: PoolKind,
+        /// The new quota.
+        quota: Quota,
+    },
+    /// Replaces the price list from now on (usage already metered keeps
+    /// the prices in force when it ended).
+    PriceListSet {
+        /// The new list; it must price every GPU model of the topology in
+        /// every pool kind where it runs.
+        list: PriceList,
+    },
+    /// Loads the topology, or reloads it: nodes that disappear are drained.
+    TopologyLoad {
+        /// The validated topology (its `[pricing]` becomes the price list).
+        topology: Topology,
+    },
+    /// Deploys a new function (names are per tenant).
+    FunctionDeploy {
+        /// The spec; `spec.tenant` is the owner.
+        spec: FunctionSpec,
+    },
+    /// Updates a deployed function.
+    FunctionUpdate {
+        /// The new spec; `spec.tenant` and `spec.name` select the function.
+        spec: FunctionSpec,
+    },
+    /// Deletes a function and releases its instances.
+    FunctionDelete {
+        /// The owner.
+        tenant: TenantId,
+        /// The function's name.
+        name: String,
+    },
+    /// Places one instance (a proposal from [`super::plan()`]); re-checked on apply.
+    InstancePlace {
+        /// The owner.
+        tenant: TenantId,
+        /// The function's name.
+        function: String,
+        /// The slices: one, or whole GPUs of one node for `exclusive`.
+        slices: Vec<Slice>,
+    },
+    /// Releases one instance.
+    InstanceRelease {
+        /// The instance.
+        instance: InstanceId,
+    },
+    /// Registers (or re-registers) a node agent.
+    AgentRegister {
+        /// The agent's stable id.
+        agent: AgentId,
+        /// The node it runs on (must be in the topology, not drained).
+        node: NodeId,
+        /// The agent's version.
+        version: String,
+    },
+    /// Applies metered usage from one agent, exactly once per sequence number.
+    UsageBatch {
+        /// The sending agent.
+        agent: AgentId,
+        /// The records (at most [`MAX_USAGE_BATCH`]).
+        records: Vec<UsageRecord>,
+    },
+}
+
+impl DomainCommand {
+    /// A short stable name of the command's kind (for logs and metrics).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            DomainCommand::TenantCreate { .. } => "tenant_create",
+            DomainCommand::TenantUpdate { .. } => "tenant_update",
+            DomainCommand::TokenIssue { .. } => "token_issue",
+            DomainCommand::TokenRevoke { .. } => "token_revoke",
+            DomainCommand::QuotaSet { .. } => "quota_set",
+            DomainCommand::PriceListSet { .. } => "price_list_set",
+            DomainCommand::TopologyLoad { .. } => "topology_load",
+            DomainCommand::FunctionDeploy { .. } => "function_deploy",
+            DomainCommand::FunctionUpdate { .. } => "function_update",
+            DomainCommand::FunctionDelete { .. } => "function_delete",
+            DomainCommand::InstancePlace { .. } => "instance_place",
+            DomainCommand::InstanceRelease { .. } => "instance_release",
+            DomainCommand::AgentRegister { .. } => "agent_register",
+            DomainCommand::UsageBatch { .. } => "usage_batch",
+        }
+    }
+
+    /// The commands that bring an empty state to the operators' files:
+    /// the topology, then every tenant of the tenants file.
+    pub fn initial(topology: &Topology, tenants: &crate::config::Tenants) -> Vec<DomainCommand> {
+        let mut out = vec![DomainCommand::TopologyLoad {
+            topology: topology.clone(),
+        }];
+        out.extend(tenants.all().iter().map(|t| DomainCommand::TenantCreate {
+            tenant: t.id.clone(),
+            display_name: t.display_name.clone(),
+            quotas: t.quotas.clone(),
+        }));
+        out
+    }
+}
+
+/// One metered usage record from an agent.
+///
+/// The agent meters each instance and journals records before sending;
+/// `(agent, seq)` identifies a record, so a record sent twice is applied
+/// once. A record belongs to the billing hour its `end_ms` falls in and is
+/// priced with the price list in force at `end_ms`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageRecord {
+    /// Sequence number per agent, from 1.
+    pub seq: u64,
+    /// The tenant billed.
+    pub tenant: TenantId,
+    /// The function metered.
+    pub function: String,
+    /// Its tier.
+    pub tier: Tier,
+    /// The GPU model it ran on.
+    pub gpu_model: String,
+    /// The kind of pool it ran in.
+    pub pool_kind: PoolKind,
+    /// Busy compute: milli-GPU of the slice × milliseconds busy.
+    pub compute_milli_gpu_ms: u64,
+    /// Resident GPU memory: MiB × milliseconds resident.
+    pub memory_mib_ms: u64,
+    /// End of the metered interval (Unix ms).
+    pub end_ms: u64,
+}

@@ -1,0 +1,139 @@
+//! Look-up tables derived from the replicated data: never serialized,
+//! rebuilt from it after a snapshot is installed, and kept in step on
+//! every apply.
+
+use super::fit::{GpuCapacity, GpuLoad, GpuSlot, NodeLoad};
+use super::instance::{Instance, InstanceId};
+use super::tenant_record::TenantRecord;
+use crate::config::Topology;
+use crate::model::{NodeId, PoolKind, Quota, TenantId};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// The derived tables.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Index {
+    /// Every node of the topology with its GPUs' loads.
+    pub nodes: HashMap<NodeId, NodeLoad>,
+    /// What each tenant holds per pool kind.
+    pub held: HashMap<(TenantId, PoolKind), Quota>,
+    /// Token digest → (tenant, token id).
+    pub digests: HashMap<String, (TenantId, String)>,
+    /// Instances of each function.
+    pub by_function: HashMap<(TenantId, String), BTreeSet<InstanceId>>,
+}
+
+impl Index {
+    /// Empty loads for every GPU of `topology`.
+    pub fn for_topology(topology: Option<&Topology>) -> Index {
+        let mut nodes = HashMap::new();
+        for node in topology.into_iter().flat_map(|t| t.nodes()) {
+            let gpus = node
+                .gpus()
+                .map(|(_, g)| GpuSlot {
+                    capacity: GpuCapacity {
+                        memory_mib: g.memory_mib,
+                    },
+                    load: GpuLoad::default(),
+                    instances: Vec::new(),
+                })
+                .collect();
+            nodes.insert(
+                node.name.clone(),
+                NodeLoad {
+                    swap_mib: node.swap_mib,
+                    gpus,
+                },
+            );
+        }
+        Index {
+            nodes,
+            ..Index::default()
+        }
+    }
+
+    /// All tables for the given data.
+    pub fn build(
+        topology: Option<&Topology>,
+        tenants: &BTreeMap<TenantId, TenantRecord>,
+        instances: &BTreeMap<InstanceId, Instance>,
+    ) -> Index {
+        let mut index = Index::for_topology(topology);
+        for t in tenants.values() {
+            for (token_id, rec) in &t.tokens {
+                index
+                    .digests
+                    .insert(rec.digest.clone(), (t.id.clone(), token_id.clone()));
+            }
+        }
+        for inst in instances.values() {
+            index.add_instance(inst);
+        }
+        index
+    }
+
+    /// Counts a newly placed instance.
+    pub fn add_instance(&mut self, inst: &Instance) {
+        for s in &inst.slices {
+            if let Some(slot) = self
+                .nodes
+                .get_mut(&s.gpu.node)
+                .and_then(|n| n.gpus.get_mut(s.gpu.index as usize))
+            {
+                slot.load = slot.load.with(&inst.demand(s));
+                slot.instances.push(inst.id);
+            }
+        }
+        let held = self
+            .held
+            .entry((inst.tenant.clone(), inst.pool_kind))
+            .or_default();
+        let h = inst.held();
+        held.compute_milli += h.compute_milli;
+        held.memory_mib += h.memory_mib;
+        held.instances += h.instances;
+        self.by_function
+            .entry((inst.tenant.clone(), inst.function.clone()))
+            .or_default()
+            .insert(inst.id);
+    }
+
+    /// Forgets a released instance; `remaining` are the instances still
+    /// placed (the GPUs' loads are recomputed from them).
+    pub fn remove_instance(&mut self, inst: &Instance, remaining: &BTreeMap<InstanceId, Instance>) {
+        for s in &inst.slices {
+            if let Some(slot) = self
+                .nodes
+                .get_mut(&s.gpu.node)
+                .and_then(|n| n.gpus.get_mut(s.gpu.index as usize))
+            {
+                slot.instances.retain(|id| *id != inst.id);
+                let mut load = GpuLoad::default();
+                for id in &slot.instances {
+                    if let Some(other) = remaining.get(id) {
+                        for os in other.slices.iter().filter(|os| os.gpu == s.gpu) {
+                            load = load.with(&other.demand(os));
+                        }
+                    }
+                }
+                slot.load = load;
+            }
+        }
+        let key = (inst.tenant.clone(), inst.pool_kind);
+        if let Some(held) = self.held.get_mut(&key) {
+            let h = inst.held();
+            held.compute_milli -= h.compute_milli;
+            held.memory_mib -= h.memory_mib;
+            held.instances -= h.instances;
+            if *held == Quota::default() {
+                self.held.remove(&key);
+            }
+        }
+        let fkey = (inst.tenant.clone(), inst.function.clone());
+        if let Some(set) = self.by_function.get_mut(&fkey) {
+            set.remove(&inst.id);
+            if set.is_empty() {
+                self.by_function.remove(&fkey);
+            }
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! The region's replicated domain state: what the Raft state machine
+//! applies, as pure data in and result out (no openraft here).
+//!
+//! ```text
+//!   API / leader services ──DomainCommand──▶ Raft log ──▶ RegionState::apply(cmd, now)
+//!        ▲                                                   │  re-checks fit + quota
+//!        │ plan::plan(&state, ..) ─▶ Proposal ─▶ InstancePlace│  (same `fit` as the planner)
+//!        │                                                   ▼
+//!        └──────────── reads: function(tenant, name), bill(..), underplaced() ◀── Applied | ApplyError
+//! ```
+//!
+//! - [`fit`]: the one capacity rule per tier (exclusive, guaranteed,
+//!   burstable, oversubscribed) with the oversubscription caps.
+//! - [`RegionState`]: tenants and token digests, quotas, price history,
+//!   topology and drained nodes, functions, instances, agents, usage
+//!   dedupe and the meter. Serializable for snapshots.
+//! - [`plan()`]: the leader's placement proposal, or why there is none.
+//! - [`Bill`]: metered usage × price, integers only.
+//!
+//! The rules are written out in `docs/domain.md`.
+
+mod agent;
+mod applied;
+mod bill;
+mod command;
+mod drained_node;
+mod error;
+pub mod fit;
+mod function_record;
+mod index;
+mod instance;
+mod meter;
+pub mod plan;
+mod price_history;
+mod query_error;
+mod region_state;
+mod sequence;
+mod tenant_record;
+
+#[cfg(test)]
+mod tests;
+
+pub use agent::{AgentId, AgentRecord};
+pub use applied::Applied;
+pub use bill::{Bill, BillLine, FunctionUsage};
+pub use command::{DomainCommand, UsageRecord, MAX_USAGE_BATCH};
+pub use drained_node::DrainedNode;
+pub use error::{ApplyError, ErrorClass, ObjectKind};
+pub use fit::{
+    fit, Demand, FitFailure, GpuCapacity, GpuDimension, GpuLoad, GpuSlot, NodeLoad, SharingCaps,
+};
+pub use function_record::FunctionRecord;
+pub use instance::{Instance, InstanceId};
+pub use meter::{Meter, MeterKey, MeterLine, HOUR_MS};
+pub use plan::{
+    plan, plan_spec, BestFit, FragmentationAware, PlanRejection, Proposal, Ranking, RejectReason,
+};
+pub use price_history::{PriceEpoch, PriceHistory};
+pub use query_error::QueryError;
+pub use region_state::{RegionState, UnixMillis, MAX_GPUS_PER_INSTANCE};
+pub use sequence::{SequenceCursor, MAX_SEQUENCE_AHEAD};
+pub use tenant_record::{TenantRecord, TokenRecord};

@@ -1,0 +1,41 @@
+//! Why a read of the state found nothing or could not be answered.
+
+use super::error::ObjectKind;
+use crate::config::PricingError;
+use crate::model::TenantId;
+
+/// A read that cannot be answered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueryError {
+    /// No such object for this tenant (another tenant's looks the same).
+    #[error("{kind} {name:?} not found")]
+    NotFound {
+        /// What was looked for.
+        kind: ObjectKind,
+        /// Its name.
+        name: String,
+    },
+    /// A bill line cannot be priced.
+    #[error("bill of tenant {tenant} cannot be priced: {source}")]
+    Pricing {
+        /// The tenant.
+        tenant: TenantId,
+        /// Why.
+        source: PricingError,
+    },
+}
+
+impl QueryError {
+    /// The stable code an API puts in `{"error": {"code": ..}}`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            QueryError::NotFound { kind, .. } => match kind {
+                ObjectKind::Tenant => "unknown_tenant",
+                ObjectKind::Function => "unknown_function",
+                ObjectKind::Token => "unknown_token",
+                ObjectKind::Agent => "unknown_agent",
+            },
+            QueryError::Pricing { .. } => "no_price",
+        }
+    }
+}

@@ -1,0 +1,1105 @@
+//! The region's replicated domain state and its `apply`.
+//!
+//! Every replica holds one [`RegionState`] and applies the same
+//! [`DomainCommand`]s in log order with the `now` the leader stamped on
+//! each entry, so every replica reaches the same state. `apply` validates a
+//! command completely before it changes anything: a refused command leaves
+//! the state exactly as it was.
+
+use super::agent::{AgentId, AgentRecord};
+use super::applied::Applied;
+use super::bill::Bill;
+use super::command::{DomainCommand, UsageRecord, MAX_USAGE_BATCH};
+use super::drained_node::DrainedNode;
+use super::error::{ApplyError, ObjectKind};
+use super::fit::{check_node, fit, Demand, NodeLoad, SharingCaps};
+use super::function_record::FunctionRecord;
+use super::index::Index;
+use super::instance::{held, Instance, InstanceId};
+use super::meter::{Meter, MeterKey, HOUR_MS};
+use super::price_history::PriceHistory;
+use super::query_error::QueryError;
+use super::sequence::SequenceCursor;
+use super::tenant_record::{TenantRecord, TokenRecord};
+use crate::config::{is_valid_name, PriceList, Topology, Usage};
+use crate::model::{
+    FunctionSpec, GpuId, NodeId, PoolKind, PoolPreference, Quota, Slice, TenantId, Tier, WHOLE_GPU,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Wall-clock time as the leader stamped it on a log entry: Unix milliseconds.
+pub type UnixMillis = u64;
+
+/// Most whole GPUs one exclusive instance may hold.
+pub const MAX_GPUS_PER_INSTANCE: u32 = 16;
+
+/// The replicated domain state of a region.
+///
+/// Serializes (for Raft snapshots, JSON or bincode 2) as its data only; the
+/// look-up tables are rebuilt on deserialize.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(from = "StateData", into = "StateData")]
+pub struct RegionState {
+    data: StateData,
+    index: Index,
+}
+
+/// What a [`RegionState`] is made of on the wire.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+struct StateData {
+    topology: Option<Topology>,
+    caps: SharingCaps,
+    tenants: BTreeMap<TenantId, TenantRecord>,
+    functions: BTreeMap<TenantId, BTreeMap<String, FunctionRecord>>,
+    instances: BTreeMap<InstanceId, Instance>,
+    next_instance: u64,
+    drained: BTreeMap<NodeId, DrainedNode>,
+    agents: BTreeMap<AgentId, AgentRecord>,
+    prices: PriceHistory,
+    meter: Meter,
+}
+
+impl From<StateData> for RegionState {
+    fn from(data: StateData) -> Self {
+        let index = Index::build(data.topology.as_ref(), &data.tenants, &data.instances);
+        Self { data, index }
+    }
+}
+
+impl From<RegionState> for StateData {
+    fn from(s: RegionState) -> Self {
+        s.data
+    }
+}
+
+impl PartialEq for RegionState {
+    fn eq(&self, other: &Self) -> bool {
+        self.data == other.data
+    }
+}
+
+impl Eq for RegionState {}
+
+impl Default for RegionState {
+    fn default() -> Self {
+        RegionState::new(SharingCaps::default())
+    }
+}
+
+impl RegionState {
+    /// An empty state with these oversubscription caps.
+    pub fn new(caps: SharingCaps) -> Self {
+        StateData {
+            caps,
+            next_instance: 1,
+            ..StateData::default()
+        }
+        .into()
+    }
+
+    // ----- reads -----
+
+    /// The topology, once loaded.
+    pub fn topology(&self) -> Option<&Topology> {
+        self.data.topology.as_ref()
+    }
+
+    /// The oversubscription caps.
+    pub fn caps(&self) -> &SharingCaps {
+        &self.data.caps
+    }
+
+    /// Every tenant, by name.
+    pub fn tenants(&self) -> impl Iterator<Item = &TenantRecord> + '_ {
+        self.data.tenants.values()
+    }
+
+    /// A tenant by name.
+    pub fn tenant(&self, tenant: &TenantId) -> Option<&TenantRecord> {
+        self.data.tenants.get(tenant)
+    }
+
+    /// The tenant and token id a token digest belongs to.
+    pub fn token_owner(&self, digest: &str) -> Option<(&TenantId, &str)> {
+        self.index
+            .digests
+            .get(digest)
+            .map(|(t, id)| (t, id.as_str()))
+    }
+
+    /// `tenant`'s function `name`. Another tenant's function of that name
+    /// is invisible: the answer is `NotFound`, as for a name nobody uses.
+    pub fn function(&self, tenant: &TenantId, name: &str) -> Result<&FunctionRecord, QueryError> {
+        self.data
+            .functions
+            .get(tenant)
+            .and_then(|f| f.get(name))
+            .ok_or_else(|| QueryError::NotFound {
+                kind: ObjectKind::Function,
+                name: name.to_string(),
+            })
+    }
+
+    /// `tenant`'s functions, by name.
+    pub fn functions_of<'a>(
+        &'a self,
+        tenant: &TenantId,
+    ) -> impl Iterator<Item = &'a FunctionRecord> + 'a {
+        self.data
+            .functions
+            .get(tenant)
+            .into_iter()
+            .flat_map(|f| f.values())
+    }
+
+    /// Every function of every tenant.
+    pub fn functions(&self) -> impl Iterator<Item = &FunctionRecord> + '_ {
+        self.data.functions.values().flat_map(|f| f.values())
+    }
+
+    /// Every placed instance, by id.
+    pub fn instances(&self) -> impl Iterator<Item = &Instance> + '_ {
+        self.data.instances.values()
+    }
+
+    /// An instance by id.
+    pub fn instance(&self, id: InstanceId) -> Option<&Instance> {
+        self.data.instances.get(&id)
+    }
+
+    /// The instances of `tenant`'s function `name` (empty for another tenant's).
+    pub fn instances_of<'a>(
+        &'a self,
+        tenant: &TenantId,
+        name: &str,
+    ) -> impl Iterator<Item = &'a Instance> + 'a {
+        self.index
+            .by_function
+            .get(&(tenant.clone(), name.to_string()))
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.data.instances.get(id))
+    }
+
+    /// Number of instances of `tenant`'s function `name`.
+    pub fn instance_count(&self, tenant: &TenantId, name: &str) -> u32 {
+        self.index
+            .by_function
+            .get(&(tenant.clone(), name.to_string()))
+            .map_or(0, |s| s.len() as u32)
+    }
+
+    /// A node's GPUs and their loads (`None` for a node not in the topology).
+    pub fn node_load(&self, node: &NodeId) -> Option<&NodeLoad> {
+        self.index.nodes.get(node)
+    }
+
+    /// What `tenant` holds in pools of `kind`.
+    pub fn held(&self, tenant: &TenantId, kind: PoolKind) -> Quota {
+        self.index
+            .held
+            .get(&(tenant.clone(), kind))
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Nodes removed by topology reloads, still remembered.
+    pub fn drained(&self) -> &BTreeMap<NodeId, DrainedNode> {
+        &self.data.drained
+    }
+
+    /// Registered agents.
+    pub fn agents(&self) -> impl Iterator<Item = &AgentRecord> + '_ {
+        self.data.agents.values()
+    }
+
+    /// An agent by id.
+    pub fn agent(&self, id: &AgentId) -> Option<&AgentRecord> {
+        self.data.agents.get(id)
+    }
+
+    /// Every price list used so far, with when each took effect.
+    pub fn price_history(&self) -> &PriceHistory {
+        &self.data.prices
+    }
+
+    /// The price list in force now.
+    pub fn price_list(&self) -> Option<&PriceList> {
+        self.data.prices.current()
+    }
+
+    /// The metered usage.
+    pub fn meter(&self) -> &Meter {
+        &self.data.meter
+    }
+
+    /// `tenant`'s bill for the hours that start in `[from_ms, to_ms)`.
+    pub fn bill(&self, tenant: &TenantId, from_ms: u64, to_ms: u64) -> Result<Bill, QueryError> {
+        if !self.data.tenants.contains_key(tenant) {
+            return Err(QueryError::NotFound {
+                kind: ObjectKind::Tenant,
+                name: tenant.0.clone(),
+            });
+        }
+        Bill::compute(&self.data.meter, &self.data.prices, tenant, from_ms, to_ms)
+    }
+
+    /// Functions with fewer instances than their `min_instances`, with how
+    /// many are missing: what the leader should plan next (after deploys,
+    /// shape-changing updates and drains).
+    pub fn underplaced(&self) -> Vec<(TenantId, String, u32)> {
+        self.functions()
+            .filter_map(|f| {
+                let have = self.instance_count(&f.spec.tenant, &f.spec.name);
+                (have < f.spec.min_instances).then(|| {
+                    (
+                        f.spec.tenant.clone(),
+                        f.spec.name.clone(),
+                        f.spec.min_instances - have,
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// Checks what must hold after every apply: every node within the fit
+    /// rules, every tenant within its quota (unless an operator lowered it
+    /// below what was already held), every function within
+    /// `max_instances`, and the look-up tables equal to a rebuild.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        for (node, load) in &self.index.nodes {
+            check_node(&self.data.caps, load)
+                .map_err(|f| format!("node {node} GPU {}: {}", f.gpu_index, f.dimension))?;
+        }
+        for ((tenant, kind), h) in &self.index.held {
+            let quota = self
+                .data
+                .tenants
+                .get(tenant)
+                .map(|t| t.quota(*kind))
+                .unwrap_or_default();
+            if let Err(d) = quota.admits(h, &Quota::default()) {
+                return Err(format!(
+                    "tenant {tenant} holds {h:?} in {kind} pools, past its quota {quota:?} ({d})"
+                ));
+            }
+        }
+        for f in self.functions() {
+            let n = self.instance_count(&f.spec.tenant, &f.spec.name);
+            if n > f.spec.max_instances {
+                return Err(format!(
+                    "function {}/{} has {n} instances, max {}",
+                    f.spec.tenant, f.spec.name, f.spec.max_instances
+                ));
+            }
+        }
+        let rebuilt = Index::build(
+            self.data.topology.as_ref(),
+            &self.data.tenants,
+            &self.data.instances,
+        );
+        if rebuilt != self.index {
+            return Err("look-up tables differ from a rebuild".into());
+        }
+        Ok(())
+    }
+
+    // ----- apply -----
+
+    /// Applies one command at `now` (Unix ms stamped by the leader).
+    /// On `Err` nothing changed.
+    pub fn apply(&mut self, cmd: DomainCommand, now: UnixMillis) -> Result<Applied, ApplyError> {
+        match cmd {
+            DomainCommand::TenantCreate {
+                tenant,
+                display_name,
+                quotas,
+            } => self.tenant_create(tenant, display_name, quotas, now),
+            DomainCommand::TenantUpdate {
+                tenant,
+                display_name,
+                quotas,
+            } => self.tenant_update(tenant, display_name, quotas),
+            DomainCommand::TokenIssue {
+                tenant,
+                token_id,
+                digest,
+            } => self.token_issue(tenant, token_id, digest, now),
+            DomainCommand::TokenRevoke { tenant, token_id } => self.token_revoke(tenant, token_id),
+            DomainCommand::QuotaSet {
+                tenant,
+                pool_kind,
+                quota,
+            } => self.quota_set(tenant, pool_kind, quota),
+            DomainCommand::PriceListSet { list } => self.price_list_set(list, now),
+            DomainCommand::TopologyLoad { topology } => Ok(self.topology_load(topology, now)),
+            DomainCommand::FunctionDeploy { spec } => self.function_deploy(spec, now),
+            DomainCommand::FunctionUpdate { spec } => self.function_update(spec, now),
+            DomainCommand::FunctionDelete { tenant, name } => self.function_delete(tenant, name),
+            DomainCommand::InstancePlace {
+                tenant,
+                function,
+                slices,
+            } => self.instance_place(tenant, function, slices, now),
+            DomainCommand::InstanceRelease { instance } => self.instance_release(instance),
+            DomainCommand::AgentRegister {
+                agent,
+                node,
+                version,
+            } => self.agent_register(agent, node, version, now),
+            DomainCommand::UsageBatch { agent, records } => self.usage_batch(agent, records),
+        }
+    }
+
+    fn known_tenant(&self, tenant: &TenantId) -> Result<&TenantRecord, ApplyError> {
+        self.data
+            .tenants
+            .get(tenant)
+            .ok_or_else(|| ApplyError::UnknownTenant {
+                tenant: tenant.clone(),
+            })
+    }
+
+    fn tenant_create(
+        &mut self,
+        tenant: TenantId,
+        display_name: Option<String>,
+        quotas: BTreeMap<PoolKind, Quota>,
+        now: UnixMillis,
+    ) -> Result<Applied, ApplyError> {
+        if !is_valid_name(&tenant.0) {
+            return Err(ApplyError::InvalidName {
+                kind: ObjectKind::Tenant,
+                name: tenant.0,
+            });
+        }
+        if self.data.tenants.contains_key(&tenant) {
+            return Err(ApplyError::DuplicateName {
+                kind: ObjectKind::Tenant,
+                name: tenant.0,
+            });
+        }
+        self.data.tenants.insert(
+            tenant.clone(),
+            TenantRecord {
+                id: tenant.clone(),
+                display_name,
+                quotas,
+                tokens: BTreeMap::new(),
+                created_at: now,
+            },
+        );
+        Ok(Applied::TenantCreated { tenant })
+    }
+
+    fn over_quota(&self, tenant: &TenantId, quotas: &BTreeMap<PoolKind, Quota>) -> Vec<PoolKind> {
+        [PoolKind::Center, PoolKind::Edge]
+            .into_iter()
+            .filter(|k| {
+                let q = quotas.get(k).copied().unwrap_or_default();
+                q.admits(&self.held(tenant, *k), &Quota::default()).is_err()
+            })
+            .collect()
+    }
+
+    fn tenant_update(
+        &mut self,
+        tenant: TenantId,
+        display_name: Option<String>,
+        quotas: Option<BTreeMap<PoolKind, Quota>>,
+    ) -> Result<Applied, ApplyError> {
+        self.known_tenant(&tenant)?;
+        let rec = self.data.tenants.get_mut(&tenant).expect("checked above");
+        rec.display_name = display_name;
+        if let Some(q) = quotas {
+            rec.quotas = q;
+        }
+        let quotas = rec.quotas.clone();
+        let over_quota = self.over_quota(&tenant, &quotas);
+        Ok(Applied::TenantUpdated { tenant, over_quota })
+    }
+
+    fn token_issue(
+        &mut self,
+        tenant: TenantId,
+        token_id: String,
+        digest: String,
+        now: UnixMillis,
+    ) -> Result<Applied, ApplyError> {
+        let rec = self.known_tenant(&tenant)?;
+        if !is_valid_name(&token_id) {
+            return Err(ApplyError::InvalidName {
+                kind: ObjectKind::Token,
+                name: token_id,
+            });
+        }
+        if digest.len() != 64
+            || !digest
+                .bytes()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        {
+            return Err(ApplyError::InvalidDigest);
+        }
+        if rec.tokens.contains_key(&token_id) {
+            return Err(ApplyError::DuplicateName {
+                kind: ObjectKind::Token,
+                name: token_id,
+            });
+        }
+        if self.index.digests.contains_key(&digest) {
+            return Err(ApplyError::DuplicateName {
+                kind: ObjectKind::Token,
+                name: "<digest>".into(),
+            });
+        }
+        self.index
+            .digests
+            .insert(digest.clone(), (tenant.clone(), token_id.clone()));
+        self.data
+            .tenants
+            .get_mut(&tenant)
+            .expect("checked above")
+            .tokens
+            .insert(
+                token_id.clone(),
+                TokenRecord {
+                    digest,
+                    issued_at: now,
+                },
+            );
+        Ok(Applied::TokenIssued { tenant, token_id })
+    }
+
+    fn token_revoke(&mut self, tenant: TenantId, token_id: String) -> Result<Applied, ApplyError> {
+        self.known_tenant(&tenant)?;
+        let rec = self.data.tenants.get_mut(&tenant).expect("checked above");
+        let Some(tok) = rec.tokens.remove(&token_id) else {
+            return Err(ApplyError::UnknownToken { tenant, token_id });
+        };
+        self.index.digests.remove(&tok.digest);
+        Ok(Applied::TokenRevoked { tenant, token_id })
+    }
+
+    fn quota_set(
+        &mut self,
+        tenant: TenantId,
+        pool_kind: PoolKind,
+        quota: Quota,
+    ) -> Result<Applied, ApplyError> {
+        self.known_tenant(&tenant)?;
+        self.data
+            .tenants
+            .get_mut(&tenant)
+            .expect("checked above")
+            .quotas
+            .insert(pool_kind, quota);
+        let over_quota = quota
+            .admits(&self.held(&tenant, pool_kind), &Quota::default())
+            .is_err();
+        Ok(Applied::QuotaSet {
+            tenant,
+            pool_kind,
+            over_quota,
+        })
+    }
+
+    fn price_list_set(&mut self, list: PriceList, now: UnixMillis) -> Result<Applied, ApplyError> {
+        if let Some(t) = &self.data.topology {
+            let missing = t.unpriced(&list);
+            if !missing.is_empty() {
+                return Err(ApplyError::Unpriced { missing });
+            }
+        }
+        let (epoch, effective_from_ms) = self.data.prices.push(now, list);
+        Ok(Applied::PriceListSet {
+            epoch,
+            effective_from_ms,
+        })
+    }
+
+    /// Loads or reloads the topology. The rule for what changes:
+    /// - a node of the old topology missing from the new one is drained:
+    ///   remembered in [`RegionState::drained`] with its old definition, and
+    ///   its instances are released (their functions show up in
+    ///   [`RegionState::underplaced`] for the leader to place again);
+    /// - an instance also goes when its node moved to another pool, one of
+    ///   its GPUs is gone, an exclusive slice no longer matches its GPU's
+    ///   memory, or the re-fit of the surviving instances (oldest first)
+    ///   finds no room for it on a GPU that shrank;
+    /// - a drained node that comes back is active again (and empty);
+    /// - the file's `[pricing]` becomes the price list if it differs from
+    ///   the one in force (the file wins over an API-set list).
+    fn topology_load(&mut self, topology: Topology, now: UnixMillis) -> Applied {
+        let mut drained_now: Vec<NodeId> = Vec::new();
+        if let Some(old) = &self.data.topology {
+            for n in old.nodes() {
+                if topology.node(&n.name.0).is_none() {
+                    drained_now.push(n.name.clone());
+                    self.data.drained.insert(
+                        n.name.clone(),
+                        DrainedNode {
+                            node: n.clone(),
+                            since: now,
+                            released: Vec::new(),
+                        },
+                    );
+                }
+            }
+        }
+        let restored: Vec<NodeId> = self
+            .data
+            .drained
+            .keys()
+            .filter(|k| topology.node(&k.0).is_some())
+            .cloned()
+            .collect();
+        for k in &restored {
+            self.data.drained.remove(k);
+        }
+        // Re-fit the surviving instances, oldest first, on the new topology.
+        let mut index = Index::for_topology(Some(&topology));
+        let mut released = Vec::new();
+        for inst in self.data.instances.values() {
+            let still_fits = Self::slices_on(&topology, inst)
+                .and_then(|(node, demands)| {
+                    let load = index.nodes.get(&node)?;
+                    fit(&self.data.caps, load, &demands).ok()
+                })
+                .is_some();
+            if still_fits {
+                index.add_instance(inst);
+            } else {
+                released.push(inst.id);
+            }
+        }
+        for id in &released {
+            if let Some(inst) = self.data.instances.remove(id) {
+                if let Some(d) = inst
+                    .slices
+                    .first()
+                    .and_then(|s| self.data.drained.get_mut(&s.gpu.node))
+                {
+                    d.released.push(*id);
+                }
+            }
+        }
+        if self.data.prices.current() != Some(topology.pricing()) {
+            self.data.prices.push(now, topology.pricing().clone());
+        }
+        let nodes = topology.nodes().count() as u32;
+        self.data.topology = Some(topology);
+        self.index = Index::build(
+            self.data.topology.as_ref(),
+            &self.data.tenants,
+            &self.data.instances,
+        );
+        Applied::TopologyLoaded {
+            nodes,
+            drained: drained_now,
+            restored,
+            released,
+            price_epoch: self.data.prices.epochs().len().saturating_sub(1) as u32,
+        }
+    }
+
+    /// The node and per-GPU demands of `inst` on `topology`, if its node is
+    /// still in the same pool and its GPUs still exist (and, for exclusive
+    /// instances, still have the memory its whole-GPU slices claim).
+    fn slices_on(topology: &Topology, inst: &Instance) -> Option<(NodeId, Vec<(u32, Demand)>)> {
+        let node_id = &inst.slices.first()?.gpu.node;
+        let node = topology.node(&node_id.0)?;
+        if node.pool != inst.pool || node.kind != inst.pool_kind {
+            return None;
+        }
+        let mut demands = Vec::with_capacity(inst.slices.len());
+        for s in &inst.slices {
+            let g = node.gpu(s.gpu.index)?;
+            if s.gpu.node != *node_id
+                || (inst.tier == Tier::Exclusive && g.memory_mib != s.memory_mib)
+            {
+                return None;
+            }
+            demands.push((s.gpu.index, inst.demand(s)));
+        }
+        Some((node_id.clone(), demands))
+    }
+
+    fn validate_spec(&self, spec: &FunctionSpec) -> Result<(), ApplyError> {
+        let bad = |field: &str, reason: String| ApplyError::InvalidSpec {
+            field: field.to_string(),
+            reason,
+        };
+        if !is_valid_name(&spec.name) {
+            return Err(ApplyError::InvalidName {
+                kind: ObjectKind::Function,
+                name: spec.name.clone(),
+            });
+        }
+        if spec.tier == Tier::Exclusive {
+            let gpus = spec.compute_milli / WHOLE_GPU;
+            if spec.compute_milli % WHOLE_GPU != 0 || gpus == 0 || gpus > MAX_GPUS_PER_INSTANCE {
+                return Err(bad(
+                    "compute_milli",
+                    format!(
+                        "an exclusive function takes 1 to {MAX_GPUS_PER_INSTANCE} whole GPUs (a multiple of 1000), got {}",
+                        spec.compute_milli
+                    ),
+                ));
+            }
+        } else if !(1..=WHOLE_GPU).contains(&spec.compute_milli) {
+            return Err(bad(
+                "compute_milli",
+                format!(
+                    "a {} function takes 1 to 1000 milli-GPU of one GPU, got {}",
+                    spec.tier, spec.compute_milli
+                ),
+            ));
+        }
+        if spec.memory_mib == 0 {
+            return Err(bad("memory_mib", "must be at least 1".into()));
+        }
+        if spec.deadline_ms == 0 {
+            return Err(bad("deadline_ms", "must be at least 1".into()));
+        }
+        if spec.max_instances == 0 || spec.min_instances > spec.max_instances {
+            return Err(bad(
+                "max_instances",
+                format!(
+                    "must be at least 1 and at least min_instances ({}), got {}",
+                    spec.min_instances, spec.max_instances
+                ),
+            ));
+        }
+        if !(1..=WHOLE_GPU).contains(&spec.latency.saturation_milli) {
+            return Err(bad(
+                "latency.saturation_milli",
+                format!("must be 1 to 1000, got {}", spec.latency.saturation_milli),
+            ));
+        }
+        if let PoolPreference::Edge(pool) = &spec.pool {
+            let ok = self
+                .data
+                .topology
+                .as_ref()
+                .and_then(|t| t.pool(pool))
+                .is_some_and(|p| p.kind == PoolKind::Edge);
+            if !ok {
+                return Err(ApplyError::UnknownPool { pool: pool.clone() });
+            }
+        }
+        Ok(())
+    }
+
+    fn function_deploy(
+        &mut self,
+        spec: FunctionSpec,
+        now: UnixMillis,
+    ) -> Result<Applied, ApplyError> {
+        self.known_tenant(&spec.tenant)?;
+        self.validate_spec(&spec)?;
+        if self.function(&spec.tenant, &spec.name).is_ok() {
+            return Err(ApplyError::DuplicateName {
+                kind: ObjectKind::Function,
+                name: spec.name,
+            });
+        }
+        let (tenant, name) = (spec.tenant.clone(), spec.name.clone());
+        self.data
+            .functions
+            .entry(tenant.clone())
+            .or_default()
+            .insert(
+                name.clone(),
+                FunctionRecord {
+                    spec,
+                    version: 1,
+                    deployed_at: now,
+                    updated_at: now,
+                },
+            );
+        Ok(Applied::FunctionDeployed {
+            tenant,
+            name,
+            version: 1,
+        })
+    }
+
+    /// An update that changes what an instance holds or runs (runtime,
+    /// memory, compute, tier, pool preference) releases the function's
+    /// instances: the leader places new ones (see [`RegionState::underplaced`]).
+    /// Other changes keep them.
+    fn function_update(
+        &mut self,
+        spec: FunctionSpec,
+        now: UnixMillis,
+    ) -> Result<Applied, ApplyError> {
+        self.known_tenant(&spec.tenant)?;
+        let old = self
+            .function(&spec.tenant, &spec.name)
+            .map_err(|_| ApplyError::UnknownFunction {
+                tenant: spec.tenant.clone(),
+                name: spec.name.clone(),
+            })?
+            .clone();
+        self.validate_spec(&spec)?;
+        let o = &old.spec;
+        let reshaped = (o.runtime, o.memory_mib, o.compute_milli, o.tier, &o.pool)
+            != (
+                spec.runtime,
+                spec.memory_mib,
+                spec.compute_milli,
+                spec.tier,
+                &spec.pool,
+            );
+        let (tenant, name) = (spec.tenant.clone(), spec.name.clone());
+        let mut released = Vec::new();
+        if reshaped {
+            released = self.instances_of(&tenant, &name).map(|i| i.id).collect();
+            for id in &released {
+                self.release(*id);
+            }
+        } else {
+            // Instances over a lowered max_instances go, newest first.
+            let ids: Vec<InstanceId> = self.instances_of(&tenant, &name).map(|i| i.id).collect();
+            let excess = ids.len().saturating_sub(spec.max_instances as usize);
+            for id in ids.iter().rev().take(excess) {
+                self.release(*id);
+                released.push(*id);
+            }
+        }
+        let version = old.version + 1;
+        let rec = self
+            .data
+            .functions
+            .get_mut(&tenant)
+            .and_then(|f| f.get_mut(&name))
+            .expect("checked above");
+        rec.spec = spec;
+        rec.version = version;
+        rec.updated_at = now;
+        Ok(Applied::FunctionUpdated {
+            tenant,
+            name,
+            version,
+            released,
+        })
+    }
+
+    fn function_delete(&mut self, tenant: TenantId, name: String) -> Result<Applied, ApplyError> {
+        if self.function(&tenant, &name).is_err() {
+            return Err(ApplyError::UnknownFunction { tenant, name });
+        }
+        let released: Vec<InstanceId> = self.instances_of(&tenant, &name).map(|i| i.id).collect();
+        for id in &released {
+            self.release(*id);
+        }
+        if let Some(f) = self.data.functions.get_mut(&tenant) {
+            f.remove(&name);
+            if f.is_empty() {
+                self.data.functions.remove(&tenant);
+            }
+        }
+        Ok(Applied::FunctionDeleted {
+            tenant,
+            name,
+            released,
+        })
+    }
+
+    /// Checks that `slices` are a valid placement of `spec` and fit now;
+    /// returns the node's pool name and kind. The same checks as the
+    /// planner's, in the same order: shape, node, count, fit, quota.
+    pub(crate) fn check_placement(
+        &self,
+        spec: &FunctionSpec,
+        slices: &[Slice],
+    ) -> Result<(String, PoolKind), ApplyError> {
+        let topology = self.data.topology.as_ref().ok_or(ApplyError::NoTopology)?;
+        let mismatch = |reason: String| ApplyError::SliceMismatch {
+            function: spec.name.clone(),
+            reason,
+        };
+        let first = slices.first().ok_or_else(|| mismatch("no slices".into()))?;
+        let node_id = &first.gpu.node;
+        if self.data.drained.contains_key(node_id) {
+            return Err(ApplyError::NodeDraining {
+                node: node_id.clone(),
+            });
+        }
+        let node = topology
+            .node(&node_id.0)
+            .ok_or_else(|| ApplyError::UnknownNode {
+                node: node_id.clone(),
+            })?;
+        let mut seen: BTreeSet<u32> = BTreeSet::new();
+        for s in slices {
+            if s.gpu.node != *node_id {
+                return Err(mismatch("all slices must be on one node".into()));
+            }
+            let g = node
+                .gpu(s.gpu.index)
+                .ok_or_else(|| ApplyError::UnknownGpu { gpu: s.gpu.clone() })?;
+            if !seen.insert(s.gpu.index) {
+                return Err(mismatch(format!("GPU {} appears twice", s.gpu)));
+            }
+            if spec.tier == Tier::Exclusive
+                && (s.compute_milli != WHOLE_GPU || s.memory_mib != g.memory_mib)
+            {
+                return Err(mismatch(format!(
+                    "an exclusive slice is a whole GPU (1000 milli-GPU, {} MiB on {})",
+                    g.memory_mib, s.gpu
+                )));
+            }
+        }
+        if spec.tier == Tier::Exclusive {
+            let gpus = spec.compute_milli / WHOLE_GPU;
+            if slices.len() as u32 != gpus {
+                return Err(mismatch(format!(
+                    "takes {gpus} whole GPUs, got {} slices",
+                    slices.len()
+                )));
+            }
+            let mem: u64 = slices.iter().map(|s| s.memory_mib).sum();
+            if mem < spec.memory_mib {
+                return Err(mismatch(format!(
+                    "needs {} MiB of GPU memory, the GPUs have {mem}",
+                    spec.memory_mib
+                )));
+            }
+        } else if slices.len() != 1
+            || slices[0].compute_milli != spec.compute_milli
+            || slices[0].memory_mib != spec.memory_mib
+        {
+            return Err(mismatch(format!(
+                "takes one slice of {} milli-GPU and {} MiB",
+                spec.compute_milli, spec.memory_mib
+            )));
+        }
+        if self.instance_count(&spec.tenant, &spec.name) >= spec.max_instances {
+            return Err(ApplyError::MaxInstances {
+                function: spec.name.clone(),
+                max: spec.max_instances,
+            });
+        }
+        let load = self
+            .index
+            .nodes
+            .get(node_id)
+            .ok_or_else(|| ApplyError::UnknownNode {
+                node: node_id.clone(),
+            })?;
+        let demands: Vec<(u32, Demand)> = slices
+            .iter()
+            .map(|s| {
+                (
+                    s.gpu.index,
+                    Demand {
+                        tier: spec.tier,
+                        compute_milli: s.compute_milli,
+                        memory_mib: s.memory_mib,
+                    },
+                )
+            })
+            .collect();
+        fit(&self.data.caps, load, &demands).map_err(|f| ApplyError::GpuFull {
+            gpu: GpuId {
+                node: node_id.clone(),
+                index: f.gpu_index,
+            },
+            dimension: f.dimension,
+        })?;
+        let tenant = self.known_tenant(&spec.tenant)?;
+        tenant
+            .quota(node.kind)
+            .admits(&self.held(&spec.tenant, node.kind), &held(slices))
+            .map_err(|dimension| ApplyError::QuotaExceeded {
+                tenant: spec.tenant.clone(),
+                pool_kind: node.kind,
+                dimension,
+            })?;
+        Ok((node.pool.clone(), node.kind))
+    }
+
+    fn instance_place(
+        &mut self,
+        tenant: TenantId,
+        function: String,
+        slices: Vec<Slice>,
+        now: UnixMillis,
+    ) -> Result<Applied, ApplyError> {
+        self.known_tenant(&tenant)?;
+        let spec = &self
+            .function(&tenant, &function)
+            .map_err(|_| ApplyError::UnknownFunction {
+                tenant: tenant.clone(),
+                name: function.clone(),
+            })?
+            .spec;
+        let tier = spec.tier;
+        let (pool, pool_kind) = self.check_placement(spec, &slices)?;
+        let id = InstanceId(self.data.next_instance);
+        self.data.next_instance += 1;
+        let inst = Instance {
+            id,
+            tenant,
+            function,
+            tier,
+            pool,
+            pool_kind,
+            slices: slices.clone(),
+            placed_at: now,
+        };
+        self.index.add_instance(&inst);
+        self.data.instances.insert(id, inst);
+        Ok(Applied::InstancePlaced {
+            instance: id,
+            slices,
+        })
+    }
+
+    fn release(&mut self, id: InstanceId) {
+        if let Some(inst) = self.data.instances.remove(&id) {
+            self.index.remove_instance(&inst, &self.data.instances);
+        }
+    }
+
+    fn instance_release(&mut self, instance: InstanceId) -> Result<Applied, ApplyError> {
+        if !self.data.instances.contains_key(&instance) {
+            return Err(ApplyError::UnknownInstance { instance });
+        }
+        self.release(instance);
+        Ok(Applied::InstanceReleased { instance })
+    }
+
+    fn agent_register(
+        &mut self,
+        agent: AgentId,
+        node: NodeId,
+        version: String,
+        now: UnixMillis,
+    ) -> Result<Applied, ApplyError> {
+        if !is_valid_name(&agent.0) {
+            return Err(ApplyError::InvalidName {
+                kind: ObjectKind::Agent,
+                name: agent.0,
+            });
+        }
+        let topology = self.data.topology.as_ref().ok_or(ApplyError::NoTopology)?;
+        if self.data.drained.contains_key(&node) {
+            return Err(ApplyError::NodeDraining { node });
+        }
+        if topology.node(&node.0).is_none() {
+            return Err(ApplyError::UnknownNode { node });
+        }
+        let first_time = !self.data.agents.contains_key(&agent);
+        let rec = self
+            .data
+            .agents
+            .entry(agent.clone())
+            .or_insert_with(|| AgentRecord {
+                id: agent,
+                node: node.clone(),
+                version: version.clone(),
+                first_registered_at: now,
+                registered_at: now,
+                cursor: SequenceCursor::default(),
+            });
+        rec.node = node;
+        rec.version = version;
+        rec.registered_at = now;
+        Ok(Applied::AgentRegistered {
+            first_time,
+            next_seq: rec.cursor.contiguous + 1,
+        })
+    }
+
+    /// Applies the records not applied before; the whole batch is refused
+    /// (and nothing applied) if any new record is invalid.
+    fn usage_batch(
+        &mut self,
+        agent: AgentId,
+        records: Vec<UsageRecord>,
+    ) -> Result<Applied, ApplyError> {
+        let cursor = &self
+            .data
+            .agents
+            .get(&agent)
+            .ok_or_else(|| ApplyError::UnknownAgent {
+                agent: agent.clone(),
+            })?
+            .cursor;
+        if records.len() > MAX_USAGE_BATCH {
+            return Err(ApplyError::InvalidUsage {
+                reason: format!(
+                    "{} records, at most {MAX_USAGE_BATCH} per batch",
+                    records.len()
+                ),
+            });
+        }
+        let mut fresh: BTreeSet<u64> = BTreeSet::new();
+        let mut sums: BTreeMap<(TenantId, MeterKey), Usage> = BTreeMap::new();
+        let mut duplicates = 0u32;
+        for r in &records {
+            if !cursor.in_window(r.seq) {
+                return Err(ApplyError::SequenceOutOfWindow {
+                    agent,
+                    seq: r.seq,
+                    limit: cursor.contiguous + super::sequence::MAX_SEQUENCE_AHEAD,
+                });
+            }
+            if cursor.seen(r.seq) || !fresh.insert(r.seq) {
+                duplicates += 1;
+                continue;
+            }
+            self.known_tenant(&r.tenant)?;
+            let epoch = self
+                .data
+                .prices
+                .epoch_at(r.end_ms)
+                .ok_or(ApplyError::NoTopology)?;
+            let priced = self
+                .data
+                .prices
+                .list(epoch)
+                .and_then(|l| l.price(&r.gpu_model, r.pool_kind))
+                .is_some();
+            if !priced {
+                return Err(ApplyError::NoPrice {
+                    gpu_model: r.gpu_model.clone(),
+                    pool_kind: r.pool_kind,
+                });
+            }
+            let key = MeterKey {
+                hour: r.end_ms / HOUR_MS,
+                function: r.function.clone(),
+                gpu_model: r.gpu_model.clone(),
+                pool_kind: r.pool_kind,
+                tier: r.tier,
+                price_epoch: epoch,
+            };
+            let add = Usage {
+                compute_milli_gpu_ms: r.compute_milli_gpu_ms,
+                memory_mib_ms: r.memory_mib_ms,
+            };
+            let k = (r.tenant.clone(), key);
+            let sum = match sums.get(&k) {
+                Some(s) => *s,
+                None => self.data.meter.get(&k.0, &k.1),
+            };
+            sums.insert(k, sum.checked_add(&add).ok_or(ApplyError::Overflow)?);
+        }
+        let applied = fresh.len() as u32;
+        let rec = self.data.agents.get_mut(&agent).expect("checked above");
+        for seq in fresh {
+            rec.cursor.record(seq);
+        }
+        for ((tenant, key), usage) in sums {
+            self.data.meter.set(&tenant, key, usage);
+        }
+        Ok(Applied::UsageApplied {
+            applied,
+            duplicates,
+        })
+    }
+}
