@@ -16,9 +16,6 @@ pub enum Applied {
     TenantUpdated {
         /// The tenant.
         tenant: TenantId,
-        /// Pool kinds where what it holds now passes its new quota (kept
-        /// running; no new placement there until it is back under).
-        over_quota: Vec<PoolKind>,
     },
     /// A token was recorded.
     TokenIssued {
@@ -40,9 +37,6 @@ pub enum Applied {
         tenant: TenantId,
         /// The pool kind.
         pool_kind: PoolKind,
-        /// Whether the tenant now holds more than the new quota (see
-        /// [`Applied::TenantUpdated::over_quota`]).
-        over_quota: bool,
     },
     /// A price list took effect.
     PriceListSet {

@@ -162,6 +162,16 @@ pub enum ApplyError {
         /// What ran out.
         dimension: QuotaDimension,
     },
+    /// A quota lower than what the tenant already holds (release first).
+    #[error("tenant {tenant} already holds more {dimension} in {pool_kind} pools than the new quota allows")]
+    QuotaBelowHeld {
+        /// The tenant.
+        tenant: TenantId,
+        /// The pool kind.
+        pool_kind: PoolKind,
+        /// The dimension the tenant holds too much of.
+        dimension: QuotaDimension,
+    },
     /// The function already has its most instances.
     #[error("function {function:?} already has its maximum of {max} instances")]
     MaxInstances {
@@ -226,6 +236,7 @@ impl ApplyError {
             ApplyError::NodeDraining { .. } => "node_draining",
             ApplyError::GpuFull { .. } => "gpu_full",
             ApplyError::QuotaExceeded { .. } => "quota_exceeded",
+            ApplyError::QuotaBelowHeld { .. } => "quota_below_held",
             ApplyError::MaxInstances { .. } => "max_instances",
             ApplyError::Unpriced { .. } => "unpriced",
             ApplyError::NoPrice { .. } => "no_price",
@@ -247,6 +258,7 @@ impl ApplyError {
             | ApplyError::UnknownGpu { .. } => ErrorClass::NotFound,
             ApplyError::DuplicateName { .. }
             | ApplyError::NoTopology
+            | ApplyError::QuotaBelowHeld { .. }
             | ApplyError::NodeDraining { .. } => ErrorClass::Conflict,
             ApplyError::GpuFull { .. }
             | ApplyError::QuotaExceeded { .. }

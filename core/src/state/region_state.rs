@@ -264,8 +264,7 @@ impl RegionState {
     }
 
     /// Checks what must hold after every apply: every node within the fit
-    /// rules, every tenant within its quota (unless an operator lowered it
-    /// below what was already held), every function within
+    /// rules, every tenant within its quota, every function within
     /// `max_instances`, and the look-up tables equal to a rebuild.
     pub fn check_invariants(&self) -> Result<(), String> {
         for (node, load) in &self.index.nodes {
@@ -393,14 +392,22 @@ impl RegionState {
         Ok(Applied::TenantCreated { tenant })
     }
 
-    fn over_quota(&self, tenant: &TenantId, quotas: &BTreeMap<PoolKind, Quota>) -> Vec<PoolKind> {
-        [PoolKind::Center, PoolKind::Edge]
-            .into_iter()
-            .filter(|k| {
-                let q = quotas.get(k).copied().unwrap_or_default();
-                q.admits(&self.held(tenant, *k), &Quota::default()).is_err()
-            })
-            .collect()
+    /// Refuses quotas below what `tenant` holds now: a quota is never
+    /// passed, not even by lowering it (release instances first).
+    fn check_not_below_held(
+        &self,
+        tenant: &TenantId,
+        quotas: &[(PoolKind, Quota)],
+    ) -> Result<(), ApplyError> {
+        for (kind, q) in quotas {
+            q.admits(&self.held(tenant, *kind), &Quota::default())
+                .map_err(|dimension| ApplyError::QuotaBelowHeld {
+                    tenant: tenant.clone(),
+                    pool_kind: *kind,
+                    dimension,
+                })?;
+        }
+        Ok(())
     }
 
     fn tenant_update(
@@ -410,14 +417,19 @@ impl RegionState {
         quotas: Option<BTreeMap<PoolKind, Quota>>,
     ) -> Result<Applied, ApplyError> {
         self.known_tenant(&tenant)?;
+        if let Some(q) = &quotas {
+            let all: Vec<(PoolKind, Quota)> = [PoolKind::Center, PoolKind::Edge]
+                .into_iter()
+                .map(|k| (k, q.get(&k).copied().unwrap_or_default()))
+                .collect();
+            self.check_not_below_held(&tenant, &all)?;
+        }
         let rec = self.data.tenants.get_mut(&tenant).expect("checked above");
         rec.display_name = display_name;
         if let Some(q) = quotas {
             rec.quotas = q;
         }
-        let quotas = rec.quotas.clone();
-        let over_quota = self.over_quota(&tenant, &quotas);
-        Ok(Applied::TenantUpdated { tenant, over_quota })
+        Ok(Applied::TenantUpdated { tenant })
     }
 
     fn token_issue(
@@ -488,20 +500,14 @@ impl RegionState {
         quota: Quota,
     ) -> Result<Applied, ApplyError> {
         self.known_tenant(&tenant)?;
+        self.check_not_below_held(&tenant, &[(pool_kind, quota)])?;
         self.data
             .tenants
             .get_mut(&tenant)
             .expect("checked above")
             .quotas
             .insert(pool_kind, quota);
-        let over_quota = quota
-            .admits(&self.held(&tenant, pool_kind), &Quota::default())
-            .is_err();
-        Ok(Applied::QuotaSet {
-            tenant,
-            pool_kind,
-            over_quota,
-        })
+        Ok(Applied::QuotaSet { tenant, pool_kind })
     }
 
     fn price_list_set(&mut self, list: PriceList, now: UnixMillis) -> Result<Applied, ApplyError> {
