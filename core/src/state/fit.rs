@@ -157,6 +157,8 @@ pub struct NodeLoad {
     pub swap_mib: Mib,
     /// The GPUs, by index.
     pub gpus: Vec<GpuSlot>,
+    /// [`NodeLoad::swap_need`] as of the last [`NodeLoad::refresh`].
+    pub swap_need_mib: Mib,
 }
 
 impl NodeLoad {
@@ -166,6 +168,11 @@ impl NodeLoad {
             .iter()
             .map(|g| g.load.swap_need(&g.capacity))
             .sum()
+    }
+
+    /// Recomputes the cached [`NodeLoad::swap_need_mib`] after GPU loads changed.
+    pub fn refresh(&mut self) {
+        self.swap_need_mib = self.swap_need();
     }
 }
 
@@ -192,6 +199,18 @@ pub enum GpuDimension {
 }
 
 impl GpuDimension {
+    /// Every dimension, in declaration order (`d as usize` indexes it).
+    pub const ALL: [GpuDimension; 8] = [
+        GpuDimension::NoSuchGpu,
+        GpuDimension::HeldExclusive,
+        GpuDimension::NotEmpty,
+        GpuDimension::Compute,
+        GpuDimension::BurstCompute,
+        GpuDimension::Memory,
+        GpuDimension::OversubscribedSlots,
+        GpuDimension::SwapSpace,
+    ];
+
     /// The stable name used in errors and metrics.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -251,6 +270,7 @@ pub fn check_gpu(
 }
 
 /// Whether a whole node obeys the rules: every GPU, and the swap rule.
+/// The cached swap need must equal a recomputation.
 pub fn check_node(caps: &SharingCaps, node: &NodeLoad) -> Result<(), FitFailure> {
     for (i, g) in node.gpus.iter().enumerate() {
         check_gpu(caps, &g.capacity, &g.load).map_err(|dimension| FitFailure {
@@ -258,7 +278,7 @@ pub fn check_node(caps: &SharingCaps, node: &NodeLoad) -> Result<(), FitFailure>
             dimension,
         })?;
     }
-    if node.swap_need() > node.swap_mib {
+    if node.swap_need() > node.swap_mib || node.swap_need() != node.swap_need_mib {
         let worst = (0..node.gpus.len())
             .max_by_key(|&i| node.gpus[i].load.swap_need(&node.gpus[i].capacity))
             .unwrap_or(0);
@@ -280,48 +300,74 @@ pub fn fit(
     node: &NodeLoad,
     demands: &[(u32, Demand)],
 ) -> Result<(), FitFailure> {
-    let mut after: Vec<(u32, GpuLoad)> = Vec::with_capacity(demands.len());
-    for &(index, d) in demands {
-        let fail = |dimension| FitFailure {
-            gpu_index: index,
-            dimension,
-        };
-        let slot = node
-            .gpus
-            .get(index as usize)
-            .ok_or(fail(GpuDimension::NoSuchGpu))?;
-        let before = match after.iter().find(|(i, _)| *i == index) {
-            Some((_, l)) => *l,
-            None => slot.load,
-        };
-        if before.exclusive {
-            return Err(fail(GpuDimension::HeldExclusive));
+    // Loads after the demands, for the GPUs they touch.
+    let mut touched: Vec<(u32, GpuLoad)> = Vec::new();
+    let single;
+    let after: &[(u32, GpuLoad)] = match demands {
+        [(index, d)] => {
+            single = [(*index, add_checked(caps, node, *index, None, d)?)];
+            &single
         }
-        if d.tier == Tier::Exclusive && before.instances > 0 {
-            return Err(fail(GpuDimension::NotEmpty));
+        _ => {
+            touched.reserve(demands.len());
+            for (index, d) in demands {
+                let pos = touched.iter().position(|(i, _)| i == index);
+                let load = add_checked(caps, node, *index, pos.map(|p| touched[p].1), d)?;
+                match pos {
+                    Some(p) => touched[p].1 = load,
+                    None => touched.push((*index, load)),
+                }
+            }
+            &touched
         }
-        let load = before.with(&d);
-        check_gpu(caps, &slot.capacity, &load).map_err(fail)?;
-        match after.iter_mut().find(|(i, _)| *i == index) {
-            Some(entry) => entry.1 = load,
-            None => after.push((index, load)),
-        }
+    };
+    // The node's swap need changes only on the touched GPUs. (Like
+    // Nomad's AllocsFit, this trusts that the node obeyed the rules before:
+    // apply never lets it do otherwise.)
+    let mut need = node.swap_need_mib;
+    let mut grew = false;
+    for (i, load) in after {
+        let g = &node.gpus[*i as usize];
+        let (old, new) = (g.load.swap_need(&g.capacity), load.swap_need(&g.capacity));
+        need = (need + new).saturating_sub(old);
+        grew |= new > old;
     }
-    let mut need: Mib = 0;
-    for (i, g) in node.gpus.iter().enumerate() {
-        let load = after
-            .iter()
-            .find(|(a, _)| *a as usize == i)
-            .map_or(g.load, |(_, l)| *l);
-        need += load.swap_need(&g.capacity);
-    }
-    if need > node.swap_mib {
+    if grew && need > node.swap_mib {
         return Err(FitFailure {
             gpu_index: demands.first().map_or(0, |(i, _)| *i),
             dimension: GpuDimension::SwapSpace,
         });
     }
     Ok(())
+}
+
+/// GPU `index`'s load (`before`, or its current one) plus `d`, if the
+/// tier rules allow it.
+fn add_checked(
+    caps: &SharingCaps,
+    node: &NodeLoad,
+    index: u32,
+    before: Option<GpuLoad>,
+    d: &Demand,
+) -> Result<GpuLoad, FitFailure> {
+    let fail = |dimension| FitFailure {
+        gpu_index: index,
+        dimension,
+    };
+    let slot = node
+        .gpus
+        .get(index as usize)
+        .ok_or(fail(GpuDimension::NoSuchGpu))?;
+    let before = before.unwrap_or(slot.load);
+    if before.exclusive {
+        return Err(fail(GpuDimension::HeldExclusive));
+    }
+    if d.tier == Tier::Exclusive && before.instances > 0 {
+        return Err(fail(GpuDimension::NotEmpty));
+    }
+    let load = before.with(d);
+    check_gpu(caps, &slot.capacity, &load).map_err(fail)?;
+    Ok(load)
 }
 
 #[cfg(test)]
@@ -339,11 +385,13 @@ mod tests {
                     instances: Vec::new(),
                 })
                 .collect(),
+            swap_need_mib: 0,
         }
     }
 
     fn put(n: &mut NodeLoad, i: usize, d: Demand) {
         n.gpus[i].load = n.gpus[i].load.with(&d);
+        n.refresh();
     }
 
     fn d(tier: Tier, compute_milli: MilliGpu, memory_mib: Mib) -> Demand {

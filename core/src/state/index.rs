@@ -12,8 +12,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 /// The derived tables.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub(crate) struct Index {
-    /// Every node of the topology with its GPUs' loads.
-    pub nodes: HashMap<NodeId, NodeLoad>,
+    /// Every node of the topology with its GPUs' loads, in topology order
+    /// (pool by pool, as `Topology::nodes` yields them).
+    pub nodes: Vec<NodeLoad>,
+    /// Node name → position in `nodes`.
+    pub node_pos: HashMap<NodeId, usize>,
     /// What each tenant holds per pool kind.
     pub held: HashMap<(TenantId, PoolKind), Quota>,
     /// Token digest → (tenant, token id).
@@ -25,7 +28,8 @@ pub(crate) struct Index {
 impl Index {
     /// Empty loads for every GPU of `topology`.
     pub fn for_topology(topology: Option<&Topology>) -> Index {
-        let mut nodes = HashMap::new();
+        let mut nodes = Vec::new();
+        let mut node_pos = HashMap::new();
         for node in topology.into_iter().flat_map(|t| t.nodes()) {
             let gpus = node
                 .gpus()
@@ -37,18 +41,27 @@ impl Index {
                     instances: Vec::new(),
                 })
                 .collect();
-            nodes.insert(
-                node.name.clone(),
-                NodeLoad {
-                    swap_mib: node.swap_mib,
-                    gpus,
-                },
-            );
+            node_pos.insert(node.name.clone(), nodes.len());
+            nodes.push(NodeLoad {
+                swap_mib: node.swap_mib,
+                gpus,
+                swap_need_mib: 0,
+            });
         }
         Index {
             nodes,
+            node_pos,
             ..Index::default()
         }
+    }
+
+    /// A node's load by name.
+    pub fn node(&self, name: &NodeId) -> Option<&NodeLoad> {
+        self.node_pos.get(name).map(|&i| &self.nodes[i])
+    }
+
+    fn node_mut(&mut self, name: &NodeId) -> Option<&mut NodeLoad> {
+        self.node_pos.get(name).map(|&i| &mut self.nodes[i])
     }
 
     /// All tables for the given data.
@@ -74,13 +87,12 @@ impl Index {
     /// Counts a newly placed instance.
     pub fn add_instance(&mut self, inst: &Instance) {
         for s in &inst.slices {
-            if let Some(slot) = self
-                .nodes
-                .get_mut(&s.gpu.node)
-                .and_then(|n| n.gpus.get_mut(s.gpu.index as usize))
-            {
-                slot.load = slot.load.with(&inst.demand(s));
-                slot.instances.push(inst.id);
+            if let Some(node) = self.node_mut(&s.gpu.node) {
+                if let Some(slot) = node.gpus.get_mut(s.gpu.index as usize) {
+                    slot.load = slot.load.with(&inst.demand(s));
+                    slot.instances.push(inst.id);
+                }
+                node.refresh();
             }
         }
         let held = self
@@ -101,11 +113,10 @@ impl Index {
     /// placed (the GPUs' loads are recomputed from them).
     pub fn remove_instance(&mut self, inst: &Instance, remaining: &BTreeMap<InstanceId, Instance>) {
         for s in &inst.slices {
-            if let Some(slot) = self
-                .nodes
-                .get_mut(&s.gpu.node)
-                .and_then(|n| n.gpus.get_mut(s.gpu.index as usize))
-            {
+            let Some(node) = self.node_mut(&s.gpu.node) else {
+                continue;
+            };
+            if let Some(slot) = node.gpus.get_mut(s.gpu.index as usize) {
                 slot.instances.retain(|id| *id != inst.id);
                 let mut load = GpuLoad::default();
                 for id in &slot.instances {
@@ -117,6 +128,7 @@ impl Index {
                 }
                 slot.load = load;
             }
+            node.refresh();
         }
         let key = (inst.tenant.clone(), inst.pool_kind);
         if let Some(held) = self.held.get_mut(&key) {

@@ -26,11 +26,10 @@
 
 use super::command::DomainCommand;
 use super::fit::{fit, Demand, FitFailure, GpuCapacity, GpuDimension, GpuLoad, NodeLoad};
-use super::instance::held;
 use super::region_state::RegionState;
 use crate::model::{
-    FunctionSpec, GpuId, Mib, MilliGpu, PoolKind, PoolPreference, QuotaDimension, Slice, TenantId,
-    Tier, WHOLE_GPU,
+    FunctionSpec, GpuId, Mib, MilliGpu, PoolKind, PoolPreference, Quota, QuotaDimension, Slice,
+    TenantId, Tier, WHOLE_GPU,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -193,6 +192,9 @@ impl Proposal {
 /// Why no instance can be placed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 pub enum RejectReason {
+    /// No such tenant.
+    #[error("unknown tenant")]
+    UnknownTenant,
     /// The tenant has no such function.
     #[error("unknown function")]
     UnknownFunction,
@@ -250,6 +252,7 @@ impl PlanRejection {
     /// The stable code (for API errors and the rejections-by-reason metric).
     pub fn code(&self) -> &'static str {
         match self.reason {
+            RejectReason::UnknownTenant => "unknown_tenant",
             RejectReason::UnknownFunction => "unknown_function",
             RejectReason::NoTopology => "no_topology",
             RejectReason::MaxInstances { .. } => "max_instances",
@@ -326,10 +329,7 @@ pub fn plan_spec(
         }));
     }
     let Some(tenant) = state.tenant(&spec.tenant) else {
-        return Err(reject(RejectReason::Quota {
-            pool_kind: PoolKind::Center,
-            dimension: QuotaDimension::Instances,
-        }));
+        return Err(reject(RejectReason::UnknownTenant));
     };
     let quota = |kind: PoolKind| (tenant.quota(kind), state.held(&spec.tenant, kind));
     let quotas = [quota(PoolKind::Center), quota(PoolKind::Edge)];
@@ -339,16 +339,26 @@ pub fn plan_spec(
     let mut furthest: Option<(u8, GpuId, GpuDimension)> = None;
     let mut quota_blocked: Option<(PoolKind, QuotaDimension)> = None;
     let caps = state.caps();
+    let loads = state.node_loads();
+    // Where each pool's nodes start in `loads` (topology order).
+    let mut first_node = Vec::with_capacity(topology.pools().len());
+    let mut total = 0usize;
+    for p in topology.pools() {
+        first_node.push(total);
+        total += p.nodes.len();
+    }
+    let mut counts = [0u32; GpuDimension::ALL.len()];
     for g in 0..=2u8 {
         let mut best: Option<(i64, Proposal)> = None;
-        for pool in topology
+        for (p, pool) in topology
             .pools()
             .iter()
-            .filter(|p| group(&spec.pool, &p.name, p.kind) == g)
+            .enumerate()
+            .filter(|(_, p)| group(&spec.pool, &p.name, p.kind) == g)
         {
             let (q, used) = &quotas[kind_index(pool.kind)];
-            for node in &pool.nodes {
-                let Some(load) = state.node_load(&node.name) else {
+            for (j, node) in pool.nodes.iter().enumerate() {
+                let Some(load) = loads.get(first_node[p] + j) else {
                     continue;
                 };
                 out.nodes_evaluated += 1;
@@ -358,7 +368,7 @@ pub fn plan_spec(
                         dimension,
                     }) = fit(caps, load, demands)
                     {
-                        *out.exhausted.entry(dimension).or_default() += 1;
+                        counts[dimension as usize] += 1;
                         let p = progress(dimension);
                         if furthest.as_ref().is_none_or(|f| p > f.0) {
                             let gpu = GpuId {
@@ -369,24 +379,32 @@ pub fn plan_spec(
                         }
                         return;
                     }
-                    let slices: Vec<Slice> = demands
-                        .iter()
-                        .map(|(i, d)| Slice {
-                            gpu: GpuId {
-                                node: node.name.clone(),
-                                index: *i,
-                            },
-                            compute_milli: d.compute_milli,
-                            memory_mib: d.memory_mib,
-                        })
-                        .collect();
-                    if let Err(dim) = q.admits(used, &held(&slices)) {
+                    let extra = Quota {
+                        compute_milli: demands
+                            .iter()
+                            .map(|(_, d)| u64::from(d.compute_milli))
+                            .sum(),
+                        memory_mib: demands.iter().map(|(_, d)| d.memory_mib).sum(),
+                        instances: 1,
+                    };
+                    if let Err(dim) = q.admits(used, &extra) {
                         out.quota_exhausted.entry(pool.kind).or_insert(dim);
                         quota_blocked.get_or_insert((pool.kind, dim));
                         return;
                     }
                     let s = score();
                     if best.as_ref().is_none_or(|b| s < b.0) {
+                        let slices = demands
+                            .iter()
+                            .map(|(i, d)| Slice {
+                                gpu: GpuId {
+                                    node: node.name.clone(),
+                                    index: *i,
+                                },
+                                compute_milli: d.compute_milli,
+                                memory_mib: d.memory_mib,
+                            })
+                            .collect();
                         best = Some((
                             s,
                             Proposal {
@@ -434,7 +452,7 @@ pub fn plan_spec(
                     } else if demands.iter().map(|(_, d)| d.memory_mib).sum::<Mib>()
                         < spec.memory_mib
                     {
-                        *out.exhausted.entry(GpuDimension::Memory).or_default() += 1;
+                        counts[GpuDimension::Memory as usize] += 1;
                         if furthest.is_none() {
                             furthest = Some((
                                 progress(GpuDimension::Memory),
@@ -465,6 +483,11 @@ pub fn plan_spec(
         }
         if let Some((_, p)) = best {
             return Ok(p);
+        }
+    }
+    for (d, n) in GpuDimension::ALL.into_iter().zip(counts) {
+        if n > 0 {
+            out.exhausted.insert(d, n);
         }
     }
     out.reason = match (quota_blocked, furthest) {

@@ -190,9 +190,14 @@ impl RegionState {
             .map_or(0, |s| s.len() as u32)
     }
 
+    /// Every node's GPUs and loads, in the order of `Topology::nodes`.
+    pub fn node_loads(&self) -> &[NodeLoad] {
+        &self.index.nodes
+    }
+
     /// A node's GPUs and their loads (`None` for a node not in the topology).
     pub fn node_load(&self, node: &NodeId) -> Option<&NodeLoad> {
-        self.index.nodes.get(node)
+        self.index.node(node)
     }
 
     /// What `tenant` holds in pools of `kind`.
@@ -267,8 +272,8 @@ impl RegionState {
     /// rules, every tenant within its quota, every function within
     /// `max_instances`, and the look-up tables equal to a rebuild.
     pub fn check_invariants(&self) -> Result<(), String> {
-        for (node, load) in &self.index.nodes {
-            check_node(&self.data.caps, load)
+        for (node, &i) in &self.index.node_pos {
+            check_node(&self.data.caps, &self.index.nodes[i])
                 .map_err(|f| format!("node {node} GPU {}: {}", f.gpu_index, f.dimension))?;
         }
         for ((tenant, kind), h) in &self.index.held {
@@ -569,7 +574,7 @@ impl RegionState {
         for inst in self.data.instances.values() {
             let still_fits = Self::slices_on(&topology, inst)
                 .and_then(|(node, demands)| {
-                    let load = index.nodes.get(&node)?;
+                    let load = index.node(&node)?;
                     fit(&self.data.caps, load, &demands).ok()
                 })
                 .is_some();
@@ -890,8 +895,7 @@ impl RegionState {
         }
         let load = self
             .index
-            .nodes
-            .get(node_id)
+            .node(node_id)
             .ok_or_else(|| ApplyError::UnknownNode {
                 node: node_id.clone(),
             })?;
@@ -1059,6 +1063,11 @@ impl RegionState {
                 continue;
             }
             self.known_tenant(&r.tenant)?;
+            if !is_valid_name(&r.function) {
+                return Err(ApplyError::InvalidUsage {
+                    reason: format!("record {}: invalid function name {:?}", r.seq, r.function),
+                });
+            }
             let epoch = self
                 .data
                 .prices

@@ -347,13 +347,19 @@ fn a_batch_with_one_bad_record_applies_nothing() {
     assert_eq!(e.code(), "unknown_tenant");
     bad.tenant = t("acme");
     bad.gpu_model = "h100".into();
-    let e = refused(&mut s, batch("a1", vec![bad]));
+    let e = refused(&mut s, batch("a1", vec![bad.clone()]));
     assert_eq!(
         e,
         ApplyError::NoPrice {
             gpu_model: "h100".into(),
             pool_kind: PoolKind::Center
         }
+    );
+    bad.gpu_model = "g16".into();
+    bad.function = "no/slash".into();
+    assert_eq!(
+        refused(&mut s, batch("a1", vec![bad])).code(),
+        "invalid_usage"
     );
     let mut huge = hour_record(1, "acme", Tier::Guaranteed, PoolKind::Center);
     huge.compute_milli_gpu_ms = u64::MAX;

@@ -1,0 +1,112 @@
+//! The planner and apply on a large region (1,000 nodes × 8 GPUs): every
+//! proposal from the current state applies, the invariants hold at the
+//! end, and the time per plan is printed (not asserted) for both rankings.
+//!
+//! `cargo test --release -p gshare-core --test plan_scale -- --nocapture`
+
+use gshare_core::config::Topology;
+use gshare_core::state::{
+    plan_spec, BestFit, DomainCommand, FragmentationAware, Ranking, RegionState,
+};
+use gshare_core::{
+    FunctionSpec, LatencyProfile, PoolKind, PoolPreference, Quota, Runtime, TenantId, Tier,
+};
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+fn region(nodes: usize) -> RegionState {
+    let mut t = String::from(
+        "[[gpu_models]]\nname = \"a100\"\nmemory_mib = 81_920\nh2d_mib_per_s = 20_000\n\
+         [cold_start]\nsetup_us = 1\nstorage_mib_per_s = 1000\n[swap]\nsetup_us = 1\n\
+         [[pools]]\nname = \"dc\"\nkind = \"center\"\n",
+    );
+    for i in 0..nodes {
+        t += &format!(
+            "[[pools.nodes]]\nname = \"n{i}\"\ncpu_milli = 64_000\nmemory_mib = 512_000\n\
+             swap_mib = 256_000\ngpus = [{{ model = \"a100\", count = 8 }}]\n"
+        );
+    }
+    t += "[pricing]\ncurrency = \"USD\"\nunit = \"micro-USD\"\nunits_per_currency = 1_000_000\n\
+          [pricing.tiers]\nexclusive = { discount_bp = 0 }\nguaranteed = { discount_bp = 0 }\n\
+          burstable = { discount_bp = 0 }\noversubscribed = { discount_bp = 0 }\n\
+          [[pricing.prices]]\ngpu_model = \"a100\"\npool_kind = \"center\"\ngpu_hour = 1\nmemory_gib_hour = 1\n";
+    let topology = Topology::from_toml("scale.toml", &t).unwrap_or_else(|e| panic!("{e}"));
+    let mut s = RegionState::default();
+    s.apply(DomainCommand::TopologyLoad { topology }, 0)
+        .unwrap();
+    let all = Quota {
+        compute_milli: u64::MAX / 4,
+        memory_mib: u64::MAX / 4,
+        instances: u32::MAX / 4,
+    };
+    s.apply(
+        DomainCommand::TenantCreate {
+            tenant: TenantId("t".into()),
+            display_name: None,
+            quotas: BTreeMap::from([(PoolKind::Center, all)]),
+        },
+        0,
+    )
+    .unwrap();
+    s
+}
+
+fn spec(i: usize) -> FunctionSpec {
+    FunctionSpec {
+        tenant: TenantId("t".into()),
+        name: format!("f{i}"),
+        runtime: Runtime::Vllm,
+        memory_mib: [2_048, 4_096, 8_192, 20_480][i % 4],
+        compute_milli: [100, 250, 500, 300][i % 4],
+        tier: [
+            Tier::Guaranteed,
+            Tier::Burstable,
+            Tier::Guaranteed,
+            Tier::Oversubscribed,
+        ][i % 4],
+        deadline_ms: 100,
+        pool: PoolPreference::Any,
+        min_instances: 1,
+        max_instances: 1,
+        idle_timeout_s: 60,
+        latency: LatencyProfile {
+            full_gpu_us: 1_000,
+            saturation_milli: 1_000,
+        },
+    }
+}
+
+#[test]
+fn plans_on_eight_thousand_gpus_all_apply() {
+    let n = 2_000;
+    let mut base = region(1_000);
+    for i in 0..n {
+        base.apply(DomainCommand::FunctionDeploy { spec: spec(i) }, 0)
+            .unwrap();
+    }
+    let frag = FragmentationAware::from_state(&base);
+    let mut per_plan_us = Vec::new();
+    for ranking in [&BestFit as &dyn Ranking, &frag] {
+        let mut s = base.clone();
+        let mut planning = 0u128;
+        for i in 0..n {
+            let t0 = Instant::now();
+            let p = plan_spec(&s, &spec(i), ranking).unwrap_or_else(|r| panic!("{r}"));
+            planning += t0.elapsed().as_nanos();
+            s.apply(p.command(), 1).unwrap_or_else(|e| panic!("{e}"));
+        }
+        s.check_invariants().unwrap();
+        assert_eq!(s.instances().count(), n);
+        let us = planning as f64 / n as f64 / 1_000.0;
+        per_plan_us.push(us);
+        println!(
+            "{}: {n} plans on 1000 nodes x 8 GPUs, {us:.1} us per plan ({:.0} plans/s on one core)",
+            ranking.name(),
+            1e6 / us
+        );
+    }
+    println!(
+        "fragmentation-aware / bestfit time per plan = {:.2}",
+        per_plan_us[1] / per_plan_us[0]
+    );
+}
