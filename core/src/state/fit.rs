@@ -21,6 +21,10 @@
 //! The node rule says the weights of every oversubscribed instance are, at
 //! any moment, either in the GPU memory nobody reserved or in the node's
 //! host swap space; so the edge can always swap them out somewhere.
+//!
+//! [`fit`] checks the GPUs a demand touches and the node's swap need; like
+//! Nomad's `AllocsFit` it takes the rest of the node as valid (apply never
+//! lets it be otherwise; [`check_node`] checks a whole node from scratch).
 
 use crate::model::{Mib, MilliGpu, Tier, WHOLE_GPU};
 use serde::{Deserialize, Serialize};
