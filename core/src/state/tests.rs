@@ -4,7 +4,7 @@
 //! planning on stale views.
 
 use super::*;
-use crate::config::{PriceList, Topology};
+use crate::config::{PriceList, Topology, Usage};
 use crate::model::{
     FunctionSpec, GpuId, LatencyProfile, NodeId, PoolKind, PoolPreference, Quota, QuotaDimension,
     Runtime, Slice, TenantId, Tier,
@@ -1068,8 +1068,21 @@ fn random_spec(rng: &mut Rng, tenant: &str, name: String) -> FunctionSpec {
 #[test]
 fn random_commands_from_two_stale_leaders_never_over_allocate() {
     let tenants = ["acme", "globex"];
+    let topologies = [
+        full_topology(),
+        topology(&format!("{}{PRICES}", NODES.replace("\"eb1\"", "\"eb2\""))),
+        topology(&format!(
+            "{}{PRICES}",
+            NODES.replace(
+                "swap_mib = 4_096\ngpus = [{ model = \"g16\", count = 1 }]\n\n[[pools]]\nname = \"edge-b\"",
+                "swap_mib = 4_096\ngpus = [{ model = \"g16\", count = 1, memory_mib = 8_192 }]\n\n[[pools]]\nname = \"edge-b\"",
+            )
+        )),
+    ];
+    assert!(topologies[0] != topologies[1] && topologies[0] != topologies[2]);
     let mut recheck_refusals = 0u32;
     let mut placed = 0u32;
+    let mut drained = 0u32;
     for seed in 0..24u64 {
         let mut rng = Rng::new(seed);
         let mut s = region();
@@ -1133,6 +1146,10 @@ fn random_commands_from_two_stale_leaders_never_over_allocate() {
                         }
                     }
                 }
+                17 if rng.below(4) == 0 => DomainCommand::TopologyLoad {
+                    // Reloads drain eb1 or shrink ea1's GPU, or restore both.
+                    topology: topologies[rng.below(3) as usize].clone(),
+                },
                 17 => DomainCommand::QuotaSet {
                     tenant: t(tenants[rng.below(2) as usize]),
                     pool_kind: if rng.below(2) == 0 {
@@ -1151,6 +1168,7 @@ fn random_commands_from_two_stale_leaders_never_over_allocate() {
             let before = s.clone();
             let is_place = matches!(cmd, DomainCommand::InstancePlace { .. });
             match s.apply(cmd, T0 + u64::from(step)) {
+                Ok(Applied::TopologyLoaded { released, .. }) => drained += released.len() as u32,
                 Ok(_) => placed += u32::from(is_place),
                 Err(e) => {
                     assert_eq!(
@@ -1176,9 +1194,10 @@ fn random_commands_from_two_stale_leaders_never_over_allocate() {
         assert_eq!(back, s, "seed {seed}");
     }
     // The run exercised both outcomes: stale plans landed, and stale plans
-    // were caught by the re-check.
+    // were caught by the re-check (including plans for drained nodes).
     assert!(placed > 200, "placed {placed}");
     assert!(recheck_refusals > 50, "refused {recheck_refusals}");
+    assert!(drained > 5, "released by reloads {drained}");
 }
 
 #[test]
@@ -1242,4 +1261,70 @@ fn fragmentation_aware_ranking_keeps_room_for_common_shapes() {
     assert!(r.score_slice(&cap, &half, &d) < r.score_slice(&cap, &odd, &d));
     assert!(r.score_slice(&cap, &half, &d) < r.score_slice(&cap, &GpuLoad::default(), &d));
     assert_eq!(r.name(), "fragmentation-aware");
+}
+
+/// Records sent in random, overlapping, reordered batches (some twice,
+/// some to "another replica", i.e. again later) are billed exactly once.
+#[test]
+fn random_overlapping_batches_bill_every_record_once() {
+    for seed in 0..16u64 {
+        let mut rng = Rng::new(seed);
+        let mut s = region();
+        register(&mut s, "a1", "c1");
+        let n = 300u64;
+        let records: Vec<UsageRecord> = (1..=n)
+            .map(|seq| {
+                let mut r = hour_record(
+                    seq,
+                    ["acme", "globex"][rng.below(2) as usize],
+                    Tier::ALL[rng.below(4) as usize],
+                    PoolKind::Center,
+                );
+                r.compute_milli_gpu_ms = rng.below(5_000_000);
+                r.memory_mib_ms = rng.below(5_000_000);
+                r.end_ms = T0 + rng.below(3 * HOUR_MS);
+                r
+            })
+            .collect();
+        let mut expected = [Usage::default(), Usage::default()];
+        for r in &records {
+            let i = usize::from(r.tenant.0 == "globex");
+            expected[i] = expected[i]
+                .checked_add(&Usage {
+                    compute_milli_gpu_ms: r.compute_milli_gpu_ms,
+                    memory_mib_ms: r.memory_mib_ms,
+                })
+                .unwrap();
+        }
+        // Every record goes out at least once, a third of them twice.
+        let mut sends: Vec<UsageRecord> = records.clone();
+        sends.extend(records.iter().filter(|_| rng.below(3) == 0).cloned());
+        rng.shuffle(&mut sends);
+        let mut applied = 0u32;
+        while !sends.is_empty() {
+            let k = (1 + rng.below(20) as usize).min(sends.len());
+            let chunk: Vec<UsageRecord> = sends.drain(..k).collect();
+            match ok(&mut s, batch("a1", chunk)) {
+                Applied::UsageApplied { applied: a, .. } => applied += a,
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(u64::from(applied), n, "seed {seed}");
+        let cursor = &s.agent(&AgentId("a1".into())).unwrap().cursor;
+        assert_eq!(
+            (cursor.contiguous, cursor.ahead.len()),
+            (n, 0),
+            "seed {seed}"
+        );
+        for (i, tenant) in ["acme", "globex"].into_iter().enumerate() {
+            let bill = s.bill(&t(tenant), 0, u64::MAX / 2).unwrap();
+            let mut got = Usage::default();
+            for l in &bill.lines {
+                got = got.checked_add(&l.usage).unwrap();
+            }
+            assert_eq!(got, expected[i], "seed {seed} {tenant}");
+            let priced: u64 = bill.lines.iter().map(|l| l.charge.total).sum();
+            assert_eq!(priced, bill.total);
+        }
+    }
 }
