@@ -7,7 +7,7 @@
 //! ```text
 //!   operator ─▶ TenantCreate/Update, TokenIssue/Revoke, QuotaSet, PriceListSet, TopologyLoad
 //!   tenant   ─▶ FunctionDeploy/Update/Delete
-//!   leader   ─▶ InstancePlace (from plan::plan), InstanceRelease
+//!   leader   ─▶ InstancePlace (from plan()), InstanceRelease
 //!   agent    ─▶ AgentRegister, UsageBatch
 //! ```
 

@@ -25,14 +25,16 @@ mod bill;
 mod command;
 mod drained_node;
 mod error;
-pub mod fit;
+mod fit;
 mod function_record;
 mod index;
 mod instance;
 mod meter;
-pub mod plan;
+mod plan;
+mod plan_rejection;
 mod price_history;
 mod query_error;
+mod ranking;
 mod region_state;
 mod sequence;
 mod tenant_record;
@@ -47,16 +49,17 @@ pub use command::{DomainCommand, UsageRecord, MAX_USAGE_BATCH};
 pub use drained_node::DrainedNode;
 pub use error::{ApplyError, ErrorClass, ObjectKind};
 pub use fit::{
-    fit, Demand, FitFailure, GpuCapacity, GpuDimension, GpuLoad, GpuSlot, NodeLoad, SharingCaps,
+    check_gpu, check_node, fit, Demand, FitFailure, GpuCapacity, GpuDimension, GpuLoad, GpuSlot,
+    NodeLoad, SharingCaps,
 };
 pub use function_record::FunctionRecord;
 pub use instance::{Instance, InstanceId};
 pub use meter::{Meter, MeterKey, MeterLine, HOUR_MS};
-pub use plan::{
-    plan, plan_spec, BestFit, FragmentationAware, PlanRejection, Proposal, Ranking, RejectReason,
-};
+pub use plan::{plan, plan_spec, Proposal};
+pub use plan_rejection::{PlanRejection, RejectReason};
 pub use price_history::{PriceEpoch, PriceHistory};
 pub use query_error::QueryError;
+pub use ranking::{BestFit, FragmentationAware, Ranking, MAX_SHAPES};
 pub use region_state::{RegionState, UnixMillis, MAX_GPUS_PER_INSTANCE};
 pub use sequence::{SequenceCursor, MAX_SEQUENCE_AHEAD};
 pub use tenant_record::{TenantRecord, TokenRecord};

@@ -25,141 +25,17 @@
 //! (the one nearest to fitting; ties: earliest in preference order).
 
 use super::command::DomainCommand;
-use super::fit::{fit, Demand, FitFailure, GpuCapacity, GpuDimension, GpuLoad, NodeLoad};
+use super::fit::{fit, Demand, FitFailure, GpuDimension};
+use super::plan_rejection::{PlanRejection, RejectReason};
+use super::ranking::Ranking;
 use super::region_state::RegionState;
 use crate::model::{
-    FunctionSpec, GpuId, Mib, MilliGpu, PoolKind, PoolPreference, Quota, QuotaDimension, Slice,
-    TenantId, Tier, WHOLE_GPU,
+    FunctionSpec, GpuId, Mib, PoolKind, PoolPreference, Quota, QuotaDimension, Slice, TenantId,
+    Tier, WHOLE_GPU,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
-
-/// Ranks feasible candidates; lower scores win.
-///
-/// The planner only asks for scores of candidates that already fit; a
-/// placement policy from `placement/` can be plugged in here.
-pub trait Ranking {
-    /// The ranking's name (for logs and metrics).
-    fn name(&self) -> &'static str;
-
-    /// Score of adding `demand` to a GPU of `capacity` loaded with `before`.
-    fn score_slice(&self, capacity: &GpuCapacity, before: &GpuLoad, demand: &Demand) -> i64;
-
-    /// Score of an exclusive instance taking the empty GPUs `taken` of
-    /// `node`. By default: the node's empty GPUs left over (best fit, so
-    /// whole free nodes stay whole).
-    fn score_whole(&self, node: &NodeLoad, taken: &[u32]) -> i64 {
-        let empty = node.gpus.iter().filter(|g| g.load.instances == 0).count();
-        (empty - taken.len()) as i64
-    }
-}
-
-/// Unreserved compute plus unreserved memory after the placement, each in
-/// per-mille of the GPU (0..=2000): smaller is tighter.
-fn leftover(capacity: &GpuCapacity, after: &GpuLoad) -> i64 {
-    let mem = after.free_memory(capacity) * 1000 / capacity.memory_mib.max(1);
-    i64::from(after.free_compute()) + mem as i64
-}
-
-/// Oversubscribed instances go where their weights most likely stay
-/// resident (least swap need), then where fewer others are mapped.
-fn oversubscribed_score(capacity: &GpuCapacity, after: &GpuLoad) -> i64 {
-    let swap = after.swap_need(capacity) * 1000 / capacity.memory_mib.max(1);
-    swap as i64 * 4096 + i64::from(after.oversub_count)
-}
-
-/// Best fit: the GPU left with the least unreserved compute and memory.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct BestFit;
-
-impl Ranking for BestFit {
-    fn name(&self) -> &'static str {
-        "bestfit"
-    }
-
-    fn score_slice(&self, capacity: &GpuCapacity, before: &GpuLoad, demand: &Demand) -> i64 {
-        let after = before.with(demand);
-        if demand.tier == Tier::Oversubscribed {
-            return oversubscribed_score(capacity, &after);
-        }
-        leftover(capacity, &after)
-    }
-}
-
-/// FGD-flavoured: minimise the growth of fragmentation, measured against
-/// the shapes of the functions deployed in the region, then best fit.
-///
-/// A GPU's fragmentation for a shape `(c, m)` is its unreserved compute if
-/// the shape no longer fits in its unreserved compute and memory, else 0;
-/// the GPU's fragmentation is the average over shapes weighted by how many
-/// functions and instances have each shape (the 16 most common).
-#[derive(Debug, Clone, Default)]
-pub struct FragmentationAware {
-    shapes: Vec<(MilliGpu, Mib, u64)>,
-    total_weight: u64,
-}
-
-/// How many function shapes [`FragmentationAware`] weighs.
-pub const MAX_SHAPES: usize = 16;
-
-impl FragmentationAware {
-    /// Shapes from the region's deployed, GPU-sharing functions.
-    pub fn from_state(state: &RegionState) -> Self {
-        let mut w: BTreeMap<(MilliGpu, Mib), u64> = BTreeMap::new();
-        for f in state.functions() {
-            let s = &f.spec;
-            if matches!(s.tier, Tier::Guaranteed | Tier::Burstable) {
-                *w.entry((s.compute_milli, s.memory_mib)).or_default() +=
-                    1 + u64::from(state.instance_count(&s.tenant, &s.name));
-            }
-        }
-        Self::from_shapes(w.into_iter().map(|((c, m), n)| (c, m, n)))
-    }
-
-    /// Shapes given directly as `(compute, memory, weight)`.
-    pub fn from_shapes(shapes: impl IntoIterator<Item = (MilliGpu, Mib, u64)>) -> Self {
-        let mut shapes: Vec<_> = shapes.into_iter().filter(|s| s.2 > 0).collect();
-        shapes.sort_by(|a, b| b.2.cmp(&a.2).then((a.0, a.1).cmp(&(b.0, b.1))));
-        shapes.truncate(MAX_SHAPES);
-        let total_weight = shapes.iter().map(|s| s.2).sum();
-        Self {
-            shapes,
-            total_weight,
-        }
-    }
-
-    /// Fragmentation of a GPU in milli-GPU (weighted average over shapes).
-    pub fn fragmentation(&self, capacity: &GpuCapacity, load: &GpuLoad) -> i64 {
-        if self.total_weight == 0 {
-            return 0;
-        }
-        let fc = load.free_compute();
-        let fm = load.free_memory(capacity);
-        let stuck: u64 = self
-            .shapes
-            .iter()
-            .filter(|(c, m, _)| *c > fc || *m > fm)
-            .map(|(_, _, w)| w * u64::from(fc))
-            .sum();
-        (stuck / self.total_weight) as i64
-    }
-}
-
-impl Ranking for FragmentationAware {
-    fn name(&self) -> &'static str {
-        "fragmentation-aware"
-    }
-
-    fn score_slice(&self, capacity: &GpuCapacity, before: &GpuLoad, demand: &Demand) -> i64 {
-        let after = before.with(demand);
-        if demand.tier == Tier::Oversubscribed {
-            return oversubscribed_score(capacity, &after);
-        }
-        let grow = self.fragmentation(capacity, &after) - self.fragmentation(capacity, before);
-        grow * 4096 + leftover(capacity, &after)
-    }
-}
 
 /// Where the planner would put one more instance.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -185,80 +61,6 @@ impl Proposal {
             tenant: self.tenant.clone(),
             function: self.function.clone(),
             slices: self.slices.clone(),
-        }
-    }
-}
-
-/// Why no instance can be placed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
-pub enum RejectReason {
-    /// No such tenant.
-    #[error("unknown tenant")]
-    UnknownTenant,
-    /// The tenant has no such function.
-    #[error("unknown function")]
-    UnknownFunction,
-    /// No topology is loaded.
-    #[error("no topology loaded")]
-    NoTopology,
-    /// The function has its most instances.
-    #[error("already at max_instances ({max})")]
-    MaxInstances {
-        /// Its `max_instances`.
-        max: u32,
-    },
-    /// A GPU had room but the tenant's quota did not.
-    #[error("{pool_kind} quota of {dimension} exhausted")]
-    Quota {
-        /// The pool kind.
-        pool_kind: PoolKind,
-        /// What ran out.
-        dimension: QuotaDimension,
-    },
-    /// No GPU has room; the best candidate ran out of `dimension`.
-    #[error("no GPU has room; best candidate {gpu} ran out of {dimension}")]
-    Gpu {
-        /// The best candidate.
-        gpu: GpuId,
-        /// What ran out there.
-        dimension: GpuDimension,
-    },
-    /// The topology has no node to try.
-    #[error("no nodes")]
-    NoNodes,
-}
-
-/// A plan that found no place, with what was tried (Nomad's `AllocMetric`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
-#[error("cannot place {tenant}/{function}: {reason} ({nodes_evaluated} nodes, {gpus_evaluated} GPUs evaluated)")]
-pub struct PlanRejection {
-    /// Owner.
-    pub tenant: TenantId,
-    /// Function name.
-    pub function: String,
-    /// Nodes looked at.
-    pub nodes_evaluated: u32,
-    /// GPUs looked at.
-    pub gpus_evaluated: u32,
-    /// How many candidates failed on each GPU dimension.
-    pub exhausted: BTreeMap<GpuDimension, u32>,
-    /// Pool kinds whose quota refused a candidate that had room.
-    pub quota_exhausted: BTreeMap<PoolKind, QuotaDimension>,
-    /// The reason (see the module docs).
-    pub reason: RejectReason,
-}
-
-impl PlanRejection {
-    /// The stable code (for API errors and the rejections-by-reason metric).
-    pub fn code(&self) -> &'static str {
-        match self.reason {
-            RejectReason::UnknownTenant => "unknown_tenant",
-            RejectReason::UnknownFunction => "unknown_function",
-            RejectReason::NoTopology => "no_topology",
-            RejectReason::MaxInstances { .. } => "max_instances",
-            RejectReason::Quota { .. } => "quota_exceeded",
-            RejectReason::Gpu { .. } => "gpu_full",
-            RejectReason::NoNodes => "no_nodes",
         }
     }
 }

@@ -1,0 +1,80 @@
+//! Why the planner found no place (after Nomad's `AllocMetric`).
+
+use super::fit::GpuDimension;
+use crate::model::{GpuId, PoolKind, QuotaDimension, TenantId};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Why no instance can be placed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum RejectReason {
+    /// No such tenant.
+    #[error("unknown tenant")]
+    UnknownTenant,
+    /// The tenant has no such function.
+    #[error("unknown function")]
+    UnknownFunction,
+    /// No topology is loaded.
+    #[error("no topology loaded")]
+    NoTopology,
+    /// The function has its most instances.
+    #[error("already at max_instances ({max})")]
+    MaxInstances {
+        /// Its `max_instances`.
+        max: u32,
+    },
+    /// A GPU had room but the tenant's quota did not.
+    #[error("{pool_kind} quota of {dimension} exhausted")]
+    Quota {
+        /// The pool kind.
+        pool_kind: PoolKind,
+        /// What ran out.
+        dimension: QuotaDimension,
+    },
+    /// No GPU has room; the best candidate ran out of `dimension`.
+    #[error("no GPU has room; best candidate {gpu} ran out of {dimension}")]
+    Gpu {
+        /// The best candidate.
+        gpu: GpuId,
+        /// What ran out there.
+        dimension: GpuDimension,
+    },
+    /// The topology has no node to try.
+    #[error("no nodes")]
+    NoNodes,
+}
+
+/// A plan that found no place, with what was tried (Nomad's `AllocMetric`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("cannot place {tenant}/{function}: {reason} ({nodes_evaluated} nodes, {gpus_evaluated} GPUs evaluated)")]
+pub struct PlanRejection {
+    /// Owner.
+    pub tenant: TenantId,
+    /// Function name.
+    pub function: String,
+    /// Nodes looked at.
+    pub nodes_evaluated: u32,
+    /// GPUs looked at.
+    pub gpus_evaluated: u32,
+    /// How many candidates failed on each GPU dimension.
+    pub exhausted: BTreeMap<GpuDimension, u32>,
+    /// Pool kinds whose quota refused a candidate that had room.
+    pub quota_exhausted: BTreeMap<PoolKind, QuotaDimension>,
+    /// The reason (see the module docs).
+    pub reason: RejectReason,
+}
+
+impl PlanRejection {
+    /// The stable code (for API errors and the rejections-by-reason metric).
+    pub fn code(&self) -> &'static str {
+        match self.reason {
+            RejectReason::UnknownTenant => "unknown_tenant",
+            RejectReason::UnknownFunction => "unknown_function",
+            RejectReason::NoTopology => "no_topology",
+            RejectReason::MaxInstances { .. } => "max_instances",
+            RejectReason::Quota { .. } => "quota_exceeded",
+            RejectReason::Gpu { .. } => "gpu_full",
+            RejectReason::NoNodes => "no_nodes",
+        }
+    }
+}
