@@ -60,6 +60,6 @@ pub use plan_rejection::{PlanRejection, RejectReason};
 pub use price_history::{PriceEpoch, PriceHistory};
 pub use query_error::QueryError;
 pub use ranking::{BestFit, FragmentationAware, Ranking, MAX_SHAPES};
-pub use region_state::{RegionState, UnixMillis, MAX_GPUS_PER_INSTANCE};
+pub use region_state::{RegionState, UnixMillis, MAX_GPUS_PER_INSTANCE, MAX_LABEL_LEN};
 pub use sequence::{SequenceCursor, MAX_SEQUENCE_AHEAD};
 pub use tenant_record::{TenantRecord, TokenRecord};

@@ -34,6 +34,21 @@ pub type UnixMillis = u64;
 /// Most whole GPUs one exclusive instance may hold.
 pub const MAX_GPUS_PER_INSTANCE: u32 = 16;
 
+/// Longest display name or agent version string accepted, in bytes.
+pub const MAX_LABEL_LEN: usize = 256;
+
+fn check_label(field: &str, value: Option<&str>) -> Result<(), ApplyError> {
+    match value {
+        Some(v) if v.len() > MAX_LABEL_LEN || v.chars().any(char::is_control) => {
+            Err(ApplyError::InvalidSpec {
+                field: field.to_string(),
+                reason: format!("at most {MAX_LABEL_LEN} bytes, no control characters"),
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The replicated domain state of a region.
 ///
 /// Serializes (for Raft snapshots, JSON or bincode 2) as its data only; the
@@ -378,6 +393,7 @@ impl RegionState {
                 name: tenant.0,
             });
         }
+        check_label("display_name", display_name.as_deref())?;
         if self.data.tenants.contains_key(&tenant) {
             return Err(ApplyError::DuplicateName {
                 kind: ObjectKind::Tenant,
@@ -422,6 +438,7 @@ impl RegionState {
         quotas: Option<BTreeMap<PoolKind, Quota>>,
     ) -> Result<Applied, ApplyError> {
         self.known_tenant(&tenant)?;
+        check_label("display_name", display_name.as_deref())?;
         if let Some(q) = &quotas {
             let all: Vec<(PoolKind, Quota)> = [PoolKind::Center, PoolKind::Edge]
                 .into_iter()
@@ -995,6 +1012,7 @@ impl RegionState {
                 name: agent.0,
             });
         }
+        check_label("version", Some(&version))?;
         let topology = self.data.topology.as_ref().ok_or(ApplyError::NoTopology)?;
         if self.data.drained.contains_key(&node) {
             return Err(ApplyError::NodeDraining { node });

@@ -675,6 +675,15 @@ fn invalid_specs_and_names_are_refused() {
         },
     );
     assert_eq!(e.code(), "duplicate_name");
+    let e = refused(
+        &mut s,
+        DomainCommand::TenantCreate {
+            tenant: t("initech"),
+            display_name: Some("x".repeat(MAX_LABEL_LEN + 1)),
+            quotas: BTreeMap::new(),
+        },
+    );
+    assert_eq!(e.code(), "invalid_spec");
 }
 
 #[test]
