@@ -55,7 +55,7 @@ pub use fit::{
 pub use function_record::FunctionRecord;
 pub use instance::{Instance, InstanceId};
 pub use meter::{Meter, MeterKey, MeterLine, HOUR_MS};
-pub use plan::{plan, plan_spec, Proposal};
+pub use plan::{plan, plan_spec, plan_spec_with, PlanOptions, Proposal};
 pub use plan_rejection::{PlanRejection, RejectReason};
 pub use price_history::{PriceEpoch, PriceHistory};
 pub use query_error::QueryError;

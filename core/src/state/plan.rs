@@ -114,12 +114,39 @@ fn rejection(tenant: &TenantId, function: &str, reason: RejectReason) -> Box<Pla
     })
 }
 
+/// How much of the region a plan looks at.
+///
+/// The default scans every node of the first pool group that has room and
+/// returns the best candidate, with exact rejection counts. A
+/// `feasible_limit` stops after that many feasible candidates (checked
+/// node by node), like Nomad's `LimitIterator`, which ranks only about
+/// log2(nodes) feasible nodes; `start` rotates where each group's scan
+/// begins (e.g. a counter or a random number), so limited plans spread
+/// over the region. Apply re-checks either way.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PlanOptions {
+    /// Stop after this many feasible candidates (`None`: look at all).
+    pub feasible_limit: Option<u32>,
+    /// Offset of the first node scanned in each pool group.
+    pub start: usize,
+}
+
 /// Plans one more instance of `spec` (deployed or not; a deployed one's
-/// instances count toward `max_instances`).
+/// instances count toward `max_instances`), looking at every node.
 pub fn plan_spec(
     state: &RegionState,
     spec: &FunctionSpec,
     ranking: &dyn Ranking,
+) -> Result<Proposal, Box<PlanRejection>> {
+    plan_spec_with(state, spec, ranking, &PlanOptions::default())
+}
+
+/// [`plan_spec`] with [`PlanOptions`].
+pub fn plan_spec_with(
+    state: &RegionState,
+    spec: &FunctionSpec,
+    ranking: &dyn Ranking,
+    options: &PlanOptions,
 ) -> Result<Proposal, Box<PlanRejection>> {
     let reject = |reason| rejection(&spec.tenant, &spec.name, reason);
     let topology = state
@@ -150,16 +177,26 @@ pub fn plan_spec(
         total += p.nodes.len();
     }
     let mut counts = [0u32; GpuDimension::ALL.len()];
+    let mut members: Vec<(usize, usize)> = Vec::new();
     for g in 0..=2u8 {
         let mut best: Option<(i64, Proposal)> = None;
-        for (p, pool) in topology
-            .pools()
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| group(&spec.pool, &p.name, p.kind) == g)
-        {
+        let mut feasible = 0u32;
+        members.clear();
+        for (p, pool) in topology.pools().iter().enumerate() {
+            if group(&spec.pool, &pool.name, pool.kind) == g {
+                members.extend((0..pool.nodes.len()).map(|j| (p, j)));
+            }
+        }
+        let m = members.len();
+        for k in 0..m {
+            if options.feasible_limit.is_some_and(|l| feasible >= l) {
+                break;
+            }
+            let (p, j) = members[(options.start % m.max(1) + k) % m];
+            let pool = &topology.pools()[p];
+            let node = &pool.nodes[j];
             let (q, used) = &quotas[kind_index(pool.kind)];
-            for (j, node) in pool.nodes.iter().enumerate() {
+            {
                 let Some(load) = loads.get(first_node[p] + j) else {
                     continue;
                 };
@@ -194,6 +231,7 @@ pub fn plan_spec(
                         quota_blocked.get_or_insert((pool.kind, dim));
                         return;
                     }
+                    feasible += 1;
                     let s = score();
                     if best.as_ref().is_none_or(|b| s < b.0) {
                         let slices = demands

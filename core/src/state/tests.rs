@@ -1337,3 +1337,39 @@ fn random_overlapping_batches_bill_every_record_once() {
         }
     }
 }
+
+#[test]
+fn a_limited_plan_stops_early_and_rotates_its_start() {
+    let mut s = region();
+    let mut f = spec("acme", "small", Tier::Guaranteed, 100, 1_000);
+    f.pool = PoolPreference::Center;
+    deploy(&mut s, f.clone());
+    let at = |start| {
+        let options = PlanOptions {
+            feasible_limit: Some(1),
+            start,
+        };
+        plan_spec_with(&s, &f, &BestFit, &options).unwrap()
+    };
+    // One node per start (c1, c2), its best GPU; the full scan ties to c1.
+    assert_eq!(at(0).slices[0].gpu, gpu("c1", 0));
+    assert_eq!(at(1).slices[0].gpu, gpu("c2", 0));
+    assert_eq!(at(2).slices[0].gpu, gpu("c1", 0));
+    let p = at(1);
+    ok(&mut s, p.command());
+    // A full scan now prefers the GPU already in use (best fit).
+    assert_eq!(
+        plan(&s, &t("acme"), "small", &BestFit).unwrap().slices[0].gpu,
+        gpu("c2", 0)
+    );
+    // With nothing feasible a limited plan still says why.
+    let mut huge = f.clone();
+    huge.memory_mib = 20_000;
+    let options = PlanOptions {
+        feasible_limit: Some(1),
+        start: 5,
+    };
+    let r = plan_spec_with(&s, &huge, &BestFit, &options).unwrap_err();
+    assert_eq!(r.code(), "gpu_full");
+    assert_eq!(r.nodes_evaluated, 4);
+}
