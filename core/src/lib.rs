@@ -12,7 +12,9 @@
 //!                                           ◀── sim (trace-driven experiments)
 //! ```
 
+pub mod executor;
 pub mod model;
 pub mod rng;
+pub mod sim;
 
 pub use model::*;

@@ -1,0 +1,1 @@
+//! The serving simulator (work in progress).
