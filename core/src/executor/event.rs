@@ -45,6 +45,13 @@ pub enum Event {
         /// The GPU it is now ready on.
         gpu: u32,
     },
+    /// Load the function ahead of predicted requests, onto the GPU that
+    /// has free memory for it soonest, without evicting anything; nothing
+    /// happens if a copy is already on the node or no GPU has room.
+    Prefetch {
+        /// The function.
+        function: FunctionId,
+    },
     /// A periodic tick: queued requests that can no longer meet their
     /// deadline are rejected early, and queues are dispatched again.
     Timer,

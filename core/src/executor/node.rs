@@ -50,6 +50,8 @@ impl FunctionState {
 struct Choice {
     finish: Micros,
     load: bool,
+    /// The load needs victims evicted first.
+    evicts: bool,
     gpu: u32,
 }
 
@@ -122,6 +124,7 @@ impl NodeExecutor {
             } => self.arrive(now, request, function, full_gpu_us, deadline),
             Event::RequestFinished { request, gpu } => self.finish(now, request, gpu),
             Event::LoadFinished { function, gpu } => self.loaded(now, function, gpu),
+            Event::Prefetch { function } => self.prefetch(now, function),
             Event::Timer => {
                 let rules = self.config.rules;
                 for g in &mut self.gpus {
@@ -264,6 +267,7 @@ impl NodeExecutor {
                 Choice {
                     finish: g.compute_start(now, compute) + service,
                     load: false,
+                    evicts: false,
                     gpu: g.index,
                 }
             } else if let Some(i) = g.find(function) {
@@ -277,6 +281,7 @@ impl NodeExecutor {
                 Choice {
                     finish: start + service,
                     load: false,
+                    evicts: false,
                     gpu: g.index,
                 }
             } else {
@@ -292,6 +297,7 @@ impl NodeExecutor {
                 Choice {
                     finish: start + service,
                     load: true,
+                    evicts: g.free_mib < mem_cost,
                     gpu: g.index,
                 }
             };
@@ -315,6 +321,19 @@ impl NodeExecutor {
                     deadline,
                 },
             });
+            // Demand exceeds the copies on the node: warm one up for the next
+            // requests (a cold start alone may exceed this deadline) when
+            // there is none, or when free memory holds one without evicting.
+            if choice.load && (fs.copies == 0 || !choice.evicts) && !rules.all_resident {
+                self.load(
+                    now,
+                    function,
+                    choice.gpu as usize,
+                    mem_cost,
+                    reserved,
+                    load_us,
+                );
+            }
             return;
         }
         let g = choice.gpu as usize;
@@ -465,6 +484,34 @@ impl NodeExecutor {
             f.in_host = false;
             self.host_used_mib -= f.profile.memory_mib;
         }
+    }
+
+    fn prefetch(&mut self, now: Micros, function: FunctionId) {
+        let rules = self.config.rules;
+        let Some(fs) = self.state(function).copied() else {
+            return;
+        };
+        if rules.all_resident || fs.copies > 0 {
+            return;
+        }
+        let Some((mem_cost, _, reserved)) = self.footprint(&fs.profile) else {
+            return;
+        };
+        let Some(g) = self
+            .gpus
+            .iter()
+            .filter(|g| g.free_mib >= mem_cost)
+            .min_by_key(|g| (g.link_free_at.max(now), g.index))
+            .map(|g| g.index as usize)
+        else {
+            return;
+        };
+        let load_us = if rules.host_cache && fs.in_host {
+            self.config.load.swap_in_us(fs.profile.memory_mib)
+        } else {
+            self.config.load.cold_start_us(fs.profile.memory_mib)
+        };
+        self.load(now, function, g, mem_cost, reserved, load_us);
     }
 
     fn finish(&mut self, now: Micros, request: RequestId, gpu: u32) {

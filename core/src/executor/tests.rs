@@ -462,3 +462,18 @@ fn removed_function_rejects_its_queue_and_unloads() {
         }]
     );
 }
+
+#[test]
+fn prefetch_loads_onto_free_memory_only() {
+    let ovs = Tier::Oversubscribed;
+    let mut n = node(1, ExecutorRules::gshare(), &[ovs, ovs, ovs, ovs]);
+    let pre = |f: u32| Event::Prefetch {
+        function: FunctionId(f),
+    };
+    assert_eq!(step(&mut n, 0, pre(0)), vec![cold(0, 0, COLD)]);
+    assert_eq!(step(&mut n, 0, pre(0)), vec![]);
+    assert_eq!(step(&mut n, 0, pre(1)), vec![cold(1, 0, 2 * COLD)]);
+    assert_eq!(step(&mut n, 0, pre(2)), vec![cold(2, 0, 3 * COLD)]);
+    // The GPU is full: no eviction for a prefetch.
+    assert_eq!(step(&mut n, 0, pre(3)), vec![]);
+}
