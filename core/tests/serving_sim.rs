@@ -7,7 +7,11 @@ use gshare_core::sim::serving::{
 };
 
 fn params() -> ServingParams {
-    ServingParams::from_toml(include_str!("../../configs/examples/serving.toml")).unwrap()
+    ServingParams::from_toml(
+        "topology.toml",
+        include_str!("../../configs/examples/topology.toml"),
+    )
+    .unwrap()
 }
 
 fn spec(policy: ServingPolicy, gpus: u32) -> RunSpec {

@@ -1,14 +1,14 @@
-//! What it costs to bring a function's weights onto a GPU.
+//! What it costs to bring a function's weights onto a GPU (the same rule
+//! as the topology's `[cold_start]` and `[swap]`, see `config::ColdStart`):
 //!
 //! ```text
-//!   swap-in    = swap_setup_us + bytes / h2d bandwidth          (weights in host memory)
-//!   cold start = bytes / storage bandwidth + swap-in            (weights fetched from storage
-//!                                                                 into host memory first)
+//!   swap-in    = swap_setup_us + weights / h2d bandwidth        (weights in host memory)
+//!   cold start = cold_setup_us + weights / storage bandwidth    (weights not in host memory:
+//!                                                                 start the runtime, read storage)
 //! ```
 //!
-//! A cold start is therefore always slower than a swap-in of the same
-//! weights; docs/serving.md derives the default numbers from the Alibaba
-//! GenAI model-load latency distributions.
+//! docs/serving.md derives the default numbers from the Alibaba GenAI
+//! model-load latency distributions.
 
 use crate::model::{Mib, Micros};
 
@@ -17,9 +17,11 @@ use crate::model::{Mib, Micros};
 pub struct LoadCosts {
     /// Host-to-device copy bandwidth of the GPU, MiB per second.
     pub h2d_mib_per_s: u64,
-    /// Fixed cost of a swap-in (allocations, runtime/pipeline setup), µs.
+    /// Fixed cost of a swap-in (allocation, pipeline setup), µs.
     pub swap_setup_us: Micros,
-    /// Storage-to-host bandwidth for a cold start, MiB per second.
+    /// Fixed cost of a cold start (runtime start, CUDA context), µs.
+    pub cold_setup_us: Micros,
+    /// Storage read bandwidth for a cold start, MiB per second.
     pub storage_mib_per_s: u64,
 }
 
@@ -29,10 +31,9 @@ impl LoadCosts {
         self.swap_setup_us + transfer_us(memory_mib, self.h2d_mib_per_s)
     }
 
-    /// Time to bring `memory_mib` of weights from storage onto the GPU
-    /// (through host memory).
+    /// Time to bring `memory_mib` of weights from storage onto the GPU.
     pub fn cold_start_us(&self, memory_mib: Mib) -> Micros {
-        transfer_us(memory_mib, self.storage_mib_per_s) + self.swap_in_us(memory_mib)
+        self.cold_setup_us + transfer_us(memory_mib, self.storage_mib_per_s)
     }
 }
 
@@ -45,13 +46,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cold_start_is_fetch_plus_swap_in() {
+    fn swap_in_and_cold_start_follow_their_bandwidths() {
         let c = LoadCosts {
             h2d_mib_per_s: 20_000,
             swap_setup_us: 1_000_000,
+            cold_setup_us: 2_000_000,
             storage_mib_per_s: 400,
         };
         assert_eq!(c.swap_in_us(8_000), 1_400_000);
-        assert_eq!(c.cold_start_us(8_000), 20_000_000 + 1_400_000);
+        assert_eq!(c.cold_start_us(8_000), 2_000_000 + 20_000_000);
     }
 }

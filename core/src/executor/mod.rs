@@ -48,7 +48,7 @@ pub use event::Event;
 pub use gpu::GpuExecutor;
 pub use ids::{FunctionId, RequestId};
 pub use load_costs::LoadCosts;
-pub use node::NodeExecutor;
+pub use node::{footprint, NodeExecutor};
 pub use node_config::NodeConfig;
 pub use profile::FunctionProfile;
 pub use reject_reason::RejectReason;

@@ -191,26 +191,7 @@ impl NodeExecutor {
     /// GPU memory one instance holds and the compute its requests get, or
     /// `None` if no GPU of this node can ever hold it.
     fn footprint(&self, profile: &FunctionProfile) -> Option<(Mib, MilliGpu, Option<MilliGpu>)> {
-        let mem = self.config.gpu_memory_mib;
-        match self.config.rules.slots_per_gpu {
-            Some(k) => {
-                let slot = mem / k as u64;
-                let slots = profile.memory_mib.div_ceil(slot.max(1)).max(1);
-                if slots > k as u64 {
-                    return None;
-                }
-                let compute = (slots * WHOLE_GPU as u64 / k as u64) as MilliGpu;
-                Some((slots * slot, compute, Some(compute)))
-            }
-            None => {
-                let need = if profile.tier == Tier::Exclusive {
-                    mem
-                } else {
-                    profile.memory_mib
-                };
-                (need <= mem).then_some((need, profile.request_compute(), None))
-            }
-        }
+        footprint(&self.config, profile)
     }
 
     fn arrive(
@@ -540,6 +521,36 @@ impl NodeExecutor {
             g.instances[i].last_used = now;
         }
         g.dispatch(now, &rules, &mut self.output);
+    }
+}
+
+/// GPU memory one instance of `profile` holds on a GPU of `config`, the
+/// compute share its requests run on, and that share if it is reserved
+/// (slotted rules); `None` if it cannot fit on one GPU. Slotted rules round
+/// memory up to whole slots; `exclusive` functions take whole GPUs.
+pub fn footprint(
+    config: &NodeConfig,
+    profile: &FunctionProfile,
+) -> Option<(Mib, MilliGpu, Option<MilliGpu>)> {
+    let mem = config.gpu_memory_mib;
+    match config.rules.slots_per_gpu {
+        Some(k) => {
+            let slot = mem / k as u64;
+            let slots = profile.memory_mib.div_ceil(slot.max(1)).max(1);
+            if slots > k as u64 {
+                return None;
+            }
+            let compute = (slots * WHOLE_GPU as u64 / k as u64) as MilliGpu;
+            Some((slots * slot, compute, Some(compute)))
+        }
+        None => {
+            let need = if profile.tier == Tier::Exclusive {
+                mem
+            } else {
+                profile.memory_mib
+            };
+            (need <= mem).then_some((need, profile.request_compute(), None))
+        }
     }
 }
 

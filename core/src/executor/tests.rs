@@ -8,8 +8,8 @@ const S: Micros = 1_000_000;
 const MS: Micros = 1_000;
 /// 4 000 MiB at 10 000 MiB/s + 100 ms setup.
 const SWAP_IN: Micros = 500 * MS;
-/// 4 000 MiB at 1 000 MiB/s, then the swap-in.
-const COLD: Micros = 4 * S + SWAP_IN;
+/// 500 ms setup + 4 000 MiB at 1 000 MiB/s.
+const COLD: Micros = 4 * S + 500 * MS;
 const FAR: Micros = 1_000 * S;
 
 fn config(gpus: u32, rules: ExecutorRules) -> NodeConfig {
@@ -20,6 +20,7 @@ fn config(gpus: u32, rules: ExecutorRules) -> NodeConfig {
         load: LoadCosts {
             h2d_mib_per_s: 10_000,
             swap_setup_us: 100 * MS,
+            cold_setup_us: 500 * MS,
             storage_mib_per_s: 1_000,
         },
         rules,

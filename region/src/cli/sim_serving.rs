@@ -18,14 +18,15 @@ use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::Instant;
 
-/// The default parameters, identical to `configs/examples/serving.toml`.
-pub const DEFAULT_TOPOLOGY: &str = include_str!("../../../configs/examples/serving.toml");
+/// The default topology, identical to `configs/examples/topology.toml`.
+pub const DEFAULT_TOPOLOGY: &str = include_str!("../../../configs/examples/topology.toml");
 
 /// Arguments of `gsharectl sim serving`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Serving parameters TOML (GPU, host memory, load costs, prices);
-    /// default: the embedded configs/examples/serving.toml.
+    /// Region topology TOML (GPU model, H2D bandwidth, host memory, cold-start
+    /// and swap costs, prices); the largest GPU group of a center pool is
+    /// simulated. Default: the embedded configs/examples/topology.toml.
     #[arg(long)]
     pub topology: Option<PathBuf>,
     /// Trace CSV (Alibaba GenAI lora_request_trace or Azure LLM inference).
@@ -90,9 +91,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some(p) => {
             let text =
                 std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            ServingParams::from_toml(&text).with_context(|| p.display().to_string())?
+            ServingParams::from_toml(&p.display().to_string(), &text)?
         }
-        None => ServingParams::from_toml(DEFAULT_TOPOLOGY).context("embedded serving.toml")?,
+        None => ServingParams::from_toml(
+            "configs/examples/topology.toml (embedded)",
+            DEFAULT_TOPOLOGY,
+        )?,
     };
     let policies = args
         .policy
@@ -150,6 +154,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "requests": trace.requests.len(),
         "functions": trace.functions.len(),
         "gpu_model": params.gpu_model,
+        "currency": params.pricing.currency,
         "policies": outcomes.iter().map(policy_json).collect::<Vec<_>>(),
     });
     std::fs::write(&args.json, serde_json::to_string_pretty(&report)? + "\n")

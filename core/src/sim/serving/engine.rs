@@ -19,10 +19,12 @@
 //! not allocate in steady state.
 
 use super::{RunReport, ServingParams, ServingPolicy, ServingTrace};
+use crate::config::Usage;
 use crate::executor::{
-    Command, Event, ExecutorRules, FunctionId, NodeConfig, NodeExecutor, RequestId,
+    footprint, Command, Event, ExecutorRules, FunctionId, NodeConfig, NodeExecutor, RequestId,
 };
 use crate::model::Micros;
+use crate::model::Tier;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
@@ -61,13 +63,14 @@ pub fn deadline(arrival_us: Micros, full_gpu_us: Micros, slack: f64) -> Micros {
 pub fn simulate(trace: &ServingTrace, params: &ServingParams, spec: RunSpec) -> RunReport {
     let gpus = spec.gpus.max(1);
     let rules: ExecutorRules = spec.policy.rules(spec.static_slices);
-    let mut ex = NodeExecutor::new(NodeConfig {
+    let config = NodeConfig {
         gpus,
         gpu_memory_mib: params.gpu_memory_mib,
         host_memory_mib: params.host_memory_mib_per_gpu * gpus as u64,
         load: params.load,
         rules,
-    });
+    };
+    let mut ex = NodeExecutor::new(config);
     for (i, f) in trace.functions.iter().enumerate() {
         ex.handle(
             0,
@@ -86,11 +89,20 @@ pub fn simulate(trace: &ServingTrace, params: &ServingParams, spec: RunSpec) -> 
         popularity[r.function as usize].0 += 1;
     }
     popularity.sort_by_key(|&(count, f)| (std::cmp::Reverse(count), f));
-    let prices: Vec<u64> = trace
+    // Per function: the tier it is billed at and the GPU memory its instance holds.
+    let billing: Vec<(usize, u128)> = trace
         .functions
         .iter()
-        .map(|f| params.price_cents(spec.policy.billed_tier(f.profile.tier)))
+        .map(|f| {
+            let tier = spec.policy.billed_tier(f.profile.tier);
+            let tier = Tier::ALL.iter().position(|t| *t == tier).unwrap_or(0);
+            let mem = footprint(&config, &f.profile).map_or(f.profile.memory_mib, |fp| fp.0);
+            (tier, mem as u128)
+        })
         .collect();
+    // Σ compute × µs and Σ MiB × µs per billed tier.
+    let mut compute_us = [0u128; 4];
+    let mut memory_us = [0u128; 4];
 
     let n = trace.requests.len();
     let mut report = RunReport {
@@ -110,7 +122,8 @@ pub fn simulate(trace: &ServingTrace, params: &ServingParams, spec: RunSpec) -> 
         remaps: 0,
         cold_starts: 0,
         unloads: 0,
-        billed: 0,
+        billed_units: 0,
+        units_per_currency: params.pricing.units_per_currency,
     };
     let mut latencies: Vec<Micros> = Vec::with_capacity(n);
     // (time, sequence, kind, a, b): finish (gpu, request) or loaded (gpu, function).
@@ -171,9 +184,12 @@ pub fn simulate(trace: &ServingTrace, params: &ServingParams, spec: RunSpec) -> 
                         report.met += 1;
                     }
                     latencies.push(finish_at - (t0 + r.arrival_us));
-                    let work = (finish_at - now) as u128 * compute_milli as u128;
+                    let service = (finish_at - now) as u128;
+                    let work = service * compute_milli as u128;
                     report.busy_us_milli += work;
-                    report.billed += work * prices[function.0 as usize] as u128;
+                    let (tier, mem) = billing[function.0 as usize];
+                    compute_us[tier] += work;
+                    memory_us[tier] += service * mem;
                     seq += 1;
                     heap.push(Reverse((finish_at, seq, FINISH, gpu, request.0)));
                 }
@@ -213,6 +229,12 @@ pub fn simulate(trace: &ServingTrace, params: &ServingParams, spec: RunSpec) -> 
         }
     }
     report.span_us = now.saturating_sub(t0);
+    let mut usage = [Usage::default(); 4];
+    for (i, u) in usage.iter_mut().enumerate() {
+        u.compute_milli_gpu_ms = u64::try_from(compute_us[i] / 1000).unwrap_or(u64::MAX);
+        u.memory_mib_ms = u64::try_from(memory_us[i] / 1000).unwrap_or(u64::MAX);
+    }
+    report.billed_units = params.bill(&usage);
     if !latencies.is_empty() {
         report.p50_us = percentile(&mut latencies, 0.50);
         report.p99_us = percentile(&mut latencies, 0.99);

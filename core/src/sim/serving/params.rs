@@ -1,225 +1,169 @@
-//! The serving simulator's parameters: one GPU model, host memory, load
-//! costs, prices per tier and the profile given to trace functions.
+//! The serving simulator's parameters, taken from a region topology
+//! (`configs/examples/topology.toml` is the default the CLI embeds).
 //!
-//! They come from a small strict TOML file (`configs/examples/serving.toml`
-//! is the default the CLI embeds): unknown keys are errors, and every
-//! invalid value is reported at once with its key path.
+//! ```text
+//!   Topology ─▶ the largest GPU group of a center pool (first on ties)
+//!              ├─ GPU model, memory, H2D bandwidth
+//!              ├─ its node's cold-start and swap costs, swap_mib ÷ GPUs = host memory per GPU
+//!              └─ the price list and the price of (GPU model, pool kind)
+//! ```
+//!
+//! What a topology does not say is fixed here and documented: the profile
+//! of trace models the trace does not describe ([`TRACE_MEMORY_MIB`],
+//! [`TRACE_SATURATION_MILLI`]) and the slice counts the `static` baseline
+//! tries ([`STATIC_SLICES`]).
 
+use crate::config::{charge, ConfigError, Price, PriceList, Topology, Usage};
 use crate::executor::LoadCosts;
-use crate::model::{Mib, Micros, MilliGpu, Tier, WHOLE_GPU};
-use serde::Deserialize;
+use crate::model::{Mib, MilliGpu, PoolKind, Tier};
+
+/// GPU memory of a trace model the trace does not describe: a Stable
+/// Diffusion XL class pipeline in fp16 (about 6.5 GiB of weights) with its
+/// working set, MiB.
+pub const TRACE_MEMORY_MIB: Mib = 8_192;
+/// Saturation share of a trace model: diffusion is compute-bound, a request
+/// uses the whole GPU.
+pub const TRACE_SATURATION_MILLI: MilliGpu = 1000;
+/// MIG/MPS-like partitions the `static` baseline tries; it reports its best.
+pub const STATIC_SLICES: [u32; 4] = [2, 3, 4, 7];
 
 /// Everything the serving simulator needs besides the trace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServingParams {
-    /// GPU model name (informational).
+    /// GPU model simulated.
     pub gpu_model: String,
+    /// Kind of the pool it comes from (selects the price).
+    pub pool_kind: PoolKind,
     /// Memory of one GPU, MiB.
     pub gpu_memory_mib: Mib,
     /// Host memory per GPU for swapped-out weights, MiB.
     pub host_memory_mib_per_gpu: Mib,
     /// Swap-in and cold-start costs.
     pub load: LoadCosts,
-    /// Price of one GPU-hour per tier, in cents:
-    /// `[exclusive, guaranteed, burstable, oversubscribed]`.
-    pub price_cents_per_gpu_hour: [u64; 4],
+    /// The price list (currency, unit, tier discounts).
+    pub pricing: PriceList,
+    /// The price of this GPU model in this pool kind.
+    pub price: Price,
     /// GPU memory of a trace function whose model is not described, MiB.
     pub trace_memory_mib: Mib,
     /// Saturation share of a trace function (see [`crate::model::LatencyProfile`]).
     pub trace_saturation_milli: MilliGpu,
-    /// Slice counts the `static` baseline tries; it reports its best.
+    /// Slice counts the `static` baseline tries.
     pub static_slices: Vec<u32>,
 }
 
+/// A topology the serving simulator cannot use.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ServingParamsError {
+    /// The topology file itself is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// No center pool has a GPU.
+    #[error("the topology has no GPU in a center pool to simulate")]
+    NoCenterGpu,
+    /// The chosen GPU has no price.
+    #[error("no price for GPU model {gpu_model} in {pool_kind} pools")]
+    NoPrice {
+        /// GPU model.
+        gpu_model: String,
+        /// Pool kind.
+        pool_kind: PoolKind,
+    },
+}
+
 impl ServingParams {
-    /// Price of one GPU-hour of `tier`, cents.
-    pub fn price_cents(&self, tier: Tier) -> u64 {
-        let i = Tier::ALL.iter().position(|t| *t == tier).unwrap_or(0);
-        self.price_cents_per_gpu_hour[i]
+    /// Parse a topology TOML (`file` names it in messages) and map it.
+    pub fn from_toml(file: &str, text: &str) -> Result<Self, ServingParamsError> {
+        Self::from_topology(&Topology::from_toml(file, text)?)
     }
 
-    /// Parse and validate a serving TOML document.
-    pub fn from_toml(text: &str) -> Result<Self, ServingParamsError> {
-        let raw: RawParams =
-            toml::from_str(text).map_err(|e| ServingParamsError::Syntax(e.to_string()))?;
-        let mut problems = Vec::new();
-        let mut positive = |key: &str, v: u64| {
-            if v == 0 {
-                problems.push(format!("{key}: must be > 0"));
-            }
-        };
-        positive("gpu.memory_mib", raw.gpu.memory_mib);
-        positive("gpu.h2d_mib_per_s", raw.gpu.h2d_mib_per_s);
-        positive("load.storage_mib_per_s", raw.load.storage_mib_per_s);
-        positive("trace_defaults.memory_mib", raw.trace_defaults.memory_mib);
-        let sat = raw.trace_defaults.saturation_milli;
-        if sat == 0 || sat > WHOLE_GPU {
-            problems.push(format!(
-                "trace_defaults.saturation_milli: {sat} not in 1..=1000"
-            ));
-        }
-        if raw.trace_defaults.memory_mib > raw.gpu.memory_mib {
-            problems.push("trace_defaults.memory_mib: larger than gpu.memory_mib".into());
-        }
-        if raw.static_baseline.slices.is_empty() {
-            problems.push("static_baseline.slices: must list at least one slice count".into());
-        }
-        for k in &raw.static_baseline.slices {
-            if *k < 2 || *k > 64 {
-                problems.push(format!("static_baseline.slices: {k} not in 2..=64"));
-            }
-        }
-        let p = &raw.prices;
-        if p.oversubscribed > p.burstable
-            || p.burstable > p.guaranteed
-            || p.guaranteed > p.exclusive
-        {
-            problems.push(
-                "prices: must not increase from exclusive to guaranteed to burstable to oversubscribed"
-                    .into(),
-            );
-        }
-        if !problems.is_empty() {
-            return Err(ServingParamsError::Invalid(problems));
-        }
+    /// Map a topology to simulator parameters (see the module docs).
+    pub fn from_topology(t: &Topology) -> Result<Self, ServingParamsError> {
+        let (node, group) = t
+            .pools()
+            .iter()
+            .filter(|p| p.kind == PoolKind::Center)
+            .flat_map(|p| p.nodes.iter())
+            .flat_map(|n| n.gpus.iter().map(move |g| (n, g)))
+            .fold(
+                None,
+                |best: Option<(_, &crate::config::GpuGroup)>, (n, g)| match best {
+                    Some((_, b)) if b.count >= g.count => best,
+                    _ => Some((n, g)),
+                },
+            )
+            .ok_or(ServingParamsError::NoCenterGpu)?;
+        let price = t
+            .pricing()
+            .price(&group.model, node.kind)
+            .cloned()
+            .ok_or_else(|| ServingParamsError::NoPrice {
+                gpu_model: group.model.clone(),
+                pool_kind: node.kind,
+            })?;
         Ok(Self {
-            gpu_model: raw.gpu.model,
-            gpu_memory_mib: raw.gpu.memory_mib,
-            host_memory_mib_per_gpu: raw.host.memory_mib_per_gpu,
+            gpu_model: group.model.clone(),
+            pool_kind: node.kind,
+            gpu_memory_mib: group.memory_mib,
+            host_memory_mib_per_gpu: node.swap_mib / node.gpu_count().max(1) as u64,
             load: LoadCosts {
-                h2d_mib_per_s: raw.gpu.h2d_mib_per_s,
-                swap_setup_us: raw.load.swap_setup_ms * 1_000,
-                storage_mib_per_s: raw.load.storage_mib_per_s,
+                h2d_mib_per_s: group.h2d_mib_per_s,
+                swap_setup_us: node.swap.setup_us,
+                cold_setup_us: node.cold_start.setup_us,
+                storage_mib_per_s: node.cold_start.storage_mib_per_s,
             },
-            price_cents_per_gpu_hour: [p.exclusive, p.guaranteed, p.burstable, p.oversubscribed],
-            trace_memory_mib: raw.trace_defaults.memory_mib,
-            trace_saturation_milli: sat,
-            static_slices: raw.static_baseline.slices,
+            pricing: t.pricing().clone(),
+            price,
+            trace_memory_mib: TRACE_MEMORY_MIB.min(group.memory_mib),
+            trace_saturation_milli: TRACE_SATURATION_MILLI,
+            static_slices: STATIC_SLICES.to_vec(),
         })
     }
 
-    /// Swap-in time of a trace function with the default profile, µs.
-    pub fn trace_swap_in_us(&self) -> Micros {
-        self.load.swap_in_us(self.trace_memory_mib)
+    /// What `usage` per billed tier (indexed as [`Tier::ALL`]) costs, in
+    /// units of the price list (each tier's line rounded once).
+    pub fn bill(&self, usage: &[Usage; 4]) -> u64 {
+        Tier::ALL
+            .iter()
+            .zip(usage)
+            .map(|(tier, u)| {
+                charge(&self.price, self.pricing.discount_bp(*tier), u)
+                    .map_or(u64::MAX, |c| c.total)
+            })
+            .fold(0u64, u64::saturating_add)
     }
-}
-
-/// A serving TOML document that cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ServingParamsError {
-    /// Not TOML, a missing key, an unknown key or a wrong type.
-    #[error("serving parameters: {0}")]
-    Syntax(String),
-    /// Values that parse but make no sense, all of them.
-    #[error("serving parameters: {}", .0.join("; "))]
-    Invalid(Vec<String>),
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawParams {
-    gpu: RawGpu,
-    host: RawHost,
-    load: RawLoad,
-    prices: RawPrices,
-    trace_defaults: RawTraceDefaults,
-    static_baseline: RawStatic,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawGpu {
-    model: String,
-    memory_mib: u64,
-    h2d_mib_per_s: u64,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawHost {
-    memory_mib_per_gpu: u64,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawLoad {
-    swap_setup_ms: u64,
-    storage_mib_per_s: u64,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawPrices {
-    exclusive: u64,
-    guaranteed: u64,
-    burstable: u64,
-    oversubscribed: u64,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawTraceDefaults {
-    memory_mib: u64,
-    saturation_milli: u32,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawStatic {
-    slices: Vec<u32>,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const GOOD: &str = r#"
-[gpu]
-model = "test"
-memory_mib = 81920
-h2d_mib_per_s = 24000
-[host]
-memory_mib_per_gpu = 131072
-[load]
-swap_setup_ms = 1400
-storage_mib_per_s = 400
-[prices]
-exclusive = 400
-guaranteed = 300
-burstable = 200
-oversubscribed = 140
-[trace_defaults]
-memory_mib = 8192
-saturation_milli = 1000
-[static_baseline]
-slices = [2, 4, 7]
-"#;
+    const EXAMPLE: &str = include_str!("../../../../configs/examples/topology.toml");
 
     #[test]
-    fn parses_a_valid_document() {
-        let p = ServingParams::from_toml(GOOD).unwrap();
-        assert_eq!(p.load.swap_setup_us, 1_400_000);
-        assert_eq!(p.price_cents(Tier::Oversubscribed), 140);
-        assert_eq!(p.static_slices, vec![2, 4, 7]);
+    fn maps_the_example_topology() {
+        let p = ServingParams::from_toml("topology.toml", EXAMPLE).unwrap();
+        assert_eq!(p.gpu_model, "A100-SXM4-80GB");
+        assert_eq!(p.pool_kind, PoolKind::Center);
+        assert_eq!(p.gpu_memory_mib, 81_920);
+        assert_eq!(p.host_memory_mib_per_gpu, 786_432 / 8);
+        assert!(p.load.cold_start_us(8_192) > 5 * p.load.swap_in_us(8_192));
+        // One exclusive GPU-hour of compute, nothing else: the list's gpu_hour.
+        let mut usage = [Usage::default(); 4];
+        usage[0].compute_milli_gpu_ms = 1_000 * 3_600_000;
+        assert_eq!(p.bill(&usage), p.price.gpu_hour);
     }
 
     #[test]
-    fn reports_every_problem_and_unknown_keys() {
-        let bad = GOOD
-            .replace("saturation_milli = 1000", "saturation_milli = 0")
-            .replace("slices = [2, 4, 7]", "slices = [1]");
-        let e = ServingParams::from_toml(&bad).unwrap_err();
-        assert_eq!(
-            e,
-            ServingParamsError::Invalid(vec![
-                "trace_defaults.saturation_milli: 0 not in 1..=1000".into(),
-                "static_baseline.slices: 1 not in 2..=64".into(),
-            ])
+    fn a_topology_without_center_gpus_is_refused() {
+        let edge_only = EXAMPLE.replace("kind = \"center\"", "kind = \"edge\"");
+        let e = ServingParams::from_toml("t.toml", &edge_only).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ServingParamsError::NoCenterGpu | ServingParamsError::Config(_)
+            ),
+            "{e}"
         );
-        let unknown = GOOD.replace("[host]", "[host]\nswap = 1");
-        assert!(matches!(
-            ServingParams::from_toml(&unknown),
-            Err(ServingParamsError::Syntax(_))
-        ));
     }
 }

@@ -40,8 +40,10 @@ pub struct RunReport {
     pub cold_starts: u64,
     /// Instances dropped without a host copy.
     pub unloads: u64,
-    /// Billed: Σ service × compute × price, µs · milli-GPU · cents per GPU-hour.
-    pub billed: u128,
+    /// What tenants are billed, in units of the price list.
+    pub billed_units: u64,
+    /// Units of the price list per currency unit.
+    pub units_per_currency: u64,
 }
 
 impl RunReport {
@@ -69,8 +71,8 @@ impl RunReport {
         }
     }
 
-    /// What tenants are billed, in currency units (cents ÷ 100).
+    /// What tenants are billed, in the price list's currency.
     pub fn cost(&self) -> f64 {
-        self.billed as f64 / (1000.0 * US_PER_HOUR * 100.0)
+        self.billed_units as f64 / self.units_per_currency.max(1) as f64
     }
 }

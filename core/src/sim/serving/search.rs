@@ -210,7 +210,8 @@ mod tests {
             remaps: 0,
             cold_starts: 0,
             unloads: 0,
-            billed: 0,
+            billed_units: 0,
+            units_per_currency: 1,
         }
     }
 

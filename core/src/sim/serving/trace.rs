@@ -256,7 +256,11 @@ mod tests {
     use super::*;
 
     fn params() -> ServingParams {
-        ServingParams::from_toml(include_str!("../../../../configs/examples/serving.toml")).unwrap()
+        ServingParams::from_toml(
+            "topology.toml",
+            include_str!("../../../../configs/examples/topology.toml"),
+        )
+        .unwrap()
     }
 
     #[test]
