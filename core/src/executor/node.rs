@@ -23,6 +23,9 @@ use super::{
 };
 use crate::model::{Mib, Micros, MilliGpu, Tier, WHOLE_GPU};
 
+/// Host memory is shrunk to this percentage of its capacity when it overflows.
+const HOST_LOW_WATER_PCT: u64 = 95;
+
 /// Mean inter-arrival before a function's second request: "far away".
 const NO_GAP: Micros = Micros::MAX / 4;
 
@@ -34,8 +37,10 @@ struct FunctionState {
     last_arrival: Option<Micros>,
     /// Exponentially weighted mean inter-arrival (weight 1/4 on the newest gap).
     mean_gap: Micros,
-    /// Instances on the node's GPUs.
+    /// Instances on the node's GPUs (loaded or loading).
     copies: u32,
+    /// Of those, instances still loading.
+    loading: u32,
 }
 
 impl FunctionState {
@@ -64,6 +69,8 @@ pub struct NodeExecutor {
     functions: Vec<Option<FunctionState>>,
     host_used_mib: Mib,
     output: Vec<Command>,
+    /// Reused buffer of host-eviction candidates (last arrival, function).
+    host_scratch: Vec<(Option<Micros>, u32)>,
 }
 
 impl NodeExecutor {
@@ -78,6 +85,7 @@ impl NodeExecutor {
             functions: Vec::new(),
             host_used_mib: 0,
             output: Vec::new(),
+            host_scratch: Vec::new(),
         }
     }
 
@@ -156,6 +164,7 @@ impl NodeExecutor {
             last_arrival: None,
             mean_gap: NO_GAP,
             copies: 0,
+            loading: 0,
         });
     }
 
@@ -243,6 +252,7 @@ impl NodeExecutor {
 
         let mut best: Option<Choice> = None;
         let mut best_resident: Option<Choice> = None;
+        let mut best_load: Option<Choice> = None;
         for g in &self.gpus {
             let choice = if rules.all_resident {
                 Choice {
@@ -282,6 +292,9 @@ impl NodeExecutor {
                     gpu: g.index,
                 }
             };
+            if choice.load {
+                best_load = Some(best_load.map_or(choice, |b| b.min(choice)));
+            }
             if prefer_resident && !choice.load && choice.finish <= deadline {
                 best_resident = Some(best_resident.map_or(choice, |b| b.min(choice)));
             }
@@ -303,17 +316,16 @@ impl NodeExecutor {
                 },
             });
             // Demand exceeds the copies on the node: warm one up for the next
-            // requests (a cold start alone may exceed this deadline) when
-            // there is none, or when free memory holds one without evicting.
-            if choice.load && (fs.copies == 0 || !choice.evicts) && !rules.all_resident {
-                self.load(
-                    now,
-                    function,
-                    choice.gpu as usize,
-                    mem_cost,
-                    reserved,
-                    load_us,
-                );
+            // requests (a load alone may exceed this deadline) when there is
+            // none, or, one at a time, when free memory holds another copy
+            // without evicting anything (scale out).
+            let warm = match best_load {
+                Some(c) if fs.copies == 0 => Some(c),
+                Some(c) if fs.loading == 0 && !c.evicts => Some(c),
+                _ => None,
+            };
+            if let Some(c) = warm.filter(|_| !rules.all_resident) {
+                self.load(now, function, c.gpu as usize, mem_cost, reserved, load_us);
             }
             return;
         }
@@ -428,6 +440,7 @@ impl NodeExecutor {
             }
         }
         fs.copies += 1;
+        fs.loading += 1;
         let tier = fs.profile.tier;
         if self.host_used_mib > self.config.host_memory_mib {
             self.shrink_host(function);
@@ -449,22 +462,30 @@ impl NodeExecutor {
     }
 
     /// Drop host copies of functions with no GPU instance, least recently
-    /// invoked first, until host memory fits (never `keep`'s).
+    /// invoked first (never `keep`'s), down to [`HOST_LOW_WATER_PCT`] % of
+    /// host memory so that the scan over all functions is amortized.
     fn shrink_host(&mut self, keep: FunctionId) {
-        while self.host_used_mib > self.config.host_memory_mib {
-            let victim = self
-                .functions
+        let target = self.config.host_memory_mib / 100 * HOST_LOW_WATER_PCT;
+        let mut candidates = std::mem::take(&mut self.host_scratch);
+        candidates.clear();
+        candidates.extend(
+            self.functions
                 .iter()
                 .enumerate()
                 .filter_map(|(k, f)| f.as_ref().map(|f| (k, f)))
                 .filter(|(k, f)| *k != keep.0 as usize && f.in_host && f.copies == 0)
-                .min_by_key(|(k, f)| (f.last_arrival, *k))
-                .map(|(k, _)| k);
-            let Some(k) = victim else { return };
-            let f = self.functions[k].as_mut().expect("filtered above");
+                .map(|(k, f)| (f.last_arrival, k as u32)),
+        );
+        candidates.sort_unstable();
+        for &(_, k) in candidates.iter() {
+            if self.host_used_mib <= target {
+                break;
+            }
+            let f = self.functions[k as usize].as_mut().expect("listed above");
             f.in_host = false;
             self.host_used_mib -= f.profile.memory_mib;
         }
+        self.host_scratch = candidates;
     }
 
     fn prefetch(&mut self, now: Micros, function: FunctionId) {
@@ -517,8 +538,13 @@ impl NodeExecutor {
             return;
         };
         if let Some(i) = g.find(function) {
-            g.instances[i].loaded = true;
-            g.instances[i].last_used = now;
+            if !g.instances[i].loaded {
+                g.instances[i].loaded = true;
+                g.instances[i].last_used = now;
+                if let Some(f) = self.functions[function.0 as usize].as_mut() {
+                    f.loading -= 1;
+                }
+            }
         }
         g.dispatch(now, &rules, &mut self.output);
     }

@@ -478,3 +478,41 @@ fn prefetch_loads_onto_free_memory_only() {
     // The GPU is full: no eviction for a prefetch.
     assert_eq!(step(&mut n, 0, pre(3)), vec![]);
 }
+
+#[test]
+fn a_rejected_request_warms_one_more_copy_in_free_memory() {
+    let mut n = node(2, ExecutorRules::gshare(), &[Tier::Oversubscribed]);
+    assert_eq!(
+        step(&mut n, 0, arrive(1, 0, 10 * S, FAR)),
+        vec![cold(0, 0, COLD)]
+    );
+    assert_eq!(
+        step(&mut n, COLD, loaded(0, 0)),
+        vec![run(1, 0, 0, 1000, COLD + 10 * S)]
+    );
+    let too_late = |r: u64| Command::Reject {
+        request: RequestId(r),
+        reason: RejectReason::DeadlineUnreachable {
+            predicted_finish: COLD + SWAP_IN + 100 * MS,
+            deadline: COLD + 200 * MS,
+        },
+    };
+    // Neither waiting (10 s) nor a swap-in (0.5 s) meets a 200 ms deadline:
+    // rejected, and a second copy is swapped in on GPU 1 for what follows.
+    assert_eq!(
+        step(&mut n, COLD, arrive(2, 0, 100 * MS, COLD + 200 * MS)),
+        vec![
+            too_late(2),
+            Command::SwapIn {
+                function: FunctionId(0),
+                gpu: 1,
+                ready_at: COLD + SWAP_IN,
+            },
+        ]
+    );
+    // One warm-up at a time.
+    assert_eq!(
+        step(&mut n, COLD, arrive(3, 0, 100 * MS, COLD + 200 * MS)),
+        vec![too_late(3)]
+    );
+}
