@@ -109,6 +109,14 @@ impl GpuExecutor {
         self.instances.iter().map(|i| i.function)
     }
 
+    /// Nothing loaded, queued or running, and the link idle at `now`.
+    pub(crate) fn pristine(&self, now: Micros) -> bool {
+        self.instances.is_empty()
+            && self.queue.is_empty()
+            && self.running.is_empty()
+            && self.link_free_at <= now
+    }
+
     pub(crate) fn find(&self, function: FunctionId) -> Option<usize> {
         self.instances.iter().position(|i| i.function == function)
     }

@@ -253,7 +253,16 @@ impl NodeExecutor {
         let mut best: Option<Choice> = None;
         let mut best_resident: Option<Choice> = None;
         let mut best_load: Option<Choice> = None;
+        // All pristine GPUs (nothing loaded, queued or running, link idle)
+        // give the same prediction: only the first one is evaluated.
+        let mut seen_pristine = false;
         for g in &self.gpus {
+            if !rules.all_resident && g.pristine(now) {
+                if seen_pristine {
+                    continue;
+                }
+                seen_pristine = true;
+            }
             let choice = if rules.all_resident {
                 Choice {
                     finish: g.compute_start(now, compute) + service,
@@ -318,8 +327,10 @@ impl NodeExecutor {
             // Demand exceeds the copies on the node: warm one up for the next
             // requests (a load alone may exceed this deadline) when there is
             // none, or, one at a time, when free memory holds another copy
-            // without evicting anything (scale out).
-            let warm = match best_load {
+            // without evicting anything (scale out) and an idle warm copy
+            // would have met this deadline.
+            let useful = now + service <= deadline;
+            let warm = match best_load.filter(|_| useful) {
                 Some(c) if fs.copies == 0 => Some(c),
                 Some(c) if fs.loading == 0 && !c.evicts => Some(c),
                 _ => None,
