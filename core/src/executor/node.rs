@@ -57,6 +57,8 @@ struct Choice {
     load: bool,
     /// The load needs victims evicted first.
     evicts: bool,
+    /// Memory in use on the GPU (loads spread to the emptiest GPU).
+    used_mib: Mib,
     gpu: u32,
 }
 
@@ -268,6 +270,7 @@ impl NodeExecutor {
                     finish: g.compute_start(now, compute) + service,
                     load: false,
                     evicts: false,
+                    used_mib: 0,
                     gpu: g.index,
                 }
             } else if let Some(i) = g.find(function) {
@@ -282,6 +285,7 @@ impl NodeExecutor {
                     finish: start + service,
                     load: false,
                     evicts: false,
+                    used_mib: 0,
                     gpu: g.index,
                 }
             } else {
@@ -298,6 +302,7 @@ impl NodeExecutor {
                     finish: start + service,
                     load: true,
                     evicts: g.free_mib < mem_cost,
+                    used_mib: self.config.gpu_memory_mib - g.free_mib,
                     gpu: g.index,
                 }
             };
@@ -373,6 +378,8 @@ impl NodeExecutor {
         load_us: Micros,
     ) -> usize {
         let rules = self.config.rules;
+        // Memory is scarce here: keep one copy per function (remap below).
+        let scarce = self.gpus[g].free_mib < mem_cost;
         // Evict victims: weakest tier, farthest predicted next use, longest idle
         // (gshare); least recently used (baselines).
         while self.gpus[g].free_mib < mem_cost {
@@ -413,7 +420,7 @@ impl NodeExecutor {
         }
         let ready_at = self.gpus[g].link_free_at.max(now) + load_us;
         self.gpus[g].link_free_at = ready_at;
-        let moved_from = if rules.remap {
+        let moved_from = if rules.remap && scarce {
             self.gpus.iter().position(|o| {
                 o.index as usize != g && o.find(function).is_some_and(|i| o.instances[i].idle())
             })

@@ -308,48 +308,75 @@ fn waits_for_the_resident_copy_while_the_deadline_holds_else_loads_another() {
 }
 
 #[test]
-fn remaps_an_idle_instance_to_a_free_gpu_of_the_node() {
-    let ovs = Tier::Oversubscribed;
-    let mut n = node(2, ExecutorRules::gshare(), &[ovs, ovs]);
+fn remaps_an_idle_instance_to_another_gpu_when_memory_is_scarce() {
+    let mut n = NodeExecutor::new(config(2, ExecutorRules::gshare()));
+    for (f, mem) in [(0, 4_000), (1, 4_000), (2, 10_000)] {
+        n.handle(
+            0,
+            Event::InstanceAdded {
+                function: FunctionId(f),
+                profile: FunctionProfile {
+                    memory_mib: mem,
+                    ..profile(Tier::Oversubscribed)
+                },
+            },
+        );
+    }
+    // Functions 0 and 1 on GPU 0, the big function 2 on GPU 1 (10 s + 0.5 s cold start).
+    let cold2 = 10 * S + 500 * MS;
     assert_eq!(
         step(&mut n, 0, arrive(1, 0, 100 * MS, FAR)),
         vec![cold(0, 0, COLD)]
+    );
+    assert_eq!(
+        step(&mut n, 0, arrive(2, 2, 100 * MS, FAR)),
+        vec![cold(2, 1, cold2)]
+    );
+    assert_eq!(
+        step(&mut n, 0, arrive(3, 1, 100 * MS, FAR)),
+        vec![cold(1, 0, 2 * COLD)]
     );
     assert_eq!(
         step(&mut n, COLD, loaded(0, 0)),
         vec![run(1, 0, 0, 1000, COLD + 100 * MS)]
     );
     assert_eq!(step(&mut n, COLD + 100 * MS, finished(1, 0)), vec![]);
-    // Function 1 lands on GPU 0 too (tie on predicted finish, lower index).
-    let t = 5 * S;
     assert_eq!(
-        step(&mut n, t, arrive(2, 1, 100 * MS, FAR)),
-        vec![cold(1, 0, t + COLD)]
+        step(&mut n, 2 * COLD, loaded(1, 0)),
+        vec![run(3, 1, 0, 1000, 2 * COLD + 100 * MS)]
     );
+    assert_eq!(step(&mut n, 2 * COLD + 100 * MS, finished(3, 0)), vec![]);
     assert_eq!(
-        step(&mut n, t + COLD, loaded(1, 0)),
-        vec![run(2, 1, 0, 1000, t + COLD + 100 * MS)]
+        step(&mut n, cold2, loaded(2, 1)),
+        vec![run(2, 2, 1, 1000, cold2 + 100 * MS)]
     );
-    assert_eq!(step(&mut n, t + COLD + 100 * MS, finished(2, 0)), vec![]);
+    assert_eq!(step(&mut n, cold2 + 100 * MS, finished(2, 1)), vec![]);
     // A long request of function 1 takes GPU 0 for 10 s.
     assert_eq!(
-        step(&mut n, 10 * S, arrive(3, 1, 10 * S, FAR)),
-        vec![run(3, 1, 0, 1000, 20 * S)]
+        step(&mut n, 20 * S, arrive(4, 1, 10 * S, FAR)),
+        vec![run(4, 1, 0, 1000, 30 * S)]
     );
-    // Function 0 is idle on the busy GPU 0: it is moved to GPU 1.
+    // Function 0, idle on the busy GPU 0, must run by 23 s: GPU 1 has room only
+    // after evicting function 2, so the copy is moved rather than duplicated.
     assert_eq!(
-        step(&mut n, 11 * S, arrive(4, 0, S, 13 * S)),
-        vec![Command::Move {
-            function: FunctionId(0),
-            from: 0,
-            to: 1,
-            ready_at: 11 * S + SWAP_IN,
-        }]
+        step(&mut n, 21 * S, arrive(5, 0, S, 23 * S)),
+        vec![
+            Command::SwapOut {
+                function: FunctionId(2),
+                gpu: 1
+            },
+            Command::Move {
+                function: FunctionId(0),
+                from: 0,
+                to: 1,
+                ready_at: 21 * S + SWAP_IN,
+            },
+        ]
     );
     assert_eq!(n.gpu(0).resident().collect::<Vec<_>>(), vec![FunctionId(1)]);
     assert_eq!(
-        step(&mut n, 11 * S + SWAP_IN, loaded(0, 1)),
-        vec![run(4, 0, 1, 1000, 12 * S + SWAP_IN)]
+        step(&mut n, 21 * S + SWAP_IN, loaded(0, 1)),
+        vec![run(5, 0, 1, 1000, 22 * S + SWAP_IN)]
     );
 }
 
