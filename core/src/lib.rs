@@ -13,8 +13,10 @@
 //! ```
 
 pub mod config;
+pub mod executor;
 pub mod model;
 pub mod rng;
+pub mod sim;
 pub mod state;
 
 pub use model::*;

@@ -1,0 +1,75 @@
+//! What the executor decides: its output, carried out by the node agent
+//! (live) or the simulator.
+
+use super::{FunctionId, RejectReason, RequestId};
+use crate::model::{Micros, MilliGpu};
+
+/// One decision of [`super::NodeExecutor`], in the order it must be applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    /// Run the request on its function's instance on `gpu`, with `compute_milli`.
+    Run {
+        /// The request.
+        request: RequestId,
+        /// Its function.
+        function: FunctionId,
+        /// GPU index on the node.
+        gpu: u32,
+        /// Compute share it runs on.
+        compute_milli: MilliGpu,
+        /// Predicted finish (the latency model's service time from now), µs.
+        finish_at: Micros,
+    },
+    /// Drop an idle instance's GPU copy; its weights stay in host memory.
+    SwapOut {
+        /// The function.
+        function: FunctionId,
+        /// GPU index.
+        gpu: u32,
+    },
+    /// Drop an instance from the GPU without keeping its weights (scale to
+    /// zero); the next load is a cold start.
+    Unload {
+        /// The function.
+        function: FunctionId,
+        /// GPU index.
+        gpu: u32,
+    },
+    /// Copy the function's weights from host memory onto `gpu`.
+    SwapIn {
+        /// The function.
+        function: FunctionId,
+        /// GPU index.
+        gpu: u32,
+        /// When the copy completes, µs.
+        ready_at: Micros,
+    },
+    /// Fetch the weights from storage into host memory, then onto `gpu`.
+    ColdStart {
+        /// The function.
+        function: FunctionId,
+        /// GPU index.
+        gpu: u32,
+        /// When it is ready, µs.
+        ready_at: Micros,
+    },
+    /// Remap: move the idle instance from GPU `from` to GPU `to` (its GPU
+    /// memory on `from` is released now; the copy comes from host memory).
+    Move {
+        /// The function.
+        function: FunctionId,
+        /// Source GPU index.
+        from: u32,
+        /// Target GPU index.
+        to: u32,
+        /// When it is ready on `to`, µs.
+        ready_at: Micros,
+    },
+    /// Turn the request away.
+    Reject {
+        /// The request.
+        request: RequestId,
+        /// Why.
+        reason: RejectReason,
+    },
+}

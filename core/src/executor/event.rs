@@ -1,0 +1,58 @@
+//! What happens to a node: the executor's input.
+
+use super::{FunctionId, FunctionProfile, RequestId};
+use crate::model::Micros;
+
+/// One input to [`super::NodeExecutor::handle`], stamped by the caller with `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// The region placed a function on this node (its weights are in neither
+    /// GPU nor host memory yet).
+    InstanceAdded {
+        /// The function.
+        function: FunctionId,
+        /// How to serve it.
+        profile: FunctionProfile,
+    },
+    /// The function leaves this node: queued requests are rejected, idle
+    /// copies unloaded, busy ones unloaded when their requests finish.
+    InstanceRemoved {
+        /// The function.
+        function: FunctionId,
+    },
+    /// A request arrived.
+    RequestArrived {
+        /// Its id.
+        request: RequestId,
+        /// The function it invokes.
+        function: FunctionId,
+        /// Its service time on a whole GPU, µs (measured or predicted).
+        full_gpu_us: Micros,
+        /// Absolute deadline, µs.
+        deadline: Micros,
+    },
+    /// A request started by [`super::Command::Run`] finished.
+    RequestFinished {
+        /// Its id.
+        request: RequestId,
+        /// The GPU it ran on.
+        gpu: u32,
+    },
+    /// A swap-in, cold start or move onto `gpu` completed.
+    LoadFinished {
+        /// The function loaded.
+        function: FunctionId,
+        /// The GPU it is now ready on.
+        gpu: u32,
+    },
+    /// Load the function ahead of predicted requests, onto the GPU that
+    /// has free memory for it soonest, without evicting anything; nothing
+    /// happens if a copy is already on the node or no GPU has room.
+    Prefetch {
+        /// The function.
+        function: FunctionId,
+    },
+    /// A periodic tick: queued requests that can no longer meet their
+    /// deadline are rejected early, and queues are dispatched again.
+    Timer,
+}

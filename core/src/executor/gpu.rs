@@ -1,0 +1,340 @@
+//! The per-GPU executor: resident instances, the earliest-deadline-first
+//! queue, the running requests, and dispatch.
+//!
+//! ```text
+//!   enqueue ─▶ queue (sorted by deadline) ─▶ dispatch ─▶ Run ─▶ finish
+//!                         │                     │
+//!                         └─ too late ──────────┴─▶ Reject (DeadlineMissedInQueue)
+//! ```
+//!
+//! The node-level [`super::NodeExecutor`] decides which GPU a request goes
+//! to and what gets loaded or evicted; this type keeps one GPU's books.
+
+use super::{Command, ExecutorRules, FunctionId, RejectReason, RequestId};
+use crate::model::{Mib, Micros, MilliGpu, Tier, WHOLE_GPU};
+
+/// One function's copy on a GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Instance {
+    pub function: FunctionId,
+    pub tier: Tier,
+    /// GPU memory held (whole slots for slotted rules).
+    pub mem_mib: Mib,
+    /// Compute of its slots (slotted rules): it runs one request at a time on it.
+    pub reserved_compute: Option<MilliGpu>,
+    /// Weights are on the GPU (a load has finished).
+    pub loaded: bool,
+    /// When the pending load finishes (meaningful while `!loaded`).
+    pub ready_at: Micros,
+    pub running: u32,
+    pub queued: u32,
+    /// Sum of the service times of its queued requests, µs.
+    pub queued_us: Micros,
+    /// Latest finish of its running requests, µs.
+    pub busy_until: Micros,
+    pub last_used: Micros,
+    /// The function was removed from the node: unload when idle.
+    pub removing: bool,
+}
+
+impl Instance {
+    /// Loaded with nothing running or queued.
+    pub fn idle(&self) -> bool {
+        self.loaded && self.running == 0 && self.queued == 0
+    }
+}
+
+/// A request waiting on this GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Queued {
+    pub deadline: Micros,
+    pub request: RequestId,
+    pub function: FunctionId,
+    pub service_us: Micros,
+    pub compute: MilliGpu,
+}
+
+/// A request running on this GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Running {
+    pub request: RequestId,
+    pub function: FunctionId,
+    pub compute: MilliGpu,
+    pub finish_at: Micros,
+}
+
+/// One GPU's state and its EDF dispatch.
+#[derive(Debug, Clone)]
+pub struct GpuExecutor {
+    pub(crate) index: u32,
+    pub(crate) free_mib: Mib,
+    pub(crate) compute_free: MilliGpu,
+    /// When the host-to-device link is free for the next load.
+    pub(crate) link_free_at: Micros,
+    pub(crate) instances: Vec<Instance>,
+    /// Sorted by (deadline, request) descending: the last element is served first.
+    pub(crate) queue: Vec<Queued>,
+    pub(crate) running: Vec<Running>,
+    /// Σ service × compute of the queue, µs·milli-GPU.
+    pub(crate) queued_work: u64,
+}
+
+impl GpuExecutor {
+    /// An empty GPU with `memory_mib` of memory.
+    pub fn new(index: u32, memory_mib: Mib) -> Self {
+        Self {
+            index,
+            free_mib: memory_mib,
+            compute_free: WHOLE_GPU,
+            link_free_at: 0,
+            instances: Vec::new(),
+            queue: Vec::new(),
+            running: Vec::new(),
+            queued_work: 0,
+        }
+    }
+
+    /// GPU memory not held by any instance, MiB.
+    pub fn free_mib(&self) -> Mib {
+        self.free_mib
+    }
+
+    /// Number of requests queued here.
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// The functions whose instances are on this GPU (loaded or loading).
+    pub fn resident(&self) -> impl Iterator<Item = FunctionId> + '_ {
+        self.instances.iter().map(|i| i.function)
+    }
+
+    /// Nothing loaded, queued or running, and the link idle at `now`.
+    pub(crate) fn pristine(&self, now: Micros) -> bool {
+        self.instances.is_empty()
+            && self.queue.is_empty()
+            && self.running.is_empty()
+            && self.link_free_at <= now
+    }
+
+    pub(crate) fn find(&self, function: FunctionId) -> Option<usize> {
+        self.instances.iter().position(|i| i.function == function)
+    }
+
+    /// Fluid estimate of when `compute` frees up for a request behind
+    /// everything queued here: 0 wait when the queue is empty and the
+    /// compute is free, else the committed work spread over the whole GPU.
+    pub(crate) fn compute_start(&self, now: Micros, compute: MilliGpu) -> Micros {
+        if self.queue.is_empty() && self.compute_free >= compute {
+            return now;
+        }
+        let running: u64 = self
+            .running
+            .iter()
+            .map(|r| r.finish_at.saturating_sub(now) * r.compute as u64)
+            .sum();
+        now + (running + self.queued_work) / WHOLE_GPU as u64
+    }
+
+    /// Memory that evicting idle instances could free under `rules`.
+    pub(crate) fn evictable_mib(&self, rules: &ExecutorRules) -> Mib {
+        self.instances
+            .iter()
+            .filter(|i| evictable(i, rules))
+            .map(|i| i.mem_mib)
+            .sum()
+    }
+
+    /// Insert a request in deadline order and book its work.
+    pub(crate) fn enqueue(&mut self, q: Queued, inst: Option<usize>) {
+        let key = (q.deadline, q.request);
+        let pos = self
+            .queue
+            .partition_point(|e| (e.deadline, e.request) > key);
+        self.queue.insert(pos, q);
+        self.queued_work += q.service_us * q.compute as u64;
+        if let Some(i) = inst {
+            let inst = &mut self.instances[i];
+            inst.queued += 1;
+            inst.queued_us += q.service_us;
+        }
+    }
+
+    fn unqueue(&mut self, pos: usize, all_resident: bool) -> Queued {
+        let q = self.queue.remove(pos);
+        self.queued_work -= q.service_us * q.compute as u64;
+        if !all_resident {
+            if let Some(i) = self.find(q.function) {
+                let inst = &mut self.instances[i];
+                inst.queued -= 1;
+                inst.queued_us -= q.service_us;
+            }
+        }
+        q
+    }
+
+    /// Start every queued request that can start now, earliest deadline
+    /// first; reject those that can no longer finish in time.
+    pub(crate) fn dispatch(&mut self, now: Micros, rules: &ExecutorRules, out: &mut Vec<Command>) {
+        let slotted = rules.slots_per_gpu.is_some();
+        let mut idx = self.queue.len();
+        while idx > 0 {
+            idx -= 1;
+            let q = self.queue[idx];
+            let inst = if rules.all_resident {
+                None
+            } else {
+                self.find(q.function)
+            };
+            if let Some(i) = inst {
+                let it = &self.instances[i];
+                if !it.loaded {
+                    let earliest = it.ready_at.max(now) + q.service_us;
+                    if earliest > q.deadline {
+                        self.unqueue(idx, rules.all_resident);
+                        out.push(reject_late(q, earliest));
+                    }
+                    continue;
+                }
+                if slotted && it.running > 0 {
+                    continue;
+                }
+            }
+            if self.compute_free < q.compute {
+                if slotted {
+                    continue;
+                }
+                // Strict EDF on compute: nothing later overtakes the head.
+                // The head cannot start before the first running request
+                // ends; if even that is too late, reject it now.
+                let first_free = self
+                    .running
+                    .iter()
+                    .map(|r| r.finish_at)
+                    .min()
+                    .unwrap_or(now);
+                let earliest = first_free.max(now) + q.service_us;
+                if earliest > q.deadline {
+                    self.unqueue(idx, rules.all_resident);
+                    out.push(reject_late(q, earliest));
+                    continue;
+                }
+                break;
+            }
+            let finish_at = now + q.service_us;
+            if finish_at > q.deadline {
+                self.unqueue(idx, rules.all_resident);
+                out.push(reject_late(q, finish_at));
+                continue;
+            }
+            self.unqueue(idx, rules.all_resident);
+            self.compute_free -= q.compute;
+            self.running.push(Running {
+                request: q.request,
+                function: q.function,
+                compute: q.compute,
+                finish_at,
+            });
+            if let Some(i) = inst {
+                let it = &mut self.instances[i];
+                it.running += 1;
+                it.busy_until = it.busy_until.max(finish_at);
+                it.last_used = now;
+            }
+            out.push(Command::Run {
+                request: q.request,
+                function: q.function,
+                gpu: self.index,
+                compute_milli: q.compute,
+                finish_at,
+            });
+        }
+    }
+
+    /// Book a finished request; returns its function, or `None` if unknown.
+    pub(crate) fn finish(&mut self, now: Micros, request: RequestId) -> Option<FunctionId> {
+        let pos = self.running.iter().position(|r| r.request == request)?;
+        let r = self.running.swap_remove(pos);
+        self.compute_free += r.compute;
+        if let Some(i) = self.find(r.function) {
+            let it = &mut self.instances[i];
+            it.running -= 1;
+            it.last_used = now;
+        }
+        Some(r.function)
+    }
+
+    /// Drop queued requests that can no longer finish by their deadline.
+    pub(crate) fn reject_hopeless(
+        &mut self,
+        now: Micros,
+        rules: &ExecutorRules,
+        out: &mut Vec<Command>,
+    ) {
+        let mut idx = self.queue.len();
+        while idx > 0 {
+            idx -= 1;
+            let q = self.queue[idx];
+            let ready = match (rules.all_resident, self.find(q.function)) {
+                (false, Some(i)) if !self.instances[i].loaded => self.instances[i].ready_at,
+                _ => now,
+            };
+            let earliest = ready.max(now) + q.service_us;
+            if earliest > q.deadline {
+                self.unqueue(idx, rules.all_resident);
+                out.push(reject_late(q, earliest));
+            }
+        }
+    }
+
+    /// Remove a function's queued requests (it left the node), rejecting them.
+    pub(crate) fn reject_function(
+        &mut self,
+        function: FunctionId,
+        rules: &ExecutorRules,
+        out: &mut Vec<Command>,
+    ) {
+        let mut idx = self.queue.len();
+        while idx > 0 {
+            idx -= 1;
+            if self.queue[idx].function == function {
+                let q = self.unqueue(idx, rules.all_resident);
+                out.push(Command::Reject {
+                    request: q.request,
+                    reason: RejectReason::UnknownFunction,
+                });
+            }
+        }
+    }
+
+    /// Add an instance (loading until `ready_at`) holding `mem_mib`.
+    pub(crate) fn add_instance(&mut self, inst: Instance) -> usize {
+        self.free_mib -= inst.mem_mib;
+        self.instances.push(inst);
+        self.instances.len() - 1
+    }
+
+    /// Remove instance `i`, releasing its memory.
+    pub(crate) fn remove_instance(&mut self, i: usize) -> Instance {
+        let inst = self.instances.swap_remove(i);
+        self.free_mib += inst.mem_mib;
+        inst
+    }
+}
+
+/// Whether `inst` may be evicted under `rules`: idle, and of a swappable
+/// tier when weights go to host memory (gshare), any tier when the
+/// baseline scales idle instances to zero.
+pub(crate) fn evictable(inst: &Instance, rules: &ExecutorRules) -> bool {
+    inst.idle() && (!rules.host_cache || inst.tier.swappable())
+}
+
+fn reject_late(q: Queued, earliest_finish: Micros) -> Command {
+    Command::Reject {
+        request: q.request,
+        reason: RejectReason::DeadlineMissedInQueue {
+            earliest_finish,
+            deadline: q.deadline,
+        },
+    }
+}

@@ -1,0 +1,609 @@
+//! The node-level executor: routes each request to one of the node's GPUs,
+//! loads, evicts and remaps instances between them, and keeps host memory.
+//!
+//! ```text
+//!  Event ─▶ NodeExecutor::handle(now, event)
+//!              │  route: predicted finish on every GPU
+//!              │         (resident: queue wait; elsewhere: load + wait)
+//!              │  reject early if no GPU meets the deadline
+//!              │  load: evict victims ─▶ SwapOut/Unload, then Move | SwapIn | ColdStart
+//!              ▼
+//!           GpuExecutor::dispatch (EDF) ─▶ Run / Reject
+//!              │
+//!              ▼
+//!           output: Vec<Command>  (drained by the agent or the simulator)
+//! ```
+//!
+//! Everything is decided from the event and `now`: no clock, no I/O, and the
+//! output buffer is reused, so the simulator's hot path does not allocate.
+
+use super::gpu::{evictable, Instance, Queued};
+use super::{
+    Command, Event, FunctionId, FunctionProfile, GpuExecutor, NodeConfig, RejectReason, RequestId,
+};
+use crate::model::{Mib, Micros, MilliGpu, Tier, WHOLE_GPU};
+
+/// Host memory is shrunk to this percentage of its capacity when it overflows.
+const HOST_LOW_WATER_PCT: u64 = 95;
+
+/// Mean inter-arrival before a function's second request: "far away".
+const NO_GAP: Micros = Micros::MAX / 4;
+
+#[derive(Debug, Clone, Copy)]
+struct FunctionState {
+    profile: FunctionProfile,
+    /// Weights are in host memory (a load is a swap-in, not a cold start).
+    in_host: bool,
+    last_arrival: Option<Micros>,
+    /// Exponentially weighted mean inter-arrival (weight 1/4 on the newest gap).
+    mean_gap: Micros,
+    /// Instances on the node's GPUs (loaded or loading).
+    copies: u32,
+    /// Of those, instances still loading.
+    loading: u32,
+}
+
+impl FunctionState {
+    /// Predicted time of the next request.
+    fn next_use(&self) -> Micros {
+        self.last_arrival.unwrap_or(0).saturating_add(self.mean_gap)
+    }
+}
+
+/// A candidate GPU for a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Choice {
+    finish: Micros,
+    load: bool,
+    /// The load needs victims evicted first.
+    evicts: bool,
+    /// Memory in use on the GPU (loads spread to the emptiest GPU).
+    used_mib: Mib,
+    gpu: u32,
+}
+
+/// The executor of one node: the state machine the node agent runs live
+/// and the serving simulator runs on traces.
+#[derive(Debug, Clone)]
+pub struct NodeExecutor {
+    config: NodeConfig,
+    gpus: Vec<GpuExecutor>,
+    functions: Vec<Option<FunctionState>>,
+    host_used_mib: Mib,
+    output: Vec<Command>,
+    /// Reused buffer of host-eviction candidates (last arrival, function).
+    host_scratch: Vec<(Option<Micros>, u32)>,
+}
+
+impl NodeExecutor {
+    /// A node with empty GPUs and empty host memory.
+    pub fn new(config: NodeConfig) -> Self {
+        let gpus = (0..config.gpus)
+            .map(|i| GpuExecutor::new(i, config.gpu_memory_mib))
+            .collect();
+        Self {
+            config,
+            gpus,
+            functions: Vec::new(),
+            host_used_mib: 0,
+            output: Vec::new(),
+            host_scratch: Vec::new(),
+        }
+    }
+
+    /// The node's configuration.
+    pub fn config(&self) -> &NodeConfig {
+        &self.config
+    }
+
+    /// GPU `index` of the node.
+    pub fn gpu(&self, index: u32) -> &GpuExecutor {
+        &self.gpus[index as usize]
+    }
+
+    /// Whether the function's weights are in host memory.
+    pub fn in_host(&self, function: FunctionId) -> bool {
+        self.state(function).is_some_and(|f| f.in_host)
+    }
+
+    /// Host memory holding swapped-out weights, MiB.
+    pub fn host_used_mib(&self) -> Mib {
+        self.host_used_mib
+    }
+
+    /// Drain the commands produced so far, in order.
+    pub fn drain_commands(&mut self) -> std::vec::Drain<'_, Command> {
+        self.output.drain(..)
+    }
+
+    /// Take the commands produced so far (tests and one-off callers).
+    pub fn take_commands(&mut self) -> Vec<Command> {
+        std::mem::take(&mut self.output)
+    }
+
+    /// Feed one event at time `now`; decisions accumulate in the output.
+    pub fn handle(&mut self, now: Micros, event: Event) {
+        match event {
+            Event::InstanceAdded { function, profile } => self.add_function(function, profile),
+            Event::InstanceRemoved { function } => self.remove_function(now, function),
+            Event::RequestArrived {
+                request,
+                function,
+                full_gpu_us,
+                deadline,
+            } => self.arrive(now, request, function, full_gpu_us, deadline),
+            Event::RequestFinished { request, gpu } => self.finish(now, request, gpu),
+            Event::LoadFinished { function, gpu } => self.loaded(now, function, gpu),
+            Event::Prefetch { function } => self.prefetch(now, function),
+            Event::Timer => {
+                let rules = self.config.rules;
+                for g in &mut self.gpus {
+                    g.reject_hopeless(now, &rules, &mut self.output);
+                    g.dispatch(now, &rules, &mut self.output);
+                }
+            }
+        }
+    }
+
+    fn state(&self, function: FunctionId) -> Option<&FunctionState> {
+        self.functions
+            .get(function.0 as usize)
+            .and_then(|f| f.as_ref())
+    }
+
+    fn add_function(&mut self, function: FunctionId, profile: FunctionProfile) {
+        let i = function.0 as usize;
+        if self.functions.len() <= i {
+            self.functions.resize(i + 1, None);
+        }
+        if let Some(f) = &mut self.functions[i] {
+            f.profile = profile;
+            return;
+        }
+        self.functions[i] = Some(FunctionState {
+            profile,
+            in_host: false,
+            last_arrival: None,
+            mean_gap: NO_GAP,
+            copies: 0,
+            loading: 0,
+        });
+    }
+
+    fn remove_function(&mut self, now: Micros, function: FunctionId) {
+        let Some(fs) = self
+            .functions
+            .get_mut(function.0 as usize)
+            .and_then(|f| f.take())
+        else {
+            return;
+        };
+        if fs.in_host {
+            self.host_used_mib -= fs.profile.memory_mib;
+        }
+        let rules = self.config.rules;
+        for g in &mut self.gpus {
+            g.reject_function(function, &rules, &mut self.output);
+            if let Some(i) = g.find(function) {
+                if g.instances[i].running == 0 {
+                    g.remove_instance(i);
+                    self.output.push(Command::Unload {
+                        function,
+                        gpu: g.index,
+                    });
+                } else {
+                    g.instances[i].removing = true;
+                }
+            }
+            g.dispatch(now, &rules, &mut self.output);
+        }
+    }
+
+    /// GPU memory one instance holds and the compute its requests get, or
+    /// `None` if no GPU of this node can ever hold it.
+    fn footprint(&self, profile: &FunctionProfile) -> Option<(Mib, MilliGpu, Option<MilliGpu>)> {
+        footprint(&self.config, profile)
+    }
+
+    fn arrive(
+        &mut self,
+        now: Micros,
+        request: RequestId,
+        function: FunctionId,
+        full_gpu_us: Micros,
+        deadline: Micros,
+    ) {
+        let Some(fs) = self
+            .functions
+            .get_mut(function.0 as usize)
+            .and_then(|f| f.as_mut())
+        else {
+            self.output.push(Command::Reject {
+                request,
+                reason: RejectReason::UnknownFunction,
+            });
+            return;
+        };
+        if let Some(last) = fs.last_arrival {
+            let gap = now.saturating_sub(last);
+            fs.mean_gap = if fs.mean_gap == NO_GAP {
+                gap
+            } else {
+                (3 * fs.mean_gap + gap) / 4
+            };
+        }
+        fs.last_arrival = Some(now);
+        let fs = *fs;
+        let profile = fs.profile;
+        let Some((mem_cost, compute, reserved)) = self.footprint(&profile) else {
+            self.output.push(Command::Reject {
+                request,
+                reason: RejectReason::NoCapacity,
+            });
+            return;
+        };
+        let rules = self.config.rules;
+        let slotted = rules.slots_per_gpu.is_some();
+        let service = profile.service_us(full_gpu_us, compute);
+        let prefer_resident = rules.wait_within_deadline && profile.tier.delayable();
+        let load_us = if rules.host_cache && fs.in_host {
+            self.config.load.swap_in_us(profile.memory_mib)
+        } else {
+            self.config.load.cold_start_us(profile.memory_mib)
+        };
+
+        let mut best: Option<Choice> = None;
+        let mut best_resident: Option<Choice> = None;
+        let mut best_load: Option<Choice> = None;
+        // All pristine GPUs (nothing loaded, queued or running, link idle)
+        // give the same prediction: only the first one is evaluated.
+        let mut seen_pristine = false;
+        for g in &self.gpus {
+            if !rules.all_resident && g.pristine(now) {
+                if seen_pristine {
+                    continue;
+                }
+                seen_pristine = true;
+            }
+            let choice = if rules.all_resident {
+                Choice {
+                    finish: g.compute_start(now, compute) + service,
+                    load: false,
+                    evicts: false,
+                    used_mib: 0,
+                    gpu: g.index,
+                }
+            } else if let Some(i) = g.find(function) {
+                let it = &g.instances[i];
+                let ready = if it.loaded { now } else { it.ready_at.max(now) };
+                let start = if slotted {
+                    ready.max(it.busy_until) + it.queued_us
+                } else {
+                    ready.max(g.compute_start(now, compute))
+                };
+                Choice {
+                    finish: start + service,
+                    load: false,
+                    evicts: false,
+                    used_mib: 0,
+                    gpu: g.index,
+                }
+            } else {
+                if g.free_mib < mem_cost && g.free_mib + g.evictable_mib(&rules) < mem_cost {
+                    continue;
+                }
+                let ready = g.link_free_at.max(now) + load_us;
+                let start = if slotted {
+                    ready
+                } else {
+                    ready.max(g.compute_start(now, compute))
+                };
+                Choice {
+                    finish: start + service,
+                    load: true,
+                    evicts: g.free_mib < mem_cost,
+                    used_mib: self.config.gpu_memory_mib - g.free_mib,
+                    gpu: g.index,
+                }
+            };
+            if choice.load {
+                best_load = Some(best_load.map_or(choice, |b| b.min(choice)));
+            }
+            if prefer_resident && !choice.load && choice.finish <= deadline {
+                best_resident = Some(best_resident.map_or(choice, |b| b.min(choice)));
+            }
+            best = Some(best.map_or(choice, |b| b.min(choice)));
+        }
+        let Some(choice) = best_resident.or(best) else {
+            self.output.push(Command::Reject {
+                request,
+                reason: RejectReason::NoCapacity,
+            });
+            return;
+        };
+        if choice.finish > deadline {
+            self.output.push(Command::Reject {
+                request,
+                reason: RejectReason::DeadlineUnreachable {
+                    predicted_finish: choice.finish,
+                    deadline,
+                },
+            });
+            // Demand exceeds the copies on the node: warm one up for the next
+            // requests (a load alone may exceed this deadline) when there is
+            // none, or, one at a time, when free memory holds another copy
+            // without evicting anything (scale out) and an idle warm copy
+            // would have met this deadline.
+            let useful = now + service <= deadline;
+            let warm = match best_load.filter(|_| useful) {
+                Some(c) if fs.copies == 0 => Some(c),
+                Some(c) if fs.loading == 0 && !c.evicts => Some(c),
+                _ => None,
+            };
+            if let Some(c) = warm.filter(|_| !rules.all_resident) {
+                self.load(now, function, c.gpu as usize, mem_cost, reserved, load_us);
+            }
+            return;
+        }
+        let g = choice.gpu as usize;
+        let inst = if rules.all_resident {
+            None
+        } else if choice.load {
+            Some(self.load(now, function, g, mem_cost, reserved, load_us))
+        } else {
+            self.gpus[g].find(function)
+        };
+        self.gpus[g].enqueue(
+            Queued {
+                deadline,
+                request,
+                function,
+                service_us: service,
+                compute,
+            },
+            inst,
+        );
+        self.gpus[g].dispatch(now, &rules, &mut self.output);
+    }
+
+    /// Make room on GPU `g` and start loading `function` there; returns the
+    /// new instance's index on that GPU.
+    fn load(
+        &mut self,
+        now: Micros,
+        function: FunctionId,
+        g: usize,
+        mem_cost: Mib,
+        reserved: Option<MilliGpu>,
+        load_us: Micros,
+    ) -> usize {
+        let rules = self.config.rules;
+        // Memory is scarce here: keep one copy per function (remap below).
+        let scarce = self.gpus[g].free_mib < mem_cost;
+        // Evict victims: weakest tier, farthest predicted next use, longest idle
+        // (gshare); least recently used (baselines).
+        while self.gpus[g].free_mib < mem_cost {
+            let gpu = &self.gpus[g];
+            let victim = gpu
+                .instances
+                .iter()
+                .enumerate()
+                .filter(|(_, i)| evictable(i, &rules))
+                .min_by_key(|(_, i)| {
+                    if rules.host_cache {
+                        let next = self.functions[i.function.0 as usize]
+                            .as_ref()
+                            .map_or(Micros::MAX, |f| f.next_use());
+                        (tier_keep_rank(i.tier), Micros::MAX - next, i.last_used)
+                    } else {
+                        (0, 0, i.last_used)
+                    }
+                })
+                .map(|(k, _)| k);
+            let Some(k) = victim else { break };
+            let gone = self.gpus[g].remove_instance(k);
+            if let Some(f) = self.functions[gone.function.0 as usize].as_mut() {
+                f.copies -= 1;
+            }
+            let gpu = g as u32;
+            self.output.push(if rules.host_cache {
+                Command::SwapOut {
+                    function: gone.function,
+                    gpu,
+                }
+            } else {
+                Command::Unload {
+                    function: gone.function,
+                    gpu,
+                }
+            });
+        }
+        let ready_at = self.gpus[g].link_free_at.max(now) + load_us;
+        self.gpus[g].link_free_at = ready_at;
+        let moved_from = if rules.remap && scarce {
+            self.gpus.iter().position(|o| {
+                o.index as usize != g && o.find(function).is_some_and(|i| o.instances[i].idle())
+            })
+        } else {
+            None
+        };
+        let fs = self.functions[function.0 as usize]
+            .as_mut()
+            .expect("routed function is placed");
+        if let Some(a) = moved_from {
+            let i = self.gpus[a].find(function).expect("found above");
+            self.gpus[a].remove_instance(i);
+            fs.copies -= 1;
+            self.output.push(Command::Move {
+                function,
+                from: a as u32,
+                to: g as u32,
+                ready_at,
+            });
+        } else if rules.host_cache && fs.in_host {
+            self.output.push(Command::SwapIn {
+                function,
+                gpu: g as u32,
+                ready_at,
+            });
+        } else {
+            self.output.push(Command::ColdStart {
+                function,
+                gpu: g as u32,
+                ready_at,
+            });
+            if rules.host_cache && !fs.in_host {
+                fs.in_host = true;
+                self.host_used_mib += fs.profile.memory_mib;
+            }
+        }
+        fs.copies += 1;
+        fs.loading += 1;
+        let tier = fs.profile.tier;
+        if self.host_used_mib > self.config.host_memory_mib {
+            self.shrink_host(function);
+        }
+        self.gpus[g].add_instance(Instance {
+            function,
+            tier,
+            mem_mib: mem_cost,
+            reserved_compute: reserved,
+            loaded: false,
+            ready_at,
+            running: 0,
+            queued: 0,
+            queued_us: 0,
+            busy_until: 0,
+            last_used: now,
+            removing: false,
+        })
+    }
+
+    /// Drop host copies of functions with no GPU instance, least recently
+    /// invoked first (never `keep`'s), down to [`HOST_LOW_WATER_PCT`] % of
+    /// host memory so that the scan over all functions is amortized.
+    fn shrink_host(&mut self, keep: FunctionId) {
+        let target = self.config.host_memory_mib / 100 * HOST_LOW_WATER_PCT;
+        let mut candidates = std::mem::take(&mut self.host_scratch);
+        candidates.clear();
+        candidates.extend(
+            self.functions
+                .iter()
+                .enumerate()
+                .filter_map(|(k, f)| f.as_ref().map(|f| (k, f)))
+                .filter(|(k, f)| *k != keep.0 as usize && f.in_host && f.copies == 0)
+                .map(|(k, f)| (f.last_arrival, k as u32)),
+        );
+        candidates.sort_unstable();
+        for &(_, k) in candidates.iter() {
+            if self.host_used_mib <= target {
+                break;
+            }
+            let f = self.functions[k as usize].as_mut().expect("listed above");
+            f.in_host = false;
+            self.host_used_mib -= f.profile.memory_mib;
+        }
+        self.host_scratch = candidates;
+    }
+
+    fn prefetch(&mut self, now: Micros, function: FunctionId) {
+        let rules = self.config.rules;
+        let Some(fs) = self.state(function).copied() else {
+            return;
+        };
+        if rules.all_resident || fs.copies > 0 {
+            return;
+        }
+        let Some((mem_cost, _, reserved)) = self.footprint(&fs.profile) else {
+            return;
+        };
+        let Some(g) = self
+            .gpus
+            .iter()
+            .filter(|g| g.free_mib >= mem_cost)
+            .min_by_key(|g| (g.link_free_at.max(now), g.index))
+            .map(|g| g.index as usize)
+        else {
+            return;
+        };
+        let load_us = if rules.host_cache && fs.in_host {
+            self.config.load.swap_in_us(fs.profile.memory_mib)
+        } else {
+            self.config.load.cold_start_us(fs.profile.memory_mib)
+        };
+        self.load(now, function, g, mem_cost, reserved, load_us);
+    }
+
+    fn finish(&mut self, now: Micros, request: RequestId, gpu: u32) {
+        let rules = self.config.rules;
+        let Some(g) = self.gpus.get_mut(gpu as usize) else {
+            return;
+        };
+        if let Some(function) = g.finish(now, request) {
+            if let Some(i) = g.find(function) {
+                if g.instances[i].removing && g.instances[i].running == 0 {
+                    g.remove_instance(i);
+                    self.output.push(Command::Unload { function, gpu });
+                }
+            }
+        }
+        g.dispatch(now, &rules, &mut self.output);
+    }
+
+    fn loaded(&mut self, now: Micros, function: FunctionId, gpu: u32) {
+        let rules = self.config.rules;
+        let Some(g) = self.gpus.get_mut(gpu as usize) else {
+            return;
+        };
+        if let Some(i) = g.find(function) {
+            if !g.instances[i].loaded {
+                g.instances[i].loaded = true;
+                g.instances[i].last_used = now;
+                if let Some(f) = self.functions[function.0 as usize].as_mut() {
+                    f.loading -= 1;
+                }
+            }
+        }
+        g.dispatch(now, &rules, &mut self.output);
+    }
+}
+
+/// GPU memory one instance of `profile` holds on a GPU of `config`, the
+/// compute share its requests run on, and that share if it is reserved
+/// (slotted rules); `None` if it cannot fit on one GPU. Slotted rules round
+/// memory up to whole slots; `exclusive` functions take whole GPUs.
+pub fn footprint(
+    config: &NodeConfig,
+    profile: &FunctionProfile,
+) -> Option<(Mib, MilliGpu, Option<MilliGpu>)> {
+    let mem = config.gpu_memory_mib;
+    match config.rules.slots_per_gpu {
+        Some(k) => {
+            let slot = mem / k as u64;
+            let slots = profile.memory_mib.div_ceil(slot.max(1)).max(1);
+            if slots > k as u64 {
+                return None;
+            }
+            let compute = (slots * WHOLE_GPU as u64 / k as u64) as MilliGpu;
+            Some((slots * slot, compute, Some(compute)))
+        }
+        None => {
+            let need = if profile.tier == Tier::Exclusive {
+                mem
+            } else {
+                profile.memory_mib
+            };
+            (need <= mem).then_some((need, profile.request_compute(), None))
+        }
+    }
+}
+
+/// Order in which tiers give up GPU memory: oversubscribed first.
+fn tier_keep_rank(tier: Tier) -> u8 {
+    match tier {
+        Tier::Oversubscribed => 0,
+        Tier::Burstable => 1,
+        Tier::Guaranteed => 2,
+        Tier::Exclusive => 3,
+    }
+}

@@ -1,0 +1,80 @@
+//! The knobs that make one executor behave as gshare or as a baseline.
+//!
+//! Every policy of `gsharectl sim serving` is the same [`NodeExecutor`]
+//! (EDF queues, prediction, early reject) with different rules:
+//!
+//! | policy      | memory          | compute per request      | evicted weights | remap | waits on resident copy |
+//! |-------------|-----------------|--------------------------|-----------------|-------|------------------------|
+//! | `exclusive` | 1 slot = 1 GPU  | whole GPU (reserved)     | dropped (LRU)   | no    | no (earliest finish)   |
+//! | `static`    | k fixed slots   | 1000/k per slot          | dropped (LRU)   | no    | no (earliest finish)   |
+//! | `gshare`    | packed by MiB   | saturation share, shared | kept in host    | yes   | yes, within deadline   |
+//! | `oracle`    | unbounded       | saturation share, shared | never loaded    | n/a   | no (earliest finish)   |
+//!
+//! [`NodeExecutor`]: super::NodeExecutor
+
+/// How a node's executor shares GPUs among functions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExecutorRules {
+    /// `Some(k)`: each GPU is cut into `k` fixed slices of memory and compute
+    /// (MIG/MPS-like); an instance holds whole slots and runs one request at a
+    /// time on their compute. `None`: fine-grained memory packing and shared compute.
+    pub slots_per_gpu: Option<u32>,
+    /// Evicted weights stay in host memory (a later load is a swap-in, not a
+    /// cold start), and only swappable tiers (`oversubscribed`) are evicted,
+    /// chosen by tier, predicted next use and idleness. `false`: an idle
+    /// instance of any tier is dropped least-recently-used first
+    /// (scale-to-zero), and every load is a cold start.
+    pub host_cache: bool,
+    /// Every function is resident on every GPU at no cost (the oracle).
+    pub all_resident: bool,
+    /// An idle instance may be moved to another GPU of the node instead of
+    /// loading a second copy there.
+    pub remap: bool,
+    /// A delayable request waits for a GPU that already holds its function
+    /// while its predicted finish meets its deadline, even if a load
+    /// elsewhere would finish it earlier.
+    pub wait_within_deadline: bool,
+}
+
+impl ExecutorRules {
+    /// Whole GPUs, one instance each, LRU drop, cold start on miss.
+    pub fn exclusive() -> Self {
+        Self {
+            slots_per_gpu: Some(1),
+            host_cache: false,
+            all_resident: false,
+            remap: false,
+            wait_within_deadline: false,
+        }
+    }
+
+    /// `k` fixed fractional slices per GPU with the same LRU rule.
+    pub fn static_slices(k: u32) -> Self {
+        Self {
+            slots_per_gpu: Some(k.max(1)),
+            ..Self::exclusive()
+        }
+    }
+
+    /// Slices + oversubscription + swap to host + remap + deadline-aware waiting.
+    pub fn gshare() -> Self {
+        Self {
+            slots_per_gpu: None,
+            host_cache: true,
+            all_resident: false,
+            remap: true,
+            wait_within_deadline: true,
+        }
+    }
+
+    /// Every model everywhere, free; deadline-aware order on the whole compute.
+    pub fn oracle() -> Self {
+        Self {
+            slots_per_gpu: None,
+            host_cache: true,
+            all_resident: true,
+            remap: false,
+            wait_within_deadline: false,
+        }
+    }
+}

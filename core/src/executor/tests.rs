@@ -1,0 +1,545 @@
+//! Command-sequence tests of the executor: each feeds events at given
+//! times and asserts the exact commands that come out.
+
+use super::*;
+use crate::model::{Micros, Tier};
+
+const S: Micros = 1_000_000;
+const MS: Micros = 1_000;
+/// 4 000 MiB at 10 000 MiB/s + 100 ms setup.
+const SWAP_IN: Micros = 500 * MS;
+/// 500 ms setup + 4 000 MiB at 1 000 MiB/s.
+const COLD: Micros = 4 * S + 500 * MS;
+const FAR: Micros = 1_000 * S;
+
+fn config(gpus: u32, rules: ExecutorRules) -> NodeConfig {
+    NodeConfig {
+        gpus,
+        gpu_memory_mib: 12_000,
+        host_memory_mib: 100_000,
+        load: LoadCosts {
+            h2d_mib_per_s: 10_000,
+            swap_setup_us: 100 * MS,
+            cold_setup_us: 500 * MS,
+            storage_mib_per_s: 1_000,
+        },
+        rules,
+    }
+}
+
+fn profile(tier: Tier) -> FunctionProfile {
+    FunctionProfile {
+        tier,
+        memory_mib: 4_000,
+        saturation_milli: 1000,
+    }
+}
+
+fn node(gpus: u32, rules: ExecutorRules, tiers: &[Tier]) -> NodeExecutor {
+    let mut n = NodeExecutor::new(config(gpus, rules));
+    for (i, t) in tiers.iter().enumerate() {
+        n.handle(
+            0,
+            Event::InstanceAdded {
+                function: FunctionId(i as u32),
+                profile: profile(*t),
+            },
+        );
+    }
+    assert_eq!(n.take_commands(), vec![]);
+    n
+}
+
+fn step(n: &mut NodeExecutor, now: Micros, e: Event) -> Vec<Command> {
+    n.handle(now, e);
+    n.take_commands()
+}
+
+fn arrive(r: u64, f: u32, exec: Micros, deadline: Micros) -> Event {
+    Event::RequestArrived {
+        request: RequestId(r),
+        function: FunctionId(f),
+        full_gpu_us: exec,
+        deadline,
+    }
+}
+
+fn finished(r: u64, gpu: u32) -> Event {
+    Event::RequestFinished {
+        request: RequestId(r),
+        gpu,
+    }
+}
+
+fn loaded(f: u32, gpu: u32) -> Event {
+    Event::LoadFinished {
+        function: FunctionId(f),
+        gpu,
+    }
+}
+
+fn run(r: u64, f: u32, gpu: u32, compute: u32, finish_at: Micros) -> Command {
+    Command::Run {
+        request: RequestId(r),
+        function: FunctionId(f),
+        gpu,
+        compute_milli: compute,
+        finish_at,
+    }
+}
+
+fn cold(f: u32, gpu: u32, ready_at: Micros) -> Command {
+    Command::ColdStart {
+        function: FunctionId(f),
+        gpu,
+        ready_at,
+    }
+}
+
+#[test]
+fn earliest_deadline_runs_first() {
+    let mut n = node(1, ExecutorRules::oracle(), &[Tier::Oversubscribed]);
+    assert_eq!(
+        step(&mut n, 0, arrive(1, 0, S, 10 * S)),
+        vec![run(1, 0, 0, 1000, S)]
+    );
+    // Later arrival, later deadline: waits.
+    assert_eq!(step(&mut n, 100 * MS, arrive(2, 0, S, 20 * S)), vec![]);
+    // Later arrival, earlier deadline: overtakes request 2.
+    assert_eq!(step(&mut n, 200 * MS, arrive(3, 0, S, 5 * S)), vec![]);
+    assert_eq!(
+        step(&mut n, S, finished(1, 0)),
+        vec![run(3, 0, 0, 1000, 2 * S)]
+    );
+    assert_eq!(
+        step(&mut n, 2 * S, finished(3, 0)),
+        vec![run(2, 0, 0, 1000, 3 * S)]
+    );
+    assert_eq!(step(&mut n, 3 * S, finished(2, 0)), vec![]);
+}
+
+#[test]
+fn rejects_on_arrival_when_no_gpu_meets_the_deadline() {
+    let mut n = node(1, ExecutorRules::oracle(), &[Tier::Oversubscribed]);
+    assert_eq!(
+        step(&mut n, 0, arrive(1, 0, S, 10 * S)),
+        vec![run(1, 0, 0, 1000, S)]
+    );
+    assert_eq!(
+        step(&mut n, 0, arrive(2, 0, S, 1_500 * MS)),
+        vec![Command::Reject {
+            request: RequestId(2),
+            reason: RejectReason::DeadlineUnreachable {
+                predicted_finish: 2 * S,
+                deadline: 1_500 * MS,
+            },
+        }]
+    );
+}
+
+#[test]
+fn rejects_in_queue_when_its_gpu_was_taken_during_the_load() {
+    let ovs = Tier::Oversubscribed;
+    let mut n = node(1, ExecutorRules::gshare(), &[ovs, ovs]);
+    // Function 1 becomes resident.
+    assert_eq!(
+        step(&mut n, 0, arrive(1, 1, 100 * MS, FAR)),
+        vec![cold(1, 0, COLD)]
+    );
+    assert_eq!(
+        step(&mut n, COLD, loaded(1, 0)),
+        vec![run(1, 1, 0, 1000, COLD + 100 * MS)]
+    );
+    assert_eq!(step(&mut n, COLD + 100 * MS, finished(1, 0)), vec![]);
+    // Function 0 cold-starts for a request that just fits: ready 9.5 s, finish 9.6 s ≤ 9.7 s.
+    let t = 5 * S;
+    assert_eq!(
+        step(&mut n, t, arrive(2, 0, 100 * MS, 9_700 * MS)),
+        vec![cold(0, 0, t + COLD)]
+    );
+    // While it loads, a later-deadline request of the resident function may use the GPU
+    // (EDF skips requests whose instance is not ready).
+    assert_eq!(
+        step(&mut n, 9_200 * MS, arrive(3, 1, 500 * MS, FAR)),
+        vec![run(3, 1, 0, 1000, 9_700 * MS)]
+    );
+    // The load completes, but the GPU is busy until 9.7 s: 9.8 s > 9.7 s, rejected now.
+    assert_eq!(
+        step(&mut n, t + COLD, loaded(0, 0)),
+        vec![Command::Reject {
+            request: RequestId(2),
+            reason: RejectReason::DeadlineMissedInQueue {
+                earliest_finish: 9_800 * MS,
+                deadline: 9_700 * MS,
+            },
+        }]
+    );
+}
+
+/// Function 1 loaded first with two close requests (next use predicted
+/// soon); function 0 loaded later with one request (no next use predicted);
+/// function 2 guaranteed. The GPU (12 000 MiB) is then full.
+fn full_gpu() -> NodeExecutor {
+    use Tier::*;
+    let mut n = node(
+        1,
+        ExecutorRules::gshare(),
+        &[Oversubscribed, Oversubscribed, Guaranteed, Oversubscribed],
+    );
+    assert_eq!(
+        step(&mut n, 0, arrive(1, 1, 100 * MS, FAR)),
+        vec![cold(1, 0, COLD)]
+    );
+    assert_eq!(step(&mut n, 0, arrive(2, 1, 100 * MS, FAR)), vec![]);
+    assert_eq!(
+        step(&mut n, 0, arrive(3, 0, 100 * MS, FAR)),
+        vec![cold(0, 0, 2 * COLD)]
+    );
+    assert_eq!(
+        step(&mut n, 0, arrive(4, 2, 100 * MS, FAR)),
+        vec![cold(2, 0, 3 * COLD)]
+    );
+    assert_eq!(
+        step(&mut n, COLD, loaded(1, 0)),
+        vec![run(1, 1, 0, 1000, COLD + 100 * MS)]
+    );
+    assert_eq!(
+        step(&mut n, COLD + 100 * MS, finished(1, 0)),
+        vec![run(2, 1, 0, 1000, COLD + 200 * MS)]
+    );
+    assert_eq!(step(&mut n, COLD + 200 * MS, finished(2, 0)), vec![]);
+    assert_eq!(
+        step(&mut n, 2 * COLD, loaded(0, 0)),
+        vec![run(3, 0, 0, 1000, 2 * COLD + 100 * MS)]
+    );
+    assert_eq!(step(&mut n, 2 * COLD + 100 * MS, finished(3, 0)), vec![]);
+    assert_eq!(
+        step(&mut n, 3 * COLD, loaded(2, 0)),
+        vec![run(4, 2, 0, 1000, 3 * COLD + 100 * MS)]
+    );
+    assert_eq!(step(&mut n, 3 * COLD + 100 * MS, finished(4, 0)), vec![]);
+    assert_eq!(n.gpu(0).free_mib(), 0);
+    n
+}
+
+#[test]
+fn swaps_out_the_idle_oversubscribed_instance_used_farthest_in_the_future() {
+    let mut n = full_gpu();
+    // Least recently used is function 1, but its next request is predicted
+    // soon; function 0 has no predicted next use, so it goes. The guaranteed
+    // function 2 is never a candidate.
+    let t = 20 * S;
+    assert_eq!(
+        step(&mut n, t, arrive(5, 3, 100 * MS, FAR)),
+        vec![
+            Command::SwapOut {
+                function: FunctionId(0),
+                gpu: 0
+            },
+            cold(3, 0, t + COLD),
+        ]
+    );
+    assert!(n.in_host(FunctionId(0)));
+}
+
+#[test]
+fn swap_in_from_host_is_cheaper_than_a_cold_start_and_guaranteed_is_never_swapped() {
+    let mut n = full_gpu();
+    let t = 20 * S;
+    step(&mut n, t, arrive(5, 3, 100 * MS, FAR));
+    // Function 0's weights are in host memory: a swap-in, queued behind the
+    // cold start on the H2D link.
+    assert_eq!(
+        step(&mut n, t + S, arrive(6, 0, 100 * MS, FAR)),
+        vec![
+            Command::SwapOut {
+                function: FunctionId(1),
+                gpu: 0
+            },
+            Command::SwapIn {
+                function: FunctionId(0),
+                gpu: 0,
+                ready_at: t + COLD + SWAP_IN,
+            },
+        ]
+    );
+    // Now only the idle guaranteed instance could make room: it is never taken.
+    assert_eq!(
+        step(&mut n, t + S, arrive(7, 1, 100 * MS, FAR)),
+        vec![Command::Reject {
+            request: RequestId(7),
+            reason: RejectReason::NoCapacity,
+        }]
+    );
+}
+
+#[test]
+fn waits_for_the_resident_copy_while_the_deadline_holds_else_loads_another() {
+    let mut n = node(2, ExecutorRules::gshare(), &[Tier::Oversubscribed]);
+    assert_eq!(
+        step(&mut n, 0, arrive(1, 0, 2 * S, FAR)),
+        vec![cold(0, 0, COLD)]
+    );
+    assert_eq!(
+        step(&mut n, COLD, loaded(0, 0)),
+        vec![run(1, 0, 0, 1000, COLD + 2 * S)]
+    );
+    // Waiting on GPU 0 finishes at COLD+3 s, within the deadline: it waits,
+    // although a swap-in on GPU 1 would finish at COLD+1.5 s.
+    assert_eq!(step(&mut n, COLD, arrive(2, 0, S, COLD + 5 * S)), vec![]);
+    // A tighter deadline: waiting would miss it, so a second copy is swapped
+    // in on GPU 1 (the busy copy on GPU 0 is not moved).
+    assert_eq!(
+        step(&mut n, COLD, arrive(3, 0, S, COLD + 2 * S)),
+        vec![Command::SwapIn {
+            function: FunctionId(0),
+            gpu: 1,
+            ready_at: COLD + SWAP_IN,
+        }]
+    );
+    assert_eq!(
+        step(&mut n, COLD + SWAP_IN, loaded(0, 1)),
+        vec![run(3, 0, 1, 1000, COLD + SWAP_IN + S)]
+    );
+    assert_eq!(
+        step(&mut n, COLD + 2 * S, finished(1, 0)),
+        vec![run(2, 0, 0, 1000, COLD + 3 * S)]
+    );
+}
+
+#[test]
+fn remaps_an_idle_instance_to_another_gpu_when_memory_is_scarce() {
+    let mut n = NodeExecutor::new(config(2, ExecutorRules::gshare()));
+    for (f, mem) in [(0, 4_000), (1, 4_000), (2, 10_000)] {
+        n.handle(
+            0,
+            Event::InstanceAdded {
+                function: FunctionId(f),
+                profile: FunctionProfile {
+                    memory_mib: mem,
+                    ..profile(Tier::Oversubscribed)
+                },
+            },
+        );
+    }
+    // Functions 0 and 1 on GPU 0, the big function 2 on GPU 1 (10 s + 0.5 s cold start).
+    let cold2 = 10 * S + 500 * MS;
+    assert_eq!(
+        step(&mut n, 0, arrive(1, 0, 100 * MS, FAR)),
+        vec![cold(0, 0, COLD)]
+    );
+    assert_eq!(
+        step(&mut n, 0, arrive(2, 2, 100 * MS, FAR)),
+        vec![cold(2, 1, cold2)]
+    );
+    assert_eq!(
+        step(&mut n, 0, arrive(3, 1, 100 * MS, FAR)),
+        vec![cold(1, 0, 2 * COLD)]
+    );
+    assert_eq!(
+        step(&mut n, COLD, loaded(0, 0)),
+        vec![run(1, 0, 0, 1000, COLD + 100 * MS)]
+    );
+    assert_eq!(step(&mut n, COLD + 100 * MS, finished(1, 0)), vec![]);
+    assert_eq!(
+        step(&mut n, 2 * COLD, loaded(1, 0)),
+        vec![run(3, 1, 0, 1000, 2 * COLD + 100 * MS)]
+    );
+    assert_eq!(step(&mut n, 2 * COLD + 100 * MS, finished(3, 0)), vec![]);
+    assert_eq!(
+        step(&mut n, cold2, loaded(2, 1)),
+        vec![run(2, 2, 1, 1000, cold2 + 100 * MS)]
+    );
+    assert_eq!(step(&mut n, cold2 + 100 * MS, finished(2, 1)), vec![]);
+    // A long request of function 1 takes GPU 0 for 10 s.
+    assert_eq!(
+        step(&mut n, 20 * S, arrive(4, 1, 10 * S, FAR)),
+        vec![run(4, 1, 0, 1000, 30 * S)]
+    );
+    // Function 0, idle on the busy GPU 0, must run by 23 s: GPU 1 has room only
+    // after evicting function 2, so the copy is moved rather than duplicated.
+    assert_eq!(
+        step(&mut n, 21 * S, arrive(5, 0, S, 23 * S)),
+        vec![
+            Command::SwapOut {
+                function: FunctionId(2),
+                gpu: 1
+            },
+            Command::Move {
+                function: FunctionId(0),
+                from: 0,
+                to: 1,
+                ready_at: 21 * S + SWAP_IN,
+            },
+        ]
+    );
+    assert_eq!(n.gpu(0).resident().collect::<Vec<_>>(), vec![FunctionId(1)]);
+    assert_eq!(
+        step(&mut n, 21 * S + SWAP_IN, loaded(0, 1)),
+        vec![run(5, 0, 1, 1000, 22 * S + SWAP_IN)]
+    );
+}
+
+#[test]
+fn exclusive_baseline_drops_the_lru_instance_and_cold_starts() {
+    let ovs = Tier::Oversubscribed;
+    let mut n = node(1, ExecutorRules::exclusive(), &[ovs, ovs]);
+    assert_eq!(
+        step(&mut n, 0, arrive(1, 0, 100 * MS, FAR)),
+        vec![cold(0, 0, COLD)]
+    );
+    assert_eq!(
+        step(&mut n, COLD, loaded(0, 0)),
+        vec![run(1, 0, 0, 1000, COLD + 100 * MS)]
+    );
+    assert_eq!(step(&mut n, COLD + 100 * MS, finished(1, 0)), vec![]);
+    let t = 10 * S;
+    assert_eq!(
+        step(&mut n, t, arrive(2, 1, 100 * MS, FAR)),
+        vec![
+            Command::Unload {
+                function: FunctionId(0),
+                gpu: 0
+            },
+            cold(1, 0, t + COLD),
+        ]
+    );
+    // No host cache: function 0 comes back by a cold start too.
+    assert!(!n.in_host(FunctionId(0)));
+}
+
+#[test]
+fn static_slices_slow_requests_by_the_latency_model() {
+    // Two slots of 6 000 MiB and 500 milli each; saturation 1000 → twice as slow.
+    let mut n = node(
+        1,
+        ExecutorRules::static_slices(2),
+        &[Tier::Guaranteed, Tier::Guaranteed],
+    );
+    assert_eq!(
+        step(&mut n, 0, arrive(1, 0, S, FAR)),
+        vec![cold(0, 0, COLD)]
+    );
+    assert_eq!(
+        step(&mut n, 0, arrive(2, 1, S, FAR)),
+        vec![cold(1, 0, 2 * COLD)]
+    );
+    assert_eq!(
+        step(&mut n, COLD, loaded(0, 0)),
+        vec![run(1, 0, 0, 500, COLD + 2 * S)]
+    );
+    assert_eq!(
+        step(&mut n, 2 * COLD, loaded(1, 0)),
+        vec![run(2, 1, 0, 500, 2 * COLD + 2 * S)]
+    );
+}
+
+#[test]
+fn timer_rejects_queued_requests_that_became_hopeless() {
+    let mut n = node(1, ExecutorRules::oracle(), &[Tier::Oversubscribed]);
+    step(&mut n, 0, arrive(1, 0, 5 * S, FAR));
+    assert_eq!(step(&mut n, 0, arrive(2, 0, S, 6 * S)), vec![]);
+    assert_eq!(step(&mut n, S, Event::Timer), vec![]);
+    // A lost finish report leaves request 1 holding the GPU; at 5.5 s
+    // request 2 cannot finish by 6 s any more.
+    assert_eq!(
+        step(&mut n, 5_500 * MS, Event::Timer),
+        vec![Command::Reject {
+            request: RequestId(2),
+            reason: RejectReason::DeadlineMissedInQueue {
+                earliest_finish: 6_500 * MS,
+                deadline: 6 * S,
+            },
+        }]
+    );
+}
+
+#[test]
+fn removed_function_rejects_its_queue_and_unloads() {
+    let mut n = node(1, ExecutorRules::gshare(), &[Tier::Oversubscribed]);
+    assert_eq!(
+        step(&mut n, 0, arrive(1, 0, S, FAR)),
+        vec![cold(0, 0, COLD)]
+    );
+    assert_eq!(
+        step(
+            &mut n,
+            S,
+            Event::InstanceRemoved {
+                function: FunctionId(0)
+            }
+        ),
+        vec![
+            Command::Reject {
+                request: RequestId(1),
+                reason: RejectReason::UnknownFunction
+            },
+            Command::Unload {
+                function: FunctionId(0),
+                gpu: 0
+            },
+        ]
+    );
+    assert_eq!(n.gpu(0).free_mib(), 12_000);
+    assert_eq!(n.host_used_mib(), 0);
+    assert_eq!(
+        step(&mut n, S, arrive(2, 0, S, FAR)),
+        vec![Command::Reject {
+            request: RequestId(2),
+            reason: RejectReason::UnknownFunction
+        }]
+    );
+}
+
+#[test]
+fn prefetch_loads_onto_free_memory_only() {
+    let ovs = Tier::Oversubscribed;
+    let mut n = node(1, ExecutorRules::gshare(), &[ovs, ovs, ovs, ovs]);
+    let pre = |f: u32| Event::Prefetch {
+        function: FunctionId(f),
+    };
+    assert_eq!(step(&mut n, 0, pre(0)), vec![cold(0, 0, COLD)]);
+    assert_eq!(step(&mut n, 0, pre(0)), vec![]);
+    assert_eq!(step(&mut n, 0, pre(1)), vec![cold(1, 0, 2 * COLD)]);
+    assert_eq!(step(&mut n, 0, pre(2)), vec![cold(2, 0, 3 * COLD)]);
+    // The GPU is full: no eviction for a prefetch.
+    assert_eq!(step(&mut n, 0, pre(3)), vec![]);
+}
+
+#[test]
+fn a_rejected_request_warms_one_more_copy_in_free_memory() {
+    let mut n = node(2, ExecutorRules::gshare(), &[Tier::Oversubscribed]);
+    assert_eq!(
+        step(&mut n, 0, arrive(1, 0, 10 * S, FAR)),
+        vec![cold(0, 0, COLD)]
+    );
+    assert_eq!(
+        step(&mut n, COLD, loaded(0, 0)),
+        vec![run(1, 0, 0, 1000, COLD + 10 * S)]
+    );
+    let too_late = |r: u64| Command::Reject {
+        request: RequestId(r),
+        reason: RejectReason::DeadlineUnreachable {
+            predicted_finish: COLD + SWAP_IN + 100 * MS,
+            deadline: COLD + 200 * MS,
+        },
+    };
+    // Neither waiting (10 s) nor a swap-in (0.5 s) meets a 200 ms deadline:
+    // rejected, and a second copy is swapped in on GPU 1 for what follows.
+    assert_eq!(
+        step(&mut n, COLD, arrive(2, 0, 100 * MS, COLD + 200 * MS)),
+        vec![
+            too_late(2),
+            Command::SwapIn {
+                function: FunctionId(0),
+                gpu: 1,
+                ready_at: COLD + SWAP_IN,
+            },
+        ]
+    );
+    // One warm-up at a time.
+    assert_eq!(
+        step(&mut n, COLD, arrive(3, 0, 100 * MS, COLD + 200 * MS)),
+        vec![too_late(3)]
+    );
+}

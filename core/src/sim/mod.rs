@@ -1,0 +1,3 @@
+//! Trace-driven simulators.
+
+pub mod serving;
