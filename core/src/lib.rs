@@ -13,6 +13,8 @@
 //! ```
 
 pub mod model;
+pub mod placement;
 pub mod rng;
+pub mod sim;
 
 pub use model::*;

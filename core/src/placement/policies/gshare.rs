@@ -1,0 +1,167 @@
+//! `gshare` and `gshare-noremap`: gshare's own placement.
+//!
+//! Ranking (both): FGD's expected-fragmentation measure, but on the exact
+//! increase `frag_after − frag_before` instead of FGD's integer sigmoid
+//! score (which throws many nodes into one bucket that a random order then
+//! splits), ties broken by best fit (the node, then the GPU, left tightest).
+//!
+//! Remap (`gshare` only): when the task fits on no node as the GPUs are now
+//! shared, move a few fractional tasks between GPUs of one node to make room
+//! ([`super::repack`]); the node needing the fewest moves wins. This is what
+//! gShare's runtime slice remapping allows; it never runs when the task fits
+//! somewhere as is.
+
+use super::fgd::{frag_after, FragCache, NodeState};
+use super::repack;
+use crate::placement::feasibility::{first_free_gpus, fit, scan};
+use crate::placement::{
+    Cluster, FragModel, GpuSet, Node, Placement, PlacementFailure, PlacementPolicy, PodRequest,
+    ResourceDimension, MAX_GPUS_PER_NODE,
+};
+use crate::rng::Rng;
+
+/// Fixed-point scale of fragmentation deltas (1/1000 milli-GPU).
+const SCALE: f64 = 1000.0;
+
+/// gshare's placement policy.
+#[derive(Debug, Clone)]
+pub struct Gshare {
+    cache: FragCache,
+    remap: bool,
+}
+
+impl Gshare {
+    /// gshare over the typical-pod distribution `model`; `remap` enables
+    /// in-node remapping (`gshare`) or not (`gshare-noremap`).
+    pub fn new(model: FragModel, remap: bool) -> Self {
+        Self {
+            cache: FragCache::new(model),
+            remap,
+        }
+    }
+}
+
+/// Fragmentation increase (fixed point, lower is better) of `pod` on a node
+/// in state `st`, at its best GPU.
+fn delta(model: &FragModel, st: &NodeState, pod: &PodRequest) -> i64 {
+    let after = if pod.is_fractional() {
+        let mut best = f64::INFINITY;
+        let mut prev = u16::MAX;
+        for k in 0..st.gpus as usize {
+            let v = st.sorted[k];
+            if v < pod.gpu_milli || v == prev {
+                continue;
+            }
+            prev = v;
+            best = best.min(frag_after(model, st, pod, Some(k)));
+        }
+        best
+    } else {
+        frag_after(model, st, pod, None)
+    };
+    ((after - st.frag) * SCALE).round() as i64
+}
+
+/// The GPU for a sharing task: least fragmentation after, then tightest fit,
+/// then lowest index.
+fn choose_gpu(model: &FragModel, node: &Node, pod: &PodRequest) -> Option<usize> {
+    let left = node.gpu_left();
+    let mut best: Option<(i64, u16, usize)> = None;
+    let mut after = [0u16; MAX_GPUS_PER_NODE];
+    for (g, &l) in left.iter().enumerate() {
+        if l < pod.gpu_milli {
+            continue;
+        }
+        after[..left.len()].copy_from_slice(left);
+        after[g] -= pod.gpu_milli;
+        let f = model.node_frag(
+            node.cpu_left().saturating_sub(pod.cpu_milli),
+            node.spec().model,
+            &after[..left.len()],
+        );
+        let key = ((f * SCALE).round() as i64, l, g);
+        if best.is_none_or(|b| key < b) {
+            best = Some(key);
+        }
+    }
+    best.map(|(_, _, g)| g)
+}
+
+impl Gshare {
+    fn remap_plan(&mut self, cluster: &Cluster, pod: &PodRequest) -> Option<Placement> {
+        let mut best: Option<(usize, u32, usize, repack::RepackPlan)> = None;
+        for (i, node) in cluster.nodes().iter().enumerate() {
+            match fit(node, pod) {
+                Err(ResourceDimension::GpuMilli) | Err(ResourceDimension::GpuCount) => {}
+                _ => continue,
+            }
+            if let Some((m, r, _, _)) = &best {
+                if *m == 1 && *r < node.tie_rank() {
+                    continue;
+                }
+            }
+            if let Some(p) = repack::plan(node, pod) {
+                let key = (p.remaps.len(), node.tie_rank());
+                if best.as_ref().is_none_or(|(m, r, _, _)| key < (*m, *r)) {
+                    best = Some((key.0, key.1, i, p));
+                }
+            }
+        }
+        best.map(|(_, _, node, p)| Placement {
+            node,
+            gpus: p.gpus,
+            remaps: p.remaps,
+        })
+    }
+}
+
+impl PlacementPolicy for Gshare {
+    fn name(&self) -> &'static str {
+        if self.remap {
+            "gshare"
+        } else {
+            "gshare-noremap"
+        }
+    }
+
+    fn place(
+        &mut self,
+        cluster: &Cluster,
+        pod: &PodRequest,
+        _rng: &mut Rng,
+    ) -> Result<Placement, PlacementFailure> {
+        let shape = self.cache.shape_of(pod);
+        let cache = &mut self.cache;
+        let mut best: Option<((i64, u32, u32), usize)> = None;
+        let metric = scan(cluster, pod, |i, n| {
+            let st = cache.state_of(i, n);
+            let d = cache.memo(st, shape, pod, delta);
+            let left_after = n.gpu_left_total().saturating_sub(pod.total_milli() as u32);
+            let key = (d, left_after, n.tie_rank());
+            if best.is_none_or(|(b, _)| key < b) {
+                best = Some((key, i));
+            }
+        });
+        let Some((_, node_ix)) = best else {
+            if self.remap {
+                if let Some(p) = self.remap_plan(cluster, pod) {
+                    return Ok(p);
+                }
+            }
+            return Err(PlacementFailure { metric });
+        };
+        let node = &cluster.nodes()[node_ix];
+        let gpus = if !pod.wants_gpu() {
+            GpuSet::EMPTY
+        } else if pod.is_fractional() {
+            choose_gpu(&self.cache.model, node, pod).map_or(GpuSet::EMPTY, GpuSet::one)
+        } else {
+            first_free_gpus(node, pod.num_gpu)
+        };
+        Ok(Placement {
+            node: node_ix,
+            gpus,
+            remaps: Vec::new(),
+        })
+    }
+}

@@ -1,0 +1,3 @@
+//! `gsharectl` subcommands, one module each (arguments + `run`).
+
+pub mod sim_placement;
