@@ -10,7 +10,7 @@ use crate::rng::Rng;
 
 /// Node shapes of the openb GPU node list: (cpu milli, memory MiB, GPUs,
 /// model, count). 1,213 nodes, 6,212 GPUs in all.
-const NODE_SHAPES: [(u32, u64, u8, &str, u32); 14] = [
+const NODE_SHAPES: [(u32, u64, u8, &str, u32); 15] = [
     (96_000, 393_216, 8, "G2", 549),
     (104_000, 524_288, 2, "T4", 387),
     (16_000, 122_880, 2, "P100", 107),
@@ -25,6 +25,7 @@ const NODE_SHAPES: [(u32, u64, u8, &str, u32); 14] = [
     (8_000, 61_440, 1, "P100", 3),
     (8_000, 61_440, 2, "P100", 2),
     (128_000, 1_048_576, 1, "A10", 2),
+    (82_000, 344_064, 8, "V100M16", 1),
 ];
 
 /// Task shapes of the openb default pod list: (cpu milli, median memory MiB,
