@@ -51,8 +51,11 @@ impl FragModel {
                 ))
                 .or_default() += 1;
         }
-        let total = pods.len() as f64;
-        let mut list: Vec<((u32, u16, u8, u64), u64)> = counts.into_iter().collect();
+        Self::from_weighted(counts.into_iter().collect())
+    }
+
+    fn from_weighted(mut list: Vec<((u32, u16, u8, u64), u64)>) -> Self {
+        let total = list.iter().map(|x| x.1).sum::<u64>().max(1) as f64;
         // Decreasing count, then decreasing (cpu, milli, num, spec).
         list.sort_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));
         let expected = POPULARITY_PCT * total / 100.0;

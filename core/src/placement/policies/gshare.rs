@@ -1,15 +1,22 @@
 //! `gshare` and `gshare-noremap`: gshare's own placement.
 //!
-//! Ranking (both): FGD's expected-fragmentation measure, but on the exact
-//! increase `frag_after − frag_before` instead of FGD's integer sigmoid
-//! score (which throws many nodes into one bucket that a random order then
-//! splits), ties broken by best fit (the node, then the GPU, left tightest).
+//! Ranking (both): FGD's fragmentation-gradient node score (the expected
+//! fragmentation increase through FGD's integer sigmoid, which buckets
+//! nearby nodes together), then, inside a bucket:
+//! - CPU-only tasks go to the node that keeps the most CPU per idle GPU
+//!   (they no longer strand GPUs on CPU-poor nodes, which FGD's random
+//!   tie-break does);
+//! - other tasks keep the seeded random order (experiments showed that any
+//!   deterministic preference there, best fit included, packs worse).
+//!
+//! Inside the node a sharing task takes the GPU with the least fragmentation
+//! after (exact, not bucketed), then the tightest fit.
 //!
 //! Remap (`gshare` only): when the task fits on no node as the GPUs are now
 //! shared, move a few fractional tasks between GPUs of one node to make room
 //! ([`super::repack`]); the node needing the fewest moves wins. This is what
 //! gShare's runtime slice remapping allows; it never runs when the task fits
-//! somewhere as is.
+//! somewhere as is. Results and why: `docs/placement.md`.
 
 use super::fgd::{frag_after, FragCache, NodeState};
 use super::repack;
@@ -20,7 +27,7 @@ use crate::placement::{
 };
 use crate::rng::Rng;
 
-/// Fixed-point scale of fragmentation deltas (1/1000 milli-GPU).
+/// Fixed-point scale of exact fragmentation values (1/1000 milli-GPU).
 const SCALE: f64 = 1000.0;
 
 /// gshare's placement policy.
@@ -41,8 +48,8 @@ impl Gshare {
     }
 }
 
-/// Fragmentation increase (fixed point, lower is better) of `pod` on a node
-/// in state `st`, at its best GPU.
+/// FGD's bucketed score of `pod` on a node in state `st`, negated (lower is
+/// better): `−⌊100 · sigmoid((frag_before − frag_after) / 1000)⌋` at its best GPU.
 fn delta(model: &FragModel, st: &NodeState, pod: &PodRequest) -> i64 {
     let after = if pod.is_fractional() {
         let mut best = f64::INFINITY;
@@ -59,7 +66,8 @@ fn delta(model: &FragModel, st: &NodeState, pod: &PodRequest) -> i64 {
     } else {
         frag_after(model, st, pod, None)
     };
-    ((after - st.frag) * SCALE).round() as i64
+    let x = (st.frag - after) / 1000.0;
+    -((100.0 / (1.0 + (-x).exp())) as i64)
 }
 
 /// The GPU for a sharing task: least fragmentation after, then tightest fit,
@@ -132,12 +140,18 @@ impl PlacementPolicy for Gshare {
     ) -> Result<Placement, PlacementFailure> {
         let shape = self.cache.shape_of(pod);
         let cache = &mut self.cache;
-        let mut best: Option<((i64, u32, u32), usize)> = None;
+        let mut best: Option<((i64, i64, u32), usize)> = None;
         let metric = scan(cluster, pod, |i, n| {
             let st = cache.state_of(i, n);
             let d = cache.memo(st, shape, pod, delta);
-            let left_after = n.gpu_left_total().saturating_sub(pod.total_milli() as u32);
-            let key = (d, left_after, n.tie_rank());
+            let cpu_per_gpu = if pod.wants_gpu() {
+                0
+            } else {
+                // CPU left per idle milli-GPU (more is better, so negated).
+                let cpu_after = n.cpu_left().saturating_sub(pod.cpu_milli) as i64;
+                -(cpu_after * 1000 / (n.gpu_left_total() as i64 + 100))
+            };
+            let key = (d, cpu_per_gpu, n.tie_rank());
             if best.is_none_or(|(b, _)| key < b) {
                 best = Some((key, i));
             }
