@@ -35,6 +35,29 @@ const SCALE: f64 = 1000.0;
 pub struct Gshare {
     cache: FragCache,
     remap: bool,
+    /// The cluster's CPU milli per milli-GPU (capacity), set on first use.
+    cluster_ratio: Option<f64>,
+}
+
+/// Where a CPU-per-GPU ratio stands against the cluster's ratio `r`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum BalanceClass {
+    /// Below `r / 2`.
+    CpuLight = 0,
+    /// From `r / 2` to `r`.
+    Balanced = 1,
+    /// Above `r`.
+    CpuHeavy = 2,
+}
+
+fn balance_class(ratio: f64, cluster: f64) -> BalanceClass {
+    if ratio < cluster / 2.0 {
+        BalanceClass::CpuLight
+    } else if ratio <= cluster {
+        BalanceClass::Balanced
+    } else {
+        BalanceClass::CpuHeavy
+    }
 }
 
 impl Gshare {
@@ -44,6 +67,7 @@ impl Gshare {
         Self {
             cache: FragCache::new(model),
             remap,
+            cluster_ratio: None,
         }
     }
 }
@@ -139,19 +163,36 @@ impl PlacementPolicy for Gshare {
         _rng: &mut Rng,
     ) -> Result<Placement, PlacementFailure> {
         let shape = self.cache.shape_of(pod);
+        let ratio = *self.cluster_ratio.get_or_insert_with(|| {
+            let cpu: f64 = cluster
+                .nodes()
+                .iter()
+                .map(|n| n.spec().cpu_milli as f64)
+                .sum();
+            cpu / (cluster.total_gpus() as f64 * 1000.0).max(1.0)
+        });
+        let pod_ratio = pod.cpu_milli as f64 / (pod.total_milli() as f64).max(1.0);
         let cache = &mut self.cache;
         let mut best: Option<((i64, i64, u32), usize)> = None;
         let metric = scan(cluster, pod, |i, n| {
             let st = cache.state_of(i, n);
             let d = cache.memo(st, shape, pod, delta);
-            let cpu_per_gpu = if pod.wants_gpu() {
-                0
+            let balance = if pod.wants_gpu() {
+                let node_ratio = n.cpu_left() as f64 / (n.gpu_left_total() as f64).max(1.0);
+                match (
+                    balance_class(pod_ratio, ratio),
+                    balance_class(node_ratio, ratio),
+                ) {
+                    (BalanceClass::CpuHeavy, nc) => -(nc as i64),
+                    (BalanceClass::CpuLight, nc) => nc as i64,
+                    _ => 0,
+                }
             } else {
                 // CPU left per idle milli-GPU (more is better, so negated).
                 let cpu_after = n.cpu_left().saturating_sub(pod.cpu_milli) as i64;
                 -(cpu_after * 1000 / (n.gpu_left_total() as i64 + 100))
             };
-            let key = (d, cpu_per_gpu, n.tie_rank());
+            let key = (d, balance, n.tie_rank());
             if best.is_none_or(|(b, _)| key < b) {
                 best = Some((key, i));
             }
