@@ -37,6 +37,8 @@ pub struct Gshare {
     remap: bool,
     /// The cluster's CPU milli per milli-GPU (capacity), set on first use.
     cluster_ratio: Option<f64>,
+    /// GPU models named by some typical task's constraint (mask).
+    contested: Option<u64>,
 }
 
 /// Where a CPU-per-GPU ratio stands against the cluster's ratio `r`.
@@ -68,6 +70,7 @@ impl Gshare {
             cache: FragCache::new(model),
             remap,
             cluster_ratio: None,
+            contested: None,
         }
     }
 }
@@ -172,6 +175,14 @@ impl PlacementPolicy for Gshare {
             cpu / (cluster.total_gpus() as f64 * 1000.0).max(1.0)
         });
         let pod_ratio = pod.cpu_milli as f64 / (pod.total_milli() as f64).max(1.0);
+        let contested = *self.contested.get_or_insert_with(|| {
+            self.cache
+                .model
+                .typical()
+                .iter()
+                .filter(|t| !t.gpu_spec.is_any())
+                .fold(0u64, |m, t| m | t.gpu_spec.mask())
+        });
         let cache = &mut self.cache;
         let mut best: Option<((i64, i64, u32), usize)> = None;
         let metric = scan(cluster, pod, |i, n| {
@@ -179,10 +190,14 @@ impl PlacementPolicy for Gshare {
             let d = cache.memo(st, shape, pod, delta);
             let balance = if pod.wants_gpu() {
                 let node_ratio = n.cpu_left() as f64 / (n.gpu_left_total() as f64).max(1.0);
-                match (
-                    balance_class(pod_ratio, ratio),
-                    balance_class(node_ratio, ratio),
-                ) {
+                let contested = pod.gpu_spec.is_any()
+                    && n.spec().model.is_some_and(|m| contested & (1u64 << m) != 0);
+                let nclass = if contested {
+                    BalanceClass::Balanced
+                } else {
+                    balance_class(node_ratio, ratio)
+                };
+                match (balance_class(pod_ratio, ratio), nclass) {
                     (BalanceClass::CpuHeavy, nc) => -(nc as i64),
                     (BalanceClass::CpuLight, nc) => nc as i64,
                     _ => 0,
