@@ -40,3 +40,6 @@ pub use policy::{
 };
 pub use request::{GpuSpec, PodRequest};
 pub use trace::{parse_gpu_spec, parse_node_csv, parse_pod_csv, TraceError};
+
+#[cfg(test)]
+mod tests;

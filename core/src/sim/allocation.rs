@@ -222,3 +222,53 @@ impl CurveDeviation {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(arrived: u64, used: u64) -> PlacementEvent {
+        PlacementEvent {
+            arrived_milli: arrived,
+            used_milli: used,
+        }
+    }
+
+    #[test]
+    fn columns_average_rounded_arrivals_and_widen_when_empty() {
+        // 10 GPUs: 1 % = 100 milli.
+        let events = [ev(40, 40), ev(100, 100), ev(120, 100), ev(350, 300)];
+        let c = discrete_curve(&events, 10);
+        assert_eq!(c.len(), ARRIVED_COLUMNS);
+        assert_eq!(c[0], 0.4); // 0.4 % rounds to 0
+        assert_eq!(c[1], 1.0); // mean of 1.0 and 1.0
+        assert_eq!(c[2], 1.0); // empty: widened to columns 1..=3
+        assert_eq!(c[3], 3.0);
+        assert_eq!(c[4], 3.0); // 3.5 % rounds half to even: 4
+        assert_eq!(c[130], c[129]); // past the run: the last value repeats
+        assert_eq!(round_half_even(2.5, 0), 2.0);
+        assert_eq!(round_half_even(3.5, 0), 4.0);
+    }
+
+    #[test]
+    fn expected_table_round_trips_our_rows() {
+        let curve: Vec<f64> = (0..ARRIVED_COLUMNS).map(|k| k as f64 * 0.5).collect();
+        let text = format!(
+            "{}\n{}\n{}\n",
+            csv_header(),
+            csv_row("w", "06-FGD", 1.3, 42, 6212, &curve),
+            csv_row("w", "06-FGD", 1.3, 43, 6212, &vec![1.0; ARRIVED_COLUMNS])
+        );
+        assert_eq!(csv_header().split(',').count(), 5 + ARRIVED_COLUMNS);
+        let t = ExpectedTable::parse(&text).unwrap();
+        assert_eq!(t.rows.len(), 2);
+        assert_eq!(t.rows[0].curve, curve);
+        let m = t.mean_curve("w", "06-FGD").unwrap();
+        assert_eq!(m[10], (5.0 + 1.0) / 2.0);
+        assert!(t.mean_curve("w", "01-Random").is_none());
+        let d = CurveDeviation::between(&m, &m);
+        assert_eq!((d.at_100, d.mean, d.max), (0.0, 0.0, 0.0));
+        assert!(ExpectedTable::parse("workload,seed\n").is_err());
+        assert_eq!(paper_label("fgd"), Some("06-FGD"));
+    }
+}

@@ -82,6 +82,10 @@ pub struct SimPlacementArgs {
     /// Draw the mean curves per policy (allocated GPU % vs arrived %) here.
     #[arg(long, value_name = "OUT.svg")]
     pub svg: Option<PathBuf>,
+    /// Write the per-policy summary (means over seeds, the paper's value,
+    /// deviations, remaps) as JSON here.
+    #[arg(long, value_name = "OUT.json")]
+    pub json: Option<PathBuf>,
     /// The paper's analysis_allo_discrete.csv, to print its values alongside
     /// (default: looked up next to the data directory of --pods).
     #[arg(long, value_name = "CSV")]
@@ -268,6 +272,34 @@ pub fn summarise(rows: &[Row], expected: Option<&ExpectedTable>) -> Vec<Summary>
     out
 }
 
+/// The summaries as JSON (one object per workload x policy).
+pub fn summaries_json(summaries: &[Summary]) -> serde_json::Value {
+    let round = |v: f64| (v * 100.0).round() / 100.0;
+    serde_json::Value::Array(
+        summaries
+            .iter()
+            .map(|x| {
+                let d = x
+                    .paper
+                    .as_ref()
+                    .map(|p| CurveDeviation::between(&x.mean_curve, p));
+                serde_json::json!({
+                    "workload": x.workload,
+                    "policy": x.policy_label,
+                    "unallocated_pct_at_100": round(x.unallocated_100),
+                    "paper_unallocated_pct_at_100": x.paper.as_ref().map(|p| round(100.0 - p[100])),
+                    "deviation_at_100": d.map(|d| round(d.at_100)),
+                    "deviation_mean": d.map(|d| round(d.mean)),
+                    "deviation_max": d.map(|d| round(d.max)),
+                    "remaps_per_1000_pods": round(x.remaps_per_1000),
+                    "failed_pods_mean": round(x.failed),
+                    "mean_curve": x.mean_curve,
+                })
+            })
+            .collect(),
+    )
+}
+
 /// The printed table.
 pub fn format_table(summaries: &[Summary]) -> String {
     let mut s = String::new();
@@ -407,6 +439,10 @@ pub fn run(args: SimPlacementArgs) -> Result<()> {
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
     }
     let summaries = summarise(&rows, expected.as_ref());
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&summaries_json(&summaries))?;
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
     if let Some(path) = &args.svg {
         std::fs::write(path, render_svg(&summaries))
             .with_context(|| format!("writing {}", path.display()))?;

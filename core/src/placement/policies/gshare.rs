@@ -2,12 +2,21 @@
 //!
 //! Ranking (both): FGD's fragmentation-gradient node score (the expected
 //! fragmentation increase through FGD's integer sigmoid, which buckets
-//! nearby nodes together), then, inside a bucket:
-//! - CPU-only tasks go to the node that keeps the most CPU per idle GPU
-//!   (they no longer strand GPUs on CPU-poor nodes, which FGD's random
-//!   tie-break does);
-//! - other tasks keep the seeded random order (experiments showed that any
-//!   deterministic preference there, best fit included, packs worse).
+//! nearby nodes together), then, inside a bucket, CPU/GPU balance, then the
+//! seeded random order:
+//! - CPU-only tasks go to the node that keeps the most CPU per idle GPU;
+//! - GPU tasks are classed by CPU per GPU against the cluster's own ratio
+//!   (`CpuLight` below half of it, `CpuHeavy` above it, `Balanced` between);
+//!   CPU-heavy tasks prefer CPU-rich nodes and CPU-light tasks CPU-poor ones,
+//!   so that CPU runs out with the GPUs rather than before them (FGD strands
+//!   ~1.7 % of the cluster's GPUs on nodes whose CPU is gone);
+//! - an unconstrained task gets no balance preference on a GPU model that
+//!   constrained tasks (`gpu_spec`) ask for, so that it does not eat the only
+//!   GPUs those can use.
+//!
+//! Any finer deterministic order (exact fragmentation, best fit) packs worse
+//! than FGD: the random order inside a bucket spreads tasks, which keeps
+//! combinations open (measured; see `docs/placement.md`).
 //!
 //! Inside the node a sharing task takes the GPU with the least fragmentation
 //! after (exact, not bucketed), then the tightest fit.
