@@ -36,10 +36,10 @@ const EXPECTED_REL: &str = "../../fgd-simulator-expected-results/analysis_allo_d
 /// Arguments of `gsharectl sim placement`.
 #[derive(Debug, Args)]
 #[command(
-    about = "Replay the FGD paper's GPU placement experiment: pods arrive once each (shuffled by \
-             seed, inflated to --tune x cluster GPU capacity), each policy places them, and the \
-             allocated GPU % is recorded at every arrived % from 0 to 130",
-    after_help = "Examples:\n  \
+    after_help = "Each seed shuffles the pod list, inflates it to --tune x the cluster GPU capacity, and lets \
+        every pod arrive once (no retries, no departures); the table reports unallocated GPU % when the \
+        arrived GPU demand equals the capacity (the FGD paper's headline), next to the paper's value when known.\n\n\
+        Examples:\n  \
         gsharectl sim placement                       # embedded synthetic workload, all policies, seeds 42-51\n  \
         gsharectl sim placement --nodes openb_node_list_gpu_node.csv --pods openb_pod_list_default.csv \\\n      \
         --policy random,dotprod,clustering,packing,bestfit,fgd,gshare,gshare-noremap --seeds 42-51 --tune 1.3 \\\n      \
