@@ -139,6 +139,9 @@ impl Gshare {
                 Err(ResourceDimension::GpuMilli) | Err(ResourceDimension::GpuCount) => {}
                 _ => continue,
             }
+            if (node.gpu_left_total() as u64) < pod.total_milli() {
+                continue;
+            }
             if let Some((m, r, _, _)) = &best {
                 if *m == 1 && *r < node.tie_rank() {
                     continue;
