@@ -15,6 +15,7 @@
 pub mod config;
 pub mod executor;
 pub mod model;
+pub mod placement;
 pub mod rng;
 pub mod sim;
 pub mod state;

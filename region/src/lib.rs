@@ -1,7 +1,5 @@
-//! `gshare-region`: the region service and the `gsharectl` tool.
-//!
-//! ```text
-//!   gsharectl ─▶ cli::<subcommand>::run(args) ─▶ gshare-core (pure policies, simulators)
-//! ```
+//! `gshare-region`: the region control plane and `gsharectl`, its operator
+//! CLI. The binary (`src/bin/gsharectl.rs`) only dispatches; each subcommand
+//! lives in its own module under [`cli`].
 
 pub mod cli;

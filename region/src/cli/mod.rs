@@ -1,3 +1,4 @@
-//! `gsharectl` subcommands: each module has its clap `Args` and a `run`.
+//! `gsharectl` subcommands, one module each (arguments + `run`).
 
+pub mod sim_placement;
 pub mod sim_serving;

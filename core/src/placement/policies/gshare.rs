@@ -1,0 +1,249 @@
+//! `gshare` and `gshare-noremap`: gshare's own placement.
+//!
+//! Ranking (both): FGD's fragmentation-gradient node score (the expected
+//! fragmentation increase through FGD's integer sigmoid, which buckets
+//! nearby nodes together), then, inside a bucket, CPU/GPU balance, then the
+//! seeded random order:
+//! - CPU-only tasks go to the node that keeps the most CPU per idle GPU;
+//! - GPU tasks are classed by CPU per GPU against the cluster's own ratio
+//!   (`CpuLight` below half of it, `CpuHeavy` above it, `Balanced` between);
+//!   CPU-heavy tasks prefer CPU-rich nodes and CPU-light tasks CPU-poor ones,
+//!   so that CPU runs out with the GPUs rather than before them (FGD strands
+//!   ~1.7 % of the cluster's GPUs on nodes whose CPU is gone);
+//! - an unconstrained task gets no balance preference on a GPU model that
+//!   constrained tasks (`gpu_spec`) ask for, so that it does not eat the only
+//!   GPUs those can use.
+//!
+//! Any finer deterministic order (exact fragmentation, best fit) packs worse
+//! than FGD: the random order inside a bucket spreads tasks, which keeps
+//! combinations open (measured; see `docs/placement.md`).
+//!
+//! Inside the node a sharing task takes the GPU with the least fragmentation
+//! after (exact, not bucketed), then the tightest fit.
+//!
+//! Remap (`gshare` only): when the task fits on no node as the GPUs are now
+//! shared, move a few fractional tasks between GPUs of one node to make room
+//! ([`super::repack`]); the node needing the fewest moves wins. This is what
+//! gShare's runtime slice remapping allows; it never runs when the task fits
+//! somewhere as is. Results and why: `docs/placement.md`.
+
+use super::fgd::{frag_after, FragCache, NodeState};
+use super::repack;
+use crate::placement::feasibility::{first_free_gpus, fit, scan};
+use crate::placement::{
+    Cluster, FragModel, GpuSet, Node, Placement, PlacementFailure, PlacementPolicy, PodRequest,
+    ResourceDimension, MAX_GPUS_PER_NODE,
+};
+use crate::rng::Rng;
+
+/// Fixed-point scale of exact fragmentation values (1/1000 milli-GPU).
+const SCALE: f64 = 1000.0;
+
+/// gshare's placement policy.
+#[derive(Debug, Clone)]
+pub struct Gshare {
+    cache: FragCache,
+    remap: bool,
+    /// The cluster's CPU milli per milli-GPU (capacity), set on first use.
+    cluster_ratio: Option<f64>,
+    /// GPU models named by some typical task's constraint (mask).
+    contested: Option<u64>,
+}
+
+/// Where a CPU-per-GPU ratio stands against the cluster's ratio `r`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum BalanceClass {
+    /// Below `r / 2`.
+    CpuLight = 0,
+    /// From `r / 2` to `r`.
+    Balanced = 1,
+    /// Above `r`.
+    CpuHeavy = 2,
+}
+
+fn balance_class(ratio: f64, cluster: f64) -> BalanceClass {
+    if ratio < cluster / 2.0 {
+        BalanceClass::CpuLight
+    } else if ratio <= cluster {
+        BalanceClass::Balanced
+    } else {
+        BalanceClass::CpuHeavy
+    }
+}
+
+impl Gshare {
+    /// gshare over the typical-pod distribution `model`; `remap` enables
+    /// in-node remapping (`gshare`) or not (`gshare-noremap`).
+    pub fn new(model: FragModel, remap: bool) -> Self {
+        Self {
+            cache: FragCache::new(model),
+            remap,
+            cluster_ratio: None,
+            contested: None,
+        }
+    }
+}
+
+/// FGD's bucketed score of `pod` on a node in state `st`, negated (lower is
+/// better): `−⌊100 · sigmoid((frag_before − frag_after) / 1000)⌋` at its best GPU.
+fn delta(model: &FragModel, st: &NodeState, pod: &PodRequest) -> i64 {
+    let after = if pod.is_fractional() {
+        let mut best = f64::INFINITY;
+        let mut prev = u16::MAX;
+        for k in 0..st.gpus as usize {
+            let v = st.sorted[k];
+            if v < pod.gpu_milli || v == prev {
+                continue;
+            }
+            prev = v;
+            best = best.min(frag_after(model, st, pod, Some(k)));
+        }
+        best
+    } else {
+        frag_after(model, st, pod, None)
+    };
+    let x = (st.frag - after) / 1000.0;
+    -((100.0 / (1.0 + (-x).exp())) as i64)
+}
+
+/// The GPU for a sharing task: least fragmentation after, then tightest fit,
+/// then lowest index.
+fn choose_gpu(model: &FragModel, node: &Node, pod: &PodRequest) -> Option<usize> {
+    let left = node.gpu_left();
+    let mut best: Option<(i64, u16, usize)> = None;
+    let mut after = [0u16; MAX_GPUS_PER_NODE];
+    for (g, &l) in left.iter().enumerate() {
+        if l < pod.gpu_milli {
+            continue;
+        }
+        after[..left.len()].copy_from_slice(left);
+        after[g] -= pod.gpu_milli;
+        let f = model.node_frag(
+            node.cpu_left().saturating_sub(pod.cpu_milli),
+            node.spec().model,
+            &after[..left.len()],
+        );
+        let key = ((f * SCALE).round() as i64, l, g);
+        if best.is_none_or(|b| key < b) {
+            best = Some(key);
+        }
+    }
+    best.map(|(_, _, g)| g)
+}
+
+impl Gshare {
+    fn remap_plan(&mut self, cluster: &Cluster, pod: &PodRequest) -> Option<Placement> {
+        let mut best: Option<(usize, u32, usize, repack::RepackPlan)> = None;
+        for (i, node) in cluster.nodes().iter().enumerate() {
+            match fit(node, pod) {
+                Err(ResourceDimension::GpuMilli) | Err(ResourceDimension::GpuCount) => {}
+                _ => continue,
+            }
+            if (node.gpu_left_total() as u64) < pod.total_milli() {
+                continue;
+            }
+            if let Some((m, r, _, _)) = &best {
+                if *m == 1 && *r < node.tie_rank() {
+                    continue;
+                }
+            }
+            if let Some(p) = repack::plan(node, pod) {
+                let key = (p.remaps.len(), node.tie_rank());
+                if best.as_ref().is_none_or(|(m, r, _, _)| key < (*m, *r)) {
+                    best = Some((key.0, key.1, i, p));
+                }
+            }
+        }
+        best.map(|(_, _, node, p)| Placement {
+            node,
+            gpus: p.gpus,
+            remaps: p.remaps,
+        })
+    }
+}
+
+impl PlacementPolicy for Gshare {
+    fn name(&self) -> &'static str {
+        if self.remap {
+            "gshare"
+        } else {
+            "gshare-noremap"
+        }
+    }
+
+    fn place(
+        &mut self,
+        cluster: &Cluster,
+        pod: &PodRequest,
+        _rng: &mut Rng,
+    ) -> Result<Placement, PlacementFailure> {
+        let shape = self.cache.shape_of(pod);
+        let ratio = *self.cluster_ratio.get_or_insert_with(|| {
+            let cpu: f64 = cluster
+                .nodes()
+                .iter()
+                .map(|n| n.spec().cpu_milli as f64)
+                .sum();
+            cpu / (cluster.total_gpus() as f64 * 1000.0).max(1.0)
+        });
+        let pod_ratio = pod.cpu_milli as f64 / (pod.total_milli() as f64).max(1.0);
+        let contested = *self.contested.get_or_insert_with(|| {
+            self.cache
+                .model
+                .typical()
+                .iter()
+                .filter(|t| !t.gpu_spec.is_any())
+                .fold(0u64, |m, t| m | t.gpu_spec.mask())
+        });
+        let cache = &mut self.cache;
+        let mut best: Option<((i64, i64, u32), usize)> = None;
+        let metric = scan(cluster, pod, |i, n| {
+            let st = cache.state_of(i, n);
+            let d = cache.memo(st, shape, pod, delta);
+            let balance = if pod.wants_gpu() {
+                let node_ratio = n.cpu_left() as f64 / (n.gpu_left_total() as f64).max(1.0);
+                let contested = pod.gpu_spec.is_any()
+                    && n.spec().model.is_some_and(|m| contested & (1u64 << m) != 0);
+                let nclass = if contested {
+                    BalanceClass::Balanced
+                } else {
+                    balance_class(node_ratio, ratio)
+                };
+                match (balance_class(pod_ratio, ratio), nclass) {
+                    (BalanceClass::CpuHeavy, nc) => -(nc as i64),
+                    (BalanceClass::CpuLight, nc) => nc as i64,
+                    _ => 0,
+                }
+            } else {
+                // CPU left per idle milli-GPU (more is better, so negated).
+                let cpu_after = n.cpu_left().saturating_sub(pod.cpu_milli) as i64;
+                -(cpu_after * 1000 / (n.gpu_left_total() as i64 + 100))
+            };
+            let key = (d, balance, n.tie_rank());
+            if best.is_none_or(|(b, _)| key < b) {
+                best = Some((key, i));
+            }
+        });
+        let Some((_, node_ix)) = best else {
+            if self.remap {
+                if let Some(p) = self.remap_plan(cluster, pod) {
+                    return Ok(p);
+                }
+            }
+            return Err(PlacementFailure { metric });
+        };
+        let node = &cluster.nodes()[node_ix];
+        let gpus = if !pod.wants_gpu() {
+            GpuSet::EMPTY
+        } else if pod.is_fractional() {
+            choose_gpu(&self.cache.model, node, pod).map_or(GpuSet::EMPTY, GpuSet::one)
+        } else {
+            first_free_gpus(node, pod.num_gpu)
+        };
+        Ok(Placement {
+            node: node_ix,
+            gpus,
+            remaps: Vec::new(),
+        })
+    }
+}
