@@ -12,6 +12,7 @@
 //!                                           ◀── sim (trace-driven experiments)
 //! ```
 
+pub mod command;
 pub mod model;
 pub mod rng;
 
