@@ -17,6 +17,8 @@ impl StoreBuilder<TypeConfig, SledLogStore, SledStateMachine, tempfile::TempDir>
 }
 
 #[test]
-fn sled_store_passes_openraft_suite() -> Result<(), StorageError<u64>> {
-    Suite::test_all(TempStore)
+fn sled_store_passes_openraft_suite() {
+    if let Err(e) = Suite::test_all(TempStore) {
+        panic!("openraft storage suite failed: {e}");
+    }
 }
