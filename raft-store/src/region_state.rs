@@ -46,6 +46,17 @@ impl RegionState {
         self.kv.is_empty()
     }
 
+    /// Entries whose key starts with `prefix`, in key order.
+    pub fn entries_with_prefix<'a>(
+        &'a self,
+        prefix: &'a str,
+    ) -> impl Iterator<Item = (&'a str, &'a [u8])> + 'a {
+        self.kv
+            .range(prefix.to_string()..)
+            .take_while(move |(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.as_str(), v.as_slice()))
+    }
+
     /// Keys in order, starting at `from`, at most `limit` of them.
     pub fn keys_from(&self, from: &str, limit: usize) -> Vec<String> {
         self.kv

@@ -1,0 +1,4 @@
+//! `gsharectl` subcommands, one module each.
+
+pub mod certs;
+pub mod cluster;
