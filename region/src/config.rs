@@ -8,6 +8,8 @@
 //! topology = "topology.toml"
 //! tenants = "tenants.toml"
 //! operator_token = "change-me"      # bearer token of operator requests
+//! snapshot_every = 20000            # optional: entries between snapshots
+//! keep_logs = 1000                  # optional: entries kept behind a snapshot
 //!
 //! [tls]
 //! ca_cert = "certs/ca.pem"
@@ -62,7 +64,16 @@ pub struct ReplicaConfig {
     pub tls: TlsPaths,
     /// The other replicas of the initial cluster.
     pub peers: Vec<PeerConfig>,
+    /// Applied entries between two snapshots.
+    pub snapshot_every: u64,
+    /// Log entries kept behind the last snapshot when purging.
+    pub keep_logs: u64,
 }
+
+/// Default of `snapshot_every`.
+pub const DEFAULT_SNAPSHOT_EVERY: u64 = 20_000;
+/// Default of `keep_logs`.
+pub const DEFAULT_KEEP_LOGS: u64 = 1_000;
 
 /// One problem in a config file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,6 +166,24 @@ impl Checker<'_> {
                     format!("expected an integer, found {}", other.type_str()),
                 );
                 None
+            }
+        }
+    }
+
+    fn optional_count(&mut self, t: &toml::Table, key: &str, default: u64, min: i64) -> u64 {
+        match t.get(key) {
+            None => default,
+            Some(Value::Integer(i)) if *i >= min => *i as u64,
+            Some(Value::Integer(i)) => {
+                self.problem(key, format!("must be at least {min}, found {i}"));
+                default
+            }
+            Some(other) => {
+                self.problem(
+                    key,
+                    format!("expected an integer, found {}", other.type_str()),
+                );
+                default
             }
         }
     }
@@ -258,6 +287,8 @@ impl ReplicaConfig {
                 "topology",
                 "tenants",
                 "operator_token",
+                "snapshot_every",
+                "keep_logs",
                 "tls",
                 "peers",
             ],
@@ -269,6 +300,8 @@ impl ReplicaConfig {
         let topology = c.path(&root, "", "topology", true);
         let tenants = c.path(&root, "", "tenants", true);
         let operator_token = c.string(&root, "", "operator_token");
+        let snapshot_every = c.optional_count(&root, "snapshot_every", DEFAULT_SNAPSHOT_EVERY, 1);
+        let keep_logs = c.optional_count(&root, "keep_logs", DEFAULT_KEEP_LOGS, 0);
         let tls = c
             .required(&root, "", "tls")
             .and_then(|v| c.table(v, "tls"))
@@ -354,6 +387,8 @@ impl ReplicaConfig {
                 operator_token,
                 tls,
                 peers,
+                snapshot_every,
+                keep_logs,
             }),
             _ => Err(vec![ConfigProblem {
                 key: "(file)".into(),

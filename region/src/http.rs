@@ -66,6 +66,10 @@ pub struct ClusterStatus {
     pub last_applied: Option<u64>,
     /// Highest log index stored here.
     pub last_log_index: Option<u64>,
+    /// Last log index covered by this replica's snapshot.
+    pub snapshot_index: Option<u64>,
+    /// Highest log index purged from this replica's log.
+    pub purged_index: Option<u64>,
     /// Members of the current configuration.
     pub members: Vec<MemberStatus>,
 }
@@ -138,6 +142,8 @@ pub async fn cluster_status(replica: &Replica) -> ClusterStatus {
         commit_index,
         last_applied: m.last_applied.map(|l| l.index),
         last_log_index: m.last_log_index,
+        snapshot_index: m.snapshot.map(|l| l.index),
+        purged_index: m.purged.map(|l| l.index),
         members,
     }
 }
@@ -188,7 +194,7 @@ pub async fn render_metrics(replica: &Replica) -> Result<String, prometheus::Err
     let registry = Registry::new();
     let c = &replica.counters;
     let keys = replica.state.read().region.len() as i64;
-    let figures: [(&str, &str, i64); 12] = [
+    let figures: [(&str, &str, i64); 14] = [
         (
             "gshare_region_raft_term",
             "Current Raft term",
@@ -208,6 +214,16 @@ pub async fn render_metrics(replica: &Replica) -> Result<String, prometheus::Err
             "gshare_region_raft_last_log_index",
             "Highest stored log index",
             st.last_log_index.map_or(-1, |i| i as i64),
+        ),
+        (
+            "gshare_region_raft_snapshot_index",
+            "Last index in the snapshot, -1 if none",
+            st.snapshot_index.map_or(-1, |i| i as i64),
+        ),
+        (
+            "gshare_region_raft_purged_index",
+            "Highest purged log index, -1 if none",
+            st.purged_index.map_or(-1, |i| i as i64),
         ),
         (
             "gshare_region_raft_is_leader",

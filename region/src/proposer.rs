@@ -25,7 +25,10 @@ use crate::wire::{PeerReply, PeerRequest, WriteRefusal};
 
 /// Most commands in one Raft entry.
 pub const MAX_BATCH: usize = 1024;
-const MAX_IN_FLIGHT: usize = 16;
+/// Batches being committed at once. Measured with `region-bench` (256
+/// clients): 2 gave ~2x the throughput of 16, because fewer, larger entries
+/// cost less per command than more pipelining gains.
+const MAX_IN_FLIGHT: usize = 2;
 const FORWARD_TTL: Duration = Duration::from_secs(5);
 const ATTEMPTS: usize = 4;
 

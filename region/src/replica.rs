@@ -74,6 +74,10 @@ pub struct ReplicaSpec {
     pub data_dir: std::path::PathBuf,
     /// Certificates.
     pub tls: TlsPaths,
+    /// Applied entries between two snapshots.
+    pub snapshot_every: u64,
+    /// Log entries kept behind the last snapshot.
+    pub keep_logs: u64,
 }
 
 impl From<&ReplicaConfig> for ReplicaSpec {
@@ -84,6 +88,8 @@ impl From<&ReplicaConfig> for ReplicaSpec {
             http_addr: c.http_addr,
             data_dir: c.data_dir.clone(),
             tls: c.tls.clone(),
+            snapshot_every: c.snapshot_every,
+            keep_logs: c.keep_logs,
         }
     }
 }
@@ -115,16 +121,17 @@ impl std::fmt::Debug for Replica {
     }
 }
 
-/// openraft settings of the region: ~1 s failover, snapshots every 20k entries.
-pub fn raft_config() -> Result<Config, ReplicaError> {
+/// openraft settings of the region: ~1 s failover, snapshots every
+/// `snapshot_every` applied entries keeping `keep_logs` entries behind them.
+pub fn raft_config(snapshot_every: u64, keep_logs: u64) -> Result<Config, ReplicaError> {
     Config {
         cluster_name: "gshare-region".into(),
         heartbeat_interval: 100,
         election_timeout_min: 500,
         election_timeout_max: 1000,
         max_payload_entries: 256,
-        snapshot_policy: SnapshotPolicy::LogsSinceLast(20_000),
-        max_in_snapshot_log_to_keep: 1_000,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(snapshot_every),
+        max_in_snapshot_log_to_keep: keep_logs,
         snapshot_max_chunk_size: 1 << 20,
         ..Default::default()
     }
@@ -170,7 +177,7 @@ impl Replica {
         endpoint.set_default_client_config(client);
         let links = PeerLinks::new(endpoint.clone());
 
-        let config = Arc::new(raft_config()?);
+        let config = Arc::new(raft_config(spec.snapshot_every, spec.keep_logs)?);
         let raft = Raft::new(spec.id, config, QuicNetwork::new(links.clone()), log, sm)
             .await
             .map_err(|e| ReplicaError::Raft(e.to_string()))?;

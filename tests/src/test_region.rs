@@ -38,6 +38,8 @@ pub struct TestRegion {
     pub dir: tempfile::TempDir,
     /// Replicas by id (started or not).
     pub replicas: BTreeMap<u64, ReplicaProc>,
+    /// Top-level config lines added to every replica's file (e.g. `snapshot_every = 16`).
+    extra: String,
 }
 
 fn free_udp_port() -> anyhow::Result<SocketAddr> {
@@ -51,6 +53,11 @@ fn free_tcp_port() -> anyhow::Result<SocketAddr> {
 impl TestRegion {
     /// Prepares `n` replicas (ids 1..=n) whose configs name each other as peers.
     pub fn new(n: u64) -> anyhow::Result<TestRegion> {
+        Self::with_config(n, "")
+    }
+
+    /// Like [`TestRegion::new`], with `extra` top-level lines in every config.
+    pub fn with_config(n: u64, extra: &str) -> anyhow::Result<TestRegion> {
         crate::build_binaries();
         let dir = tempfile::tempdir()?;
         let certs = dir.path().join("certs");
@@ -66,6 +73,7 @@ impl TestRegion {
         let mut region = TestRegion {
             dir,
             replicas: BTreeMap::new(),
+            extra: extra.to_string(),
         };
         for id in 1..=n {
             region.prepare(id)?;
@@ -107,10 +115,10 @@ impl TestRegion {
     fn write_config(&self, id: u64, with_peers: bool) -> anyhow::Result<()> {
         let r = &self.replicas[&id];
         let mut text = format!(
-            "id = {id}\nraft_addr = \"{}\"\nhttp_addr = \"{}\"\ndata_dir = \"data/r{id}\"\n\
+            "{}\nid = {id}\nraft_addr = \"{}\"\nhttp_addr = \"{}\"\ndata_dir = \"data/r{id}\"\n\
              topology = \"topology.toml\"\ntenants = \"tenants.toml\"\noperator_token = \"{TOKEN}\"\n\n\
              [tls]\nca_cert = \"certs/ca.pem\"\ncert = \"certs/r{id}.pem\"\nkey = \"certs/r{id}.key\"\n",
-            r.raft_addr, r.http_addr
+            self.extra, r.raft_addr, r.http_addr
         );
         if with_peers {
             for p in self.replicas.values().filter(|p| p.id != id) {

@@ -21,7 +21,11 @@ const LEADER_WAIT: Duration = Duration::from_secs(15);
 const CATCH_UP: Duration = Duration::from_secs(15);
 
 fn started(n: u64) -> anyhow::Result<(TestRegion, u64)> {
-    let mut region = TestRegion::new(n)?;
+    started_with(n, "")
+}
+
+fn started_with(n: u64, extra: &str) -> anyhow::Result<(TestRegion, u64)> {
+    let mut region = TestRegion::with_config(n, extra)?;
     for id in 1..=n {
         region.start(id, id == 1)?;
     }
@@ -201,9 +205,23 @@ fn full_restart_keeps_state_and_second_init_is_a_no_op() {
 #[test]
 fn add_a_fourth_replica_and_remove_one_keeps_every_write() {
     let _g = serial();
-    let (mut region, leader) = started(3).expect("3-replica region");
+    // Snapshots every 16 entries and no log kept behind them: the new replica
+    // can only catch up by installing a snapshot sent over QUIC.
+    let (mut region, leader) =
+        started_with(3, "snapshot_every = 16\nkeep_logs = 0").expect("3-replica region");
     let mut acked = BTreeMap::new();
     write_many(&region, "m", 0..40, &mut acked);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while region.status(leader).expect("status")["purged_index"]
+        .as_u64()
+        .is_none()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the leader never purged its log after a snapshot"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 
     region.add_replica_config(4).expect("config of replica 4");
     region.start(4, false).expect("start replica 4");
@@ -228,6 +246,24 @@ fn add_a_fourth_replica_and_remove_one_keeps_every_write() {
         .expect("run gsharectl");
     assert!(ok, "add-replica failed: {out}");
     assert_all_on(&region, &[4], "m", &acked);
+    let metrics = gshare_region::http_client::request(
+        region.http(1),
+        "GET",
+        "/metrics",
+        None,
+        None,
+        Duration::from_secs(5),
+    )
+    .expect("metrics");
+    println!(
+        "replica 1 after adding 4:\n{}",
+        metrics
+            .body
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     write_many(&region, "m", 40..70, &mut acked);
 
     // Remove a replica that is not the leader, then stop it.

@@ -83,6 +83,8 @@ async fn start_region(dir: &std::path::Path, n: u64) -> anyhow::Result<Running> 
                 cert,
                 key,
             },
+            snapshot_every: gshare_region::config::DEFAULT_SNAPSHOT_EVERY,
+            keep_logs: gshare_region::config::DEFAULT_KEEP_LOGS,
         };
         let replica = Replica::start(&spec).await?;
         let server = http::server(
