@@ -1,12 +1,13 @@
-//! `gsharectl`: gshare's operator CLI. Thin dispatch only; each subcommand's
-//! arguments and logic live in `gshare_region::cli::*`.
+//! `gsharectl`: gshare's command-line tool for operators, tenants and
+//! experiments. Thin dispatch only; each subcommand's arguments and logic
+//! live in `gshare_region::cli::*`.
 
 use clap::{Parser, Subcommand};
 use gshare_region::cli;
 
-/// gshare operator CLI.
+/// Operate a gshare region and run gshare's trace-driven experiments.
 #[derive(Debug, Parser)]
-#[command(name = "gsharectl", version, about = "gshare operator CLI", long_about = None)]
+#[command(name = "gsharectl", version, about, long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -14,6 +15,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Certificate authority and node certificates.
+    Certs(cli::certs::Args),
+    /// Cluster status and membership.
+    Cluster(cli::cluster::Args),
     /// Simulators (trace-driven experiments).
     #[command(subcommand)]
     Sim(SimCommand),
@@ -27,9 +32,15 @@ enum SimCommand {
     Serving(cli::sim_serving::Args),
 }
 
-fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
-        Command::Sim(SimCommand::Placement(args)) => cli::sim_placement::run(args),
-        Command::Sim(SimCommand::Serving(args)) => cli::sim_serving::run(args),
+fn main() {
+    let result = match Cli::parse().command {
+        Command::Certs(a) => cli::certs::run(a),
+        Command::Cluster(a) => cli::cluster::run(a),
+        Command::Sim(SimCommand::Placement(a)) => cli::sim_placement::run(a),
+        Command::Sim(SimCommand::Serving(a)) => cli::sim_serving::run(a),
+    };
+    if let Err(e) = result {
+        eprintln!("gsharectl: {e:#}");
+        std::process::exit(1);
     }
 }

@@ -1,0 +1,28 @@
+//! bincode 2 encoding of stored records, always decoded with a size limit.
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// Largest record (log entry, snapshot) the store decodes, in bytes.
+pub const MAX_RECORD_BYTES: usize = 256 << 20;
+
+fn config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<MAX_RECORD_BYTES>()
+}
+
+/// Encodes `value` with bincode's standard configuration.
+pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, bincode::error::EncodeError> {
+    bincode::serde::encode_to_vec(value, config())
+}
+
+/// Decodes a whole `bytes` slice; trailing bytes are an error.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, bincode::error::DecodeError> {
+    let (value, used) = bincode::serde::decode_from_slice(bytes, config())?;
+    if used != bytes.len() {
+        return Err(bincode::error::DecodeError::OtherString(format!(
+            "{} trailing bytes",
+            bytes.len() - used
+        )));
+    }
+    Ok(value)
+}

@@ -1,0 +1,230 @@
+//! The replicated state machine: [`RegionState`] in memory, snapshots in sled.
+
+use std::io::Cursor;
+use std::sync::{Arc, RwLock, RwLockReadGuard};
+
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{
+    AnyError, Entry, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, SnapshotMeta,
+    StorageError, StorageIOError, StoredMembership,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::{decode, encode, BatchOutcome, RegionState, ReplicaNode, StoreError, TypeConfig};
+
+type StoreResult<T> = Result<T, StorageError<u64>>;
+
+const CURRENT: &[u8] = b"current";
+
+/// The state machine's applied state: consistent as one unit.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct AppliedState {
+    /// The last log entry applied.
+    pub last_applied: Option<LogId<u64>>,
+    /// The last membership applied.
+    pub membership: StoredMembership<u64, ReplicaNode>,
+    /// The region's data.
+    pub region: RegionState,
+}
+
+/// A snapshot as kept in the `snapshot` tree.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct StoredSnapshot {
+    meta: SnapshotMeta<u64, ReplicaNode>,
+    data: Vec<u8>,
+}
+
+/// Read access to the applied state for the HTTP API and tests.
+#[derive(Debug, Clone)]
+pub struct StateReader {
+    state: Arc<RwLock<AppliedState>>,
+}
+
+impl StateReader {
+    /// Locks the applied state for reading; hold it briefly.
+    pub fn read(&self) -> RwLockReadGuard<'_, AppliedState> {
+        self.state.read().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// openraft's state machine on sled.
+#[derive(Debug)]
+pub struct SledStateMachine {
+    state: Arc<RwLock<AppliedState>>,
+    snapshots: sled::Tree,
+    builds: u64,
+}
+
+/// Builds a snapshot from a copy of the state taken when openraft asked.
+#[derive(Debug)]
+pub struct SnapshotBuilder {
+    state: Arc<RwLock<AppliedState>>,
+    snapshots: sled::Tree,
+    seq: u64,
+}
+
+impl SledStateMachine {
+    pub(crate) fn new(db: sled::Db) -> Result<Self, StoreError> {
+        let snapshots = db
+            .open_tree("snapshot")
+            .map_err(|source| StoreError::Tree {
+                tree: "snapshot",
+                source,
+            })?;
+        let mut state = AppliedState::default();
+        if let Some(bytes) = snapshots.get(CURRENT).map_err(|source| StoreError::Tree {
+            tree: "snapshot",
+            source,
+        })? {
+            let stored: StoredSnapshot =
+                decode(&bytes).map_err(|e| StoreError::Snapshot(e.to_string()))?;
+            state.region = decode(&stored.data).map_err(|e| StoreError::Snapshot(e.to_string()))?;
+            state.last_applied = stored.meta.last_log_id;
+            state.membership = stored.meta.last_membership;
+        }
+        Ok(SledStateMachine {
+            state: Arc::new(RwLock::new(state)),
+            snapshots,
+            builds: 0,
+        })
+    }
+
+    /// A handle that reads the applied state.
+    pub fn reader(&self) -> StateReader {
+        StateReader {
+            state: self.state.clone(),
+        }
+    }
+
+    fn load_current(&self) -> StoreResult<Option<StoredSnapshot>> {
+        let bytes = self
+            .snapshots
+            .get(CURRENT)
+            .map_err(|e| StorageIOError::read_snapshot(None, AnyError::new(&e)))?;
+        match bytes {
+            None => Ok(None),
+            Some(b) => Ok(Some(decode(&b).map_err(|e| {
+                StorageIOError::read_snapshot(None, AnyError::new(&e))
+            })?)),
+        }
+    }
+}
+
+async fn save_snapshot(snapshots: &sled::Tree, snap: &StoredSnapshot) -> StoreResult<()> {
+    let sig = Some(snap.meta.signature());
+    let bytes =
+        encode(snap).map_err(|e| StorageIOError::write_snapshot(sig.clone(), AnyError::new(&e)))?;
+    snapshots
+        .insert(CURRENT, bytes)
+        .map_err(|e| StorageIOError::write_snapshot(sig.clone(), AnyError::new(&e)))?;
+    snapshots
+        .flush_async()
+        .await
+        .map_err(|e| StorageIOError::write_snapshot(sig, AnyError::new(&e)))?;
+    Ok(())
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> StoreResult<Snapshot<TypeConfig>> {
+        let (meta, data) = {
+            let st = self.state.read().unwrap_or_else(|p| p.into_inner());
+            let data = encode(&st.region)
+                .map_err(|e| StorageIOError::read_state_machine(AnyError::new(&e)))?;
+            let snapshot_id = match st.last_applied {
+                Some(l) => format!(
+                    "{}-{}-{}-{}",
+                    l.leader_id.term, l.leader_id.node_id, l.index, self.seq
+                ),
+                None => format!("--{}", self.seq),
+            };
+            let meta = SnapshotMeta {
+                last_log_id: st.last_applied,
+                last_membership: st.membership.clone(),
+                snapshot_id,
+            };
+            (meta, data)
+        };
+        let stored = StoredSnapshot { meta, data };
+        save_snapshot(&self.snapshots, &stored).await?;
+        Ok(Snapshot {
+            meta: stored.meta,
+            snapshot: Box::new(Cursor::new(stored.data)),
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for SledStateMachine {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(
+        &mut self,
+    ) -> StoreResult<(Option<LogId<u64>>, StoredMembership<u64, ReplicaNode>)> {
+        let st = self.state.read().unwrap_or_else(|p| p.into_inner());
+        Ok((st.last_applied, st.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> StoreResult<Vec<BatchOutcome>>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut st = self.state.write().unwrap_or_else(|p| p.into_inner());
+        let mut replies = Vec::new();
+        for entry in entries {
+            st.last_applied = Some(entry.log_id);
+            match entry.payload {
+                EntryPayload::Blank => replies.push(BatchOutcome::default()),
+                EntryPayload::Normal(batch) => {
+                    let outcomes = batch.0.iter().map(|c| st.region.apply(c)).collect();
+                    replies.push(BatchOutcome(outcomes));
+                }
+                EntryPayload::Membership(m) => {
+                    st.membership = StoredMembership::new(Some(entry.log_id), m);
+                    replies.push(BatchOutcome::default());
+                }
+            }
+        }
+        Ok(replies)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.builds += 1;
+        SnapshotBuilder {
+            state: self.state.clone(),
+            snapshots: self.snapshots.clone(),
+            seq: self.builds,
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> StoreResult<Box<Cursor<Vec<u8>>>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<u64, ReplicaNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> StoreResult<()> {
+        let data = snapshot.into_inner();
+        let region: RegionState = decode(&data).map_err(|e| {
+            StorageIOError::read_snapshot(Some(meta.signature()), AnyError::new(&e))
+        })?;
+        let stored = StoredSnapshot {
+            meta: meta.clone(),
+            data,
+        };
+        save_snapshot(&self.snapshots, &stored).await?;
+        let mut st = self.state.write().unwrap_or_else(|p| p.into_inner());
+        st.region = region;
+        st.last_applied = meta.last_log_id;
+        st.membership = meta.last_membership.clone();
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> StoreResult<Option<Snapshot<TypeConfig>>> {
+        Ok(self.load_current()?.map(|s| Snapshot {
+            meta: s.meta,
+            snapshot: Box::new(Cursor::new(s.data)),
+        }))
+    }
+}

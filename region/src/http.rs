@@ -1,0 +1,463 @@
+//! The replica's HTTP surface (actix-web).
+//!
+//! | route | who | what |
+//! |---|---|---|
+//! | `GET /healthz` | anyone | `ok` while the process serves |
+//! | `GET /v1/cluster` | anyone | id, role, leader, term, commit index, members |
+//! | `GET /metrics` | anyone | Prometheus text of the same figures and QUIC counters |
+//! | `POST /v1/kv` `{key, value}` | operator | replicated write; followers forward to the leader |
+//! | `GET /v1/kv?prefix=p` | operator | this replica's applied entries under a prefix |
+//! | `POST /v1/cluster/replicas` `{id, raft_addr, http_addr}` | operator, leader | add as learner, then voter |
+//! | `DELETE /v1/cluster/replicas/{id}` | operator, leader | remove a voter |
+//!
+//! Membership changes answer `421` with the leader's HTTP address on a
+//! follower; `gsharectl` follows it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering;
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use gshare_core::command::{CommandOutcome, RegionCommand};
+use gshare_raft_store::ReplicaNode;
+use openraft::{ChangeMembers, ServerState};
+use serde::{Deserialize, Serialize};
+
+use crate::proposer::WriteError;
+use crate::replica::Replica;
+
+/// What the HTTP handlers share.
+#[derive(Debug, Clone)]
+pub struct HttpContext {
+    /// The replica served.
+    pub replica: Replica,
+    /// The operator's bearer token.
+    pub operator_token: String,
+}
+
+/// One member in [`ClusterStatus`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MemberStatus {
+    /// Raft id.
+    pub id: u64,
+    /// QUIC address.
+    pub raft_addr: String,
+    /// HTTP address.
+    pub http_addr: String,
+    /// Voter (true) or learner (false).
+    pub voter: bool,
+}
+
+/// The answer of `GET /v1/cluster`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    /// This replica's id.
+    pub id: u64,
+    /// `leader`, `follower`, `candidate`, `learner` or `shutdown`.
+    pub role: String,
+    /// The leader's id, if known.
+    pub leader: Option<u64>,
+    /// The leader's HTTP address, if known.
+    pub leader_http: Option<String>,
+    /// Current term.
+    pub term: u64,
+    /// Highest log index known committed.
+    pub commit_index: Option<u64>,
+    /// Highest log index applied here.
+    pub last_applied: Option<u64>,
+    /// Highest log index stored here.
+    pub last_log_index: Option<u64>,
+    /// Last log index covered by this replica's snapshot.
+    pub snapshot_index: Option<u64>,
+    /// Highest log index purged from this replica's log.
+    pub purged_index: Option<u64>,
+    /// Members of the current configuration.
+    pub members: Vec<MemberStatus>,
+}
+
+/// The body of `POST /v1/kv`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct KvWrite {
+    /// Key.
+    pub key: String,
+    /// Value (UTF-8 text).
+    pub value: String,
+}
+
+/// The body of `POST /v1/cluster/replicas`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NewReplica {
+    /// Raft id of the new replica.
+    pub id: u64,
+    /// Its QUIC address.
+    pub raft_addr: String,
+    /// Its HTTP address.
+    pub http_addr: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct PrefixQuery {
+    #[serde(default)]
+    prefix: String,
+}
+
+fn role(s: ServerState) -> &'static str {
+    match s {
+        ServerState::Leader => "leader",
+        ServerState::Follower => "follower",
+        ServerState::Candidate => "candidate",
+        ServerState::Learner => "learner",
+        ServerState::Shutdown => "shutdown",
+    }
+}
+
+/// Builds the cluster status of `replica`.
+pub async fn cluster_status(replica: &Replica) -> ClusterStatus {
+    let commit_index = replica
+        .raft
+        .with_raft_state(|st| st.committed.map(|l| l.index))
+        .await
+        .ok()
+        .flatten();
+    let m = replica.raft.metrics().borrow().clone();
+    let membership = m.membership_config.membership();
+    let voters: BTreeSet<u64> = membership.voter_ids().collect();
+    let members = membership
+        .nodes()
+        .map(|(id, n)| MemberStatus {
+            id: *id,
+            raft_addr: n.raft_addr.clone(),
+            http_addr: n.http_addr.clone(),
+            voter: voters.contains(id),
+        })
+        .collect();
+    let leader_http = m
+        .current_leader
+        .and_then(|l| membership.get_node(&l).map(|n| n.http_addr.clone()));
+    ClusterStatus {
+        id: replica.id,
+        role: role(m.state).to_string(),
+        leader: m.current_leader,
+        leader_http,
+        term: m.current_term,
+        commit_index,
+        last_applied: m.last_applied.map(|l| l.index),
+        last_log_index: m.last_log_index,
+        snapshot_index: m.snapshot.map(|l| l.index),
+        purged_index: m.purged.map(|l| l.index),
+        members,
+    }
+}
+
+fn error(status: actix_web::http::StatusCode, msg: impl ToString, retryable: bool) -> HttpResponse {
+    HttpResponse::build(status)
+        .json(serde_json::json!({ "error": msg.to_string(), "retryable": retryable }))
+}
+
+/// The refusal of a request without the operator token, if it lacks it.
+fn refuse_unless_operator(req: &HttpRequest, ctx: &HttpContext) -> Option<HttpResponse> {
+    let want = format!("Bearer {}", ctx.operator_token);
+    match req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+    {
+        Some(got) if got == want => None,
+        _ => Some(error(
+            actix_web::http::StatusCode::UNAUTHORIZED,
+            "operator token required (Authorization: Bearer …)",
+            false,
+        )),
+    }
+}
+
+async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().content_type("text/plain").body("ok\n")
+}
+
+async fn cluster(ctx: web::Data<HttpContext>) -> HttpResponse {
+    HttpResponse::Ok().json(cluster_status(&ctx.replica).await)
+}
+
+async fn metrics(ctx: web::Data<HttpContext>) -> HttpResponse {
+    match render_metrics(&ctx.replica).await {
+        Ok(text) => HttpResponse::Ok()
+            .content_type("text/plain; version=0.0.4")
+            .body(text),
+        Err(e) => error(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR, e, true),
+    }
+}
+
+/// Renders the Prometheus text of `replica`.
+pub async fn render_metrics(replica: &Replica) -> Result<String, prometheus::Error> {
+    use prometheus::{Encoder, IntGauge, Registry, TextEncoder};
+    let st = cluster_status(replica).await;
+    let registry = Registry::new();
+    let c = &replica.counters;
+    let keys = replica.state.read().region.len() as i64;
+    let figures: [(&str, &str, i64); 14] = [
+        (
+            "gshare_region_raft_term",
+            "Current Raft term",
+            st.term as i64,
+        ),
+        (
+            "gshare_region_raft_commit_index",
+            "Highest committed log index",
+            st.commit_index.map_or(-1, |i| i as i64),
+        ),
+        (
+            "gshare_region_raft_last_applied_index",
+            "Highest applied log index",
+            st.last_applied.map_or(-1, |i| i as i64),
+        ),
+        (
+            "gshare_region_raft_last_log_index",
+            "Highest stored log index",
+            st.last_log_index.map_or(-1, |i| i as i64),
+        ),
+        (
+            "gshare_region_raft_snapshot_index",
+            "Last index in the snapshot, -1 if none",
+            st.snapshot_index.map_or(-1, |i| i as i64),
+        ),
+        (
+            "gshare_region_raft_purged_index",
+            "Highest purged log index, -1 if none",
+            st.purged_index.map_or(-1, |i| i as i64),
+        ),
+        (
+            "gshare_region_raft_is_leader",
+            "1 if this replica leads",
+            i64::from(st.role == "leader"),
+        ),
+        (
+            "gshare_region_raft_leader_id",
+            "Known leader id, 0 if none",
+            st.leader.unwrap_or(0) as i64,
+        ),
+        (
+            "gshare_region_raft_members",
+            "Members of the configuration",
+            st.members.len() as i64,
+        ),
+        ("gshare_region_keys", "Keys in the applied state", keys),
+        (
+            "gshare_region_quic_connections_total",
+            "QUIC connections accepted",
+            c.connections.load(Ordering::Relaxed) as i64,
+        ),
+        (
+            "gshare_region_quic_handshake_failures_total",
+            "QUIC handshakes failed",
+            c.handshake_failures.load(Ordering::Relaxed) as i64,
+        ),
+        (
+            "gshare_region_quic_requests_total",
+            "Peer requests answered",
+            c.requests.load(Ordering::Relaxed) as i64,
+        ),
+        (
+            "gshare_region_quic_bad_frames_total",
+            "Connections closed for a bad frame",
+            c.bad_frames.load(Ordering::Relaxed) as i64,
+        ),
+    ];
+    for (name, help, value) in figures {
+        let g = IntGauge::new(name, help)?;
+        g.set(value);
+        registry.register(Box::new(g))?;
+    }
+    let mut out = Vec::new();
+    TextEncoder::new().encode(&registry.gather(), &mut out)?;
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// Parses a JSON body after authorization, so a stranger learns nothing from parse errors.
+fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Box<HttpResponse>> {
+    serde_json::from_slice(body).map_err(|e| {
+        Box::new(error(
+            actix_web::http::StatusCode::BAD_REQUEST,
+            format!("request body: {e}"),
+            false,
+        ))
+    })
+}
+
+async fn kv_write(req: HttpRequest, ctx: web::Data<HttpContext>, body: web::Bytes) -> HttpResponse {
+    if let Some(refusal) = refuse_unless_operator(&req, &ctx) {
+        return refusal;
+    }
+    let KvWrite { key, value } = match json_body(&body) {
+        Ok(b) => b,
+        Err(resp) => return *resp,
+    };
+    match ctx
+        .replica
+        .proposer
+        .propose(RegionCommand::put(key, value.into_bytes()))
+        .await
+    {
+        Ok(CommandOutcome::Written { previous }) => HttpResponse::Ok().json(serde_json::json!({
+            "outcome": "written",
+            "previous": previous.map(|p| String::from_utf8_lossy(&p).into_owned()),
+        })),
+        Ok(CommandOutcome::Done) => {
+            HttpResponse::Ok().json(serde_json::json!({ "outcome": "done" }))
+        }
+        Ok(CommandOutcome::Rejected { reason }) => {
+            error(actix_web::http::StatusCode::BAD_REQUEST, reason, false)
+        }
+        Err(e @ WriteError::Invalid(_)) => {
+            error(actix_web::http::StatusCode::BAD_REQUEST, e, false)
+        }
+        Err(e) => error(actix_web::http::StatusCode::SERVICE_UNAVAILABLE, e, true),
+    }
+}
+
+async fn kv_list(
+    req: HttpRequest,
+    ctx: web::Data<HttpContext>,
+    q: web::Query<PrefixQuery>,
+) -> HttpResponse {
+    if let Some(refusal) = refuse_unless_operator(&req, &ctx) {
+        return refusal;
+    }
+    let entries: BTreeMap<String, String> = {
+        let st = ctx.replica.state.read();
+        st.region
+            .entries_with_prefix(&q.prefix)
+            .map(|(k, v)| (k.to_string(), String::from_utf8_lossy(v).into_owned()))
+            .collect()
+    };
+    HttpResponse::Ok().json(serde_json::json!({ "id": ctx.replica.id, "entries": entries }))
+}
+
+fn not_leader(st: &ClusterStatus) -> HttpResponse {
+    HttpResponse::MisdirectedRequest().json(serde_json::json!({
+        "error": "not the leader",
+        "leader": st.leader,
+        "leader_http": st.leader_http,
+        "retryable": true,
+    }))
+}
+
+async fn add_replica(
+    req: HttpRequest,
+    ctx: web::Data<HttpContext>,
+    body: web::Bytes,
+) -> HttpResponse {
+    if let Some(refusal) = refuse_unless_operator(&req, &ctx) {
+        return refusal;
+    }
+    let st = cluster_status(&ctx.replica).await;
+    if st.role != "leader" {
+        return not_leader(&st);
+    }
+    let NewReplica {
+        id,
+        raft_addr,
+        http_addr,
+    } = match json_body(&body) {
+        Ok(b) => b,
+        Err(resp) => return *resp,
+    };
+    if raft_addr.parse::<std::net::SocketAddr>().is_err()
+        || http_addr.parse::<std::net::SocketAddr>().is_err()
+    {
+        return error(
+            actix_web::http::StatusCode::BAD_REQUEST,
+            "raft_addr and http_addr must be ip:port",
+            false,
+        );
+    }
+    let raft = &ctx.replica.raft;
+    let node = ReplicaNode {
+        raft_addr,
+        http_addr,
+    };
+    if let Err(e) = raft.add_learner(id, node, true).await {
+        return error(
+            actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+            format!("adding learner {id}: {e}"),
+            true,
+        );
+    }
+    match raft
+        .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+        .await
+    {
+        Ok(_) => HttpResponse::Ok().json(cluster_status(&ctx.replica).await),
+        Err(e) => error(
+            actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+            format!("promoting {id} to voter: {e}"),
+            true,
+        ),
+    }
+}
+
+async fn remove_replica(
+    req: HttpRequest,
+    ctx: web::Data<HttpContext>,
+    path: web::Path<u64>,
+) -> HttpResponse {
+    if let Some(refusal) = refuse_unless_operator(&req, &ctx) {
+        return refusal;
+    }
+    let st = cluster_status(&ctx.replica).await;
+    if st.role != "leader" {
+        return not_leader(&st);
+    }
+    let id = path.into_inner();
+    if !st.members.iter().any(|m| m.id == id) {
+        return error(
+            actix_web::http::StatusCode::NOT_FOUND,
+            format!("replica {id} is not a member"),
+            false,
+        );
+    }
+    match ctx
+        .replica
+        .raft
+        .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
+        .await
+    {
+        Ok(_) => HttpResponse::Ok().json(cluster_status(&ctx.replica).await),
+        Err(e) => error(
+            actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+            format!("removing {id}: {e}"),
+            true,
+        ),
+    }
+}
+
+/// Registers every route on an actix `App`.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/healthz", web::get().to(healthz))
+        .route("/metrics", web::get().to(metrics))
+        .route("/v1/cluster", web::get().to(cluster))
+        .route("/v1/kv", web::post().to(kv_write))
+        .route("/v1/kv", web::get().to(kv_list))
+        .route("/v1/cluster/replicas", web::post().to(add_replica))
+        .route(
+            "/v1/cluster/replicas/{id}",
+            web::delete().to(remove_replica),
+        );
+}
+
+/// Binds the HTTP server of `ctx` on `addr` (run the returned server to serve).
+pub fn server(
+    ctx: HttpContext,
+    addr: std::net::SocketAddr,
+    workers: usize,
+) -> std::io::Result<actix_web::dev::Server> {
+    let data = web::Data::new(ctx);
+    Ok(actix_web::HttpServer::new(move || {
+        actix_web::App::new()
+            .app_data(data.clone())
+            .configure(routes)
+    })
+    .workers(workers)
+    .disable_signals()
+    .bind(addr)?
+    .run())
+}

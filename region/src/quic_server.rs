@@ -1,0 +1,98 @@
+//! The QUIC side of a replica: accepts peers (mutual TLS) and answers their
+//! requests, one request/reply frame pair per stream.
+//!
+//! A connection whose peer fails the CA check never gets a request through:
+//! with TLS 1.3 the refusal arrives when the first stream is used. A stream
+//! carrying an oversized or malformed frame closes its connection; other
+//! connections are untouched. Garbage datagrams never reach this code:
+//! quinn drops packets that do not authenticate.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use gshare_raft_store::TypeConfig;
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::Raft;
+
+use crate::wire::{read_frame, write_frame, FrameError, PeerReply, PeerRequest, WriteRefusal};
+
+/// QUIC application error code sent when a bad frame closes a connection.
+pub const BAD_FRAME_CODE: u32 = 0x10;
+
+/// Counters of the QUIC server, shown in `/metrics`.
+#[derive(Debug, Default)]
+pub struct QuicCounters {
+    /// Connections accepted (TLS handshake done).
+    pub connections: AtomicU64,
+    /// Handshakes that failed.
+    pub handshake_failures: AtomicU64,
+    /// Requests answered.
+    pub requests: AtomicU64,
+    /// Connections closed because of a bad frame.
+    pub bad_frames: AtomicU64,
+}
+
+/// Accepts connections on `endpoint` until it is closed.
+pub async fn serve(endpoint: quinn::Endpoint, raft: Raft<TypeConfig>, counters: Arc<QuicCounters>) {
+    while let Some(incoming) = endpoint.accept().await {
+        let raft = raft.clone();
+        let counters = counters.clone();
+        tokio::spawn(async move {
+            let conn = match incoming.await {
+                Ok(c) => c,
+                Err(e) => {
+                    counters.handshake_failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!("QUIC handshake failed: {e}");
+                    return;
+                }
+            };
+            counters.connections.fetch_add(1, Ordering::Relaxed);
+            while let Ok((send, recv)) = conn.accept_bi().await {
+                tokio::spawn(answer(
+                    conn.clone(),
+                    send,
+                    recv,
+                    raft.clone(),
+                    counters.clone(),
+                ));
+            }
+        });
+    }
+}
+
+async fn answer(
+    conn: quinn::Connection,
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+    raft: Raft<TypeConfig>,
+    counters: Arc<QuicCounters>,
+) {
+    let req = match read_frame::<PeerRequest>(&mut recv).await {
+        Ok(r) => r,
+        Err(e @ (FrameError::Oversized { .. } | FrameError::Malformed(_))) => {
+            counters.bad_frames.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!("closing connection from {}: {e}", conn.remote_address());
+            conn.close(quinn::VarInt::from_u32(BAD_FRAME_CODE), b"bad frame");
+            return;
+        }
+        Err(FrameError::Stream(_)) => return,
+    };
+    let reply = match req {
+        PeerRequest::Append(rpc) => PeerReply::Append(raft.append_entries(rpc).await),
+        PeerRequest::Vote(rpc) => PeerReply::Vote(raft.vote(rpc).await),
+        PeerRequest::Snapshot(rpc) => PeerReply::Snapshot(raft.install_snapshot(rpc).await),
+        PeerRequest::Write(batch) => PeerReply::Write(match raft.client_write(batch).await {
+            Ok(resp) => Ok(resp.data),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                Err(WriteRefusal::NotLeader {
+                    leader: f.leader_id,
+                })
+            }
+            Err(e) => Err(WriteRefusal::Failed(e.to_string())),
+        }),
+    };
+    counters.requests.fetch_add(1, Ordering::Relaxed);
+    if let Err(e) = write_frame(&mut send, &reply).await {
+        tracing::debug!("reply to {} lost: {e}", conn.remote_address());
+    }
+}

@@ -1,0 +1,19 @@
+//! `gshare-tests`: black-box tests that run real `gshare-region` processes.
+//!
+//! ```text
+//!   TestRegion::new(3)  ─▶ temp dir: certs/ (CA + r1..rN), rN.toml, data/rN
+//!        │                  ports: free UDP (QUIC) and TCP (HTTP) ports chosen now
+//!        ├─ start(id, init) ─▶ target/<profile>/gshare-region --config rN.toml [--init]
+//!        ├─ kill9(id) / stop(id)
+//!        └─ write / entries / status over HTTP (gshare_region::http_client)
+//! ```
+//!
+//! The binaries are built on first use with `cargo build -p gshare-region
+//! --bins` (same profile as the test), so `cargo test` alone suffices on a
+//! clean checkout.
+
+pub mod binaries;
+pub mod test_region;
+
+pub use binaries::{binary, build_binaries};
+pub use test_region::{ReplicaProc, TestRegion, TOKEN};

@@ -1,0 +1,367 @@
+//! A region of real replica processes in a temporary directory.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+use gshare_region::http_client::{request, HttpReply};
+use gshare_region::tls;
+
+/// The operator token every test region uses.
+pub const TOKEN: &str = "test-operator-token";
+
+const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One replica of a [`TestRegion`].
+#[derive(Debug)]
+pub struct ReplicaProc {
+    /// Raft id.
+    pub id: u64,
+    /// QUIC address.
+    pub raft_addr: SocketAddr,
+    /// HTTP address.
+    pub http_addr: SocketAddr,
+    /// Its config file.
+    pub config: PathBuf,
+    child: Option<Child>,
+    starts: u32,
+}
+
+/// Replica processes sharing a CA, in one temporary directory.
+#[derive(Debug)]
+pub struct TestRegion {
+    /// The temporary directory (certs, configs, data, logs).
+    pub dir: tempfile::TempDir,
+    /// Replicas by id (started or not).
+    pub replicas: BTreeMap<u64, ReplicaProc>,
+    /// Top-level config lines added to every replica's file (e.g. `snapshot_every = 16`).
+    extra: String,
+}
+
+fn free_udp_port() -> anyhow::Result<SocketAddr> {
+    Ok(UdpSocket::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+fn free_tcp_port() -> anyhow::Result<SocketAddr> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+impl TestRegion {
+    /// Prepares `n` replicas (ids 1..=n) whose configs name each other as peers.
+    pub fn new(n: u64) -> anyhow::Result<TestRegion> {
+        Self::with_config(n, "")
+    }
+
+    /// Like [`TestRegion::new`], with `extra` top-level lines in every config.
+    pub fn with_config(n: u64, extra: &str) -> anyhow::Result<TestRegion> {
+        crate::build_binaries();
+        let dir = tempfile::tempdir()?;
+        let certs = dir.path().join("certs");
+        tls::init_ca(&certs)?;
+        fs::write(
+            dir.path().join("topology.toml"),
+            "# placeholder for the topology parser\n",
+        )?;
+        fs::write(
+            dir.path().join("tenants.toml"),
+            "# placeholder for the tenants parser\n",
+        )?;
+        let mut region = TestRegion {
+            dir,
+            replicas: BTreeMap::new(),
+            extra: extra.to_string(),
+        };
+        for id in 1..=n {
+            region.prepare(id)?;
+        }
+        let ids: Vec<u64> = region.replicas.keys().copied().collect();
+        for id in ids {
+            region.write_config(id, true)?;
+        }
+        Ok(region)
+    }
+
+    fn prepare(&mut self, id: u64) -> anyhow::Result<()> {
+        let certs = self.dir.path().join("certs");
+        tls::issue(
+            &certs,
+            &format!("r{id}"),
+            &tls::default_sans(&format!("r{id}")),
+        )?;
+        self.replicas.insert(
+            id,
+            ReplicaProc {
+                id,
+                raft_addr: free_udp_port()?,
+                http_addr: free_tcp_port()?,
+                config: self.dir.path().join(format!("r{id}.toml")),
+                child: None,
+                starts: 0,
+            },
+        );
+        Ok(())
+    }
+
+    /// Prepares one more replica `id` (not a member until added).
+    pub fn add_replica_config(&mut self, id: u64) -> anyhow::Result<()> {
+        self.prepare(id)?;
+        self.write_config(id, false)
+    }
+
+    fn write_config(&self, id: u64, with_peers: bool) -> anyhow::Result<()> {
+        let r = &self.replicas[&id];
+        let mut text = format!(
+            "{}\nid = {id}\nraft_addr = \"{}\"\nhttp_addr = \"{}\"\ndata_dir = \"data/r{id}\"\n\
+             topology = \"topology.toml\"\ntenants = \"tenants.toml\"\noperator_token = \"{TOKEN}\"\n\n\
+             [tls]\nca_cert = \"certs/ca.pem\"\ncert = \"certs/r{id}.pem\"\nkey = \"certs/r{id}.key\"\n",
+            self.extra, r.raft_addr, r.http_addr
+        );
+        if with_peers {
+            for p in self.replicas.values().filter(|p| p.id != id) {
+                text.push_str(&format!(
+                    "\n[[peers]]\nid = {}\nraft_addr = \"{}\"\nhttp_addr = \"{}\"\n",
+                    p.id, p.raft_addr, p.http_addr
+                ));
+            }
+        }
+        fs::write(&r.config, text)?;
+        Ok(())
+    }
+
+    /// Path of a file in the region's directory.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Starts replica `id` (with `--init` if asked); its output goes to `r<id>.<n>.out/err`.
+    pub fn start(&mut self, id: u64, init: bool) -> anyhow::Result<()> {
+        let bin = crate::binary("gshare-region");
+        let dir = self.dir.path().to_path_buf();
+        let r = self
+            .replicas
+            .get_mut(&id)
+            .ok_or_else(|| anyhow!("no replica {id}"))?;
+        if r.child.is_some() {
+            bail!("replica {id} is already running");
+        }
+        r.starts += 1;
+        let out = fs::File::create(dir.join(format!("r{id}.{}.out", r.starts)))?;
+        let err = fs::File::create(dir.join(format!("r{id}.{}.err", r.starts)))?;
+        let mut cmd = Command::new(bin);
+        cmd.arg("--config")
+            .arg(&r.config)
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err));
+        if init {
+            cmd.arg("--init");
+        }
+        r.child = Some(cmd.spawn().context("spawn gshare-region")?);
+        Ok(())
+    }
+
+    /// The stdout of start number `n` (1-based) of replica `id`.
+    pub fn stdout(&self, id: u64, n: u32) -> String {
+        fs::read_to_string(self.path(&format!("r{id}.{n}.out"))).unwrap_or_default()
+    }
+
+    /// Kills replica `id` with SIGKILL and reaps it.
+    pub fn kill9(&mut self, id: u64) -> anyhow::Result<()> {
+        let r = self
+            .replicas
+            .get_mut(&id)
+            .ok_or_else(|| anyhow!("no replica {id}"))?;
+        if let Some(mut c) = r.child.take() {
+            c.kill()?;
+            c.wait()?;
+        }
+        Ok(())
+    }
+
+    /// Whether replica `id`'s process is still running.
+    pub fn alive(&mut self, id: u64) -> bool {
+        match self.replicas.get_mut(&id).and_then(|r| r.child.as_mut()) {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// Ids of replicas whose process runs.
+    pub fn running(&self) -> Vec<u64> {
+        self.replicas
+            .values()
+            .filter(|r| r.child.is_some())
+            .map(|r| r.id)
+            .collect()
+    }
+
+    /// HTTP address of replica `id`.
+    pub fn http(&self, id: u64) -> SocketAddr {
+        self.replicas[&id].http_addr
+    }
+
+    /// `GET /v1/cluster` of replica `id`.
+    pub fn status(&self, id: u64) -> anyhow::Result<serde_json::Value> {
+        let r = request(
+            self.http(id),
+            "GET",
+            "/v1/cluster",
+            None,
+            None,
+            HTTP_TIMEOUT,
+        )?;
+        if r.status != 200 {
+            bail!("status of {id}: HTTP {} {}", r.status, r.body);
+        }
+        Ok(serde_json::from_str(&r.body)?)
+    }
+
+    /// Waits until every replica in `among` agrees on one leader that is in
+    /// `among` and reports itself leader; returns its id.
+    pub fn wait_leader(&self, among: &[u64], timeout: Duration) -> anyhow::Result<u64> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let views: Vec<Option<u64>> = among
+                .iter()
+                .map(|id| self.status(*id).ok().and_then(|s| s["leader"].as_u64()))
+                .collect();
+            if let Some(Some(l)) = views.first() {
+                if views.iter().all(|v| *v == Some(*l)) && among.contains(l) {
+                    if let Ok(s) = self.status(*l) {
+                        if s["role"] == "leader" {
+                            return Ok(*l);
+                        }
+                    }
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("no agreed leader among {among:?} within {timeout:?} (views {views:?})");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// One attempt to write `key = value` through replica `via`.
+    pub fn try_write(&self, via: u64, key: &str, value: &str) -> anyhow::Result<HttpReply> {
+        write_at(self.http(via), key, value)
+    }
+
+    /// Writes `key = value`, retrying through the running replicas for up to `timeout`.
+    pub fn write(&self, key: &str, value: &str, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        let ids = self.running();
+        let mut i = 0;
+        loop {
+            let via = ids[i % ids.len()];
+            i += 1;
+            match self.try_write(via, key, value) {
+                Ok(r) if r.status == 200 => return Ok(()),
+                Ok(r) if r.status == 400 || r.status == 401 => {
+                    bail!("write {key} refused: {}", r.body)
+                }
+                _ if Instant::now() > deadline => {
+                    bail!("write {key} not acknowledged within {timeout:?}")
+                }
+                _ => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    /// Replica `id`'s applied entries under `prefix`.
+    pub fn entries(&self, id: u64, prefix: &str) -> anyhow::Result<BTreeMap<String, String>> {
+        let r = request(
+            self.http(id),
+            "GET",
+            &format!("/v1/kv?prefix={prefix}"),
+            Some(TOKEN),
+            None,
+            HTTP_TIMEOUT,
+        )?;
+        if r.status != 200 {
+            bail!("entries of {id}: HTTP {} {}", r.status, r.body);
+        }
+        let v: serde_json::Value = serde_json::from_str(&r.body)?;
+        let map = v["entries"]
+            .as_object()
+            .ok_or_else(|| anyhow!("no entries in {}", r.body))?;
+        Ok(map
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+            .collect())
+    }
+
+    /// Waits until replica `id` holds every `expected` entry; returns the missing ones at the deadline.
+    pub fn wait_entries(
+        &self,
+        id: u64,
+        prefix: &str,
+        expected: &BTreeMap<String, String>,
+        timeout: Duration,
+    ) -> BTreeSet<String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let missing: BTreeSet<String> = match self.entries(id, prefix) {
+                Ok(have) => expected
+                    .iter()
+                    .filter(|(k, v)| have.get(*k) != Some(*v))
+                    .map(|(k, _)| k.clone())
+                    .collect(),
+                Err(_) => expected.keys().cloned().collect(),
+            };
+            if missing.is_empty() || Instant::now() > deadline {
+                return missing;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Runs `gsharectl` with `args`; returns (success, stdout + stderr).
+    pub fn gsharectl(&self, args: &[&str]) -> anyhow::Result<(bool, String)> {
+        let out = Command::new(crate::binary("gsharectl"))
+            .args(args)
+            .output()?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok((out.status.success(), text))
+    }
+
+    /// The region's CA directory.
+    pub fn certs(&self) -> PathBuf {
+        self.path("certs")
+    }
+
+    /// The config directory of the region.
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// One write of `key = value` to the replica at `addr`.
+pub fn write_at(addr: SocketAddr, key: &str, value: &str) -> anyhow::Result<HttpReply> {
+    let body = serde_json::json!({ "key": key, "value": value }).to_string();
+    Ok(request(
+        addr,
+        "POST",
+        "/v1/kv",
+        Some(TOKEN),
+        Some(&body),
+        HTTP_TIMEOUT,
+    )?)
+}
+
+impl Drop for TestRegion {
+    fn drop(&mut self) {
+        for r in self.replicas.values_mut() {
+            if let Some(mut c) = r.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}

@@ -1,0 +1,300 @@
+//! Real `gshare-region` processes on loopback: failover, restart, membership.
+//!
+//! Tests run one at a time (a shared lock): each starts 3–4 processes and the
+//! machines these run on are small.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use gshare_tests::test_region::write_at;
+use gshare_tests::{TestRegion, TOKEN};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+const LEADER_WAIT: Duration = Duration::from_secs(15);
+const CATCH_UP: Duration = Duration::from_secs(15);
+
+fn started(n: u64) -> anyhow::Result<(TestRegion, u64)> {
+    started_with(n, "")
+}
+
+fn started_with(n: u64, extra: &str) -> anyhow::Result<(TestRegion, u64)> {
+    let mut region = TestRegion::with_config(n, extra)?;
+    for id in 1..=n {
+        region.start(id, id == 1)?;
+    }
+    let ids: Vec<u64> = (1..=n).collect();
+    let leader = region.wait_leader(&ids, LEADER_WAIT)?;
+    Ok((region, leader))
+}
+
+fn write_many(
+    region: &TestRegion,
+    prefix: &str,
+    range: std::ops::Range<u32>,
+    acked: &mut BTreeMap<String, String>,
+) {
+    for i in range {
+        let (k, v) = (format!("{prefix}{i:05}"), format!("v{i}"));
+        region
+            .write(&k, &v, Duration::from_secs(20))
+            .expect("write acknowledged");
+        acked.insert(k, v);
+    }
+}
+
+fn assert_all_on(region: &TestRegion, ids: &[u64], prefix: &str, acked: &BTreeMap<String, String>) {
+    for id in ids {
+        let missing = region.wait_entries(*id, prefix, acked, CATCH_UP);
+        assert!(
+            missing.is_empty(),
+            "replica {id} lacks {} of {} acknowledged writes, e.g. {:?}",
+            missing.len(),
+            acked.len(),
+            missing.iter().take(5).collect::<Vec<_>>()
+        );
+    }
+}
+
+#[test]
+fn leader_kill_during_writes_loses_no_acknowledged_write() {
+    let _g = serial();
+    let (mut region, leader) = started(3).expect("3-replica region");
+    let addrs: Vec<(u64, std::net::SocketAddr)> = region
+        .replicas
+        .values()
+        .map(|r| (r.id, r.http_addr))
+        .collect();
+    let acked = Arc::new(Mutex::new(BTreeMap::<String, (String, Instant)>::new()));
+    let dead = Arc::new(Mutex::new(None::<u64>));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let (acked, dead, stop, addrs) =
+                (acked.clone(), dead.clone(), stop.clone(), addrs.clone());
+            std::thread::spawn(move || {
+                let mut seq = 0u32;
+                let mut turn = w;
+                while !stop.load(Ordering::Relaxed) {
+                    let (k, v) = (format!("w{w}-{seq:05}"), format!("v{seq}"));
+                    // Retry the same key until acknowledged (a put is idempotent).
+                    loop {
+                        if stop.load(Ordering::Relaxed) {
+                            return;
+                        }
+                        let (id, addr) = addrs[turn % addrs.len()];
+                        turn += 1;
+                        if *dead.lock().unwrap() == Some(id) {
+                            continue;
+                        }
+                        if let Ok(r) = write_at(addr, &k, &v) {
+                            if r.status == 200 {
+                                acked
+                                    .lock()
+                                    .unwrap()
+                                    .insert(k.clone(), (v.clone(), Instant::now()));
+                                break;
+                            }
+                        }
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    seq += 1;
+                }
+            })
+        })
+        .collect();
+
+    let until = Instant::now() + Duration::from_secs(20);
+    while acked.lock().unwrap().len() < 200 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let before = acked.lock().unwrap().len();
+    assert!(
+        before >= 50,
+        "only {before} writes acknowledged before the kill"
+    );
+    *dead.lock().unwrap() = Some(leader);
+    let killed_at = Instant::now();
+    region.kill9(leader).expect("kill -9 the leader");
+    let live: Vec<u64> = region.running();
+    let new_leader = region
+        .wait_leader(&live, LEADER_WAIT)
+        .expect("a new leader within 15 s");
+    let elected = killed_at.elapsed();
+    // Wait for writes acknowledged after the kill.
+    let until = Instant::now() + LEADER_WAIT;
+    let first_after = loop {
+        let t = acked
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|(_, at)| *at > killed_at)
+            .map(|(_, at)| *at)
+            .min();
+        if let Some(t) = t {
+            if acked
+                .lock()
+                .unwrap()
+                .values()
+                .filter(|(_, at)| *at > killed_at)
+                .count()
+                >= 100
+            {
+                break t;
+            }
+        }
+        assert!(
+            Instant::now() < until,
+            "fewer than 100 writes acknowledged after the kill"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.join().expect("writer thread");
+    }
+    println!(
+        "failover: killed leader {leader}; replica {new_leader} leads after {:.0} ms; first write acknowledged after the kill at {:.0} ms",
+        elected.as_secs_f64() * 1e3,
+        (first_after - killed_at).as_secs_f64() * 1e3
+    );
+    let acked: BTreeMap<String, String> = acked
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(k, (v, _))| (k.clone(), v.clone()))
+        .collect();
+    println!(
+        "acknowledged writes: {} ({before} before the kill)",
+        acked.len()
+    );
+    assert_all_on(&region, &live, "w", &acked);
+}
+
+#[test]
+fn full_restart_keeps_state_and_second_init_is_a_no_op() {
+    let _g = serial();
+    let (mut region, _) = started(3).expect("3-replica region");
+    let mut acked = BTreeMap::new();
+    write_many(&region, "r", 0..60, &mut acked);
+    for id in 1..=3 {
+        region.kill9(id).expect("kill");
+    }
+    for id in 1..=3 {
+        region.start(id, id == 1).expect("restart");
+    }
+    region
+        .wait_leader(&[1, 2, 3], LEADER_WAIT)
+        .expect("leader after restart");
+    let out = region.stdout(1, 2);
+    assert!(
+        out.contains("changed nothing"),
+        "second --init should be a no-op, stdout was: {out}"
+    );
+    assert_all_on(&region, &[1, 2, 3], "r", &acked);
+    write_many(&region, "r", 60..80, &mut acked);
+    assert_all_on(&region, &[1, 2, 3], "r", &acked);
+}
+
+#[test]
+fn add_a_fourth_replica_and_remove_one_keeps_every_write() {
+    let _g = serial();
+    // Snapshots every 16 entries and no log kept behind them: the new replica
+    // can only catch up by installing a snapshot sent over QUIC.
+    let (mut region, leader) =
+        started_with(3, "snapshot_every = 16\nkeep_logs = 0").expect("3-replica region");
+    let mut acked = BTreeMap::new();
+    write_many(&region, "m", 0..40, &mut acked);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while region.status(leader).expect("status")["purged_index"]
+        .as_u64()
+        .is_none()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the leader never purged its log after a snapshot"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    region.add_replica_config(4).expect("config of replica 4");
+    region.start(4, false).expect("start replica 4");
+    let r4 = &region.replicas[&4];
+    let (raft4, http4) = (r4.raft_addr.to_string(), r4.http_addr.to_string());
+    let at = region.http(1).to_string();
+    let (ok, out) = region
+        .gsharectl(&[
+            "cluster",
+            "add-replica",
+            "--at",
+            &at,
+            "--token",
+            TOKEN,
+            "--id",
+            "4",
+            "--raft-addr",
+            &raft4,
+            "--http-addr",
+            &http4,
+        ])
+        .expect("run gsharectl");
+    assert!(ok, "add-replica failed: {out}");
+    assert_all_on(&region, &[4], "m", &acked);
+    let metrics = gshare_region::http_client::request(
+        region.http(1),
+        "GET",
+        "/metrics",
+        None,
+        None,
+        Duration::from_secs(5),
+    )
+    .expect("metrics");
+    println!(
+        "replica 1 after adding 4:\n{}",
+        metrics
+            .body
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    write_many(&region, "m", 40..70, &mut acked);
+
+    // Remove a replica that is not the leader, then stop it.
+    let victim = (1..=3).find(|id| *id != leader).expect("a follower");
+    let (ok, out) = region
+        .gsharectl(&[
+            "cluster",
+            "remove-replica",
+            "--at",
+            &at,
+            "--token",
+            TOKEN,
+            "--id",
+            &victim.to_string(),
+        ])
+        .expect("run gsharectl");
+    assert!(ok, "remove-replica failed: {out}");
+    region.kill9(victim).expect("stop removed replica");
+    write_many(&region, "m", 70..100, &mut acked);
+    let live = region.running();
+    assert_eq!(live.len(), 3);
+    assert_all_on(&region, &live, "m", &acked);
+    let members: Vec<u64> = region.status(live[0]).expect("status")["members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .filter_map(|m| m["id"].as_u64())
+        .collect();
+    assert_eq!(members, live, "membership after add and remove");
+    let (ok, out) = region
+        .gsharectl(&["cluster", "status", "--at", &at])
+        .expect("status");
+    assert!(ok && out.contains("\"members\""), "{out}");
+}
