@@ -17,6 +17,7 @@ pub mod config;
 pub mod executor;
 pub mod model;
 pub mod placement;
+pub mod protocol;
 pub mod rng;
 pub mod sim;
 pub mod state;

@@ -1,0 +1,77 @@
+//! Messages from a node agent to the region.
+
+use super::{GpuStatus, InvokeReply, NodeGpu, SwapEvent};
+use crate::model::NodeId;
+use crate::state::{AgentId, UsageRecord};
+use serde::{Deserialize, Serialize};
+
+/// A message from an agent, versioned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AgentMessage {
+    /// Protocol version 1.
+    V1(AgentMessageV1),
+}
+
+/// The messages of protocol version 1.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AgentMessageV1 {
+    /// First message on a link: who the agent is and what it has.
+    Register(Register),
+    /// Periodic state.
+    Heartbeat(Heartbeat),
+    /// Swaps and remaps the agent carried out.
+    Swaps {
+        /// The agent.
+        agent: AgentId,
+        /// What happened, oldest first.
+        events: Vec<SwapEvent>,
+    },
+    /// Metered usage, journaled by the agent before it is sent.
+    Usage {
+        /// The agent.
+        agent: AgentId,
+        /// Records with the agent's sequence numbers.
+        records: Vec<UsageRecord>,
+    },
+    /// The answer to a forwarded [`super::InvokeRequest`].
+    InvokeReply(InvokeReply),
+}
+
+/// An agent registers its node and GPUs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Register {
+    /// The agent's stable id.
+    pub agent: AgentId,
+    /// The node it runs on.
+    pub node: NodeId,
+    /// The pool the node belongs to (from the agent's config).
+    pub pool: String,
+    /// The agent's version.
+    pub version: String,
+    /// The node's GPUs.
+    pub gpus: Vec<NodeGpu>,
+    /// Where the agent's HTTP ingress listens (`ip:port`).
+    pub ingress: String,
+}
+
+/// Periodic state of the node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    /// The agent.
+    pub agent: AgentId,
+    /// Agent's wall clock, Unix ms (for display only).
+    pub at_ms: u64,
+    /// One entry per GPU.
+    pub gpus: Vec<GpuStatus>,
+    /// Invocations accepted and not yet answered.
+    pub in_flight: u32,
+    /// Swap-ins (moves included) carried out since start.
+    pub swaps: u64,
+}
+
+impl AgentMessage {
+    /// Wraps a version-1 message.
+    pub fn v1(msg: AgentMessageV1) -> Self {
+        AgentMessage::V1(msg)
+    }
+}

@@ -1,0 +1,111 @@
+//! Invocations forwarded from a replica to an agent, and their outcome.
+
+use crate::model::{Micros, TenantId};
+use serde::{Deserialize, Serialize};
+
+/// An invocation a replica forwards to a hosting agent (the replica has
+/// already checked the tenant's token).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvokeRequest {
+    /// Correlation id chosen by the replica.
+    pub id: u64,
+    /// The tenant.
+    pub tenant: TenantId,
+    /// The function's name.
+    pub function: String,
+    /// Relative deadline, ms; `None`: the function's default.
+    pub deadline_ms: Option<u64>,
+    /// Request body.
+    pub body: Vec<u8>,
+}
+
+/// Why an accepted invocation produced no result. Every invocation ends in
+/// an [`InvokeOutcome`]; none vanish.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum InvokeError {
+    /// The deadline cannot be met (on arrival or while queued).
+    DeadlineUnreachable {
+        /// Earliest predicted finish, µs after arrival.
+        predicted_us: Micros,
+        /// Deadline, µs after arrival.
+        deadline_us: Micros,
+    },
+    /// No GPU of the node can hold an instance now.
+    OverCapacity,
+    /// The instance failed while serving it.
+    InstanceFailed {
+        /// What happened.
+        detail: String,
+    },
+    /// No such function on this node (or for this tenant).
+    UnknownFunction,
+    /// The agent is shutting down.
+    ShuttingDown,
+}
+
+impl InvokeError {
+    /// Stable code for JSON error bodies.
+    pub fn code(&self) -> &'static str {
+        match self {
+            InvokeError::DeadlineUnreachable { .. } => "deadline_unreachable",
+            InvokeError::OverCapacity => "over_capacity",
+            InvokeError::InstanceFailed { .. } => "instance_failed",
+            InvokeError::UnknownFunction => "unknown_function",
+            InvokeError::ShuttingDown => "shutting_down",
+        }
+    }
+
+    /// The HTTP status an ingress answers with.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            InvokeError::DeadlineUnreachable { .. } => 504,
+            InvokeError::OverCapacity => 429,
+            InvokeError::InstanceFailed { .. } => 502,
+            InvokeError::UnknownFunction => 404,
+            InvokeError::ShuttingDown => 503,
+        }
+    }
+}
+
+impl std::fmt::Display for InvokeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InvokeError::DeadlineUnreachable {
+                predicted_us,
+                deadline_us,
+            } => write!(
+                f,
+                "deadline cannot be met: predicted finish {predicted_us} µs > deadline {deadline_us} µs"
+            ),
+            InvokeError::OverCapacity => f.write_str("over capacity: no GPU can hold an instance"),
+            InvokeError::InstanceFailed { detail } => write!(f, "instance failed: {detail}"),
+            InvokeError::UnknownFunction => f.write_str("unknown function"),
+            InvokeError::ShuttingDown => f.write_str("agent shutting down"),
+        }
+    }
+}
+
+/// How an invocation ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum InvokeOutcome {
+    /// The function's answer.
+    Done {
+        /// Response body.
+        body: Vec<u8>,
+        /// Time spent queued (waiting for a GPU or a load), µs.
+        queued_us: Micros,
+        /// Time spent running, µs.
+        service_us: Micros,
+    },
+    /// An explicit error.
+    Failed(InvokeError),
+}
+
+/// The agent's answer to an [`InvokeRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvokeReply {
+    /// The request's correlation id.
+    pub id: u64,
+    /// How it ended.
+    pub outcome: InvokeOutcome,
+}

@@ -1,0 +1,44 @@
+//! The region <-> node agent protocol: messages and their frames.
+//!
+//! Plain serde types (no `flatten`, `untagged`, `skip_serializing_if`), so
+//! bincode 2 round-trips every one of them, wrapped in versioned envelopes
+//! ([`AgentMessage::V1`], [`RegionMessage::V1`]); a `V2` would sit beside
+//! `V1` and old peers would refuse it as malformed instead of misreading it.
+//!
+//! ```text
+//!   agent ──AgentMessage──▶ region            region ──RegionMessage──▶ agent
+//!     Register (node, GPUs)                      Registered { next_seq } | Refused
+//!     Heartbeat (utilization, residency, queue)  Assignment (instances: spec + slices)
+//!     Swaps (swap / remap reports)               Tokens (tenant token digests)
+//!     Usage (usage batch)                        UsageAck
+//!     InvokeReply                                Invoke (forwarded invocation)
+//! ```
+//!
+//! On the wire every message is one frame ([`codec`]): a big-endian `u32`
+//! length, then the bincode payload, refused above [`MAX_FRAME_BYTES`]
+//! before the payload is read. The codec is pure (bytes in, messages out);
+//! the transports (QUIC streams) live in the binaries.
+
+mod agent_message;
+pub mod codec;
+mod gpu_report;
+mod instance_assignment;
+mod invoke;
+mod region_message;
+mod swap_report;
+mod token_digests;
+
+pub use agent_message::{AgentMessage, AgentMessageV1, Heartbeat, Register};
+pub use codec::{decode_payload, encode_frame, FrameDecoder, FrameError, MAX_FRAME_BYTES};
+pub use gpu_report::{GpuStatus, NodeGpu};
+pub use instance_assignment::{AssignedInstance, Assignment};
+pub use invoke::{InvokeError, InvokeOutcome, InvokeReply, InvokeRequest};
+pub use region_message::{RegionMessage, RegionMessageV1};
+pub use swap_report::{SwapEvent, SwapKind};
+pub use token_digests::{TenantTokens, TokenDigests};
+
+/// The protocol version this build speaks (the envelope variant it sends).
+pub const PROTOCOL_VERSION: u32 = 1;
+
+#[cfg(test)]
+mod tests;

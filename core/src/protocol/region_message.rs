@@ -1,0 +1,54 @@
+//! Messages from the region to a node agent.
+
+use super::{Assignment, InvokeRequest, TokenDigests};
+use serde::{Deserialize, Serialize};
+
+/// A message from the region, versioned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RegionMessage {
+    /// Protocol version 1.
+    V1(RegionMessageV1),
+}
+
+/// The messages of protocol version 1.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RegionMessageV1 {
+    /// The registration was committed.
+    Registered {
+        /// The next usage sequence number the region expects.
+        next_seq: u64,
+        /// Replica id of the leader that answered.
+        leader: u64,
+    },
+    /// The region refused the message; `retry` says whether to try again
+    /// (e.g. on another replica) or give up.
+    Refused {
+        /// Stable error code.
+        code: String,
+        /// Human-readable reason.
+        message: String,
+        /// Worth retrying (no leader, not the leader, overloaded).
+        retry: bool,
+    },
+    /// The complete set of instances the node must host now.
+    Assignment(Assignment),
+    /// The digests of every tenant's tokens.
+    Tokens(TokenDigests),
+    /// Usage records applied (or already applied) up to and including these.
+    UsageAck {
+        /// Sequence numbers the region has applied.
+        seqs: Vec<u64>,
+    },
+    /// An invocation forwarded by a replica; the agent answers with
+    /// [`super::AgentMessageV1::InvokeReply`].
+    Invoke(InvokeRequest),
+    /// Nothing to report (answer to heartbeats and swap reports).
+    Ack,
+}
+
+impl RegionMessage {
+    /// Wraps a version-1 message.
+    pub fn v1(msg: RegionMessageV1) -> Self {
+        RegionMessage::V1(msg)
+    }
+}

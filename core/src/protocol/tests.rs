@@ -1,0 +1,230 @@
+use super::*;
+use crate::model::{
+    FunctionSpec, GpuId, LatencyProfile, NodeId, PoolKind, PoolPreference, Runtime, Slice,
+    TenantId, Tier,
+};
+use crate::state::{AgentId, InstanceId, UsageRecord};
+
+fn spec() -> FunctionSpec {
+    FunctionSpec {
+        tenant: TenantId("acme".into()),
+        name: "resnet".into(),
+        runtime: Runtime::Pytorch,
+        memory_mib: 2048,
+        compute_milli: 250,
+        tier: Tier::Oversubscribed,
+        deadline_ms: 200,
+        pool: PoolPreference::Any,
+        min_instances: 1,
+        max_instances: 2,
+        idle_timeout_s: 60,
+        latency: LatencyProfile {
+            full_gpu_us: 10_000,
+            saturation_milli: 500,
+        },
+    }
+}
+
+fn every_message() -> (Vec<AgentMessage>, Vec<RegionMessage>) {
+    let agent = AgentId("n1".into());
+    let agents = vec![
+        AgentMessage::v1(AgentMessageV1::Register(Register {
+            agent: agent.clone(),
+            node: NodeId("n1".into()),
+            pool: "center".into(),
+            version: "0.1.0".into(),
+            gpus: vec![NodeGpu {
+                index: 0,
+                model: "A100-SXM4-80GB".into(),
+                memory_mib: 81920,
+            }],
+            ingress: "127.0.0.1:9000".into(),
+        })),
+        AgentMessage::v1(AgentMessageV1::Heartbeat(Heartbeat {
+            agent: agent.clone(),
+            at_ms: 5,
+            gpus: vec![GpuStatus {
+                index: 0,
+                utilization_milli: 1500,
+                memory_used_mib: 4096,
+                resident: vec![InstanceId(3)],
+                queued: 7,
+            }],
+            in_flight: 9,
+            swaps: 2,
+        })),
+        AgentMessage::v1(AgentMessageV1::Swaps {
+            agent: agent.clone(),
+            events: vec![SwapEvent {
+                instance: InstanceId(3),
+                kind: SwapKind::Move,
+                from_gpu: Some(0),
+                to_gpu: Some(1),
+                at_ms: 10,
+                duration_us: 1_500_000,
+            }],
+        }),
+        AgentMessage::v1(AgentMessageV1::Usage {
+            agent,
+            records: vec![UsageRecord {
+                seq: 1,
+                tenant: TenantId("acme".into()),
+                function: "resnet".into(),
+                tier: Tier::Oversubscribed,
+                gpu_model: "A100-SXM4-80GB".into(),
+                pool_kind: PoolKind::Center,
+                compute_milli_gpu_ms: 100,
+                memory_mib_ms: 200,
+                end_ms: 300,
+            }],
+        }),
+        AgentMessage::v1(AgentMessageV1::InvokeReply(InvokeReply {
+            id: 4,
+            outcome: InvokeOutcome::Failed(InvokeError::DeadlineUnreachable {
+                predicted_us: 10,
+                deadline_us: 5,
+            }),
+        })),
+        AgentMessage::v1(AgentMessageV1::InvokeReply(InvokeReply {
+            id: 5,
+            outcome: InvokeOutcome::Done {
+                body: b"ok".to_vec(),
+                queued_us: 1,
+                service_us: 2,
+            },
+        })),
+    ];
+    let regions = vec![
+        RegionMessage::v1(RegionMessageV1::Registered {
+            next_seq: 11,
+            leader: 2,
+        }),
+        RegionMessage::v1(RegionMessageV1::Refused {
+            code: "unknown_node".into(),
+            message: "no such node".into(),
+            retry: false,
+        }),
+        RegionMessage::v1(RegionMessageV1::Assignment(Assignment {
+            applied_index: 42,
+            instances: vec![AssignedInstance {
+                instance: InstanceId(3),
+                spec: spec(),
+                version: 1,
+                slices: vec![Slice {
+                    gpu: GpuId {
+                        node: NodeId("n1".into()),
+                        index: 0,
+                    },
+                    compute_milli: 250,
+                    memory_mib: 2048,
+                }],
+            }],
+        })),
+        RegionMessage::v1(RegionMessageV1::Tokens(TokenDigests {
+            applied_index: 42,
+            tenants: vec![TenantTokens {
+                tenant: TenantId("acme".into()),
+                digests: vec!["ab".repeat(32)],
+            }],
+        })),
+        RegionMessage::v1(RegionMessageV1::UsageAck { seqs: vec![1, 2] }),
+        RegionMessage::v1(RegionMessageV1::Invoke(InvokeRequest {
+            id: 4,
+            tenant: TenantId("acme".into()),
+            function: "resnet".into(),
+            deadline_ms: Some(50),
+            body: vec![1, 2, 3],
+        })),
+        RegionMessage::v1(RegionMessageV1::Ack),
+    ];
+    (agents, regions)
+}
+
+#[test]
+fn every_message_round_trips_through_a_frame() {
+    let (agents, regions) = every_message();
+    for m in agents {
+        let f = encode_frame(&m).unwrap();
+        assert_eq!(frame_len_of(&f), f.len() - 4);
+        assert_eq!(decode_payload::<AgentMessage>(&f[4..]).unwrap(), m);
+    }
+    for m in regions {
+        let f = encode_frame(&m).unwrap();
+        assert_eq!(decode_payload::<RegionMessage>(&f[4..]).unwrap(), m);
+    }
+}
+
+fn frame_len_of(f: &[u8]) -> usize {
+    u32::from_be_bytes(f[..4].try_into().unwrap()) as usize
+}
+
+#[test]
+fn decoder_reassembles_frames_split_anywhere() {
+    let (_, regions) = every_message();
+    let mut bytes = Vec::new();
+    for m in &regions {
+        bytes.extend(encode_frame(m).unwrap());
+    }
+    for chunk in [1usize, 3, 7, 64, bytes.len()] {
+        let mut dec = FrameDecoder::new();
+        let mut got = Vec::new();
+        for piece in bytes.chunks(chunk) {
+            dec.push(piece).unwrap();
+            while let Some(m) = dec.next_message::<RegionMessage>().unwrap() {
+                got.push(m);
+            }
+        }
+        assert_eq!(got, regions, "chunk size {chunk}");
+        assert_eq!(dec.buffered(), 0);
+    }
+}
+
+#[test]
+fn oversized_length_is_refused_before_the_payload() {
+    let mut dec = FrameDecoder::new();
+    let len = (MAX_FRAME_BYTES as u32 + 1).to_be_bytes();
+    assert_eq!(
+        dec.push(&len),
+        Err(FrameError::Oversized {
+            len: MAX_FRAME_BYTES + 1
+        })
+    );
+    assert_eq!(dec.buffered(), 0);
+    // The decoder stays failed: the connection must close.
+    assert!(dec.push(&[0]).is_err());
+    assert!(dec.next_message::<AgentMessage>().is_err());
+}
+
+#[test]
+fn garbage_and_trailing_bytes_are_malformed() {
+    let mut dec = FrameDecoder::new();
+    dec.push(&[0, 0, 0, 3, 0xff, 0xff, 0xff]).unwrap();
+    assert!(matches!(
+        dec.next_message::<AgentMessage>(),
+        Err(FrameError::Malformed { .. })
+    ));
+    let m = RegionMessage::v1(RegionMessageV1::Ack);
+    let mut f = encode_frame(&m).unwrap()[4..].to_vec();
+    f.push(0);
+    assert!(matches!(
+        decode_payload::<RegionMessage>(&f),
+        Err(FrameError::Malformed { .. })
+    ));
+    // An unknown envelope version is malformed, not misread.
+    assert!(matches!(
+        decode_payload::<RegionMessage>(&[1, 0]),
+        Err(FrameError::Malformed { .. })
+    ));
+}
+
+#[test]
+fn encoding_refuses_a_message_over_the_cap() {
+    let big = RegionMessage::v1(RegionMessageV1::Invoke(InvokeRequest {
+        id: 1,
+        tenant: TenantId("t".into()),
+        function: "f".into(),
+        deadline_ms: None,
+        body: vec![0; MAX_FRAME_BYTES + 1],
+    }));
+    assert!(encode_frame(&big).is_err());
+}
