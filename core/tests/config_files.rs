@@ -4,7 +4,7 @@
 //! their own parsers; any other `*.toml` (files of other components) must
 //! at least be valid TOML. The test fails if the directory holds no file.
 
-use gshare_core::config::{Tenants, Topology};
+use gshare_core::config::{AgentConfig, Tenants, Topology};
 use std::path::{Path, PathBuf};
 
 fn configs_dir() -> PathBuf {
@@ -34,7 +34,7 @@ fn every_shipped_config_file_is_valid() {
         configs_dir().display()
     );
     let mut failures = Vec::new();
-    let (mut topologies, mut tenants) = (0, 0);
+    let (mut topologies, mut tenants, mut agents) = (0, 0, 0);
     for path in &files {
         let text = std::fs::read_to_string(path).expect("readable config file");
         let name = path.display().to_string();
@@ -53,6 +53,12 @@ fn every_shipped_config_file_is_valid() {
                     .map(|t| assert!(!t.all().is_empty(), "{name}: no tenants"))
                     .map_err(|e| e.to_string())
             }
+            Some(n) if n.starts_with("agent") => {
+                agents += 1;
+                AgentConfig::from_toml(&name, &text)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            }
             _ => text
                 .parse::<toml::Table>()
                 .map(|_| ())
@@ -66,6 +72,10 @@ fn every_shipped_config_file_is_valid() {
     assert!(
         topologies >= 2 && tenants >= 2,
         "configs/local and configs/examples each need both files"
+    );
+    assert!(
+        agents >= 2,
+        "configs/local and configs/examples each need an agent file"
     );
 }
 

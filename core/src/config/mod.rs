@@ -19,6 +19,8 @@
 //! The schema, units and the pricing rule are described in
 //! `configs/README.md`; the pricing arithmetic lives in [`pricing`].
 
+mod agent;
+mod agent_file;
 mod error;
 mod gpu_model;
 mod loading;
@@ -32,6 +34,7 @@ mod tenants_file;
 mod topology;
 mod topology_file;
 
+pub use agent::{AgentConfig, AgentLoadCosts, AgentTls, GpuSource, NvmlFallback, SimulatedGpus};
 pub use error::{ConfigError, ConfigIssue, IssueKind};
 pub use gpu_model::GpuModel;
 pub use loading::{transfer_us, ColdStart, SwapCost};

@@ -1,0 +1,192 @@
+//! A node agent's configuration (`gshare-edge --config <file>`), validated.
+
+use crate::model::{Mib, Micros, NodeId, PoolKind};
+use std::net::SocketAddr;
+
+/// What the agent does when NVML is unavailable (no driver, no library,
+/// no permission).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NvmlFallback {
+    /// Refuse to start.
+    Error,
+    /// Warn and use the `[[gpus.simulated]]` GPUs instead.
+    Simulated,
+}
+
+/// A group of identical simulated GPUs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimulatedGpus {
+    /// GPU model name (as in the topology's catalog).
+    pub model: String,
+    /// Memory of each GPU, MiB.
+    pub memory_mib: Mib,
+    /// Host-to-device bandwidth, MiB/s (times swap-ins).
+    pub h2d_mib_per_s: u64,
+    /// How many.
+    pub count: u32,
+}
+
+/// Where the node's GPUs come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GpuSource {
+    /// The GPUs listed in the config, with exact accounting.
+    Simulated(Vec<SimulatedGpus>),
+    /// Discovered through NVML; `fallback` decides what happens without a
+    /// driver, `simulated` is used when it says so.
+    Nvml {
+        /// Without NVML: error or simulated.
+        fallback: NvmlFallback,
+        /// The fallback GPUs (empty unless `fallback` is `Simulated`).
+        simulated: Vec<SimulatedGpus>,
+        /// Host-to-device bandwidth assumed for discovered GPUs, MiB/s.
+        h2d_mib_per_s: u64,
+    },
+}
+
+/// Swap-in and cold-start costs of the node (the topology's `[swap]` and
+/// `[cold_start]` rule).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AgentLoadCosts {
+    /// Fixed cost of a swap-in, µs.
+    pub swap_setup_us: Micros,
+    /// Fixed cost of a cold start, µs.
+    pub cold_setup_us: Micros,
+    /// Storage bandwidth for cold starts, MiB/s.
+    pub storage_mib_per_s: u64,
+}
+
+/// The agent's certificates (paths as written; relative to the config file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentTls {
+    /// The operator CA (PEM).
+    pub ca_cert: String,
+    /// The agent's certificate (PEM), issued by that CA.
+    pub cert: String,
+    /// Its private key (PEM).
+    pub key: String,
+}
+
+/// A validated agent config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentConfig {
+    /// The node this agent runs (must be in the region's topology).
+    pub node: NodeId,
+    /// The node's pool.
+    pub pool: String,
+    /// The pool's kind.
+    pub pool_kind: PoolKind,
+    /// Where the agent keeps its data (usage journal).
+    pub data_dir: String,
+    /// HTTP ingress for invocations.
+    pub ingress_addr: SocketAddr,
+    /// QUIC addresses of the region's replicas.
+    pub replicas: Vec<SocketAddr>,
+    /// Certificates.
+    pub tls: AgentTls,
+    /// GPUs.
+    pub gpus: GpuSource,
+    /// Host memory for swapped-out weights, MiB.
+    pub host_swap_mib: Mib,
+    /// Load costs.
+    pub load: AgentLoadCosts,
+    /// Heartbeat period, ms.
+    pub heartbeat_ms: u64,
+}
+
+impl AgentConfig {
+    /// Parses and validates an agent config; every mistake is reported at once.
+    pub fn from_toml(file: &str, src: &str) -> Result<Self, super::ConfigError> {
+        super::agent_file::parse_agent(file, src)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+node = "n1"
+pool = "center"
+pool_kind = "center"
+data_dir = "d"
+ingress_addr = "127.0.0.1:9000"
+host_swap_mib = 1024
+[gpus]
+backend = "simulated"
+[[gpus.simulated]]
+model = "g"
+memory_mib = 1000
+h2d_mib_per_s = 10
+count = 2
+[[replicas]]
+quic_addr = "127.0.0.1:7000"
+[tls]
+ca_cert = "ca.pem"
+cert = "c.pem"
+key = "c.key"
+"#;
+
+    #[test]
+    fn a_good_file_parses_with_defaults() {
+        let c = AgentConfig::from_toml("a.toml", GOOD).unwrap();
+        assert_eq!(c.node, NodeId("n1".into()));
+        assert_eq!(c.heartbeat_ms, 1000);
+        assert_eq!(c.load.swap_setup_us, 2_000);
+        assert_eq!(c.replicas.len(), 1);
+        match c.gpus {
+            GpuSource::Simulated(g) => assert_eq!(g[0].count, 2),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_mistake_is_reported_with_its_key_path() {
+        let bad = GOOD
+            .replace("pool_kind = \"center\"", "pool_kind = \"middle\"")
+            .replace("127.0.0.1:9000", "nowhere")
+            .replace("count = 2", "count = 2\ncuont = 3")
+            .replace(
+                "backend = \"simulated\"",
+                "backend = \"simulated\"\nnvml_fallback = \"error\"",
+            );
+        let e = AgentConfig::from_toml("a.toml", &bad)
+            .unwrap_err()
+            .to_string();
+        for needle in [
+            "a.toml:",
+            "pool_kind:",
+            "ingress_addr: expected an ip:port address",
+            "gpus.simulated[0].cuont: unknown key",
+            "gpus.nvml_fallback: only meaningful",
+        ] {
+            assert!(e.contains(needle), "{needle:?} missing in:\n{e}");
+        }
+        assert_eq!(e.lines().count(), 4, "{e}");
+    }
+
+    #[test]
+    fn nvml_with_simulated_fallback_needs_groups() {
+        let nvml = GOOD.replace(
+            "backend = \"simulated\"",
+            "backend = \"nvml\"\nnvml_fallback = \"simulated\"",
+        );
+        let c = AgentConfig::from_toml("a.toml", &nvml).unwrap();
+        assert!(matches!(
+            c.gpus,
+            GpuSource::Nvml {
+                fallback: NvmlFallback::Simulated,
+                ..
+            }
+        ));
+        let start = nvml.find("[[gpus.simulated]]").unwrap();
+        let end = nvml.find("[[replicas]]").unwrap();
+        let no_groups = format!("{}{}", &nvml[..start], &nvml[end..]);
+        let e = AgentConfig::from_toml("a.toml", &no_groups)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("gpus.nvml_fallback: nvml_fallback = \"simulated\" needs"),
+            "{e}"
+        );
+    }
+}

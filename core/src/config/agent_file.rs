@@ -1,0 +1,290 @@
+//! Reading and validating an agent config into [`AgentConfig`] (the same
+//! two passes as the topology file: shape and types, then meaning).
+
+use super::agent::{AgentConfig, AgentLoadCosts, AgentTls, GpuSource, NvmlFallback, SimulatedGpus};
+use super::error::{ConfigError, IssueKind};
+use super::names::check_name;
+use super::reader::{check_range, parse_document, quote, Field, Issues, TableReader};
+use crate::model::{NodeId, PoolKind};
+use std::net::SocketAddr;
+
+const DEFAULT_SWAP_SETUP_US: u64 = 2_000;
+const DEFAULT_COLD_SETUP_US: u64 = 500_000;
+const DEFAULT_STORAGE_MIB_PER_S: u64 = 2_000;
+const DEFAULT_H2D_MIB_PER_S: u64 = 12_000;
+const DEFAULT_HEARTBEAT_MS: u64 = 1_000;
+
+fn addr(is: &mut Issues<'_>, f: &Field<String>) -> Option<SocketAddr> {
+    let s = f.v.as_ref()?;
+    match s.parse::<SocketAddr>() {
+        Ok(a) => Some(a),
+        Err(_) => {
+            is.report(
+                &f.at,
+                IssueKind::Invalid,
+                "expected an ip:port address".into(),
+                Some(quote(s)),
+            );
+            None
+        }
+    }
+}
+
+fn nonempty(is: &mut Issues<'_>, f: Field<String>) -> Option<String> {
+    let s = f.v?;
+    if s.is_empty() {
+        is.report(
+            &f.at,
+            IssueKind::Invalid,
+            "must not be empty".into(),
+            Some(quote(&s)),
+        );
+        return None;
+    }
+    Some(s)
+}
+
+fn simulated_groups(is: &mut Issues<'_>, t: &mut TableReader<'_, '_>) -> Vec<SimulatedGpus> {
+    let mut out = Vec::new();
+    for mut g in t.tables(is, "simulated", false) {
+        let model = g.string(is, "model", true);
+        let memory_mib = g.uint::<u64>(is, "memory_mib", true);
+        let h2d = g.uint::<u64>(is, "h2d_mib_per_s", true);
+        let count = g.uint::<u32>(is, "count", false);
+        g.finish(is);
+        let model = check_name(is, &model);
+        let memory_mib = check_range(is, &memory_mib, 1, 1 << 24);
+        let h2d = check_range(is, &h2d, 1, 1 << 24);
+        let count = if count.v.is_some() {
+            check_range(is, &count, 1, 64)
+        } else {
+            Some(1)
+        };
+        if let (Some(model), Some(memory_mib), Some(h2d_mib_per_s), Some(count)) =
+            (model, memory_mib, h2d, count)
+        {
+            out.push(SimulatedGpus {
+                model,
+                memory_mib,
+                h2d_mib_per_s,
+                count,
+            });
+        }
+    }
+    out
+}
+
+/// Parses and validates the agent config `file` whose text is `src`.
+pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
+    let mut is = Issues::new(src);
+    let Some(doc) = parse_document(src, &mut is) else {
+        return Err(is.into_error(file));
+    };
+    let mut root = TableReader::root(&doc);
+    let node = root.string(&mut is, "node", true);
+    let pool = root.string(&mut is, "pool", true);
+    let pool_kind = root.string(&mut is, "pool_kind", true);
+    let data_dir = root.string(&mut is, "data_dir", true);
+    let ingress = root.string(&mut is, "ingress_addr", true);
+    let host_swap = root.uint::<u64>(&mut is, "host_swap_mib", true);
+    let heartbeat = root.uint::<u64>(&mut is, "heartbeat_ms", false);
+
+    let mut replicas = Vec::new();
+    let replicas_at = root.loc_of("replicas");
+    for mut r in root.tables(&mut is, "replicas", true) {
+        let f = r.string(&mut is, "quic_addr", true);
+        r.finish(&mut is);
+        if let Some(a) = addr(&mut is, &f) {
+            if replicas.contains(&a) {
+                is.report(
+                    &f.at,
+                    IssueKind::Duplicate,
+                    "replica listed twice".into(),
+                    Some(a.to_string()),
+                );
+            }
+            replicas.push(a);
+        }
+    }
+    if replicas.is_empty() && root.has("replicas") {
+        is.report(
+            &replicas_at,
+            IssueKind::Invalid,
+            "at least one replica is needed".into(),
+            None,
+        );
+    }
+
+    let tls = root.table(&mut is, "tls", true).map(|mut t| {
+        let ca = t.string(&mut is, "ca_cert", true);
+        let cert = t.string(&mut is, "cert", true);
+        let key = t.string(&mut is, "key", true);
+        t.finish(&mut is);
+        (
+            nonempty(&mut is, ca),
+            nonempty(&mut is, cert),
+            nonempty(&mut is, key),
+        )
+    });
+
+    let load = match root.table(&mut is, "load", false) {
+        Some(mut t) => {
+            let s = t.uint::<u64>(&mut is, "swap_setup_us", false);
+            let c = t.uint::<u64>(&mut is, "cold_setup_us", false);
+            let b = t.uint::<u64>(&mut is, "storage_mib_per_s", false);
+            t.finish(&mut is);
+            let b = if b.v.is_some() {
+                check_range(&mut is, &b, 1, 1 << 24)
+            } else {
+                Some(DEFAULT_STORAGE_MIB_PER_S)
+            };
+            Some(AgentLoadCosts {
+                swap_setup_us: s.v.unwrap_or(DEFAULT_SWAP_SETUP_US),
+                cold_setup_us: c.v.unwrap_or(DEFAULT_COLD_SETUP_US),
+                storage_mib_per_s: b.unwrap_or(DEFAULT_STORAGE_MIB_PER_S),
+            })
+        }
+        None => Some(AgentLoadCosts {
+            swap_setup_us: DEFAULT_SWAP_SETUP_US,
+            cold_setup_us: DEFAULT_COLD_SETUP_US,
+            storage_mib_per_s: DEFAULT_STORAGE_MIB_PER_S,
+        }),
+    };
+
+    let gpus = root.table(&mut is, "gpus", true).and_then(|mut t| {
+        let backend = t.string(&mut is, "backend", true);
+        let fallback = t.string(&mut is, "nvml_fallback", false);
+        let h2d = t.uint::<u64>(&mut is, "nvml_h2d_mib_per_s", false);
+        let groups = simulated_groups(&mut is, &mut t);
+        let table_at = t.loc().clone();
+        t.finish(&mut is);
+        match backend.v.as_deref() {
+            Some("simulated") => {
+                if fallback.v.is_some() {
+                    is.report(
+                        &fallback.at,
+                        IssueKind::Inconsistent,
+                        "only meaningful with backend = \"nvml\"".into(),
+                        is.as_written(&fallback.at),
+                    );
+                }
+                if groups.is_empty() {
+                    let mut at = table_at.clone();
+                    at.path = table_at.key("simulated");
+                    is.report(
+                        &at,
+                        IssueKind::MissingKey,
+                        "backend \"simulated\" needs at least one [[gpus.simulated]] group".into(),
+                        None,
+                    );
+                    return None;
+                }
+                Some(GpuSource::Simulated(groups))
+            }
+            Some("nvml") => {
+                let fb = match fallback.v.as_deref() {
+                    None | Some("error") => Some(NvmlFallback::Error),
+                    Some("simulated") => Some(NvmlFallback::Simulated),
+                    Some(other) => {
+                        is.report(
+                            &fallback.at,
+                            IssueKind::Invalid,
+                            "expected \"error\" or \"simulated\"".into(),
+                            Some(quote(other)),
+                        );
+                        None
+                    }
+                };
+                if fb == Some(NvmlFallback::Simulated) && groups.is_empty() {
+                    is.report(
+                        &fallback.at,
+                        IssueKind::Inconsistent,
+                        "nvml_fallback = \"simulated\" needs [[gpus.simulated]] groups".into(),
+                        None,
+                    );
+                    return None;
+                }
+                let h2d = if h2d.v.is_some() {
+                    check_range(&mut is, &h2d, 1, 1 << 24)?
+                } else {
+                    DEFAULT_H2D_MIB_PER_S
+                };
+                Some(GpuSource::Nvml {
+                    fallback: fb?,
+                    simulated: groups,
+                    h2d_mib_per_s: h2d,
+                })
+            }
+            Some(other) => {
+                is.report(
+                    &backend.at,
+                    IssueKind::Invalid,
+                    "expected \"simulated\" or \"nvml\"".into(),
+                    Some(quote(other)),
+                );
+                None
+            }
+            None => None,
+        }
+    });
+    root.finish(&mut is);
+
+    let node = check_name(&mut is, &node);
+    let pool = check_name(&mut is, &pool);
+    let pool_kind = pool_kind
+        .v
+        .as_ref()
+        .and_then(|s| match s.parse::<PoolKind>() {
+            Ok(k) => Some(k),
+            Err(e) => {
+                is.report(
+                    &pool_kind.at,
+                    IssueKind::Invalid,
+                    e.to_string(),
+                    Some(quote(s)),
+                );
+                None
+            }
+        });
+    let data_dir = nonempty(&mut is, data_dir);
+    let ingress = addr(&mut is, &ingress);
+    let host_swap = check_range(&mut is, &host_swap, 0, 1 << 32);
+    let heartbeat = if heartbeat.v.is_some() {
+        check_range(&mut is, &heartbeat, 10, 60_000)
+    } else {
+        Some(DEFAULT_HEARTBEAT_MS)
+    };
+
+    if !is.is_empty() {
+        return Err(is.into_error(file));
+    }
+    match (
+        node, pool, pool_kind, data_dir, ingress, host_swap, heartbeat, tls, gpus, load,
+    ) {
+        (
+            Some(node),
+            Some(pool),
+            Some(pool_kind),
+            Some(data_dir),
+            Some(ingress_addr),
+            Some(host_swap_mib),
+            Some(heartbeat_ms),
+            Some((Some(ca_cert), Some(cert), Some(key))),
+            Some(gpus),
+            Some(load),
+        ) => Ok(AgentConfig {
+            node: NodeId(node),
+            pool,
+            pool_kind,
+            data_dir,
+            ingress_addr,
+            replicas,
+            tls: AgentTls { ca_cert, cert, key },
+            gpus,
+            host_swap_mib,
+            load,
+            heartbeat_ms,
+        }),
+        _ => Err(is.into_error(file)),
+    }
+}
