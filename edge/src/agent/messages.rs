@@ -1,0 +1,112 @@
+//! Messages between the agent's actors.
+
+use super::NodeStatus;
+use crate::gpu::AccountingError;
+use crate::runtime::{Invocation, RuntimeError};
+use actix::Message;
+use gshare_core::executor::{FunctionId, RequestId};
+use gshare_core::model::{Mib, Micros, TenantId};
+use gshare_core::protocol::{Assignment, InvokeOutcome, SwapEvent, TokenDigests};
+use tokio::sync::oneshot;
+
+/// An invocation, from the ingress or forwarded by a replica.
+#[derive(Debug, Message)]
+#[rtype(result = "Admission")]
+pub struct Invoke {
+    /// The tenant (from the path).
+    pub tenant: TenantId,
+    /// The function's name.
+    pub function: String,
+    /// SHA-256 hex of the bearer token; `None` when a replica already
+    /// checked it (forwarded over mutual TLS).
+    pub token_digest: Option<String>,
+    /// Relative deadline, ms; `None`: the function's default.
+    pub deadline_ms: Option<u64>,
+    /// Body.
+    pub body: Vec<u8>,
+}
+
+/// Whether an invocation was accepted.
+#[derive(Debug, actix::MessageResponse)]
+pub enum Admission {
+    /// Accepted: the outcome arrives on this channel (always: a result or
+    /// an explicit error).
+    Accepted(oneshot::Receiver<InvokeOutcome>),
+    /// The token is not one of the tenant's.
+    Unauthorized,
+}
+
+/// The region's instances for this node (a full replacement).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct ApplyAssignment(pub Assignment);
+
+/// The tenants' token digests (a full replacement).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct ApplyTokens(pub TokenDigests);
+
+/// Run one request (NodeAgent → InstanceActor).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct RunRequest(pub Invocation);
+
+/// A request ended (InstanceActor → NodeAgent).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct RequestDone {
+    /// The request.
+    pub request: RequestId,
+    /// The GPU it ran on.
+    pub gpu: u32,
+    /// Its body or the runtime's error.
+    pub result: Result<Vec<u8>, RuntimeError>,
+}
+
+/// Bring a function's weights onto the GPU (NodeAgent → GpuActor).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct LoadWeights {
+    /// The function.
+    pub function: FunctionId,
+    /// Its GPU memory.
+    pub memory_mib: Mib,
+    /// How long the copy takes (the executor's swap-in / cold-start / move time), µs.
+    pub duration_us: Micros,
+}
+
+/// Drop a function's weights from the GPU (NodeAgent → GpuActor).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct ReleaseWeights {
+    /// The function.
+    pub function: FunctionId,
+}
+
+/// A load completed (GpuActor → NodeAgent).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct LoadDone {
+    /// The function.
+    pub function: FunctionId,
+    /// The GPU.
+    pub gpu: u32,
+    /// Set if the backend's accounting refused the load (a bug: the
+    /// executor and the backend disagree).
+    pub error: Option<AccountingError>,
+}
+
+/// Stop the instance once its running requests are done.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct ReleaseInstance;
+
+/// The node's state now.
+#[derive(Debug, Message)]
+#[rtype(result = "NodeStatus")]
+pub struct StatusQuery;
+
+/// Swap and remap events since the last call (for the region).
+#[derive(Debug, Message)]
+#[rtype(result = "Vec<SwapEvent>")]
+pub struct TakeSwapEvents;

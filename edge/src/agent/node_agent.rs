@@ -1,0 +1,583 @@
+//! The supervisor: owns the node's executor and carries out its commands.
+
+use super::{
+    Admission, ApplyAssignment, ApplyTokens, GpuActor, InstanceActor, Invoke, LoadDone,
+    LoadWeights, NodeStatus, ReleaseInstance, ReleaseWeights, RequestDone, RunRequest, StatusQuery,
+    TakeSwapEvents,
+};
+use crate::gpu::{GpuInfo, SimulatedGpu};
+use crate::runtime::{Invocation, RuntimeDriver};
+use actix::{Actor, Addr, AsyncContext, Context, Handler};
+use gshare_core::config::AgentLoadCosts;
+use gshare_core::executor::{
+    footprint, Command, Event, ExecutorRules, FunctionId, FunctionProfile, LoadCosts, NodeConfig,
+    NodeExecutor, RejectReason, RequestId,
+};
+use gshare_core::model::{FunctionSpec, Mib, Micros, MilliGpu, NodeId, TenantId};
+use gshare_core::protocol::{
+    GpuStatus, InvokeError, InvokeOutcome, SwapEvent, SwapKind, TokenDigests,
+};
+use gshare_core::state::InstanceId;
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::oneshot;
+
+/// How often queued requests are re-checked against their deadlines.
+const TIMER: Duration = Duration::from_millis(5);
+/// Swap events kept for the region when nobody collects them.
+const MAX_SWAP_EVENTS: usize = 10_000;
+
+/// Makes the runtime driver of a hosted function.
+pub type DriverFactory = Box<dyn Fn(&FunctionSpec) -> Box<dyn RuntimeDriver>>;
+
+/// What the agent needs to know about its node.
+pub struct NodeSetup {
+    /// The node.
+    pub node: NodeId,
+    /// Its GPUs.
+    pub gpus: Vec<GpuInfo>,
+    /// Host memory for swapped-out weights, MiB.
+    pub host_swap_mib: Mib,
+    /// Swap-in and cold-start costs.
+    pub load: AgentLoadCosts,
+    /// The runtime driver for each hosted function.
+    pub driver: DriverFactory,
+}
+
+type FunctionKey = (TenantId, String);
+
+struct Hosted {
+    key: FunctionKey,
+    spec: FunctionSpec,
+    version: u64,
+    memory_mib: Mib,
+    instances: Vec<InstanceId>,
+    actor: Addr<InstanceActor>,
+}
+
+struct Pending {
+    tx: oneshot::Sender<InvokeOutcome>,
+    arrived: Micros,
+    body: Vec<u8>,
+    started: Option<(Micros, u32, MilliGpu)>,
+}
+
+/// The node agent's supervisor actor (see the module docs of [`super`]).
+pub struct NodeAgent {
+    setup: NodeSetup,
+    executor: NodeExecutor,
+    clock: Instant,
+    functions: HashMap<FunctionId, Hosted>,
+    names: HashMap<FunctionKey, FunctionId>,
+    next_function: u32,
+    next_request: u64,
+    pending: HashMap<RequestId, Pending>,
+    gpus: Vec<Addr<GpuActor>>,
+    busy: Vec<MilliGpu>,
+    tokens: HashMap<String, TenantId>,
+    assignment_index: Option<u64>,
+    tokens_index: Option<u64>,
+    status: NodeStatus,
+    swap_events: Vec<SwapEvent>,
+}
+
+impl NodeAgent {
+    /// An agent for the node of `setup` (start it with `Actor::start`).
+    pub fn new(setup: NodeSetup) -> Self {
+        let memory = setup.gpus.iter().map(|g| g.memory_mib).min().unwrap_or(0);
+        let h2d = setup
+            .gpus
+            .iter()
+            .map(|g| g.h2d_mib_per_s)
+            .min()
+            .unwrap_or(1);
+        let executor = NodeExecutor::new(NodeConfig {
+            gpus: setup.gpus.len() as u32,
+            gpu_memory_mib: memory,
+            host_memory_mib: setup.host_swap_mib,
+            load: LoadCosts {
+                h2d_mib_per_s: h2d,
+                swap_setup_us: setup.load.swap_setup_us,
+                cold_setup_us: setup.load.cold_setup_us,
+                storage_mib_per_s: setup.load.storage_mib_per_s,
+            },
+            rules: ExecutorRules::gshare(),
+        });
+        let n = setup.gpus.len();
+        Self {
+            setup,
+            executor,
+            clock: Instant::now(),
+            functions: HashMap::new(),
+            names: HashMap::new(),
+            next_function: 0,
+            next_request: 0,
+            pending: HashMap::new(),
+            gpus: Vec::new(),
+            busy: vec![0; n],
+            tokens: HashMap::new(),
+            assignment_index: None,
+            tokens_index: None,
+            status: NodeStatus::default(),
+            swap_events: Vec::new(),
+        }
+    }
+
+    fn now(&self) -> Micros {
+        self.clock.elapsed().as_micros() as Micros
+    }
+
+    fn step(&mut self, now: Micros, event: Event) {
+        self.executor.handle(now, event);
+        for command in self.executor.take_commands() {
+            self.carry_out(now, command);
+        }
+    }
+
+    fn answer(&mut self, request: RequestId, outcome: InvokeOutcome) {
+        if let Some(p) = self.pending.remove(&request) {
+            if let Some((_, gpu, compute)) = p.started {
+                self.busy[gpu as usize] -= compute;
+            }
+            self.count(&outcome);
+            let _ = p.tx.send(outcome);
+        }
+    }
+
+    fn count(&mut self, outcome: &InvokeOutcome) {
+        match outcome {
+            InvokeOutcome::Done { .. } => self.status.served += 1,
+            InvokeOutcome::Failed(_) => self.status.failed += 1,
+        }
+    }
+
+    fn swap_event(
+        &mut self,
+        function: FunctionId,
+        kind: SwapKind,
+        from: Option<u32>,
+        to: Option<u32>,
+        duration_us: Micros,
+    ) {
+        let Some(h) = self.functions.get(&function) else {
+            return;
+        };
+        let Some(&instance) = h.instances.first() else {
+            return;
+        };
+        if self.swap_events.len() >= MAX_SWAP_EVENTS {
+            self.swap_events.remove(0);
+        }
+        let at_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        self.swap_events.push(SwapEvent {
+            instance,
+            kind,
+            from_gpu: from,
+            to_gpu: to,
+            at_ms,
+            duration_us,
+        });
+    }
+
+    fn load(&mut self, now: Micros, function: FunctionId, gpu: u32, ready_at: Micros) {
+        let Some(h) = self.functions.get(&function) else {
+            return;
+        };
+        self.gpus[gpu as usize].do_send(LoadWeights {
+            function,
+            memory_mib: h.memory_mib,
+            duration_us: ready_at.saturating_sub(now),
+        });
+    }
+
+    fn carry_out(&mut self, now: Micros, command: Command) {
+        match command {
+            Command::Run {
+                request,
+                function,
+                gpu,
+                compute_milli,
+                finish_at,
+            } => {
+                let Some(actor) = self.functions.get(&function).map(|h| h.actor.clone()) else {
+                    self.answer(request, InvokeOutcome::Failed(InvokeError::UnknownFunction));
+                    return;
+                };
+                let Some(p) = self.pending.get_mut(&request) else {
+                    return;
+                };
+                p.started = Some((now, gpu, compute_milli));
+                self.busy[gpu as usize] += compute_milli;
+                actor.do_send(RunRequest(Invocation {
+                    request,
+                    gpu,
+                    compute_milli,
+                    service_us: finish_at.saturating_sub(now),
+                    body: std::mem::take(&mut p.body),
+                }));
+            }
+            Command::SwapIn {
+                function,
+                gpu,
+                ready_at,
+            } => {
+                self.status.swap_ins += 1;
+                self.swap_event(function, SwapKind::SwapIn, None, Some(gpu), ready_at - now);
+                self.load(now, function, gpu, ready_at);
+            }
+            Command::ColdStart {
+                function,
+                gpu,
+                ready_at,
+            } => {
+                self.status.cold_starts += 1;
+                self.swap_event(
+                    function,
+                    SwapKind::ColdStart,
+                    None,
+                    Some(gpu),
+                    ready_at - now,
+                );
+                self.load(now, function, gpu, ready_at);
+            }
+            Command::Move {
+                function,
+                from,
+                to,
+                ready_at,
+            } => {
+                self.status.moves += 1;
+                self.swap_event(
+                    function,
+                    SwapKind::Move,
+                    Some(from),
+                    Some(to),
+                    ready_at - now,
+                );
+                self.gpus[from as usize].do_send(ReleaseWeights { function });
+                self.load(now, function, to, ready_at);
+            }
+            Command::SwapOut { function, gpu } => {
+                self.status.swap_outs += 1;
+                self.swap_event(function, SwapKind::SwapOut, Some(gpu), None, 0);
+                self.gpus[gpu as usize].do_send(ReleaseWeights { function });
+            }
+            Command::Unload { function, gpu } => {
+                self.swap_event(function, SwapKind::Unload, Some(gpu), None, 0);
+                self.gpus[gpu as usize].do_send(ReleaseWeights { function });
+            }
+            Command::Reject { request, reason } => {
+                let arrived = self.pending.get(&request).map_or(now, |p| p.arrived);
+                let error = match reason {
+                    RejectReason::DeadlineUnreachable {
+                        predicted_finish,
+                        deadline,
+                    }
+                    | RejectReason::DeadlineMissedInQueue {
+                        earliest_finish: predicted_finish,
+                        deadline,
+                    } => InvokeError::DeadlineUnreachable {
+                        predicted_us: predicted_finish.saturating_sub(arrived),
+                        deadline_us: deadline.saturating_sub(arrived),
+                    },
+                    RejectReason::NoCapacity => InvokeError::OverCapacity,
+                    RejectReason::UnknownFunction => InvokeError::UnknownFunction,
+                };
+                self.answer(request, InvokeOutcome::Failed(error));
+            }
+        }
+    }
+
+    fn add_function(
+        &mut self,
+        ctx: &mut Context<Self>,
+        key: FunctionKey,
+        spec: FunctionSpec,
+        version: u64,
+        instances: Vec<InstanceId>,
+        slices: Vec<gshare_core::model::Slice>,
+    ) {
+        let id = FunctionId(self.next_function);
+        self.next_function += 1;
+        let profile = FunctionProfile {
+            tier: spec.tier,
+            memory_mib: spec.memory_mib,
+            saturation_milli: spec.latency.saturation_milli,
+        };
+        let memory_mib =
+            footprint(self.executor.config(), &profile).map_or(spec.memory_mib, |f| f.0);
+        let driver = (self.setup.driver)(&spec);
+        let actor =
+            InstanceActor::new(driver, spec.clone(), slices, ctx.address().recipient()).start();
+        tracing::info!(function = %id, "hosting {}/{} ({:?}, {} MiB)", key.0 .0, key.1, spec.tier, spec.memory_mib);
+        self.names.insert(key.clone(), id);
+        self.functions.insert(
+            id,
+            Hosted {
+                key,
+                spec,
+                version,
+                memory_mib,
+                instances,
+                actor,
+            },
+        );
+        let now = self.now();
+        self.step(
+            now,
+            Event::InstanceAdded {
+                function: id,
+                profile,
+            },
+        );
+    }
+
+    fn remove_function(&mut self, id: FunctionId) {
+        if let Some(h) = self.functions.get(&id) {
+            tracing::info!(function = %id, "releasing {}/{}", h.key.0 .0, h.key.1);
+            h.actor.do_send(ReleaseInstance);
+            self.names.remove(&h.key);
+        }
+        let now = self.now();
+        self.step(now, Event::InstanceRemoved { function: id });
+        self.functions.remove(&id);
+    }
+}
+
+impl Actor for NodeAgent {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let me = ctx.address();
+        self.gpus = self
+            .setup
+            .gpus
+            .iter()
+            .map(|g| GpuActor::new(SimulatedGpu::new(g.clone()), me.clone().recipient()).start())
+            .collect();
+        ctx.run_interval(TIMER, |a, _| {
+            if !a.pending.is_empty() {
+                let now = a.now();
+                a.step(now, Event::Timer);
+            }
+        });
+    }
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        for (_, p) in self.pending.drain() {
+            let _ = p.tx.send(InvokeOutcome::Failed(InvokeError::ShuttingDown));
+        }
+    }
+}
+
+impl Handler<Invoke> for NodeAgent {
+    type Result = Admission;
+
+    fn handle(&mut self, msg: Invoke, _: &mut Context<Self>) -> Admission {
+        if let Some(digest) = &msg.token_digest {
+            if self.tokens.get(digest) != Some(&msg.tenant) {
+                return Admission::Unauthorized;
+            }
+        }
+        let (tx, rx) = oneshot::channel();
+        let key = (msg.tenant, msg.function);
+        let Some(&function) = self.names.get(&key) else {
+            let outcome = InvokeOutcome::Failed(InvokeError::UnknownFunction);
+            self.count(&outcome);
+            let _ = tx.send(outcome);
+            return Admission::Accepted(rx);
+        };
+        let spec = &self.functions[&function].spec;
+        let full_gpu_us = spec.latency.full_gpu_us;
+        let deadline_ms = msg.deadline_ms.unwrap_or(spec.deadline_ms);
+        let now = self.now();
+        let request = RequestId(self.next_request);
+        self.next_request += 1;
+        self.pending.insert(
+            request,
+            Pending {
+                tx,
+                arrived: now,
+                body: msg.body,
+                started: None,
+            },
+        );
+        self.step(
+            now,
+            Event::RequestArrived {
+                request,
+                function,
+                full_gpu_us,
+                deadline: now.saturating_add(deadline_ms.saturating_mul(1000)),
+            },
+        );
+        Admission::Accepted(rx)
+    }
+}
+
+impl Handler<RequestDone> for NodeAgent {
+    type Result = ();
+
+    fn handle(&mut self, msg: RequestDone, _: &mut Context<Self>) {
+        let now = self.now();
+        let outcome = match (msg.result, self.pending.get(&msg.request)) {
+            (Ok(body), Some(p)) => {
+                let started = p.started.map_or(p.arrived, |s| s.0);
+                InvokeOutcome::Done {
+                    body,
+                    queued_us: started - p.arrived,
+                    service_us: now - started,
+                }
+            }
+            (Err(e), _) => InvokeOutcome::Failed(InvokeError::InstanceFailed {
+                detail: e.to_string(),
+            }),
+            (Ok(_), None) => return,
+        };
+        self.answer(msg.request, outcome);
+        self.step(
+            now,
+            Event::RequestFinished {
+                request: msg.request,
+                gpu: msg.gpu,
+            },
+        );
+    }
+}
+
+impl Handler<LoadDone> for NodeAgent {
+    type Result = ();
+
+    fn handle(&mut self, msg: LoadDone, _: &mut Context<Self>) {
+        if msg.error.is_some() {
+            self.status.accounting_errors += 1;
+        }
+        let now = self.now();
+        self.step(
+            now,
+            Event::LoadFinished {
+                function: msg.function,
+                gpu: msg.gpu,
+            },
+        );
+    }
+}
+
+impl Handler<ApplyAssignment> for NodeAgent {
+    type Result = ();
+
+    fn handle(&mut self, ApplyAssignment(a): ApplyAssignment, ctx: &mut Context<Self>) {
+        if self.assignment_index.is_some_and(|i| a.applied_index < i) {
+            return;
+        }
+        self.assignment_index = Some(a.applied_index);
+        let mut wanted: BTreeMap<
+            FunctionKey,
+            (
+                FunctionSpec,
+                u64,
+                Vec<InstanceId>,
+                Vec<gshare_core::model::Slice>,
+            ),
+        > = BTreeMap::new();
+        for i in a.instances {
+            if i.slices.iter().any(|s| s.gpu.node != self.setup.node) {
+                tracing::warn!(
+                    instance = i.instance.0,
+                    "assigned slices of another node; ignored"
+                );
+                continue;
+            }
+            let key = (i.spec.tenant.clone(), i.spec.name.clone());
+            let e = wanted
+                .entry(key)
+                .or_insert_with(|| (i.spec.clone(), i.version, Vec::new(), Vec::new()));
+            e.2.push(i.instance);
+            e.3.extend(i.slices);
+        }
+        let stale: Vec<FunctionId> = self
+            .functions
+            .iter()
+            .filter(|(_, h)| match wanted.get(&h.key) {
+                None => true,
+                Some((spec, version, _, _)) => *version != h.version || *spec != h.spec,
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in stale {
+            self.remove_function(id);
+        }
+        for (key, (spec, version, instances, slices)) in wanted {
+            match self.names.get(&key) {
+                Some(id) => {
+                    if let Some(h) = self.functions.get_mut(id) {
+                        h.instances = instances;
+                    }
+                }
+                None => self.add_function(ctx, key, spec, version, instances, slices),
+            }
+        }
+        self.status.functions = self.functions.len() as u32;
+    }
+}
+
+impl Handler<ApplyTokens> for NodeAgent {
+    type Result = ();
+
+    fn handle(&mut self, ApplyTokens(t): ApplyTokens, _: &mut Context<Self>) {
+        if self.tokens_index.is_some_and(|i| t.applied_index < i) {
+            return;
+        }
+        self.tokens_index = Some(t.applied_index);
+        self.tokens = token_table(t);
+    }
+}
+
+fn token_table(t: TokenDigests) -> HashMap<String, TenantId> {
+    let mut out = HashMap::new();
+    for tenant in t.tenants {
+        for d in tenant.digests {
+            out.insert(d, tenant.tenant.clone());
+        }
+    }
+    out
+}
+
+impl Handler<StatusQuery> for NodeAgent {
+    type Result = NodeStatus;
+
+    fn handle(&mut self, _: StatusQuery, _: &mut Context<Self>) -> NodeStatus {
+        let mut s = self.status.clone();
+        s.in_flight = self.pending.len() as u32;
+        s.gpus = (0..self.setup.gpus.len() as u32)
+            .map(|i| {
+                let g = self.executor.gpu(i);
+                GpuStatus {
+                    index: i,
+                    utilization_milli: self.busy[i as usize],
+                    memory_used_mib: self.executor.config().gpu_memory_mib - g.free_mib(),
+                    resident: g
+                        .resident()
+                        .filter_map(|f| {
+                            self.functions
+                                .get(&f)
+                                .and_then(|h| h.instances.first().copied())
+                        })
+                        .collect(),
+                    queued: g.queued() as u32,
+                }
+            })
+            .collect();
+        s
+    }
+}
+
+impl Handler<TakeSwapEvents> for NodeAgent {
+    type Result = Vec<SwapEvent>;
+
+    fn handle(&mut self, _: TakeSwapEvents, _: &mut Context<Self>) -> Vec<SwapEvent> {
+        std::mem::take(&mut self.swap_events)
+    }
+}

@@ -1,0 +1,28 @@
+//! A snapshot of the node for heartbeats and `/metrics`.
+
+use gshare_core::protocol::GpuStatus;
+
+/// Counters and per-GPU state of the node.
+#[derive(Debug, Clone, Default, PartialEq, Eq, actix::MessageResponse)]
+pub struct NodeStatus {
+    /// Per GPU.
+    pub gpus: Vec<GpuStatus>,
+    /// Invocations accepted and not answered yet.
+    pub in_flight: u32,
+    /// Functions hosted.
+    pub functions: u32,
+    /// Invocations answered with a result.
+    pub served: u64,
+    /// Invocations answered with an explicit error.
+    pub failed: u64,
+    /// Swap-ins from host memory.
+    pub swap_ins: u64,
+    /// Swap-outs to host memory.
+    pub swap_outs: u64,
+    /// Cold starts.
+    pub cold_starts: u64,
+    /// Moves between GPUs (remaps).
+    pub moves: u64,
+    /// Loads the backend's accounting refused (must stay 0).
+    pub accounting_errors: u64,
+}

@@ -1,0 +1,310 @@
+//! `invoke-bench`: invocations through the agent's HTTP ingress to a `sim`
+//! instance with zero service time, against the same calls on the sim
+//! runtime in-process (the baseline), in one run.
+//!
+//! Starts everything itself: an in-process agent (NodeAgent + ingress on a
+//! free loopback port, 2 simulated GPUs) fed the instance and token digest
+//! the region would send. Latency: one request in flight, on one keep-alive
+//! connection. Throughput: 32 keep-alive connections, one thread each.
+//! Last line: `invocations_per_sec=<N> p50_added_us=<x> p99_added_us=<y>`.
+
+use anyhow::{bail, Context as _};
+use clap::Parser;
+use gshare_core::config::AgentLoadCosts;
+use gshare_core::executor::RequestId;
+use gshare_core::model::{
+    FunctionSpec, GpuId, LatencyProfile, NodeId, PoolPreference, Runtime, Slice, TenantId, Tier,
+};
+use gshare_core::protocol::{AssignedInstance, Assignment, TenantTokens, TokenDigests};
+use gshare_core::state::InstanceId;
+use gshare_edge::agent::{ApplyAssignment, ApplyTokens, NodeAgent, NodeSetup};
+use gshare_edge::gpu::GpuInfo;
+use gshare_edge::ingress;
+use gshare_edge::runtime::{Invocation, RuntimeDriver, SimDriver};
+use gshare_edge::token::token_digest;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Invocation benchmark of the node agent.
+#[derive(Parser)]
+struct Args {
+    /// Seconds of the latency phase (one request in flight).
+    #[arg(long, default_value_t = 3.0)]
+    latency_secs: f64,
+    /// Seconds of the throughput phase.
+    #[arg(long, default_value_t = 3.0)]
+    throughput_secs: f64,
+    /// Keep-alive connections of the throughput phase.
+    #[arg(long, default_value_t = 32)]
+    connections: usize,
+    /// Ingress worker threads.
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+}
+
+const TOKEN: &str = "bench-token";
+
+fn spec() -> FunctionSpec {
+    FunctionSpec {
+        tenant: TenantId("bench".into()),
+        name: "zero".into(),
+        runtime: Runtime::Custom,
+        memory_mib: 1024,
+        compute_milli: 100,
+        tier: Tier::Guaranteed,
+        deadline_ms: 10_000,
+        pool: PoolPreference::Any,
+        min_instances: 1,
+        max_instances: 1,
+        idle_timeout_s: 600,
+        latency: LatencyProfile {
+            full_gpu_us: 0,
+            saturation_milli: 100,
+        },
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+/// Baseline: the sim runtime in-process, one call at a time.
+fn baseline(secs: f64) -> (Vec<f64>, f64) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let mut d = SimDriver::new();
+        d.start(&spec(), &[]).await.expect("start");
+        let mut lat = Vec::new();
+        let begin = Instant::now();
+        let mut n = 0u64;
+        while begin.elapsed().as_secs_f64() < secs {
+            let t = Instant::now();
+            let body = d
+                .invoke(Invocation {
+                    request: RequestId(n),
+                    gpu: 0,
+                    compute_milli: 100,
+                    service_us: 0,
+                    body: b"{}".to_vec(),
+                })
+                .await
+                .expect("sim invoke");
+            std::hint::black_box(body);
+            lat.push(t.elapsed().as_secs_f64() * 1e6);
+            n += 1;
+        }
+        lat.sort_by(f64::total_cmp);
+        let rate = n as f64 / begin.elapsed().as_secs_f64();
+        (lat, rate)
+    })
+}
+
+struct Client {
+    stream: BufReader<TcpStream>,
+    request: Vec<u8>,
+}
+
+impl Client {
+    fn connect(addr: SocketAddr) -> anyhow::Result<Self> {
+        let s = TcpStream::connect(addr)?;
+        s.set_nodelay(true)?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let body = b"{}";
+        let mut request = format!(
+            "POST /v1/invoke/bench/zero HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        request.extend_from_slice(body);
+        Ok(Self {
+            stream: BufReader::new(s),
+            request,
+        })
+    }
+
+    /// One invocation; returns the HTTP status.
+    fn invoke(&mut self) -> anyhow::Result<u16> {
+        self.stream.get_mut().write_all(&self.request)?;
+        let mut line = String::new();
+        self.stream.read_line(&mut line)?;
+        let status: u16 = line
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .with_context(|| format!("bad status line {line:?}"))?;
+        let mut len = 0usize;
+        loop {
+            line.clear();
+            self.stream.read_line(&mut line)?;
+            if line == "\r\n" || line.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = line.split_once(':') {
+                if k.eq_ignore_ascii_case("content-length") {
+                    len = v.trim().parse()?;
+                }
+            }
+        }
+        let mut body = vec![0u8; len];
+        self.stream.read_exact(&mut body)?;
+        Ok(status)
+    }
+}
+
+fn start_agent(workers: usize) -> anyhow::Result<SocketAddr> {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = probe.local_addr()?;
+    drop(probe);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let system = actix_rt::System::new();
+        system.block_on(async move {
+            let node = NodeId("bench-node".into());
+            let agent = actix::Actor::start(NodeAgent::new(NodeSetup {
+                node: node.clone(),
+                gpus: (0..2)
+                    .map(|index| GpuInfo {
+                        index,
+                        model: "sim-gpu-16g".into(),
+                        memory_mib: 16_384,
+                        h2d_mib_per_s: 12_000,
+                    })
+                    .collect(),
+                host_swap_mib: 8_192,
+                load: AgentLoadCosts {
+                    swap_setup_us: 2_000,
+                    cold_setup_us: 10_000,
+                    storage_mib_per_s: 2_000,
+                },
+                driver: Box::new(|_| Box::new(SimDriver::new())),
+            }));
+            agent.do_send(ApplyTokens(TokenDigests {
+                applied_index: 1,
+                tenants: vec![TenantTokens {
+                    tenant: TenantId("bench".into()),
+                    digests: vec![token_digest(TOKEN)],
+                }],
+            }));
+            agent.do_send(ApplyAssignment(Assignment {
+                applied_index: 1,
+                instances: vec![AssignedInstance {
+                    instance: InstanceId(1),
+                    spec: spec(),
+                    version: 1,
+                    slices: vec![Slice {
+                        gpu: GpuId { node, index: 0 },
+                        compute_milli: 100,
+                        memory_mib: 1024,
+                    }],
+                }],
+            }));
+            match ingress::serve(addr, agent, workers) {
+                Ok(server) => {
+                    let _ = tx.send(Ok(()));
+                    let _ = server.await;
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                }
+            }
+        });
+    });
+    rx.recv()??;
+    Ok(addr)
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let (base_lat, base_rate) = baseline(args.latency_secs.min(1.0));
+    println!(
+        "baseline (sim runtime in-process, 1 in flight): calls_per_sec={:.0} p50_us={:.2} p99_us={:.2}",
+        base_rate,
+        percentile(&base_lat, 0.5),
+        percentile(&base_lat, 0.99)
+    );
+
+    let addr = start_agent(args.workers)?;
+    // Warm-up: the first request cold-starts the instance.
+    let mut c = Client::connect(addr)?;
+    let warm = Instant::now();
+    loop {
+        match c.invoke()? {
+            200 => break,
+            s if warm.elapsed() > Duration::from_secs(10) => bail!("warm-up: status {s}"),
+            _ => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+    for _ in 0..2000 {
+        c.invoke()?;
+    }
+
+    let mut lat = Vec::new();
+    let begin = Instant::now();
+    let mut errors = 0u64;
+    while begin.elapsed().as_secs_f64() < args.latency_secs {
+        let t = Instant::now();
+        if c.invoke()? != 200 {
+            errors += 1;
+        }
+        lat.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    lat.sort_by(f64::total_cmp);
+    let (p50, p99) = (percentile(&lat, 0.5), percentile(&lat, 0.99));
+    println!(
+        "agent ingress (1 in flight): invocations={} p50_us={p50:.1} p99_us={p99:.1} errors={errors}",
+        lat.len()
+    );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let mut threads = Vec::new();
+    for _ in 0..args.connections {
+        let (stop, done, failed) = (stop.clone(), done.clone(), failed.clone());
+        let mut c = Client::connect(addr)?;
+        threads.push(std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                match c.invoke() {
+                    Ok(200) => done.fetch_add(1, Ordering::Relaxed),
+                    _ => failed.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        }));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let d0 = done.load(Ordering::Relaxed);
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(args.throughput_secs));
+    let d1 = done.load(Ordering::Relaxed);
+    let elapsed = t0.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        let _ = t.join();
+    }
+    let rate = (d1 - d0) as f64 / elapsed;
+    println!(
+        "agent ingress ({} keep-alive connections): invocations_per_sec={rate:.0} errors={}",
+        args.connections,
+        failed.load(Ordering::Relaxed)
+    );
+    let p50_added = (p50 - percentile(&base_lat, 0.5)).max(0.0);
+    let p99_added = (p99 - percentile(&base_lat, 0.99)).max(0.0);
+    println!(
+        "ratio agent/in-process: p50 {:.0}x, throughput {:.4}x",
+        p50 / percentile(&base_lat, 0.5).max(1e-3),
+        rate / base_rate.max(1.0)
+    );
+    println!(
+        "invocations_per_sec={rate:.0} p50_added_us={p50_added:.1} p99_added_us={p99_added:.1}"
+    );
+    Ok(())
+}

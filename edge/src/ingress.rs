@@ -1,0 +1,153 @@
+//! The agent's HTTP ingress: `POST /v1/invoke/{tenant}/{name}`, `/healthz`,
+//! `/metrics`.
+//!
+//! The bearer token is hashed here and checked by the [`NodeAgent`] against
+//! the digests the region sent (so it works while the agent is cut off).
+//! Every accepted invocation is answered: `200` with the function's body,
+//! or an explicit error `{"error": {"code", "message"}}`:
+//!
+//! | status | code |
+//! |---|---|
+//! | 400 | `bad_deadline` (header `X-Gshare-Deadline-Ms` not a positive integer) |
+//! | 401 | `unauthorized` (missing or unknown token, or another tenant's) |
+//! | 404 | `unknown_function` |
+//! | 429 | `over_capacity` |
+//! | 502 | `instance_failed` |
+//! | 503 | `shutting_down` |
+//! | 504 | `deadline_unreachable` (on arrival or while queued) |
+
+use crate::agent::{Admission, Invoke, NodeAgent, StatusQuery};
+use crate::token::token_digest;
+use actix::Addr;
+use actix_web::http::StatusCode;
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use gshare_core::model::TenantId;
+use gshare_core::protocol::{InvokeError, InvokeOutcome};
+use std::net::SocketAddr;
+
+/// Header carrying the relative deadline in milliseconds.
+pub const DEADLINE_HEADER: &str = "x-gshare-deadline-ms";
+/// Largest request body accepted.
+pub const MAX_BODY_BYTES: usize = 4 << 20;
+
+fn error(status: u16, code: &str, message: &str) -> HttpResponse {
+    HttpResponse::build(StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
+        .json(serde_json::json!({"error": {"code": code, "message": message}}))
+}
+
+/// The HTTP answer to an invocation's outcome (shared with the region's
+/// forwarding path).
+pub fn outcome_response(outcome: InvokeOutcome) -> HttpResponse {
+    match outcome {
+        InvokeOutcome::Done {
+            body,
+            queued_us,
+            service_us,
+        } => HttpResponse::Ok()
+            .insert_header(("x-gshare-queued-us", queued_us.to_string()))
+            .insert_header(("x-gshare-service-us", service_us.to_string()))
+            .body(body),
+        InvokeOutcome::Failed(e) => failed(&e),
+    }
+}
+
+fn failed(e: &InvokeError) -> HttpResponse {
+    error(e.http_status(), e.code(), &e.to_string())
+}
+
+fn bearer(req: &HttpRequest) -> Option<&str> {
+    req.headers()
+        .get("authorization")?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+}
+
+async fn invoke(
+    req: HttpRequest,
+    path: web::Path<(String, String)>,
+    body: web::Bytes,
+    agent: web::Data<Addr<NodeAgent>>,
+) -> HttpResponse {
+    let Some(token) = bearer(&req) else {
+        return error(401, "unauthorized", "missing bearer token");
+    };
+    let deadline_ms = match req.headers().get(DEADLINE_HEADER) {
+        None => None,
+        Some(v) => match v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok()) {
+            Some(ms) if ms > 0 => Some(ms),
+            _ => {
+                return error(
+                    400,
+                    "bad_deadline",
+                    "X-Gshare-Deadline-Ms must be a positive integer (milliseconds)",
+                )
+            }
+        },
+    };
+    let (tenant, function) = path.into_inner();
+    let msg = Invoke {
+        tenant: TenantId(tenant),
+        function,
+        token_digest: Some(token_digest(token)),
+        deadline_ms,
+        body: body.to_vec(),
+    };
+    match agent.send(msg).await {
+        Ok(Admission::Accepted(rx)) => match rx.await {
+            Ok(outcome) => outcome_response(outcome),
+            Err(_) => failed(&InvokeError::ShuttingDown),
+        },
+        Ok(Admission::Unauthorized) => {
+            error(401, "unauthorized", "token not valid for this tenant")
+        }
+        Err(_) => failed(&InvokeError::ShuttingDown),
+    }
+}
+
+async fn metrics(agent: web::Data<Addr<NodeAgent>>) -> HttpResponse {
+    let Ok(s) = agent.send(StatusQuery).await else {
+        return failed(&InvokeError::ShuttingDown);
+    };
+    let mut out = String::new();
+    let mut line = |name: &str, v: u64| out.push_str(&format!("gshare_edge_{name} {v}\n"));
+    line("in_flight", s.in_flight as u64);
+    line("functions", s.functions as u64);
+    line("invocations_served_total", s.served);
+    line("invocations_failed_total", s.failed);
+    line("swap_ins_total", s.swap_ins);
+    line("swap_outs_total", s.swap_outs);
+    line("cold_starts_total", s.cold_starts);
+    line("moves_total", s.moves);
+    line("accounting_errors_total", s.accounting_errors);
+    for g in &s.gpus {
+        out.push_str(&format!(
+            "gshare_edge_gpu_utilization_milli{{gpu=\"{0}\"}} {1}\ngshare_edge_gpu_memory_used_mib{{gpu=\"{0}\"}} {2}\ngshare_edge_gpu_queued{{gpu=\"{0}\"}} {3}\n",
+            g.index, g.utilization_milli, g.memory_used_mib, g.queued
+        ));
+    }
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4")
+        .body(out)
+}
+
+/// Binds the ingress on `addr` with `workers` threads.
+pub fn serve(
+    addr: SocketAddr,
+    agent: Addr<NodeAgent>,
+    workers: usize,
+) -> std::io::Result<actix_web::dev::Server> {
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(web::Data::new(agent.clone()))
+            .app_data(web::PayloadConfig::new(MAX_BODY_BYTES))
+            .route("/v1/invoke/{tenant}/{name}", web::post().to(invoke))
+            .route("/metrics", web::get().to(metrics))
+            .route("/healthz", web::get().to(|| async { "ok" }))
+    })
+    .workers(workers.max(1))
+    .disable_signals()
+    .bind(addr)?
+    .run();
+    Ok(server)
+}

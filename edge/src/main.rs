@@ -1,0 +1,99 @@
+//! `gshare-edge --config <file>`: the node agent.
+
+use anyhow::Context as _;
+use clap::Parser;
+use gshare_edge::agent::{NodeAgent, NodeSetup};
+use gshare_edge::gpu::discover;
+use gshare_edge::runtime::SimDriver;
+use gshare_edge::{ingress, region_link};
+use std::path::PathBuf;
+
+/// The gshare node agent.
+#[derive(Parser)]
+#[command(version, about)]
+struct Args {
+    /// The agent's config (TOML).
+    #[arg(long)]
+    config: PathBuf,
+    /// HTTP ingress worker threads.
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let args = Args::parse();
+    let text = match std::fs::read_to_string(&args.config) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("{}: {e}", args.config.display());
+            std::process::exit(2);
+        }
+    };
+    let config = match gshare_core::config::AgentConfig::from_toml(
+        &args.config.display().to_string(),
+        &text,
+    ) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(2);
+        }
+    };
+    let base = args.config.parent().map(PathBuf::from).unwrap_or_default();
+    if let Err(e) = run(config, base, args.workers) {
+        eprintln!("gshare-edge: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(
+    config: gshare_core::config::AgentConfig,
+    base: PathBuf,
+    workers: usize,
+) -> anyhow::Result<()> {
+    let discovered = discover(&config.gpus).context("finding GPUs")?;
+    if let Some(w) = &discovered.fallback_warning {
+        tracing::warn!("{w}");
+    }
+    tracing::info!(node = %config.node.0, gpus = discovered.gpus.len(), "starting");
+    let system = actix_rt::System::new();
+    system.block_on(async move {
+        let agent = actix::Actor::start(NodeAgent::new(NodeSetup {
+            node: config.node.clone(),
+            gpus: discovered.gpus.clone(),
+            host_swap_mib: config.host_swap_mib,
+            load: config.load,
+            driver: Box::new(|_| Box::new(SimDriver::new())),
+        }));
+        let server = ingress::serve(config.ingress_addr, agent.clone(), workers)
+            .with_context(|| format!("binding ingress {}", config.ingress_addr))?;
+        let handle = server.handle();
+        let link =
+            region_link::RegionLink::start_link(&config, &base, &discovered.gpus, agent.clone())
+                .context("region link")?;
+        tracing::info!(ingress = %config.ingress_addr, "serving");
+        let srv = actix_rt::spawn(server);
+        shutdown_signal().await;
+        tracing::info!("shutting down: draining invocations");
+        handle.stop(true).await;
+        let _ = srv.await;
+        drop(link);
+        actix_rt::System::current().stop();
+        anyhow::Ok(())
+    })?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

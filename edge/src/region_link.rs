@@ -1,0 +1,271 @@
+//! The agent's link to the region: QUIC + mutual TLS to one replica at a
+//! time.
+//!
+//! ```text
+//!   agent ── bi stream: Register ─────────────▶ replica   ◀─ Registered | Refused{retry}
+//!         ── bi stream: Heartbeat / Swaps ────▶           ◀─ Ack
+//!         ◀─ uni stream: Assignment | Tokens ──            (pushed whenever they change)
+//!         ◀─ bi stream: Invoke ───────────────             ─▶ InvokeReply
+//! ```
+//!
+//! The agent tries the replicas of its config in turn; a `Refused` with
+//! `retry` (not the leader, no leader yet) or a lost connection moves it to
+//! the next one after a backoff (100 ms doubling to 5 s, reset by a
+//! successful registration). A malformed or oversized frame from the
+//! replica closes that connection (code 0x10) and the link reconnects;
+//! serving goes on throughout, with the last instances and tokens.
+
+use crate::agent::{
+    Admission, ApplyAssignment, ApplyTokens, Invoke, NodeAgent, StatusQuery, TakeSwapEvents,
+};
+use crate::gpu::GpuInfo;
+use crate::tls::client_config;
+use crate::wire::{read_frame, write_frame, WireError, BAD_FRAME};
+use actix::{Actor, Addr, AsyncContext, Context, WrapFuture};
+use gshare_core::config::AgentConfig;
+use gshare_core::protocol::{
+    AgentMessage, AgentMessageV1, Heartbeat, InvokeError, InvokeOutcome, InvokeReply, NodeGpu,
+    RegionMessage, RegionMessageV1, Register,
+};
+use gshare_core::state::AgentId;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// Why a session with one replica ended.
+#[derive(Debug, thiserror::Error)]
+enum SessionEnd {
+    #[error("refused: {0}")]
+    Refused(String),
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    #[error("connect: {0}")]
+    Connect(String),
+}
+
+#[derive(Clone)]
+struct LinkSetup {
+    endpoint: quinn::Endpoint,
+    replicas: Vec<SocketAddr>,
+    register: Register,
+    heartbeat: Duration,
+    agent: Addr<NodeAgent>,
+}
+
+/// The actor holding the link (dropping its address does not stop it; it
+/// ends with the actix system).
+pub struct RegionLink {
+    setup: LinkSetup,
+}
+
+impl RegionLink {
+    /// Builds the QUIC client from `config` (paths relative to `base`) and
+    /// starts the link.
+    pub fn start_link(
+        config: &AgentConfig,
+        base: &Path,
+        gpus: &[GpuInfo],
+        agent: Addr<NodeAgent>,
+    ) -> anyhow::Result<Addr<RegionLink>> {
+        let client = client_config(
+            &base.join(&config.tls.ca_cert),
+            &base.join(&config.tls.cert),
+            &base.join(&config.tls.key),
+        )?;
+        let mut endpoint = quinn::Endpoint::client("0.0.0.0:0".parse()?)?;
+        endpoint.set_default_client_config(client);
+        let register = Register {
+            agent: AgentId(config.node.0.clone()),
+            node: config.node.clone(),
+            pool: config.pool.clone(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            gpus: gpus
+                .iter()
+                .map(|g| NodeGpu {
+                    index: g.index,
+                    model: g.model.clone(),
+                    memory_mib: g.memory_mib,
+                })
+                .collect(),
+            ingress: config.ingress_addr.to_string(),
+        };
+        Ok(RegionLink {
+            setup: LinkSetup {
+                endpoint,
+                replicas: config.replicas.clone(),
+                register,
+                heartbeat: Duration::from_millis(config.heartbeat_ms),
+                agent,
+            },
+        }
+        .start())
+    }
+}
+
+impl Actor for RegionLink {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.spawn(run(self.setup.clone()).into_actor(self));
+    }
+}
+
+async fn run(setup: LinkSetup) {
+    let mut backoff = BACKOFF_MIN;
+    let mut next = 0usize;
+    loop {
+        let addr = setup.replicas[next % setup.replicas.len()];
+        next += 1;
+        match session(&setup, addr, &mut backoff).await {
+            Ok(()) => {}
+            Err(e) => tracing::warn!(replica = %addr, "region link: {e}"),
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+async fn request(conn: &quinn::Connection, msg: AgentMessage) -> Result<RegionMessage, SessionEnd> {
+    let (mut send, mut recv) = conn
+        .open_bi()
+        .await
+        .map_err(|e| WireError::Stream(e.to_string()))?;
+    write_frame(&mut send, &msg).await?;
+    match read_frame(&mut recv).await {
+        Err(WireError::Frame(e)) => {
+            conn.close(BAD_FRAME.into(), b"bad frame");
+            Err(WireError::Frame(e).into())
+        }
+        other => Ok(other?),
+    }
+}
+
+async fn session(
+    setup: &LinkSetup,
+    addr: SocketAddr,
+    backoff: &mut Duration,
+) -> Result<(), SessionEnd> {
+    let conn = setup
+        .endpoint
+        .connect(addr, &addr.ip().to_string())
+        .map_err(|e| SessionEnd::Connect(e.to_string()))?
+        .await
+        .map_err(|e| SessionEnd::Connect(e.to_string()))?;
+    let reg = AgentMessage::v1(AgentMessageV1::Register(setup.register.clone()));
+    match request(&conn, reg).await? {
+        RegionMessage::V1(RegionMessageV1::Registered { next_seq, leader }) => {
+            tracing::info!(replica = %addr, leader, next_seq, "registered with the region");
+            *backoff = BACKOFF_MIN;
+        }
+        RegionMessage::V1(RegionMessageV1::Refused { code, message, .. }) => {
+            return Err(SessionEnd::Refused(format!("{code}: {message}")));
+        }
+        other => return Err(SessionEnd::Refused(format!("unexpected answer {other:?}"))),
+    }
+    let pushes = pushes(conn.clone(), setup.agent.clone());
+    let invokes = invokes(conn.clone(), setup.agent.clone());
+    let beats = heartbeats(conn.clone(), setup);
+    tokio::select! {
+        r = pushes => r,
+        r = invokes => r,
+        r = beats => r,
+    }
+}
+
+async fn pushes(conn: quinn::Connection, agent: Addr<NodeAgent>) -> Result<(), SessionEnd> {
+    loop {
+        let mut recv = conn
+            .accept_uni()
+            .await
+            .map_err(|e| WireError::Stream(e.to_string()))?;
+        let msg: RegionMessage = match read_frame(&mut recv).await {
+            Err(WireError::Frame(e)) => {
+                conn.close(BAD_FRAME.into(), b"bad frame");
+                return Err(WireError::Frame(e).into());
+            }
+            other => other?,
+        };
+        match msg {
+            RegionMessage::V1(RegionMessageV1::Assignment(a)) => agent.do_send(ApplyAssignment(a)),
+            RegionMessage::V1(RegionMessageV1::Tokens(t)) => agent.do_send(ApplyTokens(t)),
+            other => tracing::warn!("unexpected push {other:?}"),
+        }
+    }
+}
+
+async fn invokes(conn: quinn::Connection, agent: Addr<NodeAgent>) -> Result<(), SessionEnd> {
+    loop {
+        let (mut send, mut recv) = conn
+            .accept_bi()
+            .await
+            .map_err(|e| WireError::Stream(e.to_string()))?;
+        let msg: RegionMessage = match read_frame(&mut recv).await {
+            Err(WireError::Frame(e)) => {
+                conn.close(BAD_FRAME.into(), b"bad frame");
+                return Err(WireError::Frame(e).into());
+            }
+            other => other?,
+        };
+        let RegionMessage::V1(RegionMessageV1::Invoke(req)) = msg else {
+            tracing::warn!("unexpected request {msg:?}");
+            continue;
+        };
+        let agent = agent.clone();
+        actix_rt::spawn(async move {
+            let id = req.id;
+            let outcome = match agent
+                .send(Invoke {
+                    tenant: req.tenant,
+                    function: req.function,
+                    token_digest: None,
+                    deadline_ms: req.deadline_ms,
+                    body: req.body,
+                })
+                .await
+            {
+                Ok(Admission::Accepted(rx)) => rx
+                    .await
+                    .unwrap_or(InvokeOutcome::Failed(InvokeError::ShuttingDown)),
+                _ => InvokeOutcome::Failed(InvokeError::ShuttingDown),
+            };
+            let reply = AgentMessage::v1(AgentMessageV1::InvokeReply(InvokeReply { id, outcome }));
+            let _ = write_frame(&mut send, &reply).await;
+        });
+    }
+}
+
+async fn heartbeats(conn: quinn::Connection, setup: &LinkSetup) -> Result<(), SessionEnd> {
+    let agent_id = setup.register.agent.clone();
+    loop {
+        tokio::time::sleep(setup.heartbeat).await;
+        let Ok(s) = setup.agent.send(StatusQuery).await else {
+            return Ok(());
+        };
+        let at_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let beat = AgentMessage::v1(AgentMessageV1::Heartbeat(Heartbeat {
+            agent: agent_id.clone(),
+            at_ms,
+            gpus: s.gpus,
+            in_flight: s.in_flight,
+            swaps: s.swap_ins + s.moves,
+        }));
+        if let RegionMessage::V1(RegionMessageV1::Refused { code, message, .. }) =
+            request(&conn, beat).await?
+        {
+            return Err(SessionEnd::Refused(format!("{code}: {message}")));
+        }
+        let events = setup.agent.send(TakeSwapEvents).await.unwrap_or_default();
+        if !events.is_empty() {
+            let swaps = AgentMessage::v1(AgentMessageV1::Swaps {
+                agent: agent_id.clone(),
+                events,
+            });
+            request(&conn, swaps).await?;
+        }
+    }
+}

@@ -1,0 +1,63 @@
+//! Runtime drivers: what actually serves a function's requests.
+//!
+//! An [`crate::agent::InstanceActor`] owns one driver and calls it; the
+//! driver knows nothing about queues or deadlines (the executor decided
+//! when, where and on how much compute a request runs). Drivers:
+//!
+//! - [`SimDriver`] (`sim`): takes exactly the service time the executor
+//!   predicted from the function's latency profile and slice, so a node of
+//!   simulated GPUs behaves like the serving simulator;
+//! - `process` (issue 7): starts the function's server per instance with
+//!   its slice's CUDA MPS limits and proxies requests over HTTP.
+
+mod sim;
+
+pub use sim::SimDriver;
+
+use gshare_core::executor::RequestId;
+use gshare_core::model::{FunctionSpec, Micros, MilliGpu, Slice};
+use std::future::Future;
+use std::pin::Pin;
+
+/// A driver's future; runs on the instance actor's (single-threaded) arbiter.
+pub type RuntimeFuture<T> = Pin<Box<dyn Future<Output = T>>>;
+
+/// One request to run, as the executor decided it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invocation {
+    /// The request.
+    pub request: RequestId,
+    /// GPU index on the node.
+    pub gpu: u32,
+    /// Compute share it runs on.
+    pub compute_milli: MilliGpu,
+    /// Service time the executor predicted for it on that share, µs.
+    pub service_us: Micros,
+    /// Request body.
+    pub body: Vec<u8>,
+}
+
+/// Why a driver could not serve.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuntimeError {
+    /// The instance is not running (never started, or stopped).
+    #[error("instance not running")]
+    NotRunning,
+    /// The function's runtime failed.
+    #[error("runtime failed: {0}")]
+    Failed(String),
+}
+
+/// A way to run a function's instance (sim, process, microVM …).
+pub trait RuntimeDriver {
+    /// Brings the instance up on its slices (called once, before any invoke).
+    fn start(
+        &mut self,
+        spec: &FunctionSpec,
+        slices: &[Slice],
+    ) -> RuntimeFuture<Result<(), RuntimeError>>;
+    /// Serves one request; the answer is the response body.
+    fn invoke(&mut self, invocation: Invocation) -> RuntimeFuture<Result<Vec<u8>, RuntimeError>>;
+    /// Stops the instance (and everything it started).
+    fn stop(&mut self) -> RuntimeFuture<()>;
+}

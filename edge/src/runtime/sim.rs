@@ -1,0 +1,76 @@
+//! The `sim` runtime driver: no process, just the predicted service time.
+
+use super::{Invocation, RuntimeDriver, RuntimeError, RuntimeFuture};
+use gshare_core::model::{FunctionSpec, Slice};
+use std::time::Duration;
+
+/// Serves a request by waiting its service time (the executor's prediction
+/// from the latency profile and compute share), then echoing the body.
+/// Swap-in and cold-start costs are paid by the GPU actor before the
+/// executor dispatches here, exactly as in the serving simulator.
+#[derive(Debug, Default)]
+pub struct SimDriver {
+    running: bool,
+}
+
+impl SimDriver {
+    /// A stopped driver.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl RuntimeDriver for SimDriver {
+    fn start(
+        &mut self,
+        _spec: &FunctionSpec,
+        _slices: &[Slice],
+    ) -> RuntimeFuture<Result<(), RuntimeError>> {
+        self.running = true;
+        Box::pin(async { Ok(()) })
+    }
+
+    fn invoke(&mut self, invocation: Invocation) -> RuntimeFuture<Result<Vec<u8>, RuntimeError>> {
+        let running = self.running;
+        Box::pin(async move {
+            if !running {
+                return Err(RuntimeError::NotRunning);
+            }
+            if invocation.service_us > 0 {
+                tokio::time::sleep(Duration::from_micros(invocation.service_us)).await;
+            }
+            Ok(invocation.body)
+        })
+    }
+
+    fn stop(&mut self) -> RuntimeFuture<()> {
+        self.running = false;
+        Box::pin(async {})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gshare_core::executor::RequestId;
+
+    fn inv(us: u64) -> Invocation {
+        Invocation {
+            request: RequestId(1),
+            gpu: 0,
+            compute_milli: 500,
+            service_us: us,
+            body: b"hi".to_vec(),
+        }
+    }
+
+    #[tokio::test]
+    async fn serves_only_while_running_and_echoes() {
+        let mut d = SimDriver::new();
+        assert_eq!(d.invoke(inv(0)).await, Err(RuntimeError::NotRunning));
+        d.running = true;
+        assert_eq!(d.invoke(inv(0)).await.unwrap(), b"hi".to_vec());
+        d.stop().await;
+        assert_eq!(d.invoke(inv(0)).await, Err(RuntimeError::NotRunning));
+    }
+}

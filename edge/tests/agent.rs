@@ -1,0 +1,488 @@
+//! The agent against a stand-in region: a quinn server with the operator
+//! CA speaking core's protocol (the region replica's agent endpoint is not
+//! built yet). Everything else is the real agent: RegionLink over QUIC +
+//! mutual TLS, NodeAgent with core's executor, GpuActors, InstanceActors
+//! with the sim driver, and the HTTP ingress.
+
+use gshare_core::config::AgentConfig;
+use gshare_core::model::{
+    FunctionSpec, GpuId, LatencyProfile, NodeId, PoolPreference, Runtime, Slice, TenantId, Tier,
+};
+use gshare_core::protocol::{
+    AgentMessage, AgentMessageV1, AssignedInstance, Assignment, InvokeOutcome, InvokeRequest,
+    RegionMessage, RegionMessageV1, TenantTokens, TokenDigests,
+};
+use gshare_core::state::InstanceId;
+use gshare_edge::agent::{NodeAgent, NodeSetup, StatusQuery};
+use gshare_edge::gpu::discover;
+use gshare_edge::ingress;
+use gshare_edge::region_link::RegionLink;
+use gshare_edge::runtime::SimDriver;
+use gshare_edge::tls::AGENT_ALPN;
+use gshare_edge::token::token_digest;
+use gshare_edge::wire::{read_frame, write_frame};
+use rcgen::{CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+const TOKEN: &str = "s3cret";
+
+struct Ca {
+    issuer: Issuer<'static, KeyPair>,
+    pem: String,
+}
+
+fn new_ca() -> Ca {
+    let key = KeyPair::generate().unwrap();
+    let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+    p.is_ca = IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    p.distinguished_name.push(DnType::CommonName, "test CA");
+    let cert = p.self_signed(&key).unwrap();
+    let pem = cert.pem();
+    Ca {
+        issuer: Issuer::new(p, key),
+        pem,
+    }
+}
+
+fn issue(ca: &Ca, name: &str) -> (String, String) {
+    let key = KeyPair::generate().unwrap();
+    let mut p = CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
+    p.distinguished_name.push(DnType::CommonName, name);
+    let cert = p.signed_by(&key, &ca.issuer).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+/// A stand-in replica: accepts agents, answers Register/Heartbeat/Swaps,
+/// hands each registered connection to the test.
+struct FakeRegion {
+    endpoint: quinn::Endpoint,
+    addr: SocketAddr,
+    registered: mpsc::UnboundedReceiver<quinn::Connection>,
+    refused: Arc<AtomicU64>,
+}
+
+fn fake_region(ca: &Ca) -> FakeRegion {
+    let (cert, key) = issue(ca, "replica");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca.pem.as_bytes()).unwrap())
+        .unwrap();
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .build()
+    .unwrap();
+    let mut tls = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(
+            vec![CertificateDer::from_pem_slice(cert.as_bytes()).unwrap()],
+            PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+        )
+        .unwrap();
+    tls.alpn_protocols = vec![AGENT_ALPN.to_vec()];
+    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls).unwrap();
+    let server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    let endpoint = quinn::Endpoint::server(server, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = endpoint.local_addr().unwrap();
+    let (tx, registered) = mpsc::unbounded_channel();
+    let refused = Arc::new(AtomicU64::new(0));
+    let (ep, refused2) = (endpoint.clone(), refused.clone());
+    actix_rt::spawn(async move {
+        while let Some(incoming) = ep.accept().await {
+            let tx = tx.clone();
+            let refused = refused2.clone();
+            actix_rt::spawn(async move {
+                let Ok(conn) = incoming.await else {
+                    refused.fetch_add(1, Ordering::SeqCst);
+                    return;
+                };
+                loop {
+                    let Ok((mut send, mut recv)) = conn.accept_bi().await else {
+                        refused.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    };
+                    let Ok(msg) = read_frame::<AgentMessage>(&mut recv).await else {
+                        return;
+                    };
+                    let AgentMessage::V1(msg) = msg;
+                    let reply = match msg {
+                        AgentMessageV1::Register(_) => {
+                            let _ = tx.send(conn.clone());
+                            RegionMessageV1::Registered {
+                                next_seq: 1,
+                                leader: 1,
+                            }
+                        }
+                        _ => RegionMessageV1::Ack,
+                    };
+                    let _ = write_frame(&mut send, &RegionMessage::v1(reply)).await;
+                }
+            });
+        }
+    });
+    FakeRegion {
+        endpoint,
+        addr,
+        registered,
+        refused,
+    }
+}
+
+fn free_port() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+struct Agent {
+    ingress: SocketAddr,
+    addr: actix::Addr<NodeAgent>,
+    _dir: tempfile::TempDir,
+}
+
+fn start_agent(
+    agent_ca: &Ca,
+    trust_pem: &str,
+    replicas: &[SocketAddr],
+    gpus: u32,
+    gpu_mib: u64,
+) -> Agent {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = issue(agent_ca, "n1");
+    std::fs::write(dir.path().join("ca.pem"), trust_pem).unwrap();
+    std::fs::write(dir.path().join("n1.pem"), cert).unwrap();
+    std::fs::write(dir.path().join("n1.key"), key).unwrap();
+    let ingress_addr = free_port();
+    let replicas: String = replicas
+        .iter()
+        .map(|a| format!("[[replicas]]\nquic_addr = \"{a}\"\n"))
+        .collect();
+    let text = format!(
+        r#"node = "n1"
+pool = "center"
+pool_kind = "center"
+data_dir = "data"
+ingress_addr = "{ingress_addr}"
+host_swap_mib = 131072
+heartbeat_ms = 50
+[gpus]
+backend = "simulated"
+[[gpus.simulated]]
+model = "sim"
+memory_mib = {gpu_mib}
+h2d_mib_per_s = 600000
+count = {gpus}
+[load]
+swap_setup_us = 2000
+cold_setup_us = 20000
+storage_mib_per_s = 100000
+{replicas}
+[tls]
+ca_cert = "ca.pem"
+cert = "n1.pem"
+key = "n1.key"
+"#
+    );
+    let config = AgentConfig::from_toml("agent.toml", &text).unwrap();
+    let found = discover(&config.gpus).unwrap();
+    let addr = actix::Actor::start(NodeAgent::new(NodeSetup {
+        node: config.node.clone(),
+        gpus: found.gpus.clone(),
+        host_swap_mib: config.host_swap_mib,
+        load: config.load,
+        driver: Box::new(|_| Box::new(SimDriver::new())),
+    }));
+    let server = ingress::serve(ingress_addr, addr.clone(), 1).unwrap();
+    actix_rt::spawn(server);
+    RegionLink::start_link(&config, dir.path(), &found.gpus, addr.clone()).unwrap();
+    Agent {
+        ingress: ingress_addr,
+        addr,
+        _dir: dir,
+    }
+}
+
+fn spec(name: &str, tier: Tier, memory_mib: u64, full_gpu_us: u64) -> FunctionSpec {
+    FunctionSpec {
+        tenant: TenantId("acme".into()),
+        name: name.into(),
+        runtime: Runtime::Custom,
+        memory_mib,
+        compute_milli: 500,
+        tier,
+        deadline_ms: 5_000,
+        pool: PoolPreference::Any,
+        min_instances: 1,
+        max_instances: 1,
+        idle_timeout_s: 600,
+        latency: LatencyProfile {
+            full_gpu_us,
+            saturation_milli: 500,
+        },
+    }
+}
+
+async fn push(conn: &quinn::Connection, msg: RegionMessageV1) {
+    let mut send = conn.open_uni().await.unwrap();
+    write_frame(&mut send, &RegionMessage::v1(msg))
+        .await
+        .unwrap();
+}
+
+async fn assign(conn: &quinn::Connection, specs: &[FunctionSpec]) {
+    push(
+        conn,
+        RegionMessageV1::Tokens(TokenDigests {
+            applied_index: 1,
+            tenants: vec![TenantTokens {
+                tenant: TenantId("acme".into()),
+                digests: vec![token_digest(TOKEN)],
+            }],
+        }),
+    )
+    .await;
+    let instances = specs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| AssignedInstance {
+            instance: InstanceId(i as u64 + 1),
+            spec: s.clone(),
+            version: 1,
+            slices: vec![Slice {
+                gpu: GpuId {
+                    node: NodeId("n1".into()),
+                    index: 0,
+                },
+                compute_milli: 500,
+                memory_mib: s.memory_mib,
+            }],
+        })
+        .collect();
+    push(
+        conn,
+        RegionMessageV1::Assignment(Assignment {
+            applied_index: 1,
+            instances,
+        }),
+    )
+    .await;
+}
+
+/// Blocking HTTP/1.1 POST with `Connection: close`: (status, body).
+fn post(addr: SocketAddr, path: &str, token: &str, extra: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n{extra}Content-Length: 2\r\nConnection: close\r\n\r\nhi"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = out.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+    (status, body)
+}
+
+async fn invoke(addr: SocketAddr, name: &str) -> (u16, String) {
+    let path = format!("/v1/invoke/acme/{name}");
+    tokio::task::spawn_blocking(move || post(addr, &path, TOKEN, ""))
+        .await
+        .unwrap()
+}
+
+async fn wait_until_served(addr: SocketAddr, name: &str) {
+    for _ in 0..200 {
+        if invoke(addr, name).await.0 == 200 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{name} never served");
+}
+
+async fn next_registration(region: &mut FakeRegion) -> quinn::Connection {
+    tokio::time::timeout(Duration::from_secs(15), region.registered.recv())
+        .await
+        .expect("agent registers in time")
+        .unwrap()
+}
+
+#[actix_rt::test]
+async fn registers_receives_an_instance_and_serves_directly_and_forwarded() {
+    let ca = new_ca();
+    let mut region = fake_region(&ca);
+    let agent = start_agent(&ca, &ca.pem, &[region.addr], 2, 16_384);
+    let conn = next_registration(&mut region).await;
+    assign(&conn, &[spec("echo", Tier::Guaranteed, 1024, 1_000)]).await;
+    wait_until_served(agent.ingress, "echo").await;
+
+    let (status, body) = invoke(agent.ingress, "echo").await;
+    assert_eq!((status, body.as_str()), (200, "hi"));
+    // Wrong token, unknown function, unmeetable deadline: explicit answers.
+    let ingress = agent.ingress;
+    let (s, _) =
+        tokio::task::spawn_blocking(move || post(ingress, "/v1/invoke/acme/echo", "nope", ""))
+            .await
+            .unwrap();
+    assert_eq!(s, 401);
+    let (s, b) = invoke(agent.ingress, "missing").await;
+    assert_eq!(s, 404, "{b}");
+    assert!(b.contains("unknown_function"), "{b}");
+    let slow = spec("slow", Tier::Guaranteed, 1024, 2_000_000);
+    assign(&conn, &[spec("echo", Tier::Guaranteed, 1024, 1_000), slow]).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (s, b) = tokio::task::spawn_blocking(move || {
+        post(
+            ingress,
+            "/v1/invoke/acme/slow",
+            TOKEN,
+            "X-Gshare-Deadline-Ms: 5\r\n",
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(s, 504, "{b}");
+    assert!(b.contains("deadline_unreachable"), "{b}");
+
+    // Forwarded by a replica over QUIC.
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    let req = RegionMessage::v1(RegionMessageV1::Invoke(InvokeRequest {
+        id: 7,
+        tenant: TenantId("acme".into()),
+        function: "echo".into(),
+        deadline_ms: None,
+        body: b"fwd".to_vec(),
+    }));
+    write_frame(&mut send, &req).await.unwrap();
+    let AgentMessage::V1(AgentMessageV1::InvokeReply(r)) = read_frame(&mut recv).await.unwrap()
+    else {
+        panic!("not an invoke reply");
+    };
+    assert_eq!(r.id, 7);
+    assert!(matches!(r.outcome, InvokeOutcome::Done { ref body, .. } if body == b"fwd"));
+}
+
+#[actix_rt::test]
+async fn killing_the_replica_does_not_interrupt_invocations_and_the_agent_moves_on() {
+    let ca = new_ca();
+    let mut r1 = fake_region(&ca);
+    let mut r2 = fake_region(&ca);
+    let agent = start_agent(&ca, &ca.pem, &[r1.addr, r2.addr], 1, 16_384);
+    let conn = next_registration(&mut r1).await;
+    assign(&conn, &[spec("echo", Tier::Guaranteed, 1024, 2_000)]).await;
+    wait_until_served(agent.ingress, "echo").await;
+    let ingress = agent.ingress;
+    let load = tokio::task::spawn_blocking(move || {
+        (0..300)
+            .map(|_| post(ingress, "/v1/invoke/acme/echo", TOKEN, "").0)
+            .filter(|s| *s != 200)
+            .count()
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    r1.endpoint.close(0u32.into(), b"killed");
+    drop(conn);
+    let conn2 = next_registration(&mut r2).await;
+    let failures = load.await.unwrap();
+    assert_eq!(failures, 0, "invocations failed while the region was down");
+    // The new replica's view reaches the agent too.
+    assign(&conn2, &[spec("echo2", Tier::Guaranteed, 1024, 0)]).await;
+    wait_until_served(agent.ingress, "echo2").await;
+    assert_eq!(invoke(agent.ingress, "echo").await.0, 404);
+}
+
+#[actix_rt::test]
+async fn an_agent_with_a_foreign_ca_certificate_is_refused() {
+    let ca = new_ca();
+    let foreign = new_ca();
+    let mut region = fake_region(&ca);
+    // Certificate from another CA, trusting the region's CA.
+    let agent = start_agent(&foreign, &ca.pem, &[region.addr], 1, 16_384);
+    let got = tokio::time::timeout(Duration::from_secs(2), region.registered.recv()).await;
+    assert!(got.is_err(), "a foreign-CA agent registered");
+    assert!(
+        region.refused.load(Ordering::SeqCst) > 0,
+        "the region saw no refused handshake"
+    );
+    // The agent itself is still up.
+    let ingress = agent.ingress;
+    let (s, _) = tokio::task::spawn_blocking(move || post(ingress, "/v1/invoke/acme/x", TOKEN, ""))
+        .await
+        .unwrap();
+    assert_eq!(s, 401, "no tokens yet: unauthorized");
+}
+
+#[actix_rt::test]
+async fn garbage_or_oversized_frames_close_the_link_and_the_agent_carries_on() {
+    let ca = new_ca();
+    let mut region = fake_region(&ca);
+    let agent = start_agent(&ca, &ca.pem, &[region.addr], 1, 16_384);
+    let conn = next_registration(&mut region).await;
+    assign(&conn, &[spec("echo", Tier::Guaranteed, 1024, 0)]).await;
+    wait_until_served(agent.ingress, "echo").await;
+    for bad in [vec![0xff, 0xff, 0xff, 0xff], vec![0, 0, 0, 3, 9, 9, 9]] {
+        let conn = if bad[0] == 0xff {
+            conn.clone()
+        } else {
+            next_registration(&mut region).await
+        };
+        let mut send = conn.open_uni().await.unwrap();
+        send.write_all(&bad).await.unwrap();
+        send.finish().unwrap();
+        let reason = tokio::time::timeout(Duration::from_secs(5), conn.closed())
+            .await
+            .expect("the agent closes the connection");
+        assert!(
+            matches!(reason, quinn::ConnectionError::ApplicationClosed(ref c) if c.error_code == 0x10u32.into()),
+            "{reason:?}"
+        );
+        assert_eq!(invoke(agent.ingress, "echo").await.0, 200);
+    }
+    // It reconnects and registers again.
+    let _ = next_registration(&mut region).await;
+}
+
+#[actix_rt::test]
+async fn oversubscribed_functions_beyond_gpu_memory_all_serve_with_swaps() {
+    let ca = new_ca();
+    let mut region = fake_region(&ca);
+    // 2 GPUs of 16 GiB; 8 oversubscribed functions of 6 GiB = 48 GiB.
+    let agent = start_agent(&ca, &ca.pem, &[region.addr], 2, 16_384);
+    let conn = next_registration(&mut region).await;
+    let specs: Vec<_> = (0..8)
+        .map(|i| spec(&format!("f{i}"), Tier::Oversubscribed, 6_144, 1_000))
+        .collect();
+    assign(&conn, &specs).await;
+    wait_until_served(agent.ingress, "f0").await;
+    for round in 0..3 {
+        for s in &specs {
+            let (status, body) = invoke(agent.ingress, &s.name).await;
+            assert_eq!(status, 200, "round {round} {}: {body}", s.name);
+        }
+    }
+    let st = agent.addr.send(StatusQuery).await.unwrap();
+    assert!(st.swap_ins + st.moves > 0, "{st:?}");
+    assert!(st.swap_outs > 0, "{st:?}");
+    assert_eq!(st.accounting_errors, 0, "{st:?}");
+    let resident_mib: u64 = st.gpus.iter().map(|g| g.memory_used_mib).sum();
+    assert!(resident_mib <= 2 * 16_384, "{st:?}");
+    println!(
+        "oversubscription: 8 x 6 GiB on 2 x 16 GiB: served={} swap_ins={} swap_outs={} cold_starts={} moves={}",
+        st.served, st.swap_ins, st.swap_outs, st.cold_starts, st.moves
+    );
+}
