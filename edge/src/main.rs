@@ -25,6 +25,7 @@ fn main() {
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
+        .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
     let text = match std::fs::read_to_string(&args.config) {
@@ -86,6 +87,7 @@ fn run(
         actix_rt::System::current().stop();
         anyhow::Ok(())
     })?;
+    tracing::info!("stopped");
     Ok(())
 }
 

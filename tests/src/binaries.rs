@@ -18,7 +18,7 @@ fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Builds `gshare-region`'s binaries once per test process, in the profile of
+/// Builds `gshare-region`'s and `gshare-edge`'s binaries once per test process, in the profile of
 /// the running tests, and returns the directory holding them.
 pub fn build_binaries() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
@@ -27,8 +27,15 @@ pub fn build_binaries() -> &'static Path {
         let release = dir.file_name().is_some_and(|n| n == "release");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
-        cmd.current_dir(workspace_root())
-            .args(["build", "-q", "-p", "gshare-region", "--bins"]);
+        cmd.current_dir(workspace_root()).args([
+            "build",
+            "-q",
+            "-p",
+            "gshare-region",
+            "-p",
+            "gshare-edge",
+            "--bins",
+        ]);
         if release {
             cmd.arg("--release");
         }
@@ -39,7 +46,7 @@ pub fn build_binaries() -> &'static Path {
         let status = cmd.status().expect("run cargo build");
         assert!(
             status.success(),
-            "cargo build -p gshare-region --bins failed"
+            "cargo build -p gshare-region -p gshare-edge --bins failed"
         );
         dir
     })

@@ -13,6 +13,7 @@
 //! clean checkout.
 
 pub mod binaries;
+pub mod stand_in_region;
 pub mod test_region;
 
 pub use binaries::{binary, build_binaries};

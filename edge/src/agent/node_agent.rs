@@ -434,8 +434,9 @@ impl Handler<RequestDone> for NodeAgent {
             (Err(e), _) => InvokeOutcome::Failed(InvokeError::InstanceFailed {
                 detail: e.to_string(),
             }),
-            (Ok(_), None) => return,
+            (Ok(_), None) => InvokeOutcome::Failed(InvokeError::UnknownFunction),
         };
+        // A no-op when the request was already answered.
         self.answer(msg.request, outcome);
         self.step(
             now,

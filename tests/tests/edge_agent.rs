@@ -2,7 +2,8 @@
 //! CA speaking core's protocol (the region replica's agent endpoint is not
 //! built yet). Everything else is the real agent: RegionLink over QUIC +
 //! mutual TLS, NodeAgent with core's executor, GpuActors, InstanceActors
-//! with the sim driver, and the HTTP ingress.
+//! with the sim driver, and the HTTP ingress. The last tests run the
+//! `gshare-edge` binary as a process.
 
 use gshare_core::config::AgentConfig;
 use gshare_core::model::{
@@ -18,127 +19,17 @@ use gshare_edge::gpu::discover;
 use gshare_edge::ingress;
 use gshare_edge::region_link::RegionLink;
 use gshare_edge::runtime::SimDriver;
-use gshare_edge::tls::AGENT_ALPN;
 use gshare_edge::token::token_digest;
 use gshare_edge::wire::{read_frame, write_frame};
-use rcgen::{CertificateParams, DnType, IsCa, Issuer, KeyPair};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use gshare_tests::stand_in_region::{fake_region, issue, new_ca, Ca, FakeRegion};
+use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tokio::sync::mpsc;
 
 const TOKEN: &str = "s3cret";
-
-struct Ca {
-    issuer: Issuer<'static, KeyPair>,
-    pem: String,
-}
-
-fn new_ca() -> Ca {
-    let key = KeyPair::generate().unwrap();
-    let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
-    p.is_ca = IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    p.distinguished_name.push(DnType::CommonName, "test CA");
-    let cert = p.self_signed(&key).unwrap();
-    let pem = cert.pem();
-    Ca {
-        issuer: Issuer::new(p, key),
-        pem,
-    }
-}
-
-fn issue(ca: &Ca, name: &str) -> (String, String) {
-    let key = KeyPair::generate().unwrap();
-    let mut p = CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
-    p.distinguished_name.push(DnType::CommonName, name);
-    let cert = p.signed_by(&key, &ca.issuer).unwrap();
-    (cert.pem(), key.serialize_pem())
-}
-
-/// A stand-in replica: accepts agents, answers Register/Heartbeat/Swaps,
-/// hands each registered connection to the test.
-struct FakeRegion {
-    endpoint: quinn::Endpoint,
-    addr: SocketAddr,
-    registered: mpsc::UnboundedReceiver<quinn::Connection>,
-    refused: Arc<AtomicU64>,
-}
-
-fn fake_region(ca: &Ca) -> FakeRegion {
-    let (cert, key) = issue(ca, "replica");
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(ca.pem.as_bytes()).unwrap())
-        .unwrap();
-    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-        Arc::new(roots),
-        provider.clone(),
-    )
-    .build()
-    .unwrap();
-    let mut tls = rustls::ServerConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .unwrap()
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(
-            vec![CertificateDer::from_pem_slice(cert.as_bytes()).unwrap()],
-            PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
-        )
-        .unwrap();
-    tls.alpn_protocols = vec![AGENT_ALPN.to_vec()];
-    let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls).unwrap();
-    let server = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-    let endpoint = quinn::Endpoint::server(server, "127.0.0.1:0".parse().unwrap()).unwrap();
-    let addr = endpoint.local_addr().unwrap();
-    let (tx, registered) = mpsc::unbounded_channel();
-    let refused = Arc::new(AtomicU64::new(0));
-    let (ep, refused2) = (endpoint.clone(), refused.clone());
-    actix_rt::spawn(async move {
-        while let Some(incoming) = ep.accept().await {
-            let tx = tx.clone();
-            let refused = refused2.clone();
-            actix_rt::spawn(async move {
-                let Ok(conn) = incoming.await else {
-                    refused.fetch_add(1, Ordering::SeqCst);
-                    return;
-                };
-                loop {
-                    let Ok((mut send, mut recv)) = conn.accept_bi().await else {
-                        refused.fetch_add(1, Ordering::SeqCst);
-                        return;
-                    };
-                    let Ok(msg) = read_frame::<AgentMessage>(&mut recv).await else {
-                        return;
-                    };
-                    let AgentMessage::V1(msg) = msg;
-                    let reply = match msg {
-                        AgentMessageV1::Register(_) => {
-                            let _ = tx.send(conn.clone());
-                            RegionMessageV1::Registered {
-                                next_seq: 1,
-                                leader: 1,
-                            }
-                        }
-                        _ => RegionMessageV1::Ack,
-                    };
-                    let _ = write_frame(&mut send, &RegionMessage::v1(reply)).await;
-                }
-            });
-        }
-    });
-    FakeRegion {
-        endpoint,
-        addr,
-        registered,
-        refused,
-    }
-}
 
 fn free_port() -> SocketAddr {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -485,4 +376,117 @@ async fn oversubscribed_functions_beyond_gpu_memory_all_serve_with_swaps() {
         "oversubscription: 8 x 6 GiB on 2 x 16 GiB: served={} swap_ins={} swap_outs={} cold_starts={} moves={}",
         st.served, st.swap_ins, st.swap_outs, st.cold_starts, st.moves
     );
+}
+
+fn write_agent_files(dir: &std::path::Path, ca: &Ca, region: SocketAddr) -> SocketAddr {
+    let (cert, key) = issue(ca, "n1");
+    std::fs::write(dir.join("ca.pem"), &ca.pem).unwrap();
+    std::fs::write(dir.join("n1.pem"), cert).unwrap();
+    std::fs::write(dir.join("n1.key"), key).unwrap();
+    let ingress = free_port();
+    std::fs::write(
+        dir.join("agent.toml"),
+        format!(
+            r#"node = "n1"
+pool = "center"
+pool_kind = "center"
+data_dir = "data"
+ingress_addr = "{ingress}"
+host_swap_mib = 65536
+heartbeat_ms = 100
+[gpus]
+backend = "nvml"
+nvml_fallback = "simulated"
+[[gpus.simulated]]
+model = "sim"
+memory_mib = 16384
+h2d_mib_per_s = 600000
+count = 1
+[load]
+cold_setup_us = 20000
+[[replicas]]
+quic_addr = "{region}"
+[tls]
+ca_cert = "ca.pem"
+cert = "n1.pem"
+key = "n1.key"
+"#
+        ),
+    )
+    .unwrap();
+    ingress
+}
+
+/// The binary as a process: registers over QUIC, serves, and on SIGTERM
+/// answers every invocation it had accepted before it exits 0.
+#[actix_rt::test]
+async fn agent_process_drains_accepted_invocations_on_sigterm() {
+    let ca = new_ca();
+    let mut region = fake_region(&ca);
+    let dir = tempfile::tempdir().unwrap();
+    let ingress = write_agent_files(dir.path(), &ca, region.addr);
+    let child = Command::new(gshare_tests::binary("gshare-edge"))
+        .arg("--config")
+        .arg(dir.path().join("agent.toml"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let conn = next_registration(&mut region).await;
+    // 0.5 s per request, two at a time on the GPU (saturation 500 milli).
+    assign(&conn, &[spec("slow", Tier::Guaranteed, 1024, 500_000)]).await;
+    wait_until_served(ingress, "slow").await;
+    let calls: Vec<_> = (0..6)
+        .map(|_| {
+            tokio::task::spawn_blocking(move || post(ingress, "/v1/invoke/acme/slow", TOKEN, ""))
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    for c in calls {
+        let (status, body) = c.await.unwrap();
+        assert_eq!(status, 200, "an accepted invocation was not served: {body}");
+    }
+    let exit = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    let log = String::from_utf8_lossy(&exit.stderr);
+    assert!(exit.status.success(), "exit {:?}: {log}", exit.status);
+    assert!(log.contains("shutting down"), "{log}");
+    // No NVIDIA driver here: the fallback took the simulated GPU (with a
+    // driver, NVML's GPUs are used and there is no warning).
+    if !log.contains("NVML unavailable") {
+        eprintln!("NVML present: ran on real GPUs");
+    }
+}
+
+#[test]
+fn agent_process_refuses_a_bad_config_listing_every_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agent.toml");
+    std::fs::write(
+        &path,
+        "node = \"n 1\"\npool = \"p\"\npool_kind = \"centre\"\nfoo = 1\n",
+    )
+    .unwrap();
+    let out = Command::new(gshare_tests::binary("gshare-edge"))
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    for needle in [
+        "node:",
+        "pool_kind:",
+        "foo: unknown key",
+        "gpus: missing required key",
+    ] {
+        assert!(err.contains(needle), "{needle:?} missing in {err}");
+    }
 }
