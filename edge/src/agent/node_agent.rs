@@ -205,6 +205,17 @@ impl NodeAgent {
                     self.answer(request, InvokeOutcome::Failed(InvokeError::UnknownFunction));
                     return;
                 };
+                if !actor.connected() {
+                    // The instance actor is gone: answer now instead of losing the request.
+                    self.answer(
+                        request,
+                        InvokeOutcome::Failed(InvokeError::InstanceFailed {
+                            detail: "instance actor stopped".into(),
+                        }),
+                    );
+                    self.step(now, Event::RequestFinished { request, gpu });
+                    return;
+                }
                 let Some(p) = self.pending.get_mut(&request) else {
                     return;
                 };
