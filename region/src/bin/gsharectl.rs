@@ -1,16 +1,18 @@
-//! `gsharectl`: the operator's command line.
+//! `gsharectl`: gshare's operator CLI. Thin dispatch only; each subcommand's
+//! arguments and logic live in `gshare_region::cli::*`.
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use gshare_region::cli;
 
+/// gshare operator CLI.
 #[derive(Debug, Parser)]
-#[command(name = "gsharectl", about = "Operate a gshare region")]
+#[command(name = "gsharectl", version, about = "gshare operator CLI", long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
 }
 
-#[derive(Debug, clap::Subcommand)]
+#[derive(Debug, Subcommand)]
 enum Command {
     /// Certificate authority and node certificates.
     Certs(cli::certs::Args),
@@ -18,13 +20,9 @@ enum Command {
     Cluster(cli::cluster::Args),
 }
 
-fn main() {
-    let result = match Cli::parse().command {
-        Command::Certs(a) => cli::certs::run(a),
-        Command::Cluster(a) => cli::cluster::run(a),
-    };
-    if let Err(e) = result {
-        eprintln!("gsharectl: {e:#}");
-        std::process::exit(1);
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::Certs(args) => cli::certs::run(args),
+        Command::Cluster(args) => cli::cluster::run(args),
     }
 }
