@@ -1,0 +1,1 @@
+//! The process runtime driver (in progress).
