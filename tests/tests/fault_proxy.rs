@@ -1,6 +1,9 @@
-//! The UDP fault proxy, checked with a UDP echo pair on loopback.
+//! The UDP fault proxy, checked with a UDP echo pair on loopback and with
+//! QUIC (mutual TLS) to a real `gshare-region` replica.
 
-use gshare_tests::{Direction, FaultProxy, Faults, ProxyLimits};
+use gshare_region::tls::{self, TlsPaths};
+use gshare_region::wire::{read_frame, write_frame, PeerReply, PeerRequest};
+use gshare_tests::{Direction, FaultProxy, Faults, ProxyLimits, TestRegion};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -248,4 +251,93 @@ async fn dropping_the_proxy_stops_it() {
     drop(rebound);
     assert_eq!(ping(&c, "y", QUIET).await, None);
     assert_eq!(seen.load(Ordering::Relaxed), 1);
+}
+
+/// One request on a new stream of `conn`, bounded by `wait`.
+async fn vote_probe(conn: &quinn::Connection, wait: Duration) -> Result<PeerReply, String> {
+    let req = PeerRequest::Vote(openraft::raft::VoteRequest::new(
+        openraft::Vote::new(0, 99),
+        None,
+    ));
+    let exchange = async {
+        let (mut send, mut recv) = conn.open_bi().await.map_err(|e| e.to_string())?;
+        write_frame(&mut send, &req)
+            .await
+            .map_err(|e| e.to_string())?;
+        read_frame::<PeerReply>(&mut recv)
+            .await
+            .map_err(|e| e.to_string())
+    };
+    timeout(wait, exchange)
+        .await
+        .map_err(|_| format!("no answer in {wait:?}"))?
+}
+
+async fn connect(
+    ep: &quinn::Endpoint,
+    addr: SocketAddr,
+    wait: Duration,
+) -> Result<quinn::Connection, String> {
+    let connecting = ep.connect(addr, "127.0.0.1").map_err(|e| e.to_string())?;
+    timeout(wait, connecting)
+        .await
+        .map_err(|_| format!("no handshake in {wait:?}"))?
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn quic_to_a_replica_fails_while_cut_and_works_after_heal() {
+    let mut region = TestRegion::new(1).expect("region");
+    region.start(1, true).expect("start");
+    region
+        .wait_leader(&[1], Duration::from_secs(20))
+        .expect("leader");
+    let target = region.replicas[&1].raft_addr;
+    let certs = region.certs();
+    tls::issue(&certs, "agent", &tls::default_sans("agent")).expect("agent cert");
+    let paths = TlsPaths {
+        ca_cert: certs.join("ca.pem"),
+        cert: certs.join("agent.pem"),
+        key: certs.join("agent.key"),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let proxy = FaultProxy::start(target, 11).await.unwrap();
+        let mut ep = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+        ep.set_default_client_config(tls::client_config(&paths).unwrap());
+        let long = Duration::from_secs(10);
+        let short = Duration::from_millis(700);
+
+        let conn = connect(&ep, proxy.addr(), long)
+            .await
+            .expect("handshake through the proxy");
+        let r = vote_probe(&conn, long).await;
+        assert!(
+            matches!(r, Ok(PeerReply::Vote(_))),
+            "through the proxy: {r:?}"
+        );
+
+        proxy.cut();
+        let r = vote_probe(&conn, short).await;
+        assert!(r.is_err(), "a request went through a cut: {r:?}");
+        let c = connect(&ep, proxy.addr(), short).await;
+        assert!(c.is_err(), "a handshake went through a cut");
+        assert!(proxy.stats(Direction::ToUpstream).dropped > 0);
+
+        proxy.heal();
+        let fresh = connect(&ep, proxy.addr(), long)
+            .await
+            .expect("handshake after heal");
+        let r = vote_probe(&fresh, long).await;
+        assert!(matches!(r, Ok(PeerReply::Vote(_))), "after heal: {r:?}");
+        // The connection from before the cut carries on too (QUIC retransmits).
+        let r = vote_probe(&conn, long).await;
+        assert!(
+            matches!(r, Ok(PeerReply::Vote(_))),
+            "old connection after heal: {r:?}"
+        );
+    });
 }
