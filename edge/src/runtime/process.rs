@@ -394,7 +394,11 @@ impl ProcessInstance {
             .saturating_duration_since(tokio::time::Instant::now())
             .as_millis()
             .to_string();
-        let mut all_headers: Vec<(&str, &str)> = headers.to_vec();
+        let mut all_headers: Vec<(&str, &str)> = headers
+            .iter()
+            .filter(|(k, _)| !k.eq_ignore_ascii_case("x-gshare-deadline-ms"))
+            .copied()
+            .collect();
         all_headers.push(("X-Gshare-Deadline-Ms", &left_ms));
         let changed = |s: &Status| s.phase != Phase::Ready || s.generation != generation;
         let crashed_or_stopped = |s: Status| match s.phase {

@@ -177,7 +177,14 @@ async fn starts_with_slice_env_waits_for_health_and_proxies() {
         .unwrap();
     assert_eq!(p.status().phase, Phase::Ready);
     let resp = p
-        .invoke(br#"{"hello":"world"}"#, Duration::from_secs(10))
+        .invoke_with(
+            &[
+                ("Content-Type", "application/json"),
+                ("X-Gshare-Deadline-Ms", "999999"),
+            ],
+            br#"{"hello":"world"}"#,
+            Duration::from_secs(10),
+        )
         .await
         .unwrap();
     let v = json(&resp);
