@@ -1,0 +1,3 @@
+//! Runtime drivers: what runs a function instance.
+
+pub mod process;
