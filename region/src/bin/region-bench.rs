@@ -91,6 +91,7 @@ async fn start_region(dir: &std::path::Path, n: u64) -> anyhow::Result<Running> 
             HttpContext {
                 replica: replica.clone(),
                 operator_token: TOKEN.into(),
+                api: Default::default(),
             },
             http_addr,
             2,
