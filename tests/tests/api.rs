@@ -178,6 +178,22 @@ fn tenants_are_isolated_bad_input_changes_nothing_usage_is_billed_once_and_reloa
         .expect("node")
         .to_string();
 
+    // gsharectl speaks the same API (tables by default, --json on demand).
+    let at = format!("http://{a}");
+    let (ok, out) = region
+        .gsharectl(&["function", "ls", "--region", &at, "--token", &acme])
+        .expect("gsharectl");
+    assert!(
+        ok && out.contains("f1") && out.contains("guaranteed"),
+        "{out}"
+    );
+    let (ok, out) = region
+        .gsharectl(&[
+            "tenant", "ls", "--json", "--region", &at, "--token", &globex,
+        ])
+        .expect("gsharectl");
+    assert!(!ok && out.contains("403 forbidden"), "{out}");
+
     // ---- bad input: clear 4xx, JSON error codes, nothing changes.
     let before = converged(&region, &[1, 2, 3]);
     let huge = format!("{{\"name\":\"{}\"}}", "x".repeat(2 << 20));

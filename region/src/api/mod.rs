@@ -22,7 +22,7 @@ pub mod auth;
 mod bill;
 mod cluster_view;
 pub mod error;
-mod functions;
+pub mod functions;
 pub mod metrics;
 mod prices;
 mod quotas;
