@@ -46,6 +46,18 @@ pub enum CommandV1 {
         /// The key to remove.
         key: String,
     },
+    /// A change to the region's domain state ([`crate::state`]), applied
+    /// with `RegionState::apply(command, now_ms)`.
+    ///
+    /// The leader stamps `now_ms` (Unix ms) just before it proposes the
+    /// batch, so every replica applies the same time; the state machine
+    /// never reads a clock (it only keeps the applied time monotonic).
+    Domain {
+        /// The proposal time, stamped by the leader.
+        now_ms: u64,
+        /// The command.
+        command: crate::state::DomainCommand,
+    },
 }
 
 /// What applying one command produced.
@@ -63,6 +75,8 @@ pub enum CommandOutcome {
         /// Why it was refused.
         reason: String,
     },
+    /// What a [`CommandV1::Domain`] command did, or why it was refused.
+    Domain(Result<crate::state::Applied, crate::state::ApplyError>),
 }
 
 /// A command that fails validation before it is proposed.
@@ -94,6 +108,19 @@ impl RegionCommand {
         })
     }
 
+    /// A domain command of the current version (the leader stamps its time).
+    pub fn domain(command: crate::state::DomainCommand) -> Self {
+        RegionCommand::V1(CommandV1::Domain { now_ms: 0, command })
+    }
+
+    /// Sets the proposal time of a domain command (the leader, just before
+    /// proposing); other commands are left alone.
+    pub fn stamp(&mut self, now_ms: u64) {
+        if let RegionCommand::V1(CommandV1::Domain { now_ms: t, .. }) = self {
+            *t = now_ms;
+        }
+    }
+
     /// Checks the limits a command must meet before it is proposed.
     ///
     /// The state machine checks again on apply, so a command that slips past
@@ -109,6 +136,7 @@ impl RegionCommand {
                 Ok(())
             }
             RegionCommand::V1(CommandV1::Delete { key }) => check_key(key),
+            RegionCommand::V1(CommandV1::Domain { .. }) => Ok(()),
         }
     }
 }

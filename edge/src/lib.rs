@@ -11,10 +11,15 @@
 //!                                      ▲
 //!   region replicas ──QUIC + mTLS──▶ RegionLink (register, heartbeat, assignments, tokens)
 //! ```
+//!
+//! Also here: the `process` runtime driver (function servers as
+//! supervised OS processes) and the usage journal (sled, exactly-once
+//! batches) of issue 7.
 
 pub mod agent;
 pub mod gpu;
 pub mod ingress;
+pub mod journal;
 pub mod region_link;
 pub mod runtime;
 pub mod tls;

@@ -175,7 +175,7 @@ impl RaftStateMachine<TypeConfig> for SledStateMachine {
             match entry.payload {
                 EntryPayload::Blank => replies.push(BatchOutcome::default()),
                 EntryPayload::Normal(batch) => {
-                    let outcomes = batch.0.iter().map(|c| st.region.apply(c)).collect();
+                    let outcomes = batch.0.into_iter().map(|c| st.region.apply(c)).collect();
                     replies.push(BatchOutcome(outcomes));
                 }
                 EntryPayload::Membership(m) => {

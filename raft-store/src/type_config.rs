@@ -10,6 +10,15 @@ use crate::ReplicaNode;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommandBatch(pub Vec<RegionCommand>);
 
+impl CommandBatch {
+    /// Stamps every domain command with the leader's proposal time (Unix ms).
+    pub fn stamp(&mut self, now_ms: u64) {
+        for c in &mut self.0 {
+            c.stamp(now_ms);
+        }
+    }
+}
+
 /// What applying a [`CommandBatch`] produced, one outcome per command.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BatchOutcome(pub Vec<CommandOutcome>);

@@ -7,7 +7,8 @@
 //! data_dir = "data/r1"              # relative paths are relative to this file
 //! topology = "topology.toml"
 //! tenants = "tenants.toml"
-//! operator_token = "change-me"      # bearer token of operator requests
+//! operator_token_file = "operator.token"  # file holding the operator's bearer token
+//! # operator_token = "change-me"    # or inline (for tests and local demos only)
 //! snapshot_every = 20000            # optional: entries between snapshots
 //! keep_logs = 1000                  # optional: entries kept behind a snapshot
 //!
@@ -287,6 +288,7 @@ impl ReplicaConfig {
                 "topology",
                 "tenants",
                 "operator_token",
+                "operator_token_file",
                 "snapshot_every",
                 "keep_logs",
                 "tls",
@@ -299,7 +301,32 @@ impl ReplicaConfig {
         let data_dir = c.path(&root, "", "data_dir", false);
         let topology = c.path(&root, "", "topology", true);
         let tenants = c.path(&root, "", "tenants", true);
-        let operator_token = c.string(&root, "", "operator_token");
+        let operator_token = match (
+            root.contains_key("operator_token"),
+            root.contains_key("operator_token_file"),
+        ) {
+            (_, false) => c.string(&root, "", "operator_token"),
+            (false, true) => c
+                .path(&root, "", "operator_token_file", true)
+                .and_then(|p| match std::fs::read_to_string(&p) {
+                    Ok(t) if !t.trim().is_empty() => Some(t.trim().to_string()),
+                    Ok(_) => {
+                        c.problem("operator_token_file", format!("{} is empty", p.display()));
+                        None
+                    }
+                    Err(e) => {
+                        c.problem("operator_token_file", format!("{}: {e}", p.display()));
+                        None
+                    }
+                }),
+            (true, true) => {
+                c.problem(
+                    "operator_token_file",
+                    "give operator_token or operator_token_file, not both",
+                );
+                None
+            }
+        };
         let snapshot_every = c.optional_count(&root, "snapshot_every", DEFAULT_SNAPSHOT_EVERY, 1);
         let keep_logs = c.optional_count(&root, "keep_logs", DEFAULT_KEEP_LOGS, 0);
         let tls = c

@@ -32,6 +32,8 @@ pub struct HttpContext {
     pub replica: Replica,
     /// The operator's bearer token.
     pub operator_token: String,
+    /// The domain API's counters and caches (`crate::api`).
+    pub api: std::sync::Arc<crate::api::ApiState>,
 }
 
 /// One member in [`ClusterStatus`].
@@ -180,9 +182,12 @@ async fn cluster(ctx: web::Data<HttpContext>) -> HttpResponse {
 
 async fn metrics(ctx: web::Data<HttpContext>) -> HttpResponse {
     match render_metrics(&ctx.replica).await {
-        Ok(text) => HttpResponse::Ok()
-            .content_type("text/plain; version=0.0.4")
-            .body(text),
+        Ok(mut text) => {
+            text.push_str(&ctx.api.render(ctx.replica.state.read().region.domain()));
+            HttpResponse::Ok()
+                .content_type("text/plain; version=0.0.4")
+                .body(text)
+        }
         Err(e) => error(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR, e, true),
     }
 }
@@ -307,6 +312,11 @@ async fn kv_write(req: HttpRequest, ctx: web::Data<HttpContext>, body: web::Byte
         Ok(CommandOutcome::Rejected { reason }) => {
             error(actix_web::http::StatusCode::BAD_REQUEST, reason, false)
         }
+        Ok(CommandOutcome::Domain(_)) => error(
+            actix_web::http::StatusCode::INTERNAL_SERVER_ERROR,
+            "unexpected domain outcome",
+            false,
+        ),
         Err(e @ WriteError::Invalid(_)) => {
             error(actix_web::http::StatusCode::BAD_REQUEST, e, false)
         }
@@ -442,6 +452,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             "/v1/cluster/replicas/{id}",
             web::delete().to(remove_replica),
         );
+    crate::api::routes(cfg);
 }
 
 /// Binds the HTTP server of `ctx` on `addr` (run the returned server to serve).

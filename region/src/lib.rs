@@ -13,6 +13,8 @@
 //!
 //! `gsharectl` (in `cli`) creates certificates and changes membership.
 
+pub mod api;
+pub mod bootstrap;
 pub mod cli;
 pub mod config;
 pub mod http;

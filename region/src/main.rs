@@ -55,6 +55,17 @@ fn main() {
 }
 
 async fn run(config: ReplicaConfig, init: bool) -> anyhow::Result<()> {
+    let initial = if init {
+        match gshare_region::bootstrap::initial_commands(&config) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("gshare-region: {e}");
+                std::process::exit(2);
+            }
+        }
+    } else {
+        Vec::new()
+    };
     let replica = Replica::start(&ReplicaSpec::from(&config)).await?;
     if init {
         let mut members = BTreeMap::new();
@@ -79,11 +90,21 @@ async fn run(config: ReplicaConfig, init: bool) -> anyhow::Result<()> {
                 )
             }
         }
+        let r = replica.clone();
+        tokio::spawn(async move {
+            let n = gshare_region::bootstrap::propose_initial(&r, initial).await;
+            if n > 0 {
+                println!("gshare-region: --init loaded the topology and tenants ({n} commands)");
+            }
+        });
     }
     let server = http::server(
         HttpContext {
             replica: replica.clone(),
             operator_token: config.operator_token.clone(),
+            api: std::sync::Arc::new(gshare_region::api::ApiState::new(Some(
+                config.topology.clone(),
+            ))),
         },
         config.http_addr,
         2,

@@ -132,17 +132,27 @@ async fn batch_loop(raft: Raft<TypeConfig>, links: PeerLinks, mut rx: mpsc::Rece
     }
 }
 
-/// Commits `batch` here if this replica leads, else forwards it to the leader.
+/// The wall clock in Unix milliseconds: the time a leader stamps on the
+/// domain commands it proposes (read here, never in apply).
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Commits `batch` here if this replica leads, else forwards it to the leader
+/// (whose QUIC server stamps the time again before proposing).
 async fn commit(
     raft: &Raft<TypeConfig>,
     links: &PeerLinks,
-    batch: CommandBatch,
+    mut batch: CommandBatch,
 ) -> Result<BatchOutcome, WriteError> {
     let mut last = WriteError::NoLeader;
     for attempt in 0..ATTEMPTS {
         if attempt > 0 {
             tokio::time::sleep(Duration::from_millis(100 * attempt as u64)).await;
         }
+        batch.stamp(unix_ms());
         match raft.client_write(batch.clone()).await {
             Ok(resp) => return Ok(resp.data),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {

@@ -81,14 +81,17 @@ async fn answer(
         PeerRequest::Append(rpc) => PeerReply::Append(raft.append_entries(rpc).await),
         PeerRequest::Vote(rpc) => PeerReply::Vote(raft.vote(rpc).await),
         PeerRequest::Snapshot(rpc) => PeerReply::Snapshot(raft.install_snapshot(rpc).await),
-        PeerRequest::Write(batch) => PeerReply::Write(match raft.client_write(batch).await {
-            Ok(resp) => Ok(resp.data),
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
-                Err(WriteRefusal::NotLeader {
-                    leader: f.leader_id,
-                })
+        PeerRequest::Write(mut batch) => PeerReply::Write({
+            batch.stamp(crate::proposer::unix_ms());
+            match raft.client_write(batch).await {
+                Ok(resp) => Ok(resp.data),
+                Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                    Err(WriteRefusal::NotLeader {
+                        leader: f.leader_id,
+                    })
+                }
+                Err(e) => Err(WriteRefusal::Failed(e.to_string())),
             }
-            Err(e) => Err(WriteRefusal::Failed(e.to_string())),
         }),
     };
     counters.requests.fetch_add(1, Ordering::Relaxed);

@@ -142,8 +142,10 @@ pub fn raft_config(snapshot_every: u64, keep_logs: u64) -> Result<Config, Replic
 fn transport() -> quinn::TransportConfig {
     let mut t = quinn::TransportConfig::default();
     t.max_concurrent_bidi_streams(4096u32.into());
-    t.keep_alive_interval(Some(Duration::from_millis(500)));
-    if let Ok(idle) = quinn::IdleTimeout::try_from(Duration::from_secs(3)) {
+    // A dead peer is noticed after 2 s of silence; until then a write
+    // forwarded to it waits. Keep-alives keep quiet links open.
+    t.keep_alive_interval(Some(Duration::from_millis(400)));
+    if let Ok(idle) = quinn::IdleTimeout::try_from(Duration::from_secs(2)) {
         t.max_idle_timeout(Some(idle));
     }
     t

@@ -36,6 +36,15 @@ pub fn build_binaries() -> &'static Path {
             "gshare-edge",
             "--bins",
         ]);
+        // cargo gives the test process CARGO_MANIFEST_DIR, CARGO_PKG_* and
+        // friends; build scripts that watch them (ring's does) would see a
+        // change and rebuild, then the next `cargo test` rebuilds back.
+        for (k, _) in std::env::vars_os() {
+            let k = k.to_string_lossy().into_owned();
+            if k.starts_with("CARGO_") && k != "CARGO_HOME" {
+                cmd.env_remove(&k);
+            }
+        }
         if release {
             cmd.arg("--release");
         }

@@ -8,13 +8,18 @@
 //!        └─ write / entries / status over HTTP (gshare_region::http_client)
 //! ```
 //!
+//! [`FaultProxy`] (UDP) sits between QUIC peers and drops, delays or cuts
+//! their traffic on command.
+//!
 //! The binaries are built on first use with `cargo build -p gshare-region
 //! --bins` (same profile as the test), so `cargo test` alone suffices on a
 //! clean checkout.
 
 pub mod binaries;
+pub mod fault_proxy;
 pub mod stand_in_region;
 pub mod test_region;
 
 pub use binaries::{binary, build_binaries};
+pub use fault_proxy::{Direction, DirectionStats, FaultProxy, Faults, ProxyLimits};
 pub use test_region::{ReplicaProc, TestRegion, TOKEN};

@@ -16,6 +16,11 @@ pub const TOKEN: &str = "test-operator-token";
 
 const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// `configs/local/topology.toml`: 2 center nodes × 2 GPUs, 2 edge nodes × 1 GPU (16 GiB each).
+pub const LOCAL_TOPOLOGY: &str = include_str!("../../configs/local/topology.toml");
+/// `configs/local/tenants.toml`: tenants `acme` and `globex`.
+pub const LOCAL_TENANTS: &str = include_str!("../../configs/local/tenants.toml");
+
 /// One replica of a [`TestRegion`].
 #[derive(Debug)]
 pub struct ReplicaProc {
@@ -62,14 +67,10 @@ impl TestRegion {
         let dir = tempfile::tempdir()?;
         let certs = dir.path().join("certs");
         tls::init_ca(&certs)?;
-        fs::write(
-            dir.path().join("topology.toml"),
-            "# placeholder for the topology parser\n",
-        )?;
-        fs::write(
-            dir.path().join("tenants.toml"),
-            "# placeholder for the tenants parser\n",
-        )?;
+        // The local demo region's files: `--init` loads them (tests may
+        // overwrite them before the first start, or to reload).
+        fs::write(dir.path().join("topology.toml"), LOCAL_TOPOLOGY)?;
+        fs::write(dir.path().join("tenants.toml"), LOCAL_TENANTS)?;
         let mut region = TestRegion {
             dir,
             replicas: BTreeMap::new(),

@@ -10,6 +10,7 @@
 //! - `process` (issue 7): starts the function's server per instance with
 //!   its slice's CUDA MPS limits and proxies requests over HTTP.
 
+pub mod process;
 mod sim;
 
 pub use sim::SimDriver;

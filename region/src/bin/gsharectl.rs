@@ -19,6 +19,20 @@ enum Command {
     Certs(cli::certs::Args),
     /// Cluster status and membership.
     Cluster(cli::cluster::Args),
+    /// Tenants (operator).
+    Tenant(cli::tenant::Args),
+    /// Tenant tokens (operator).
+    Token(cli::token::Args),
+    /// Quotas (operator).
+    Quota(cli::quota::Args),
+    /// The price list.
+    Price(cli::price::Args),
+    /// Functions (tenant): deploy, list, remove.
+    Function(cli::function::Args),
+    /// Metered usage (tenant).
+    Usage(cli::usage::Args),
+    /// Bills (tenant; operator with --tenant).
+    Bill(cli::bill::Args),
     /// Simulators (trace-driven experiments).
     #[command(subcommand)]
     Sim(SimCommand),
@@ -36,6 +50,13 @@ fn main() {
     let result = match Cli::parse().command {
         Command::Certs(a) => cli::certs::run(a),
         Command::Cluster(a) => cli::cluster::run(a),
+        Command::Tenant(a) => cli::tenant::run(a),
+        Command::Token(a) => cli::token::run(a),
+        Command::Quota(a) => cli::quota::run(a),
+        Command::Price(a) => cli::price::run(a),
+        Command::Function(a) => cli::function::run(a),
+        Command::Usage(a) => cli::usage::run(a),
+        Command::Bill(a) => cli::bill::run(a),
         Command::Sim(SimCommand::Placement(a)) => cli::sim_placement::run(a),
         Command::Sim(SimCommand::Serving(a)) => cli::sim_serving::run(a),
     };

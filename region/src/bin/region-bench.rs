@@ -10,6 +10,14 @@
 //! leader batches concurrent proposals into Raft entries). Latency is from
 //! send to the acknowledgement. The last stdout line is
 //! `writes_per_sec=<N> p50_ms=<x> p99_ms=<y>` for the three replicas.
+//!
+//! `--placements` measures function deploys instead: a synthetic topology of
+//! 1,000 nodes × 8 GPUs (80 GiB) and one tenant with a large quota are loaded
+//! first; then every request is a separate `POST /v1/functions` (a new
+//! function, `min_instances = 1`) that returns once the function is deployed
+//! and its instance is planned (core's planner, limited scan), proposed and
+//! applied (re-checked). The last line is
+//! `placements_per_sec=<N> p50_ms=<x> p99_ms=<y>`.
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
@@ -39,6 +47,74 @@ struct Args {
     /// Bytes of each value.
     #[arg(long, default_value_t = 64)]
     value_bytes: usize,
+    /// Measure function deploys that each place one instance (see above).
+    #[arg(long)]
+    placements: bool,
+}
+
+const TENANT_TOKEN: &str = "bench-tenant-token";
+
+/// A topology of `nodes` nodes × 8 GPUs of 80 GiB in one center pool.
+fn synthetic_topology(nodes: usize) -> String {
+    let mut t = String::from(
+        "[[gpu_models]]\nname = \"bench-80g\"\nmemory_mib = 81_920\nh2d_mib_per_s = 25_000\n\n\
+         [cold_start]\nsetup_us = 500_000\nstorage_mib_per_s = 2_000\n\n[swap]\nsetup_us = 2_000\n\n\
+         [[pools]]\nname = \"center\"\nkind = \"center\"\n",
+    );
+    for n in 0..nodes {
+        t.push_str(&format!(
+            "\n[[pools.nodes]]\nname = \"n{n:04}\"\ncpu_milli = 64_000\nmemory_mib = 524_288\nswap_mib = 262_144\n\
+             gpus = [{{ model = \"bench-80g\", count = 8 }}]\n"
+        ));
+    }
+    t.push_str(
+        "\n[pricing]\ncurrency = \"USD\"\nunit = \"micro-USD\"\nunits_per_currency = 1_000_000\n\n\
+         [pricing.tiers]\nexclusive = { discount_bp = 0 }\nguaranteed = { discount_bp = 1_500 }\n\
+         burstable = { discount_bp = 3_500 }\noversubscribed = { discount_bp = 6_000 }\n\n\
+         [[pricing.prices]]\ngpu_model = \"bench-80g\"\npool_kind = \"center\"\ngpu_hour = 2_000_000\nmemory_gib_hour = 10_000\n",
+    );
+    t
+}
+
+/// Loads the synthetic topology and a tenant with a token through the leader.
+async fn load_domain(r: &Running) -> anyhow::Result<()> {
+    use gshare_core::command::{CommandOutcome, RegionCommand};
+    use gshare_core::model::{PoolKind, Quota, TenantId};
+    use gshare_core::state::DomainCommand;
+    let topology = gshare_core::config::Topology::from_toml("synthetic", &synthetic_topology(1000))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let tenant = TenantId("bench".into());
+    let quota = Quota {
+        compute_milli: u64::MAX / 4,
+        memory_mib: u64::MAX / 4,
+        instances: u32::MAX / 2,
+    };
+    let commands = vec![
+        DomainCommand::TopologyLoad { topology },
+        DomainCommand::TenantCreate {
+            tenant: tenant.clone(),
+            display_name: None,
+            quotas: [(PoolKind::Center, quota)].into_iter().collect(),
+        },
+        DomainCommand::TokenIssue {
+            tenant,
+            token_id: "bench".into(),
+            digest: gshare_region::api::auth::sha256_hex(TENANT_TOKEN),
+        },
+    ];
+    for c in commands {
+        match r.replicas[0]
+            .proposer
+            .propose(RegionCommand::domain(c))
+            .await
+        {
+            Ok(CommandOutcome::Domain(Ok(_))) => {}
+            other => bail!("loading the bench domain: {other:?}"),
+        }
+    }
+    // Every replica serves tenant tokens from its own applied state.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    Ok(())
 }
 
 struct Figures {
@@ -59,6 +135,7 @@ struct Running {
     replicas: Vec<Replica>,
     servers: Vec<actix_web::dev::ServerHandle>,
     leader_http: SocketAddr,
+    https: Vec<SocketAddr>,
 }
 
 async fn start_region(dir: &std::path::Path, n: u64) -> anyhow::Result<Running> {
@@ -91,6 +168,7 @@ async fn start_region(dir: &std::path::Path, n: u64) -> anyhow::Result<Running> 
             HttpContext {
                 replica: replica.clone(),
                 operator_token: TOKEN.into(),
+                api: Default::default(),
             },
             http_addr,
             2,
@@ -121,6 +199,7 @@ async fn start_region(dir: &std::path::Path, n: u64) -> anyhow::Result<Running> 
         replicas,
         servers,
         leader_http: https[&leader],
+        https: https.values().copied().collect(),
     })
 }
 
@@ -134,9 +213,14 @@ async fn stop_region(r: Running) {
 }
 
 /// One keep-alive HTTP/1.1 POST; returns the status code.
-async fn post(conn: &mut BufStream<tokio::net::TcpStream>, body: &str) -> anyhow::Result<u16> {
+async fn post(
+    conn: &mut BufStream<tokio::net::TcpStream>,
+    path: &str,
+    token: &str,
+    body: &str,
+) -> anyhow::Result<u16> {
     let head = format!(
-        "POST /v1/kv HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        "POST {path} HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         body.len()
     );
     conn.write_all(head.as_bytes()).await?;
@@ -170,7 +254,7 @@ async fn post(conn: &mut BufStream<tokio::net::TcpStream>, body: &str) -> anyhow
     Ok(status)
 }
 
-async fn drive(target: SocketAddr, args: &Args, label: &str) -> anyhow::Result<Figures> {
+async fn drive(targets: &[SocketAddr], args: &Args, label: &str) -> anyhow::Result<Figures> {
     let warmup = Duration::from_secs(1);
     let measure = Duration::from_secs(args.seconds);
     let begin = Instant::now();
@@ -180,6 +264,8 @@ async fn drive(target: SocketAddr, args: &Args, label: &str) -> anyhow::Result<F
     for c in 0..args.clients {
         let value = value.clone();
         let label = label.to_string();
+        let target = targets[c % targets.len()];
+        let placements = args.placements;
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
             let mut errors = 0u64;
@@ -191,12 +277,21 @@ async fn drive(target: SocketAddr, args: &Args, label: &str) -> anyhow::Result<F
                 if sent >= until {
                     break;
                 }
-                let body = format!("{{\"key\":\"{label}-c{c}-{seq}\",\"value\":\"{value}\"}}");
+                let (path, token, body, ok) = if placements {
+                    let body = format!(
+                        "{{\"name\":\"{label}-c{c}-{seq}\",\"runtime\":\"pytorch\",\"memory_mib\":512,\
+                         \"compute_milli\":50,\"tier\":\"guaranteed\",\"deadline_ms\":100}}"
+                    );
+                    ("/v1/functions", TENANT_TOKEN, body, 201)
+                } else {
+                    let body = format!("{{\"key\":\"{label}-c{c}-{seq}\",\"value\":\"{value}\"}}");
+                    ("/v1/kv", TOKEN, body, 200)
+                };
                 seq += 1;
-                let status = post(&mut conn, &body).await?;
+                let status = post(&mut conn, path, token, &body).await?;
                 let done = Instant::now();
                 if sent >= from && done <= until {
-                    if status == 200 {
+                    if status == ok {
                         lat.push(done - sent);
                     } else {
                         errors += 1;
@@ -237,31 +332,47 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     runtime.block_on(async {
         let dir = tempfile::tempdir()?;
+        let (what, unit) = if args.placements {
+            ("function deploys placing 1 instance each (POST /v1/functions) on 1,000 nodes x 8 GPUs, spread over every replica", "placements_per_sec")
+        } else {
+            ("HTTP POST /v1/kv to the leader", "writes_per_sec")
+        };
         println!(
-            "region-bench: {} clients, {} s measured after 1 s warm-up, {}-byte values, HTTP POST /v1/kv to the leader",
-            args.clients, args.seconds, args.value_bytes
+            "region-bench: {} clients, {} s measured after 1 s warm-up, {what}",
+            args.clients, args.seconds
         );
-        let one = start_region(dir.path(), 1).await?;
-        let base = drive(one.leader_http, &args, "base").await?;
-        stop_region(one).await;
-        println!(
-            "baseline (1 replica, no peers): writes_per_sec={:.0} p50_ms={:.2} p99_ms={:.2} errors={}",
-            base.writes_per_sec, base.p50_ms, base.p99_ms, base.errors
-        );
-        let three = start_region(dir.path(), 3).await?;
-        let region = drive(three.leader_http, &args, "region").await?;
-        stop_region(three).await;
-        println!(
-            "region (3 replicas, QUIC+mTLS): writes_per_sec={:.0} p50_ms={:.2} p99_ms={:.2} errors={}",
-            region.writes_per_sec, region.p50_ms, region.p99_ms, region.errors
-        );
+        let mut figures = Vec::new();
+        for n in [1u64, 3] {
+            let running = start_region(dir.path(), n).await?;
+            let targets = if args.placements {
+                load_domain(&running).await?;
+                running.https.clone()
+            } else {
+                vec![running.leader_http]
+            };
+            let f = drive(&targets, &args, &format!("r{n}")).await?;
+            if args.placements {
+                let st = running.replicas[0].state.read();
+                let d = st.region.domain();
+                d.check_invariants().map_err(|e| anyhow::anyhow!("invariants: {e}"))?;
+                println!("  {n} replica(s): {} instances placed in all, invariants hold", d.instances().count());
+            }
+            stop_region(running).await;
+            let label = if n == 1 { "baseline (1 replica, no peers)" } else { "region (3 replicas, QUIC+mTLS)" };
+            println!(
+                "{label}: {unit}={:.0} p50_ms={:.2} p99_ms={:.2} errors={}",
+                f.writes_per_sec, f.p50_ms, f.p99_ms, f.errors
+            );
+            figures.push(f);
+        }
+        let (base, region) = (&figures[0], &figures[1]);
         println!(
             "ratio 3 replicas / 1 replica: throughput {:.2}x, p99 {:.2}x",
             region.writes_per_sec / base.writes_per_sec.max(1e-9),
             region.p99_ms / base.p99_ms.max(1e-9)
         );
         println!(
-            "writes_per_sec={:.0} p50_ms={:.2} p99_ms={:.2}",
+            "{unit}={:.0} p50_ms={:.2} p99_ms={:.2}",
             region.writes_per_sec, region.p50_ms, region.p99_ms
         );
         anyhow::Ok(())

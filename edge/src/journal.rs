@@ -1,0 +1,521 @@
+//! The agent's usage journal: metered usage, durable before it is sent.
+//!
+//! Every usage record the agent meters is appended here and flushed to disk
+//! (sled `flush`, an fsync) before anything is sent to the region. Each
+//! record gets the agent's next sequence number; `(agent, seq)` is what the
+//! region's state machine dedupes on (`gshare_core::state`, "Usage: exactly
+//! once"), so a batch sent twice, or re-sent after a crash, is applied once.
+//!
+//! ```text
+//!   meter ─▶ append(records) ─▶ seq = next_seq.. ─▶ one atomic sled batch ─▶ flush ─▶ Ok(seqs)
+//!                                                                                     │
+//!   RegionLink ◀─ batch_after(sent, max) ◀─ records in seq order ◀────────────────────┘
+//!        │ UsageBatch { agent, records }  ──▶ region applies once per (agent, seq)
+//!        └ acknowledged ─▶ ack(&batch) ─▶ records removed, flushed
+//! ```
+//!
+//! Layout: one sled tree `usage`. Keys `r` ‖ seq (u64 big-endian) hold a
+//! record (bincode 2, serde); `m:next_seq` holds the next number to assign
+//! (u64 big-endian) and `m:agent` the agent id the journal belongs to. A
+//! record and the new `m:next_seq` are written in one atomic sled batch, so
+//! after a crash the next number is never below one already handed out, even
+//! when every record was acknowledged and removed.
+//!
+//! Guarantees: a record whose `append` returned is on disk; records come
+//! back from [`UsageJournal::batch_after`] in sequence order until they are
+//! acknowledged, across drops, restarts and `kill -9`. An `append` that did
+//! not return may or may not be on disk (the region then bills it or not,
+//! but never twice).
+
+use gshare_core::state::{AgentId, DomainCommand, UsageRecord, MAX_USAGE_BATCH};
+use std::ops::Range;
+use std::path::Path;
+use std::sync::Mutex;
+
+const TREE: &str = "usage";
+const KEY_NEXT_SEQ: &[u8] = b"m:next_seq";
+const KEY_AGENT: &[u8] = b"m:agent";
+const RECORD_PREFIX: u8 = b'r';
+/// Largest encoded record accepted when decoding (a record is ~100 bytes).
+const RECORD_LIMIT: usize = 64 * 1024;
+
+/// Errors of the journal.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    /// The underlying sled database failed.
+    #[error("journal storage: {0}")]
+    Storage(#[from] sled::Error),
+    /// A record could not be encoded.
+    #[error("journal: cannot encode record: {0}")]
+    Encode(String),
+    /// A stored entry could not be decoded.
+    #[error("journal: corrupt entry {key}: {reason}")]
+    Corrupt {
+        /// The entry's key, printed.
+        key: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// The journal on disk belongs to another agent.
+    #[error("journal belongs to agent {stored:?}, not {given:?}")]
+    AgentMismatch {
+        /// The agent id stored in the journal.
+        stored: String,
+        /// The agent id it was opened with.
+        given: String,
+    },
+    /// The sequence numbers ran out (u64).
+    #[error("journal: sequence numbers exhausted")]
+    SequenceExhausted,
+}
+
+/// A group of journaled records to send as one `UsageBatch`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalBatch {
+    /// The agent the records belong to.
+    pub agent: AgentId,
+    /// The records, in sequence order (at most [`MAX_USAGE_BATCH`]).
+    pub records: Vec<UsageRecord>,
+}
+
+impl JournalBatch {
+    /// The first sequence number in the batch.
+    pub fn first_seq(&self) -> u64 {
+        self.records.first().map_or(0, |r| r.seq)
+    }
+
+    /// The last sequence number in the batch.
+    pub fn last_seq(&self) -> u64 {
+        self.records.last().map_or(0, |r| r.seq)
+    }
+
+    /// The region command that carries this batch.
+    pub fn command(&self) -> DomainCommand {
+        DomainCommand::UsageBatch {
+            agent: self.agent.clone(),
+            records: self.records.clone(),
+        }
+    }
+}
+
+/// What [`UsageJournal::reconcile`] did with the region's view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reconciled {
+    /// Records below the region's next expected number, removed (already applied).
+    pub removed: usize,
+    /// Whether the journal's next number was raised to the region's.
+    pub advanced: bool,
+}
+
+/// The durable usage journal of one agent.
+pub struct UsageJournal {
+    db: sled::Db,
+    tree: sled::Tree,
+    agent: AgentId,
+    /// The next sequence number to assign (guarded: appends are serialized).
+    next_seq: Mutex<u64>,
+}
+
+impl std::fmt::Debug for UsageJournal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UsageJournal")
+            .field("agent", &self.agent)
+            .field("next_seq", &self.next_seq())
+            .finish()
+    }
+}
+
+fn record_key(seq: u64) -> [u8; 9] {
+    let mut k = [0u8; 9];
+    k[0] = RECORD_PREFIX;
+    k[1..].copy_from_slice(&seq.to_be_bytes());
+    k
+}
+
+fn decode_u64(key: &[u8], bytes: &[u8]) -> Result<u64, JournalError> {
+    let arr: [u8; 8] = bytes.try_into().map_err(|_| JournalError::Corrupt {
+        key: String::from_utf8_lossy(key).into_owned(),
+        reason: format!("expected 8 bytes, found {}", bytes.len()),
+    })?;
+    Ok(u64::from_be_bytes(arr))
+}
+
+fn encode_record(r: &UsageRecord) -> Result<Vec<u8>, JournalError> {
+    bincode::serde::encode_to_vec(r, bincode::config::standard())
+        .map_err(|e| JournalError::Encode(e.to_string()))
+}
+
+fn decode_record(key: &[u8], bytes: &[u8]) -> Result<UsageRecord, JournalError> {
+    let corrupt = |reason: String| JournalError::Corrupt {
+        key: format!("record {key:?}"),
+        reason,
+    };
+    let cfg = bincode::config::standard().with_limit::<RECORD_LIMIT>();
+    let (r, used): (UsageRecord, usize) =
+        bincode::serde::decode_from_slice(bytes, cfg).map_err(|e| corrupt(e.to_string()))?;
+    if used != bytes.len() {
+        return Err(corrupt(format!("{} trailing bytes", bytes.len() - used)));
+    }
+    Ok(r)
+}
+
+impl UsageJournal {
+    /// Opens (or creates) the journal in directory `path` for `agent`.
+    ///
+    /// The next sequence number is recovered from disk (1 for a new journal).
+    /// A journal created for another agent id is refused.
+    pub fn open(path: &Path, agent: AgentId) -> Result<Self, JournalError> {
+        let db = sled::Config::new().path(path).open()?;
+        let tree = db.open_tree(TREE)?;
+        match tree.get(KEY_AGENT)? {
+            Some(stored) if stored.as_ref() != agent.0.as_bytes() => {
+                return Err(JournalError::AgentMismatch {
+                    stored: String::from_utf8_lossy(&stored).into_owned(),
+                    given: agent.0.clone(),
+                });
+            }
+            Some(_) => {}
+            None => {
+                tree.insert(KEY_AGENT, agent.0.as_bytes())?;
+                tree.flush()?;
+            }
+        }
+        let stored_next = match tree.get(KEY_NEXT_SEQ)? {
+            Some(b) => decode_u64(KEY_NEXT_SEQ, &b)?,
+            None => 1,
+        };
+        // Belt and braces: never below the highest record still held.
+        let after_last = match tree.scan_prefix([RECORD_PREFIX]).next_back() {
+            Some(kv) => {
+                let (k, _) = kv?;
+                decode_u64(&k, &k[1..])?.saturating_add(1)
+            }
+            None => 1,
+        };
+        Ok(Self {
+            db,
+            tree,
+            agent,
+            next_seq: Mutex::new(stored_next.max(after_last)),
+        })
+    }
+
+    /// The agent this journal belongs to.
+    pub fn agent(&self) -> &AgentId {
+        &self.agent
+    }
+
+    /// The sequence number the next appended record will get.
+    pub fn next_seq(&self) -> u64 {
+        *self.next_seq.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Appends records durably: each gets the next sequence number (its
+    /// `seq` field is overwritten), all are written in one atomic batch with
+    /// the new next number, and the journal is flushed to disk before this
+    /// returns. Returns the numbers assigned.
+    pub fn append(&self, records: Vec<UsageRecord>) -> Result<Range<u64>, JournalError> {
+        let mut next = self.next_seq.lock().unwrap_or_else(|p| p.into_inner());
+        let first = *next;
+        if records.is_empty() {
+            return Ok(first..first);
+        }
+        let end = first
+            .checked_add(records.len() as u64)
+            .ok_or(JournalError::SequenceExhausted)?;
+        let mut batch = sled::Batch::default();
+        for (i, mut r) in records.into_iter().enumerate() {
+            r.seq = first + i as u64;
+            batch.insert(&record_key(r.seq)[..], encode_record(&r)?);
+        }
+        batch.insert(KEY_NEXT_SEQ, &end.to_be_bytes()[..]);
+        self.tree.apply_batch(batch)?;
+        self.db.flush()?;
+        *next = end;
+        Ok(first..end)
+    }
+
+    /// Number of records not yet acknowledged.
+    pub fn pending(&self) -> usize {
+        self.tree.scan_prefix([RECORD_PREFIX]).count()
+    }
+
+    /// The oldest unacknowledged records with a sequence number above
+    /// `after_seq`, at most `max_records` (and at most [`MAX_USAGE_BATCH`]),
+    /// in order; `None` when there are none. `after_seq = 0` starts from the
+    /// oldest: after a restart that re-sends everything not acknowledged.
+    pub fn batch_after(
+        &self,
+        after_seq: u64,
+        max_records: usize,
+    ) -> Result<Option<JournalBatch>, JournalError> {
+        let max = max_records.clamp(1, MAX_USAGE_BATCH);
+        let start = record_key(after_seq.saturating_add(1));
+        let mut records = Vec::new();
+        for kv in self.tree.range(start..=record_key(u64::MAX)).take(max) {
+            let (k, v) = kv?;
+            records.push(decode_record(&k, &v)?);
+        }
+        if records.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(JournalBatch {
+            agent: self.agent.clone(),
+            records,
+        }))
+    }
+
+    /// Removes the records of an acknowledged batch (flushed before return).
+    /// Returns how many were still held.
+    pub fn ack(&self, batch: &JournalBatch) -> Result<usize, JournalError> {
+        let mut removed = 0;
+        let mut b = sled::Batch::default();
+        for r in &batch.records {
+            if self.tree.contains_key(record_key(r.seq))? {
+                removed += 1;
+            }
+            b.remove(&record_key(r.seq)[..]);
+        }
+        self.tree.apply_batch(b)?;
+        self.db.flush()?;
+        Ok(removed)
+    }
+
+    /// Aligns the journal with the next sequence number the region expects
+    /// from this agent (the answer to `AgentRegister`): records below it were
+    /// applied already and are removed; if the region expects more than the
+    /// journal would assign (the journal was lost or replaced), the journal
+    /// jumps ahead so new records are not taken for duplicates.
+    pub fn reconcile(&self, region_next_seq: u64) -> Result<Reconciled, JournalError> {
+        let mut next = self.next_seq.lock().unwrap_or_else(|p| p.into_inner());
+        let mut b = sled::Batch::default();
+        let mut removed = 0;
+        for kv in self
+            .tree
+            .range(record_key(0)..record_key(region_next_seq.max(1)))
+        {
+            let (k, _) = kv?;
+            b.remove(k);
+            removed += 1;
+        }
+        let advanced = region_next_seq > *next;
+        if advanced {
+            b.insert(KEY_NEXT_SEQ, &region_next_seq.to_be_bytes()[..]);
+        }
+        self.tree.apply_batch(b)?;
+        self.db.flush()?;
+        if advanced {
+            *next = region_next_seq;
+        }
+        Ok(Reconciled { removed, advanced })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gshare_core::model::{PoolKind, TenantId, Tier};
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    fn agent() -> AgentId {
+        AgentId("agent-a".into())
+    }
+
+    fn rec(compute: u64) -> UsageRecord {
+        UsageRecord {
+            seq: 0,
+            tenant: TenantId("acme".into()),
+            function: "chat".into(),
+            tier: Tier::Burstable,
+            gpu_model: "A100-80G".into(),
+            pool_kind: PoolKind::Edge,
+            compute_milli_gpu_ms: compute,
+            memory_mib_ms: compute * 3,
+            end_ms: 1_700_000_000_000 + compute,
+        }
+    }
+
+    #[test]
+    fn append_assigns_consecutive_numbers_and_batches_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = UsageJournal::open(dir.path(), agent()).unwrap();
+        assert_eq!(j.next_seq(), 1);
+        assert_eq!(j.append(vec![rec(10), rec(20)]).unwrap(), 1..3);
+        assert_eq!(j.append(vec![rec(30)]).unwrap(), 3..4);
+        assert_eq!(j.append(vec![]).unwrap(), 4..4);
+        assert_eq!(j.pending(), 3);
+        let b = j.batch_after(0, 2).unwrap().unwrap();
+        assert_eq!(b.agent, agent());
+        assert_eq!((b.first_seq(), b.last_seq()), (1, 2));
+        assert_eq!(b.records[1].compute_milli_gpu_ms, 20);
+        let rest = j.batch_after(b.last_seq(), 100).unwrap().unwrap();
+        assert_eq!(rest.records.len(), 1);
+        assert_eq!(rest.records[0].seq, 3);
+        assert!(j.batch_after(3, 100).unwrap().is_none());
+        match b.command() {
+            DomainCommand::UsageBatch { agent: a, records } => {
+                assert_eq!(a, agent());
+                assert_eq!(records, b.records);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn ack_removes_and_numbers_survive_reopen_after_drop() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let j = UsageJournal::open(dir.path(), agent()).unwrap();
+            j.append((1..=5).map(rec).collect()).unwrap();
+            let b = j.batch_after(0, 3).unwrap().unwrap();
+            assert_eq!(j.ack(&b).unwrap(), 3);
+            assert_eq!(j.ack(&b).unwrap(), 0, "a second ack removes nothing");
+            assert_eq!(j.pending(), 2);
+        }
+        let j = UsageJournal::open(dir.path(), agent()).unwrap();
+        assert_eq!(j.next_seq(), 6);
+        let b = j.batch_after(0, 100).unwrap().unwrap();
+        let seqs: Vec<u64> = b.records.iter().map(|r| r.seq).collect();
+        assert_eq!(
+            seqs,
+            vec![4, 5],
+            "unacknowledged records are re-sent in order"
+        );
+        j.ack(&b).unwrap();
+        drop(j);
+        // Everything acknowledged: the next number still comes from disk.
+        let j = UsageJournal::open(dir.path(), agent()).unwrap();
+        assert_eq!(j.pending(), 0);
+        assert_eq!(j.next_seq(), 6);
+        assert_eq!(j.append(vec![rec(7)]).unwrap(), 6..7);
+    }
+
+    #[test]
+    fn batches_are_capped() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = UsageJournal::open(dir.path(), agent()).unwrap();
+        j.append((0..(MAX_USAGE_BATCH as u64 + 5)).map(rec).collect())
+            .unwrap();
+        let b = j.batch_after(0, usize::MAX).unwrap().unwrap();
+        assert_eq!(b.records.len(), MAX_USAGE_BATCH);
+        let b = j.batch_after(0, 0).unwrap().unwrap();
+        assert_eq!(b.records.len(), 1);
+    }
+
+    #[test]
+    fn another_agents_journal_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(UsageJournal::open(dir.path(), agent()).unwrap());
+        let err = UsageJournal::open(dir.path(), AgentId("agent-b".into())).unwrap_err();
+        assert!(matches!(err, JournalError::AgentMismatch { .. }), "{err}");
+    }
+
+    #[test]
+    fn reconcile_drops_applied_and_jumps_ahead() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = UsageJournal::open(dir.path(), agent()).unwrap();
+        j.append((1..=4).map(rec).collect()).unwrap();
+        // The region applied 1..=2 (the ack was lost).
+        let r = j.reconcile(3).unwrap();
+        assert_eq!(
+            r,
+            Reconciled {
+                removed: 2,
+                advanced: false
+            }
+        );
+        assert_eq!(j.batch_after(0, 10).unwrap().unwrap().first_seq(), 3);
+        // The region knows more than this journal (it was wiped): jump.
+        let r = j.reconcile(100).unwrap();
+        assert_eq!(
+            r,
+            Reconciled {
+                removed: 2,
+                advanced: true
+            }
+        );
+        drop(j);
+        let j = UsageJournal::open(dir.path(), agent()).unwrap();
+        assert_eq!(j.next_seq(), 100);
+        assert_eq!(j.pending(), 0);
+    }
+
+    const CHILD_ENV: &str = "GSHARE_JOURNAL_KILL9_DIR";
+
+    /// Child side of `kill9_loses_no_flushed_record`: appends one record at a
+    /// time and prints each number once `append` returned (it is flushed).
+    #[test]
+    #[ignore = "run as a child process by kill9_loses_no_flushed_record"]
+    fn kill9_child_writer() {
+        let dir = std::env::var(CHILD_ENV).expect("child needs its directory");
+        let j = UsageJournal::open(Path::new(&dir), agent()).unwrap();
+        let mut out = std::io::stdout().lock();
+        for i in 0..1_000_000u64 {
+            let seqs = j.append(vec![rec(i)]).unwrap();
+            use std::io::Write;
+            writeln!(out, "flushed {}", seqs.start).unwrap();
+            out.flush().unwrap();
+        }
+    }
+
+    #[test]
+    fn kill9_loses_no_flushed_record() {
+        let dir = tempfile::tempdir().unwrap();
+        // Records from before: one acknowledged batch, two pending.
+        {
+            let j = UsageJournal::open(dir.path(), agent()).unwrap();
+            j.append((1..=3).map(rec).collect()).unwrap();
+            let b = j.batch_after(0, 1).unwrap().unwrap();
+            j.ack(&b).unwrap();
+        }
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "journal::tests::kill9_child_writer",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_ENV, dir.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut flushed = Vec::new();
+        while flushed.len() < 200 {
+            let line = lines
+                .next()
+                .expect("child ended early")
+                .expect("read child stdout");
+            if let Some(n) = line.strip_prefix("flushed ") {
+                flushed.push(n.parse::<u64>().unwrap());
+            }
+        }
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        // Lines the child printed before it died are flushed records too.
+        for line in lines.map_while(Result::ok) {
+            if let Some(n) = line.strip_prefix("flushed ") {
+                if let Ok(n) = n.parse::<u64>() {
+                    flushed.push(n);
+                }
+            }
+        }
+        let j = UsageJournal::open(dir.path(), agent()).unwrap();
+        let mut held = Vec::new();
+        let mut after = 0;
+        while let Some(b) = j.batch_after(after, 1000).unwrap() {
+            after = b.last_seq();
+            held.extend(b.records.iter().map(|r| r.seq));
+        }
+        assert_eq!(&held[..2], &[2, 3], "older pending records kept");
+        for s in &flushed {
+            assert!(held.binary_search(s).is_ok(), "flushed record {s} lost");
+        }
+        assert!(held.windows(2).all(|w| w[1] == w[0] + 1), "no holes");
+        assert!(j.next_seq() > *flushed.last().unwrap());
+        assert_eq!(j.next_seq(), held.last().unwrap() + 1);
+    }
+}

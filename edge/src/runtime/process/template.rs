@@ -1,0 +1,266 @@
+//! A runtime's command template (`configs/examples/runtimes/*.toml`).
+//!
+//! ```toml
+//! runtime = "vllm"
+//! command = ["python3", "-m", "vllm.entrypoints.openai.api_server",
+//!            "--model", "{model}", "--port", "{port}"]
+//! health_path = "/health"
+//! invoke_path = "/v1/completions"
+//! ```
+//!
+//! Placeholders, replaced in every `command` argument and `env` value:
+//!
+//! | placeholder | value |
+//! |---|---|
+//! | `{port}` | the TCP port the server must listen on |
+//! | `{aux_port}` | a second free port (a runtime's gRPC or metrics port) |
+//! | `{host}` | the address it must listen on (`127.0.0.1`) |
+//! | `{model}` | the function's model (path or name) |
+//! | `{gpu}` | the node GPU indices of the slice, comma-separated (`0`, `2,3`) |
+//! | `{compute_milli}` | the slice's compute, milli-GPU per GPU |
+//! | `{compute_percent}` | the same in percent (what MPS takes), at least 1 |
+//! | `{memory_mib}` | the slice's GPU memory, MiB per GPU |
+//! | `{memory_fraction}` | memory ÷ the GPU's memory, 3 decimals (vLLM's `--gpu-memory-utilization`) |
+//! | `{instance}` | the instance id |
+//!
+//! `{{` and `}}` stand for literal braces. An unknown placeholder is an
+//! error when the template is rendered.
+
+use super::spec::SliceLimits;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+/// How `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` numbers the GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MpsOrdinals {
+    /// The node's GPU indices (`2=4096M` for GPU 2).
+    #[default]
+    Node,
+    /// The ordinals the process sees after `CUDA_VISIBLE_DEVICES` (`0=4096M`).
+    Visible,
+}
+
+/// A runtime's command template, as written in a TOML file.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeTemplate {
+    /// The runtime it serves (`vllm`, `sglang`, `tf-serving`, `pytorch`, `custom`).
+    pub runtime: String,
+    /// One line for humans.
+    #[serde(default)]
+    pub description: String,
+    /// The server's argv (program first), with placeholders.
+    pub command: Vec<String>,
+    /// Extra environment variables (values may hold placeholders).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// HTTP path answering 200 once the server is ready.
+    #[serde(default = "default_health_path")]
+    pub health_path: String,
+    /// HTTP path invocations are POSTed to.
+    #[serde(default = "default_invoke_path")]
+    pub invoke_path: String,
+    /// How long a start may take before the health check gives up (s).
+    #[serde(default = "default_startup_timeout_s")]
+    pub startup_timeout_s: u64,
+    /// Grace between SIGTERM and SIGKILL on stop (s).
+    #[serde(default = "default_stop_grace_s")]
+    pub stop_grace_s: u64,
+    /// GPU numbering of the MPS memory limit.
+    #[serde(default)]
+    pub mps_ordinals: MpsOrdinals,
+}
+
+fn default_health_path() -> String {
+    "/health".into()
+}
+fn default_invoke_path() -> String {
+    "/invoke".into()
+}
+fn default_startup_timeout_s() -> u64 {
+    120
+}
+fn default_stop_grace_s() -> u64 {
+    10
+}
+
+/// A template that cannot be parsed or rendered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    /// The TOML text is invalid (file name, then the parser's message).
+    #[error("{file}: {message}")]
+    Parse {
+        /// The file (or a label).
+        file: String,
+        /// What the parser said (key path included).
+        message: String,
+    },
+    /// A field has an invalid value.
+    #[error("{file}: {key}: {message}")]
+    Invalid {
+        /// The file (or a label).
+        file: String,
+        /// The key path.
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A placeholder is not one of the known names, or a brace is unmatched.
+    #[error("{key}: {message}")]
+    Placeholder {
+        /// Where (e.g. `command[3]`).
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// The values placeholders are replaced with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateVars {
+    /// The instance id.
+    pub instance: String,
+    /// The model (path or name).
+    pub model: String,
+    /// Listen address.
+    pub host: String,
+    /// Listen port.
+    pub port: u16,
+    /// A second free port.
+    pub aux_port: u16,
+    /// The slice.
+    pub slice: SliceLimits,
+}
+
+impl TemplateVars {
+    fn lookup(&self, name: &str) -> Option<String> {
+        Some(match name {
+            "port" => self.port.to_string(),
+            "aux_port" => self.aux_port.to_string(),
+            "host" => self.host.clone(),
+            "model" => self.model.clone(),
+            "gpu" => self.slice.gpu_list(),
+            "compute_milli" => self.slice.compute_milli.to_string(),
+            "compute_percent" => self.slice.compute_percent().to_string(),
+            "memory_mib" => self.slice.memory_mib.to_string(),
+            "memory_fraction" => self.slice.memory_fraction(),
+            "instance" => self.instance.clone(),
+            _ => return None,
+        })
+    }
+}
+
+/// Replaces the placeholders of `text`; `key` names it in errors.
+pub fn render(text: &str, key: &str, vars: &TemplateVars) -> Result<String, TemplateError> {
+    let err = |message: String| TemplateError::Placeholder {
+        key: key.to_string(),
+        message,
+    };
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '{' if chars.peek() == Some(&'{') => {
+                chars.next();
+                out.push('{');
+            }
+            '}' if chars.peek() == Some(&'}') => {
+                chars.next();
+                out.push('}');
+            }
+            '{' => {
+                let mut name = String::new();
+                loop {
+                    match chars.next() {
+                        Some('}') => break,
+                        Some(ch) => name.push(ch),
+                        None => return Err(err(format!("unclosed placeholder {{{name}"))),
+                    }
+                }
+                let value = vars
+                    .lookup(&name)
+                    .ok_or_else(|| err(format!("unknown placeholder {{{name}}}")))?;
+                out.push_str(&value);
+            }
+            '}' => return Err(err("unmatched `}` (write `}}` for a literal brace)".into())),
+            c => out.push(c),
+        }
+    }
+    Ok(out)
+}
+
+impl RuntimeTemplate {
+    /// Parses a template from TOML text; `file` names it in errors. Every
+    /// placeholder is checked against the known names.
+    pub fn parse(text: &str, file: &str) -> Result<Self, TemplateError> {
+        let t: RuntimeTemplate = toml::from_str(text).map_err(|e| TemplateError::Parse {
+            file: file.to_string(),
+            message: e.to_string().trim().to_string(),
+        })?;
+        let invalid = |key: &str, message: &str| TemplateError::Invalid {
+            file: file.to_string(),
+            key: key.to_string(),
+            message: message.to_string(),
+        };
+        if t.command.is_empty() || t.command[0].is_empty() {
+            return Err(invalid("command", "needs at least the program"));
+        }
+        for (key, path) in [
+            ("health_path", &t.health_path),
+            ("invoke_path", &t.invoke_path),
+        ] {
+            if !path.starts_with('/') || path.contains(char::is_whitespace) {
+                return Err(invalid(key, "must start with `/` and hold no spaces"));
+            }
+        }
+        if t.startup_timeout_s == 0 {
+            return Err(invalid("startup_timeout_s", "must be at least 1"));
+        }
+        // Render once with sample values: unknown placeholders fail now.
+        let sample = TemplateVars {
+            instance: "i-1".into(),
+            model: "m".into(),
+            host: "127.0.0.1".into(),
+            port: 1,
+            aux_port: 2,
+            slice: SliceLimits {
+                gpus: vec![0],
+                compute_milli: 1000,
+                memory_mib: 1,
+                gpu_memory_mib: None,
+            },
+        };
+        t.render_command(&sample)
+            .and_then(|_| t.render_env(&sample))
+            .map_err(|e| match e {
+                TemplateError::Placeholder { key, message } => TemplateError::Invalid {
+                    file: file.to_string(),
+                    key,
+                    message,
+                },
+                other => other,
+            })?;
+        Ok(t)
+    }
+
+    /// The argv with placeholders replaced.
+    pub fn render_command(&self, vars: &TemplateVars) -> Result<Vec<String>, TemplateError> {
+        self.command
+            .iter()
+            .enumerate()
+            .map(|(i, a)| render(a, &format!("command[{i}]"), vars))
+            .collect()
+    }
+
+    /// The extra environment with placeholders replaced.
+    pub fn render_env(
+        &self,
+        vars: &TemplateVars,
+    ) -> Result<BTreeMap<String, String>, TemplateError> {
+        self.env
+            .iter()
+            .map(|(k, v)| Ok((k.clone(), render(v, &format!("env.{k}"), vars)?)))
+            .collect()
+    }
+}

@@ -1,0 +1,92 @@
+//! Who is calling: `Authorization: Bearer <token>`.
+//!
+//! The operator's token comes from the replica config (a file); a tenant's
+//! token is looked up by its SHA-256 digest in the replicated state, so the
+//! plaintext exists only in the answer that issued it.
+
+use actix_web::http::StatusCode;
+use actix_web::HttpRequest;
+use gshare_core::model::TenantId;
+
+use super::error::ApiError;
+use crate::http::HttpContext;
+
+/// The authenticated caller of a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    /// The operator (token from the replica config).
+    Operator,
+    /// A tenant, by one of its tokens.
+    Tenant(TenantId),
+}
+
+/// SHA-256 of `text`, lower-case hex (how token digests are stored).
+pub fn sha256_hex(text: &str) -> String {
+    let d = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A fresh random secret: `gst_` and 64 hex digits (256 bits).
+pub fn new_secret() -> Result<String, ApiError> {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 32];
+    ring::rand::SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| ApiError::internal("no randomness"))?;
+    Ok(format!(
+        "gst_{}",
+        bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    ))
+}
+
+fn unauthorized(message: &str) -> ApiError {
+    ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+}
+
+/// Authenticates the request (401 without a known token).
+pub fn caller(req: &HttpRequest, ctx: &HttpContext) -> Result<Caller, ApiError> {
+    let header = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| unauthorized("missing Authorization: Bearer <token>"))?;
+    let token = header
+        .strip_prefix("Bearer ")
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| unauthorized("expected Authorization: Bearer <token>"))?;
+    let digest = sha256_hex(token);
+    // Compare digests, not secrets: equal-length strings, no early exit on a prefix.
+    if digest == sha256_hex(&ctx.operator_token) {
+        return Ok(Caller::Operator);
+    }
+    let st = ctx.replica.state.read();
+    match st.region.domain().token_owner(&digest) {
+        Some((tenant, _)) => Ok(Caller::Tenant(tenant.clone())),
+        None => Err(unauthorized("unknown or revoked token")),
+    }
+}
+
+/// The operator, or 401/403.
+pub fn operator(req: &HttpRequest, ctx: &HttpContext) -> Result<(), ApiError> {
+    match caller(req, ctx)? {
+        Caller::Operator => Ok(()),
+        Caller::Tenant(_) => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "this route needs the operator token",
+        )),
+    }
+}
+
+/// A tenant, or 401/403 (the operator has no functions of its own).
+pub fn tenant(req: &HttpRequest, ctx: &HttpContext) -> Result<TenantId, ApiError> {
+    match caller(req, ctx)? {
+        Caller::Tenant(t) => Ok(t),
+        Caller::Operator => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "this route needs a tenant token (the operator reads tenants under /v1/tenants)",
+        )),
+    }
+}

@@ -1,0 +1,110 @@
+//! The one error answer of the API: `{"error": {"code", "message", "retryable"}}`.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+use gshare_core::state::{ApplyError, ErrorClass, PlanRejection, QueryError};
+
+use crate::proposer::WriteError;
+
+/// An API refusal with a stable code.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Stable machine-readable code (e.g. `quota_exceeded`).
+    pub code: &'static str,
+    /// For humans.
+    pub message: String,
+}
+
+impl ApiError {
+    /// An error with this status, code and message.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// 400 `bad_request`.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    /// 404 `not_found`.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    /// 500 `internal`.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+    }
+
+    /// The answer to a command the state machine refused.
+    pub fn from_apply(e: &ApplyError) -> Self {
+        let status = match e.class() {
+            ErrorClass::NotFound => StatusCode::NOT_FOUND,
+            ErrorClass::Conflict | ErrorClass::Exhausted => StatusCode::CONFLICT,
+            ErrorClass::Invalid => StatusCode::UNPROCESSABLE_ENTITY,
+        };
+        Self::new(status, e.code(), e.to_string())
+    }
+
+    /// The answer to a plan that found no place.
+    pub fn from_rejection(r: &PlanRejection) -> Self {
+        let status = match r.code() {
+            "unknown_tenant" | "unknown_function" => StatusCode::NOT_FOUND,
+            _ => StatusCode::CONFLICT,
+        };
+        Self::new(status, r.code(), r.to_string())
+    }
+
+    /// The answer to a failed read.
+    pub fn from_query(e: &QueryError) -> Self {
+        let status = match e {
+            QueryError::NotFound { .. } => StatusCode::NOT_FOUND,
+            _ => StatusCode::UNPROCESSABLE_ENTITY,
+        };
+        Self::new(status, e.code(), e.to_string())
+    }
+
+    /// The answer to a write that was not acknowledged.
+    pub fn from_write(e: &WriteError) -> Self {
+        match e {
+            WriteError::Invalid(_) => {
+                Self::new(StatusCode::BAD_REQUEST, "invalid_command", e.to_string())
+            }
+            WriteError::NoLeader => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "no_leader", e.to_string())
+            }
+            WriteError::Unknown(_) => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "outcome_unknown",
+                e.to_string(),
+            ),
+            WriteError::Stopped => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "stopping", e.to_string())
+            }
+        }
+    }
+
+    /// Whether the same request may succeed later.
+    pub fn retryable(&self) -> bool {
+        self.status == StatusCode::SERVICE_UNAVAILABLE
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        self.status
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        HttpResponse::build(self.status).json(serde_json::json!({
+            "error": { "code": self.code, "message": self.message, "retryable": self.retryable() }
+        }))
+    }
+}

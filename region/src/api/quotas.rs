@@ -1,0 +1,37 @@
+//! `PUT /v1/tenants/{t}/quotas/{kind}` (operator): one pool kind's quota.
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use gshare_core::model::{PoolKind, TenantId};
+use gshare_core::state::DomainCommand;
+
+use super::tenants::QuotaBody;
+use super::{auth, parse_json, propose, read_body, ApiError};
+use crate::http::HttpContext;
+
+async fn set(
+    req: HttpRequest,
+    ctx: web::Data<HttpContext>,
+    path: web::Path<(String, String)>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    auth::operator(&req, &ctx)?;
+    let (tenant, kind) = path.into_inner();
+    let pool_kind: PoolKind = kind
+        .parse()
+        .map_err(|e| ApiError::bad_request(format!("pool kind: {e}")))?;
+    let quota: QuotaBody = parse_json(&read_body(&req, payload).await?)?;
+    let applied = propose(
+        &ctx,
+        DomainCommand::QuotaSet {
+            tenant: TenantId(tenant),
+            pool_kind,
+            quota: quota.into(),
+        },
+    )
+    .await?;
+    Ok(HttpResponse::Ok().json(applied))
+}
+
+pub(super) fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/v1/tenants/{tenant}/quotas/{kind}", web::put().to(set));
+}

@@ -1,0 +1,66 @@
+//! `gsharectl bill [--tenant t] --from ms --to ms`: a tenant's own bill,
+//! or (operator, `--tenant`) any tenant's. Amounts are integers in the
+//! price list's smallest unit.
+
+use serde_json::Value;
+
+use super::region_client::{cell, RegionArgs};
+
+/// `gsharectl bill …`
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    region: RegionArgs,
+    /// Another tenant's bill (operator token).
+    #[arg(long)]
+    tenant: Option<String>,
+    /// Start of the period (Unix ms, hour-aligned).
+    #[arg(long, default_value_t = 0)]
+    from: u64,
+    /// End of the period (Unix ms, exclusive; default: all).
+    #[arg(long)]
+    to: Option<u64>,
+}
+
+/// Runs `gsharectl bill`.
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let base = match &a.tenant {
+        Some(t) => format!("/v1/tenants/{t}/bill"),
+        None => "/v1/bill".into(),
+    };
+    let mut path = format!("{base}?from={}", a.from);
+    if let Some(to) = a.to {
+        path.push_str(&format!("&to={to}"));
+    }
+    let v = a.region.call("GET", &path, None)?;
+    a.region.show(&v, table);
+    Ok(())
+}
+
+fn table(v: &Value) -> Vec<Vec<String>> {
+    let unit = cell(&v["unit"]);
+    let mut rows = vec![vec![
+        "GPU MODEL".to_string(),
+        "POOL KIND".into(),
+        "TIER".into(),
+        "EPOCH".into(),
+        format!("COMPUTE ({unit})"),
+        format!("MEMORY ({unit})"),
+    ]];
+    for l in v["lines"].as_array().into_iter().flatten() {
+        rows.push(vec![
+            cell(&l["gpu_model"]),
+            cell(&l["pool_kind"]),
+            cell(&l["tier"]),
+            cell(&l["price_epoch"]),
+            cell(&l["charge"]["compute"]),
+            cell(&l["charge"]["memory"]),
+        ]);
+    }
+    rows.push(vec![format!(
+        "tenant {}: total {} {unit}",
+        cell(&v["tenant"]),
+        cell(&v["total"])
+    )]);
+    rows
+}

@@ -1,0 +1,71 @@
+//! `gsharectl price show|set -f pricing.toml`.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use serde_json::{json, Value};
+
+use super::region_client::{cell, key_values, RegionArgs};
+
+/// `gsharectl price …`
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    region: RegionArgs,
+    #[command(subcommand)]
+    command: PriceCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum PriceCommand {
+    /// Show the price list in force.
+    Show,
+    /// Replace the price list from now on (operator): a file with a
+    /// `[pricing]` table in the topology file's schema.
+    Set {
+        /// The file.
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+    },
+}
+
+/// Runs `gsharectl price …`.
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let r = &a.region;
+    match a.command {
+        PriceCommand::Show => {
+            let v = r.call("GET", "/v1/prices", None)?;
+            r.show(&v, table);
+        }
+        PriceCommand::Set { file } => {
+            let text =
+                std::fs::read_to_string(&file).with_context(|| file.display().to_string())?;
+            let v = r.call("PUT", "/v1/prices", Some(&json!({ "toml": text })))?;
+            r.show(&v, key_values);
+        }
+    }
+    Ok(())
+}
+
+fn table(v: &Value) -> Vec<Vec<String>> {
+    let unit = cell(&v["unit"]);
+    let mut rows = vec![vec![
+        "GPU MODEL".to_string(),
+        "POOL KIND".into(),
+        format!("GPU-HOUR ({unit})"),
+        format!("MEMORY GiB-HOUR ({unit})"),
+    ]];
+    for p in v["prices"].as_array().into_iter().flatten() {
+        rows.push(vec![
+            cell(&p["gpu_model"]),
+            cell(&p["pool_kind"]),
+            cell(&p["gpu_hour"]),
+            cell(&p["memory_gib_hour"]),
+        ]);
+    }
+    rows.push(vec![format!(
+        "tier discounts (bp, exclusive/guaranteed/burstable/oversubscribed): {}",
+        v["discounts_bp"]
+    )]);
+    rows
+}

@@ -1,0 +1,149 @@
+//! What the tenant/operator commands share: where the region is
+//! (`--region`, `GSHARE_REGION`), who is asking (`--token`,
+//! `GSHARE_TOKEN`), `--json`, retries while no leader is known, and
+//! `{"error": {"code", "message"}}` answers turned into errors.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use serde_json::Value;
+
+use crate::http_client::request;
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+const ATTEMPTS: u32 = 10;
+
+/// `--region`, `--token`, `--json`, shared by the region commands.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RegionArgs {
+    /// Any replica's HTTP address, `http://host:port` or `host:port`
+    /// (default: `$GSHARE_REGION`, else `127.0.0.1:8101`).
+    #[arg(long, global = true)]
+    pub region: Option<String>,
+    /// Bearer token: the operator's or a tenant's (default: `$GSHARE_TOKEN`).
+    #[arg(long, global = true)]
+    pub token: Option<String>,
+    /// Print the JSON answer instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+impl RegionArgs {
+    fn addr(&self) -> anyhow::Result<SocketAddr> {
+        let raw = self
+            .region
+            .clone()
+            .or_else(|| std::env::var("GSHARE_REGION").ok())
+            .unwrap_or_else(|| "127.0.0.1:8101".into());
+        let hostport = raw
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_string();
+        if raw.starts_with("https://") {
+            bail!("--region {raw}: only http:// is served");
+        }
+        hostport
+            .to_socket_addrs()
+            .with_context(|| format!("--region {raw}"))?
+            .next()
+            .ok_or_else(|| anyhow!("--region {raw}: no address"))
+    }
+
+    fn token(&self) -> anyhow::Result<String> {
+        self.token
+            .clone()
+            .or_else(|| std::env::var("GSHARE_TOKEN").ok())
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| anyhow!("give --token or set GSHARE_TOKEN"))
+    }
+
+    /// Sends one request; retries while the region answers 503 (no leader).
+    /// A non-2xx answer becomes an error `code: message`.
+    pub fn call(&self, method: &str, path: &str, body: Option<&Value>) -> anyhow::Result<Value> {
+        let addr = self.addr()?;
+        let token = self.token()?;
+        let body = body.map(Value::to_string);
+        let mut attempt = 0;
+        loop {
+            let r = request(addr, method, path, Some(&token), body.as_deref(), TIMEOUT)?;
+            let v: Value = serde_json::from_str(&r.body).unwrap_or(Value::String(r.body.clone()));
+            if (200..300).contains(&r.status) {
+                return Ok(v);
+            }
+            attempt += 1;
+            if r.status == 503 && attempt < ATTEMPTS {
+                std::thread::sleep(Duration::from_millis(300));
+                continue;
+            }
+            let e = &v["error"];
+            bail!(
+                "{} {}: {}",
+                r.status,
+                e["code"].as_str().unwrap_or("error"),
+                e["message"].as_str().unwrap_or(&r.body)
+            );
+        }
+    }
+
+    /// Prints `v` as JSON with `--json`, else as `table(v)`.
+    pub fn show(&self, v: &Value, table: impl FnOnce(&Value) -> Vec<Vec<String>>) {
+        if self.json {
+            println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+        } else {
+            print_table(&table(v));
+        }
+    }
+}
+
+/// Prints rows as left-aligned columns (first row: the header).
+pub fn print_table(rows: &[Vec<String>]) {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for r in rows {
+        let line: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(i, s)| format!("{s:<w$}", w = widths[i]))
+            .collect();
+        println!("{}", line.join("  ").trim_end());
+    }
+}
+
+/// A JSON value as table text (strings unquoted, null as `-`).
+pub fn cell(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Rows of `key: value` for an object answer.
+pub fn key_values(v: &Value) -> Vec<Vec<String>> {
+    match v {
+        Value::Object(m) if m.len() == 1 && m.values().all(Value::is_object) => {
+            let (kind, inner) = m
+                .iter()
+                .next()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .unwrap_or_default();
+            let mut rows = vec![vec!["outcome".into(), kind]];
+            rows.extend(key_values(&inner));
+            rows
+        }
+        Value::Object(m) => m
+            .iter()
+            .map(|(k, v)| vec![format!("{k}:"), cell(v)])
+            .collect(),
+        other => vec![vec![cell(other)]],
+    }
+}
