@@ -13,6 +13,7 @@
 //!
 //! `gsharectl` (in `cli`) creates certificates and changes membership.
 
+pub mod agents;
 pub mod api;
 pub mod bootstrap;
 pub mod cli;

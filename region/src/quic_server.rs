@@ -33,9 +33,15 @@ pub struct QuicCounters {
 }
 
 /// Accepts connections on `endpoint` until it is closed.
-pub async fn serve(endpoint: quinn::Endpoint, raft: Raft<TypeConfig>, counters: Arc<QuicCounters>) {
+pub async fn serve(
+    endpoint: quinn::Endpoint,
+    raft: Raft<TypeConfig>,
+    counters: Arc<QuicCounters>,
+    agents: crate::agents::AgentHub,
+) {
     while let Some(incoming) = endpoint.accept().await {
         let raft = raft.clone();
+        let agents = agents.clone();
         let counters = counters.clone();
         tokio::spawn(async move {
             let conn = match incoming.await {
@@ -47,6 +53,14 @@ pub async fn serve(endpoint: quinn::Endpoint, raft: Raft<TypeConfig>, counters: 
                 }
             };
             counters.connections.fetch_add(1, Ordering::Relaxed);
+            let alpn = conn
+                .handshake_data()
+                .and_then(|h| h.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
+                .and_then(|h| h.protocol);
+            if alpn.as_deref() == Some(crate::agents::AGENT_ALPN) {
+                crate::agents::serve_agent(conn, agents).await;
+                return;
+            }
             while let Ok((send, recv)) = conn.accept_bi().await {
                 tokio::spawn(answer(
                     conn.clone(),

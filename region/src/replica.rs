@@ -184,12 +184,16 @@ impl Replica {
             .await
             .map_err(|e| ReplicaError::Raft(e.to_string()))?;
         let counters = Arc::new(QuicCounters::default());
+        let proposer = Proposer::start(raft.clone(), links);
         tokio::spawn(quic_server::serve(
             endpoint.clone(),
             raft.clone(),
             counters.clone(),
+            crate::agents::AgentHub {
+                proposer: proposer.clone(),
+                state: state.clone(),
+            },
         ));
-        let proposer = Proposer::start(raft.clone(), links);
         Ok(Replica {
             id: spec.id,
             node: ReplicaNode {

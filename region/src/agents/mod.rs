@@ -1,0 +1,170 @@
+//! The agent-facing side of a replica: node agents connect to the same
+//! QUIC endpoint as peers, with ALPN `gshare-agent/1` (mutual TLS with the
+//! operator CA, like replicas).
+//!
+//! ```text
+//!   agent ── bi: Register ──▶ AgentRegister through Raft ─▶ Registered{next_seq} | Refused
+//!         ── bi: Heartbeat / Swaps ─▶ Ack
+//!         ◀─ uni: Assignment (the node's instances) / Tokens (all digests), when they change
+//! ```
+//!
+//! Every replica serves agents: a follower's proposer forwards the
+//! registration to the leader. Assignments and tokens come from this
+//! replica's applied state, polled every 200 ms and pushed when changed.
+//! Not yet: forwarding `POST /v1/invoke` to agents, swap-report storage.
+
+use crate::proposer::{Proposer, WriteError};
+use crate::wire::{read_frame, write_frame, FrameError};
+use gshare_core::command::{CommandOutcome, RegionCommand};
+use gshare_core::model::NodeId;
+use gshare_core::protocol::{
+    AgentMessage, AgentMessageV1, AssignedInstance, Assignment, RegionMessage, RegionMessageV1,
+    TenantTokens, TokenDigests,
+};
+use gshare_core::state::{Applied, DomainCommand};
+use gshare_raft_store::StateReader;
+use std::time::Duration;
+
+/// ALPN of the agent protocol.
+pub const AGENT_ALPN: &[u8] = b"gshare-agent/1";
+
+const PUSH_EVERY: Duration = Duration::from_millis(200);
+
+/// What an agent connection needs from the replica.
+#[derive(Clone)]
+pub struct AgentHub {
+    /// Proposes registrations.
+    pub proposer: Proposer,
+    /// Reads the applied state.
+    pub state: StateReader,
+}
+
+fn refused(code: &str, message: String, retry: bool) -> RegionMessage {
+    RegionMessage::v1(RegionMessageV1::Refused {
+        code: code.into(),
+        message,
+        retry,
+    })
+}
+
+async fn register(hub: &AgentHub, r: &gshare_core::protocol::Register) -> RegionMessage {
+    let cmd = DomainCommand::AgentRegister {
+        agent: r.agent.clone(),
+        node: r.node.clone(),
+        version: r.version.clone(),
+    };
+    match hub.proposer.propose(RegionCommand::domain(cmd)).await {
+        Ok(CommandOutcome::Domain(Ok(Applied::AgentRegistered { next_seq, .. }))) => {
+            RegionMessage::v1(RegionMessageV1::Registered {
+                next_seq,
+                leader: 0,
+            })
+        }
+        Ok(CommandOutcome::Domain(Err(e))) => refused(e.code(), e.to_string(), false),
+        Ok(other) => refused("internal", format!("unexpected outcome {other:?}"), true),
+        Err(e @ (WriteError::NoLeader | WriteError::Unknown(_) | WriteError::Stopped)) => {
+            refused("retry", e.to_string(), true)
+        }
+        Err(e) => refused("invalid", e.to_string(), false),
+    }
+}
+
+fn view(hub: &AgentHub, node: &NodeId) -> (Assignment, TokenDigests) {
+    let s = hub.state.read();
+    let index = s.last_applied.map_or(0, |l| l.index);
+    let domain = s.region.domain();
+    let instances = domain
+        .instances()
+        .filter(|i| i.slices.iter().any(|sl| &sl.gpu.node == node))
+        .filter_map(|i| {
+            let f = domain.function(&i.tenant, &i.function).ok()?;
+            Some(AssignedInstance {
+                instance: i.id,
+                spec: f.spec.clone(),
+                version: f.version,
+                slices: i.slices.clone(),
+            })
+        })
+        .collect();
+    let tenants = domain
+        .tenants()
+        .map(|t| TenantTokens {
+            tenant: t.id.clone(),
+            digests: t.tokens.values().map(|k| k.digest.clone()).collect(),
+        })
+        .collect();
+    (
+        Assignment {
+            applied_index: index,
+            instances,
+        },
+        TokenDigests {
+            applied_index: index,
+            tenants,
+        },
+    )
+}
+
+async fn push(conn: &quinn::Connection, msg: RegionMessageV1) -> bool {
+    let Ok(mut send) = conn.open_uni().await else {
+        return false;
+    };
+    write_frame(&mut send, &RegionMessage::v1(msg))
+        .await
+        .is_ok()
+}
+
+async fn pushes(conn: quinn::Connection, hub: AgentHub, node: NodeId) {
+    let (mut last_a, mut last_t) = (None, None);
+    loop {
+        let (a, t) = view(&hub, &node);
+        if last_a.as_ref() != Some(&a.instances) {
+            last_a = Some(a.instances.clone());
+            if !push(&conn, RegionMessageV1::Assignment(a)).await {
+                return;
+            }
+        }
+        if last_t.as_ref() != Some(&t.tenants) {
+            last_t = Some(t.tenants.clone());
+            if !push(&conn, RegionMessageV1::Tokens(t)).await {
+                return;
+            }
+        }
+        tokio::time::sleep(PUSH_EVERY).await;
+    }
+}
+
+/// Serves one agent connection until it closes. A bad frame closes it
+/// with code 0x10.
+pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
+    let mut pusher: Option<tokio::task::JoinHandle<()>> = None;
+    while let Ok((mut send, mut recv)) = conn.accept_bi().await {
+        let msg: AgentMessage = match read_frame(&mut recv).await {
+            Ok(m) => m,
+            Err(FrameError::Oversized { .. } | FrameError::Malformed(_)) => {
+                conn.close(0x10u32.into(), b"bad frame");
+                break;
+            }
+            Err(_) => continue,
+        };
+        let AgentMessage::V1(msg) = msg;
+        let reply = match msg {
+            AgentMessageV1::Register(r) => {
+                let reply = register(&hub, &r).await;
+                if matches!(reply, RegionMessage::V1(RegionMessageV1::Registered { .. })) {
+                    tracing::info!(agent = %r.agent.0, node = %r.node.0, "agent registered");
+                    if let Some(p) = pusher.take() {
+                        p.abort();
+                    }
+                    pusher = Some(tokio::spawn(pushes(conn.clone(), hub.clone(), r.node)));
+                }
+                reply
+            }
+            _ => RegionMessage::v1(RegionMessageV1::Ack),
+        };
+        let _ = write_frame(&mut send, &reply).await;
+    }
+    if let Some(p) = pusher {
+        p.abort();
+    }
+}

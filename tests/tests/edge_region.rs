@@ -1,0 +1,156 @@
+//! A real `gshare-edge` process against real `gshare-region` replicas: the
+//! agent registers over QUIC + mutual TLS (ALPN `gshare-agent/1`), gets
+//! the instance the leader placed for a deployed function and the tenant's
+//! token digest, and serves the invocation on its own ingress.
+
+use gshare_region::http_client::{request, HttpReply};
+use gshare_tests::{TestRegion, TOKEN};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn call(addr: SocketAddr, method: &str, path: &str, token: &str, body: Option<&str>) -> HttpReply {
+    request(
+        addr,
+        method,
+        path,
+        Some(token),
+        body,
+        Duration::from_secs(10),
+    )
+    .unwrap_or_else(|e| HttpReply {
+        status: 0,
+        body: e.to_string(),
+    })
+}
+
+fn until(what: &str, mut f: impl FnMut() -> Option<HttpReply>) -> HttpReply {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(r) = f() {
+            return r;
+        }
+        assert!(Instant::now() < deadline, "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn agent_registers_with_the_region_and_serves_a_deployed_function() {
+    let mut region = TestRegion::new(3).expect("region");
+    for id in 1..=3 {
+        region.start(id, id == 1).expect("start");
+    }
+    region
+        .wait_leader(&[1, 2, 3], Duration::from_secs(15))
+        .expect("leader");
+    let http = region.http(1);
+    until("tenants loaded", || {
+        let r = call(http, "GET", "/v1/tenants", TOKEN, None);
+        let v: Value = serde_json::from_str(&r.body).unwrap_or(Value::Null);
+        v.as_array().is_some_and(|a| a.len() == 2).then_some(r)
+    });
+    let r = until("token", || {
+        let r = call(http, "POST", "/v1/tenants/acme/tokens", TOKEN, None);
+        (r.status == 201).then_some(r)
+    });
+    let v: Value = serde_json::from_str(&r.body).unwrap();
+    let acme = v["token"].as_str().unwrap().to_string();
+    let f = json!({
+        "name": "hello", "runtime": "pytorch", "memory_mib": 3000, "compute_milli": 400,
+        "tier": "guaranteed", "deadline_ms": 2000, "pool": "center", "min_instances": 1,
+    })
+    .to_string();
+    let r = until("deploy", || {
+        let r = call(http, "POST", "/v1/functions", &acme, Some(&f));
+        (r.status != 0 && r.status != 503).then_some(r)
+    });
+    assert!(r.status == 200 || r.status == 201, "{r:?}");
+    // Where did the leader place it? (A center node: local-c1 or local-c2.)
+    let mut node = "";
+    until("placed", || {
+        let r = call(http, "GET", "/v1/cluster/state", TOKEN, None);
+        let s: Value = serde_json::from_str(&r.body).unwrap_or(Value::Null);
+        let instances = s["instances"].to_string();
+        node = ["local-c1", "local-c2"]
+            .into_iter()
+            .find(|n| instances.contains(&format!("\"{n}\"")))?;
+        Some(r)
+    });
+    let certs = region.certs();
+    let (ok, out) = region
+        .gsharectl(&[
+            "certs",
+            "issue",
+            "--dir",
+            certs.to_str().unwrap(),
+            "--name",
+            node,
+        ])
+        .unwrap();
+    assert!(ok, "{out}");
+    let ingress = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let replicas: String = region
+        .replicas
+        .values()
+        .map(|r| format!("[[replicas]]\nquic_addr = \"{}\"\n", r.raft_addr))
+        .collect();
+    let config = region.root().join("agent.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"node = "{node}"
+pool = "center"
+pool_kind = "center"
+data_dir = "data/agent"
+ingress_addr = "{ingress}"
+host_swap_mib = 8192
+heartbeat_ms = 200
+[gpus]
+backend = "simulated"
+[[gpus.simulated]]
+model = "sim-gpu-16g"
+memory_mib = 16384
+h2d_mib_per_s = 12000
+count = 2
+[load]
+cold_setup_us = 20000
+{replicas}
+[tls]
+ca_cert = "certs/ca.pem"
+cert = "certs/{node}.pem"
+key = "certs/{node}.key"
+"#
+        ),
+    )
+    .unwrap();
+    let mut agent = Command::new(gshare_tests::binary("gshare-edge"))
+        .arg("--config")
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let served = until("served through the agent", || {
+        let r = call(ingress, "POST", "/v1/invoke/acme/hello", &acme, Some("{}"));
+        (r.status == 200).then_some(r)
+    });
+    assert_eq!(served.body, "{}");
+    // Another tenant's token is refused by the agent itself.
+    let r = call(ingress, "POST", "/v1/invoke/acme/hello", TOKEN, Some("{}"));
+    assert_eq!(r.status, 401, "{r:?}");
+    // The registration went through Raft: every replica's state has the agent.
+    for id in 1..=3 {
+        until("agent in every replica's state", || {
+            let r = call(region.http(id), "GET", "/v1/cluster/state", TOKEN, None);
+            let s: Value = serde_json::from_str(&r.body).unwrap_or(Value::Null);
+            s["agents"].to_string().contains(node).then_some(r)
+        });
+    }
+    let _ = agent.kill();
+    let _ = agent.wait();
+}
