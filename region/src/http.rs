@@ -453,6 +453,10 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             web::delete().to(remove_replica),
         );
     crate::api::routes(cfg);
+    cfg.route(
+        "/v1/invoke/{tenant}/{name}",
+        web::post().to(crate::agents::invoke_route),
+    );
 }
 
 /// Binds the HTTP server of `ctx` on `addr` (run the returned server to serve).

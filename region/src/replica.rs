@@ -109,6 +109,8 @@ pub struct Replica {
     pub proposer: Proposer,
     /// QUIC server counters.
     pub counters: Arc<QuicCounters>,
+    /// Node agents connected to this replica.
+    pub agents: crate::agents::AgentHub,
     endpoint: quinn::Endpoint,
 }
 
@@ -185,14 +187,12 @@ impl Replica {
             .map_err(|e| ReplicaError::Raft(e.to_string()))?;
         let counters = Arc::new(QuicCounters::default());
         let proposer = Proposer::start(raft.clone(), links);
+        let agents = crate::agents::AgentHub::new(proposer.clone(), state.clone());
         tokio::spawn(quic_server::serve(
             endpoint.clone(),
             raft.clone(),
             counters.clone(),
-            crate::agents::AgentHub {
-                proposer: proposer.clone(),
-                state: state.clone(),
-            },
+            agents.clone(),
         ));
         Ok(Replica {
             id: spec.id,
@@ -204,6 +204,7 @@ impl Replica {
             state,
             proposer,
             counters,
+            agents,
             endpoint,
         })
     }

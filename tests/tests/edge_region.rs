@@ -1,7 +1,8 @@
 //! A real `gshare-edge` process against real `gshare-region` replicas: the
 //! agent registers over QUIC + mutual TLS (ALPN `gshare-agent/1`), gets
 //! the instance the leader placed for a deployed function and the tenant's
-//! token digest, and serves the invocation on its own ingress.
+//! token digest, and serves the invocation on its own ingress and through
+//! every replica.
 
 use gshare_region::http_client::{request, HttpReply};
 use gshare_tests::{TestRegion, TOKEN};
@@ -140,6 +141,38 @@ key = "certs/{node}.key"
         (r.status == 200).then_some(r)
     });
     assert_eq!(served.body, "{}");
+    // Through every replica: the one the agent is connected to forwards
+    // over QUIC, the others hand it to a peer over HTTP.
+    for id in 1..=3 {
+        let r = call(
+            region.http(id),
+            "POST",
+            "/v1/invoke/acme/hello",
+            &acme,
+            Some("via"),
+        );
+        assert_eq!(
+            (r.status, r.body.as_str()),
+            (200, "via"),
+            "replica {id}: {r:?}"
+        );
+        let r = call(
+            region.http(id),
+            "POST",
+            "/v1/invoke/acme/nope",
+            &acme,
+            Some("x"),
+        );
+        assert_eq!(r.status, 404, "replica {id}: {r:?}");
+        let r = call(
+            region.http(id),
+            "POST",
+            "/v1/invoke/acme/hello",
+            TOKEN,
+            Some("x"),
+        );
+        assert_eq!(r.status, 401, "replica {id}: {r:?}");
+    }
     // Another tenant's token is refused by the agent itself.
     let r = call(ingress, "POST", "/v1/invoke/acme/hello", TOKEN, Some("{}"));
     assert_eq!(r.status, 401, "{r:?}");

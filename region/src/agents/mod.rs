@@ -11,7 +11,12 @@
 //! Every replica serves agents: a follower's proposer forwards the
 //! registration to the leader. Assignments and tokens come from this
 //! replica's applied state, polled every 200 ms and pushed when changed.
-//! Not yet: forwarding `POST /v1/invoke` to agents, swap-report storage.
+//! `POST /v1/invoke/{tenant}/{name}` on any replica is forwarded to a
+//! hosting agent ([`invoke`]). Not yet: swap-report storage.
+
+mod invoke;
+
+pub use invoke::invoke_route;
 
 use crate::proposer::{Proposer, WriteError};
 use crate::wire::{read_frame, write_frame, FrameError};
@@ -23,6 +28,8 @@ use gshare_core::protocol::{
 };
 use gshare_core::state::{Applied, DomainCommand};
 use gshare_raft_store::StateReader;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// ALPN of the agent protocol.
@@ -37,6 +44,28 @@ pub struct AgentHub {
     pub proposer: Proposer,
     /// Reads the applied state.
     pub state: StateReader,
+    /// Agents connected to this replica, by node.
+    pub links: Arc<Mutex<HashMap<NodeId, quinn::Connection>>>,
+}
+
+impl AgentHub {
+    /// A hub with no agent connected yet.
+    pub fn new(proposer: Proposer, state: StateReader) -> Self {
+        Self {
+            proposer,
+            state,
+            links: Arc::default(),
+        }
+    }
+
+    /// The connection of `node`'s agent, if it is connected here.
+    pub fn link(&self, node: &NodeId) -> Option<quinn::Connection> {
+        let links = self.links.lock().unwrap_or_else(|p| p.into_inner());
+        links
+            .get(node)
+            .filter(|c| c.close_reason().is_none())
+            .cloned()
+    }
 }
 
 fn refused(code: &str, message: String, retry: bool) -> RegionMessage {
@@ -156,6 +185,10 @@ pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
                     if let Some(p) = pusher.take() {
                         p.abort();
                     }
+                    hub.links
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(r.node.clone(), conn.clone());
                     pusher = Some(tokio::spawn(pushes(conn.clone(), hub.clone(), r.node)));
                 }
                 reply
