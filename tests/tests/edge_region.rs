@@ -61,6 +61,7 @@ fn agent_registers_with_the_region_and_serves_a_deployed_function() {
     let f = json!({
         "name": "hello", "runtime": "pytorch", "memory_mib": 3000, "compute_milli": 400,
         "tier": "guaranteed", "deadline_ms": 2000, "pool": "center", "min_instances": 1,
+        "latency": {"full_gpu_us": 2000, "saturation_milli": 400},
     })
     .to_string();
     let r = until("deploy", || {
@@ -183,6 +184,39 @@ key = "certs/{node}.key"
             let s: Value = serde_json::from_str(&r.body).unwrap_or(Value::Null);
             s["agents"].to_string().contains(node).then_some(r)
         });
+    }
+    // Kill -9 the leader while invocations flow through the agent's ingress.
+    let leader = region
+        .wait_leader(&[1, 2, 3], Duration::from_secs(15))
+        .expect("leader");
+    let acme2 = acme.clone();
+    let load = std::thread::spawn(move || {
+        (0..200)
+            .map(|_| call(ingress, "POST", "/v1/invoke/acme/hello", &acme2, Some("{}")).status)
+            .filter(|s| *s != 200)
+            .count()
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    region.kill9(leader).expect("kill leader");
+    assert_eq!(
+        load.join().unwrap(),
+        0,
+        "invocations failed while the region lost its leader"
+    );
+    // Through every survivor (if the agent's replica died, it re-registers
+    // with another one).
+    for via in (1..=3).filter(|id| *id != leader) {
+        let r = until("served via a surviving replica", || {
+            let r = call(
+                region.http(via),
+                "POST",
+                "/v1/invoke/acme/hello",
+                &acme,
+                Some("again"),
+            );
+            (r.status == 200).then_some(r)
+        });
+        assert_eq!(r.body, "again");
     }
     let _ = agent.kill();
     let _ = agent.wait();
