@@ -50,7 +50,7 @@ async fn log_vote_committed_and_snapshot_survive_reopen() {
         // A snapshot of state holding k1..k3 at index 3.
         let mut region = RegionState::default();
         for i in 1..=3 {
-            region.apply(&RegionCommand::put(format!("k{i}"), b"v".to_vec()));
+            region.apply(RegionCommand::put(format!("k{i}"), b"v".to_vec()));
         }
         let meta = SnapshotMeta {
             last_log_id: Some(log_id(2, 3)),

@@ -500,5 +500,23 @@ mod tests {
         assert_eq!(c.id, 1);
         assert_eq!(c.data_dir, dir.path().join("data"));
         assert_eq!(c.peers.len(), 1);
+
+        // The operator token from a file (trimmed); not both; not empty.
+        std::fs::write(dir.path().join("op.token"), "s3cret\n").unwrap();
+        let from_file = text.replace(
+            "operator_token = \"t\"",
+            "operator_token_file = \"op.token\"",
+        );
+        let c = ReplicaConfig::parse(&from_file, dir.path()).unwrap();
+        assert_eq!(c.operator_token, "s3cret");
+        let both = text.replace(
+            "operator_token = \"t\"",
+            "operator_token = \"t\"\noperator_token_file = \"op.token\"",
+        );
+        let p = ReplicaConfig::parse(&both, dir.path()).unwrap_err();
+        assert_eq!(p[0].key, "operator_token_file");
+        std::fs::write(dir.path().join("op.token"), " \n").unwrap();
+        let p = ReplicaConfig::parse(&from_file, dir.path()).unwrap_err();
+        assert!(p[0].problem.contains("is empty"), "{p:?}");
     }
 }

@@ -98,17 +98,15 @@ async fn run(config: ReplicaConfig, init: bool) -> anyhow::Result<()> {
             }
         });
     }
-    let server = http::server(
-        HttpContext {
-            replica: replica.clone(),
-            operator_token: config.operator_token.clone(),
-            api: std::sync::Arc::new(gshare_region::api::ApiState::new(Some(
-                config.topology.clone(),
-            ))),
-        },
-        config.http_addr,
-        2,
-    )?;
+    let ctx = HttpContext {
+        replica: replica.clone(),
+        operator_token: config.operator_token.clone(),
+        api: std::sync::Arc::new(gshare_region::api::ApiState::new(Some(
+            config.topology.clone(),
+        ))),
+    };
+    tokio::spawn(gshare_region::api::placement_loop::run(ctx.clone()));
+    let server = http::server(ctx, config.http_addr, 2)?;
     let handle = server.handle();
     println!(
         "gshare-region {} serving: raft (QUIC) {} http {}",

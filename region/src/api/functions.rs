@@ -10,7 +10,8 @@
 //! a stale view) re-plans, up to [`PLACE_ATTEMPTS`] times. If the
 //! function's `min_instances` cannot all be placed the deploy is rolled
 //! back (the function is deleted, releasing what was placed) and the answer
-//! names the resource or quota that ran out.
+//! names the resource or quota that ran out. Instances the leader's
+//! placement loop (`placement_loop.rs`) placed meanwhile count.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -199,9 +200,22 @@ async fn deploy(
         other => return Err(ApiError::internal(format!("unexpected {other:?}"))),
     };
     let mut instances = Vec::new();
-    for _ in 0..spec.min_instances {
+    let mut races = 0;
+    loop {
+        let have = {
+            let st = ctx.replica.state.read();
+            st.region.domain().instance_count(&tenant, &spec.name)
+        };
+        if have >= spec.min_instances || instances.len() as u32 >= spec.min_instances {
+            break;
+        }
         match place_one(&ctx, &spec).await {
             Ok(i) => instances.push(i),
+            // The leader's placement loop placed one meanwhile (this view lags).
+            Err(e) if e.code == "max_instances" && races < 5 => {
+                races += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
             Err(e) => {
                 // Roll back: a deploy places all of min_instances or nothing.
                 let _ = propose(
@@ -214,6 +228,11 @@ async fn deploy(
                 .await;
                 return Err(e);
             }
+        }
+    }
+    if (instances.len() as u32) < spec.min_instances {
+        if let Ok(v) = view(&ctx, &tenant, &spec.name) {
+            instances = v.instances;
         }
     }
     Ok(HttpResponse::Created().json(FunctionView {

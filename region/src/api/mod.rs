@@ -24,6 +24,7 @@ mod cluster_view;
 pub mod error;
 pub mod functions;
 pub mod metrics;
+pub mod placement_loop;
 mod prices;
 mod quotas;
 mod tenants;

@@ -1,7 +1,7 @@
 //! `POST /v1/topology/reload` (operator): reloads the topology from the
 //! file named in the replica config, or from `{"toml": "..."}` in the body.
-//! Nodes that disappear are drained (their instances released); the leader
-//! does not re-place them yet (see docs/region.md).
+//! Nodes that disappear are drained (their instances released); the
+//! leader's placement loop places them again.
 
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};

@@ -50,6 +50,10 @@ struct Args {
     /// Measure function deploys that each place one instance (see above).
     #[arg(long)]
     placements: bool,
+    /// With `--placements`: spread the clients over every replica (followers
+    /// forward writes and plan on their own view) instead of the leader.
+    #[arg(long)]
+    spread: bool,
 }
 
 const TENANT_TOKEN: &str = "bench-tenant-token";
@@ -333,7 +337,11 @@ fn main() -> anyhow::Result<()> {
     runtime.block_on(async {
         let dir = tempfile::tempdir()?;
         let (what, unit) = if args.placements {
-            ("function deploys placing 1 instance each (POST /v1/functions) on 1,000 nodes x 8 GPUs, spread over every replica", "placements_per_sec")
+            (if args.spread {
+                "function deploys placing 1 instance each (POST /v1/functions) on 1,000 nodes x 8 GPUs, spread over every replica"
+            } else {
+                "function deploys placing 1 instance each (POST /v1/functions) on 1,000 nodes x 8 GPUs, to the leader"
+            }, "placements_per_sec")
         } else {
             ("HTTP POST /v1/kv to the leader", "writes_per_sec")
         };
@@ -346,7 +354,11 @@ fn main() -> anyhow::Result<()> {
             let running = start_region(dir.path(), n).await?;
             let targets = if args.placements {
                 load_domain(&running).await?;
-                running.https.clone()
+                if args.spread {
+                    running.https.clone()
+                } else {
+                    vec![running.leader_http]
+                }
             } else {
                 vec![running.leader_http]
             };
