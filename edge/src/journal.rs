@@ -159,13 +159,37 @@ fn decode_record(key: &[u8], bytes: &[u8]) -> Result<UsageRecord, JournalError> 
     Ok(r)
 }
 
+/// How long `open` waits for a previous handle of the same journal, in this
+/// process, to let go of sled's file lock.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Opens the sled database, waiting (bounded by [`LOCK_WAIT`]) while its file
+/// lock is still held. sled 0.34 releases the lock from a background flusher
+/// after the last handle is dropped, so a journal reopened in the same
+/// process can find it briefly taken; another live process holding it is
+/// still refused once the wait is over.
+fn open_db(path: &Path) -> Result<sled::Db, sled::Error> {
+    let start = std::time::Instant::now();
+    loop {
+        match sled::Config::new().path(path).open() {
+            Err(sled::Error::Io(e))
+                if e.to_string().contains("could not acquire lock")
+                    && start.elapsed() < LOCK_WAIT =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
+}
+
 impl UsageJournal {
     /// Opens (or creates) the journal in directory `path` for `agent`.
     ///
     /// The next sequence number is recovered from disk (1 for a new journal).
     /// A journal created for another agent id is refused.
     pub fn open(path: &Path, agent: AgentId) -> Result<Self, JournalError> {
-        let db = sled::Config::new().path(path).open()?;
+        let db = open_db(path)?;
         let tree = db.open_tree(TREE)?;
         match tree.get(KEY_AGENT)? {
             Some(stored) if stored.as_ref() != agent.0.as_bytes() => {
