@@ -1,6 +1,7 @@
 //! `gshare` and `gshare-noremap`: gshare's own placement.
 //!
-//! Ranking (both), for a sharing task first by *hole quality*: with the
+//! Ranking (both): first the CPU/GPU balance class (below); then, for a
+//! sharing task, *hole quality*: with the
 //! common sharing sizes of the typical-pod distribution (each ≥ 1.5 % of
 //! it), a hole of `h` milli can at best be filled down to `dead(h)` milli
 //! (an unbounded subset sum over those sizes). The task goes where
@@ -8,11 +9,10 @@
 //! fewest future combinations: a 320 does not land beside a 470 (its hole 530
 //! fits another 470, dead 60; after the 320 the 210 left fits no common size)
 //! but on a fresh GPU (680 → 650 + …, dead 30). FGD's fragmentation score only
-//! asks whether a typical pod fits, not what it leaves. Then (all tasks)
-//! FGD's fragmentation-gradient node score (the expected
+//! asks whether a typical pod fits, not what it leaves. Then FGD's
+//! fragmentation-gradient node score (the expected
 //! fragmentation increase through FGD's integer sigmoid, which buckets
-//! nearby nodes together), then, inside a bucket, CPU/GPU balance, then the
-//! seeded random order:
+//! nearby nodes together), then the seeded random order. The balance class:
 //! - CPU-only tasks go to the node that keeps the most CPU per idle GPU;
 //! - GPU tasks are classed by CPU per GPU against the cluster's own ratio
 //!   (`CpuLight` below half of it, `CpuHeavy` above it, `Balanced` between);
@@ -259,7 +259,7 @@ impl PlacementPolicy for Gshare {
             } else {
                 0
             };
-            let key = (loss, d, balance, n.tie_rank());
+            let key = (balance, loss, d, n.tie_rank());
             if best.is_none_or(|(b, _)| key < b) {
                 best = Some((key, i));
             }
