@@ -218,6 +218,33 @@ fn gshare_remaps_only_when_the_task_fits_nowhere() {
 }
 
 #[test]
+fn gshare_keeps_holes_that_common_sizes_can_still_fill() {
+    // Common sizes 470 and 320: a 530 hole beside a 470 takes another 470
+    // (60 left); a 320 there would leave 210, which nothing common fills.
+    let mut pods = vec![pod(1000, 1, 1, 470); 5];
+    pods.extend(vec![pod(1000, 1, 1, 320); 5]);
+    // Half the demand is whole GPUs, so FGD's fragmentation alone would
+    // keep GPU 1 whole and put the 320 beside the 470.
+    pods.extend(vec![pod(1000, 1, 1, 1000); 10]);
+    let frag = FragModel::from_pods(&pods);
+    let mut c = cluster(vec![node("n0", 64000, 1 << 20, 2, 0)]);
+    c.bind(1, &pod(1000, 1, 1, 470), 0, GpuSet::one(0));
+    let p = Fgd::new(frag.clone())
+        .place(&c, &pod(1000, 1, 1, 320), &mut Rng::new(1))
+        .unwrap();
+    assert_eq!(p.gpus, GpuSet::one(0));
+    let mut g = Gshare::new(frag, false);
+    let p = g
+        .place(&c, &pod(1000, 1, 1, 320), &mut Rng::new(1))
+        .unwrap();
+    assert_eq!(p.gpus, GpuSet::one(1));
+    let p = g
+        .place(&c, &pod(1000, 1, 1, 470), &mut Rng::new(1))
+        .unwrap();
+    assert_eq!(p.gpus, GpuSet::one(0));
+}
+
+#[test]
 fn gshare_repacks_a_node_to_fit_a_large_sharing_task() {
     let frag = FragModel::from_pods(&[pod(1000, 1, 1, 300)]);
     let mut c = cluster(vec![node("n0", 64000, 1 << 20, 2, 0)]);
