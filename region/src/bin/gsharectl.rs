@@ -7,7 +7,17 @@ use gshare_region::cli;
 
 /// Operate a gshare region and run gshare's trace-driven experiments.
 #[derive(Debug, Parser)]
-#[command(name = "gsharectl", version, about, long_about = None)]
+#[command(
+    name = "gsharectl",
+    version,
+    about = "gshare's command-line tool: operate a region (certificates, membership, tenants, \
+             tokens, quotas, prices, functions, usage, bills) and run the trace-driven simulators",
+    after_help = "Region commands take --region <url> and --token <t> (or GSHARE_REGION, GSHARE_TOKEN).\n\
+                  Examples:\n  \
+                  gsharectl sim placement                 # FGD-paper experiment on the embedded workload\n  \
+                  gsharectl certs init --dir certs        # a CA for a new region\n  \
+                  gsharectl function deploy -f fn.toml    # deploy a function (tenant token)"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
