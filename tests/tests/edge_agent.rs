@@ -96,7 +96,7 @@ key = "n1.key"
     }));
     let server = ingress::serve(ingress_addr, addr.clone(), 1).unwrap();
     actix_rt::spawn(server);
-    RegionLink::start_link(&config, dir.path(), &found.gpus, addr.clone()).unwrap();
+    RegionLink::start_link(&config, dir.path(), &found, addr.clone()).unwrap();
     Agent {
         ingress: ingress_addr,
         addr,
