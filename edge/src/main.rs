@@ -74,9 +74,8 @@ fn run(
         let server = ingress::serve(config.ingress_addr, agent.clone(), workers)
             .with_context(|| format!("binding ingress {}", config.ingress_addr))?;
         let handle = server.handle();
-        let link =
-            region_link::RegionLink::start_link(&config, &base, &discovered.gpus, agent.clone())
-                .context("region link")?;
+        let link = region_link::RegionLink::start_link(&config, &base, &discovered, agent.clone())
+            .context("region link")?;
         tracing::info!(ingress = %config.ingress_addr, "serving");
         let srv = actix_rt::spawn(server);
         shutdown_signal().await;

@@ -18,7 +18,7 @@
 use crate::agent::{
     Admission, ApplyAssignment, ApplyTokens, Invoke, NodeAgent, StatusQuery, TakeSwapEvents,
 };
-use crate::gpu::GpuInfo;
+use crate::gpu::{Discovered, GpuMeter};
 use crate::tls::client_config;
 use crate::wire::{read_frame, write_frame, WireError, BAD_FRAME};
 use actix::{Actor, Addr, AsyncContext, Context, WrapFuture};
@@ -53,6 +53,7 @@ struct LinkSetup {
     register: Register,
     heartbeat: Duration,
     agent: Addr<NodeAgent>,
+    meter: GpuMeter,
 }
 
 /// The actor holding the link (dropping its address does not stop it; it
@@ -67,7 +68,7 @@ impl RegionLink {
     pub fn start_link(
         config: &AgentConfig,
         base: &Path,
-        gpus: &[GpuInfo],
+        found: &Discovered,
         agent: Addr<NodeAgent>,
     ) -> anyhow::Result<Addr<RegionLink>> {
         let client = client_config(
@@ -82,7 +83,8 @@ impl RegionLink {
             node: config.node.clone(),
             pool: config.pool.clone(),
             version: env!("CARGO_PKG_VERSION").to_string(),
-            gpus: gpus
+            gpus: found
+                .gpus
                 .iter()
                 .map(|g| NodeGpu {
                     index: g.index,
@@ -99,6 +101,7 @@ impl RegionLink {
                 register,
                 heartbeat: Duration::from_millis(config.heartbeat_ms),
                 agent,
+                meter: GpuMeter::new(found.nvml.clone()),
             },
         }
         .start())
@@ -241,9 +244,10 @@ async fn heartbeats(conn: quinn::Connection, setup: &LinkSetup) -> Result<(), Se
     let agent_id = setup.register.agent.clone();
     loop {
         tokio::time::sleep(setup.heartbeat).await;
-        let Ok(s) = setup.agent.send(StatusQuery).await else {
+        let Ok(mut s) = setup.agent.send(StatusQuery).await else {
             return Ok(());
         };
+        setup.meter.fill(&mut s.gpus);
         let at_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);

@@ -184,6 +184,7 @@ async fn metrics(ctx: web::Data<HttpContext>) -> HttpResponse {
     match render_metrics(&ctx.replica).await {
         Ok(mut text) => {
             text.push_str(&ctx.api.render(ctx.replica.state.read().region.domain()));
+            ctx.replica.agents.reports.render(&mut text);
             HttpResponse::Ok()
                 .content_type("text/plain; version=0.0.4")
                 .body(text)

@@ -1,13 +1,15 @@
 //! A stand-in region replica for agent tests: a quinn server with an
 //! operator CA of its own that speaks core's agent protocol. It accepts
 //! agents (mutual TLS, ALPN `gshare-agent/1`), answers `Register` with
-//! `Registered` and everything else with `Ack`, and hands each registered
-//! connection to the test, which pushes assignments and tokens or forwards
-//! invocations on it. (The replica's own agent endpoint is not built yet.)
+//! `Registered` and everything else with `Ack`, keeps what the agents
+//! report in the replica's own [`AgentReports`] (latest heartbeat, swap
+//! counts), and hands each registered connection to the test, which pushes
+//! assignments and tokens or forwards invocations on it.
 
 use gshare_core::protocol::{AgentMessage, AgentMessageV1, RegionMessage, RegionMessageV1};
 use gshare_edge::tls::AGENT_ALPN;
 use gshare_edge::wire::{read_frame, write_frame};
+use gshare_region::agents::AgentReports;
 use rcgen::{CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -58,6 +60,8 @@ pub struct FakeRegion {
     pub registered: mpsc::UnboundedReceiver<quinn::Connection>,
     /// Handshakes or first streams refused.
     pub refused: Arc<AtomicU64>,
+    /// What the agents reported (the replica's own bookkeeping).
+    pub reports: Arc<AgentReports>,
 }
 
 /// Starts a stand-in replica on a free loopback port (call inside an actix or tokio runtime).
@@ -90,11 +94,13 @@ pub fn fake_region(ca: &Ca) -> FakeRegion {
     let addr = endpoint.local_addr().unwrap();
     let (tx, registered) = mpsc::unbounded_channel();
     let refused = Arc::new(AtomicU64::new(0));
-    let (ep, refused2) = (endpoint.clone(), refused.clone());
+    let reports = Arc::new(AgentReports::default());
+    let (ep, refused2, reports2) = (endpoint.clone(), refused.clone(), reports.clone());
     tokio::spawn(async move {
         while let Some(incoming) = ep.accept().await {
             let tx = tx.clone();
             let refused = refused2.clone();
+            let reports = reports2.clone();
             tokio::spawn(async move {
                 let Ok(conn) = incoming.await else {
                     refused.fetch_add(1, Ordering::SeqCst);
@@ -110,12 +116,21 @@ pub fn fake_region(ca: &Ca) -> FakeRegion {
                     };
                     let AgentMessage::V1(msg) = msg;
                     let reply = match msg {
-                        AgentMessageV1::Register(_) => {
+                        AgentMessageV1::Register(r) => {
+                            reports.registered(conn.stable_id(), &r);
                             let _ = tx.send(conn.clone());
                             RegionMessageV1::Registered {
                                 next_seq: 1,
                                 leader: 1,
                             }
+                        }
+                        AgentMessageV1::Heartbeat(h) => {
+                            reports.heartbeat(h);
+                            RegionMessageV1::Ack
+                        }
+                        AgentMessageV1::Swaps { agent, events } => {
+                            reports.swaps(&agent, &events);
+                            RegionMessageV1::Ack
                         }
                         _ => RegionMessageV1::Ack,
                     };
@@ -129,5 +144,6 @@ pub fn fake_region(ca: &Ca) -> FakeRegion {
         addr,
         registered,
         refused,
+        reports,
     }
 }

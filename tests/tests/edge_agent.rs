@@ -96,7 +96,7 @@ key = "n1.key"
     }));
     let server = ingress::serve(ingress_addr, addr.clone(), 1).unwrap();
     actix_rt::spawn(server);
-    RegionLink::start_link(&config, dir.path(), &found.gpus, addr.clone()).unwrap();
+    RegionLink::start_link(&config, dir.path(), &found, addr.clone()).unwrap();
     Agent {
         ingress: ingress_addr,
         addr,
@@ -372,8 +372,30 @@ async fn oversubscribed_functions_beyond_gpu_memory_all_serve_with_swaps() {
     assert_eq!(st.accounting_errors, 0, "{st:?}");
     let resident_mib: u64 = st.gpus.iter().map(|g| g.memory_used_mib).sum();
     assert!(resident_mib <= 2 * 16_384, "{st:?}");
+    // The swaps reach the region (reported after the next heartbeat).
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let at_region = loop {
+        let list = region.reports.list();
+        let r = list.first().map(|a| (a.swaps, a.heartbeat.is_some()));
+        if let Some((swaps, true)) = r {
+            if swaps.swap_in + swaps.moves >= st.swap_ins + st.moves
+                && swaps.swap_out >= st.swap_outs
+            {
+                break swaps;
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "region saw {list:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        region.reports.list()[0]
+            .heartbeat
+            .as_ref()
+            .map(|h| h.gpus.len()),
+        Some(2)
+    );
     println!(
-        "oversubscription: 8 x 6 GiB on 2 x 16 GiB: served={} swap_ins={} swap_outs={} cold_starts={} moves={}",
+        "oversubscription: 8 x 6 GiB on 2 x 16 GiB: served={} swap_ins={} swap_outs={} cold_starts={} moves={} at the region: {at_region:?}",
         st.served, st.swap_ins, st.swap_outs, st.cold_starts, st.moves
     );
 }

@@ -1,8 +1,9 @@
 //! A real `gshare-edge` process against real `gshare-region` replicas: the
 //! agent registers over QUIC + mutual TLS (ALPN `gshare-agent/1`), gets
 //! the instance the leader placed for a deployed function and the tenant's
-//! token digest, and serves the invocation on its own ingress and through
-//! every replica.
+//! token digest, serves the invocation on its own ingress and through
+//! every replica, and its heartbeats and swap reports show at the replica
+//! holding its link (`GET /v1/cluster/agents`, `/metrics`).
 
 use gshare_region::http_client::{request, HttpReply};
 use gshare_tests::{TestRegion, TOKEN};
@@ -173,6 +174,44 @@ key = "certs/{node}.key"
             Some("x"),
         );
         assert_eq!(r.status, 401, "replica {id}: {r:?}");
+    }
+    // The replica holding the agent's link shows its latest heartbeat (both
+    // GPUs) and the swap reports (the first call cold-started the instance).
+    let (holder, report) = {
+        let mut found = None;
+        until("agent's reports at its replica", || {
+            found = (1..=3).find_map(|id| {
+                let r = call(region.http(id), "GET", "/v1/cluster/agents", TOKEN, None);
+                let v: Value = serde_json::from_str(&r.body).ok()?;
+                let a = v.as_array()?.iter().find(|a| a["node"] == node)?.clone();
+                (a["heartbeat"]["gpus"]
+                    .as_array()
+                    .is_some_and(|g| g.len() == 2)
+                    && a["swaps"]["cold_start"].as_u64() >= Some(1))
+                .then_some((id, a))
+            });
+            found.as_ref().map(|_| HttpReply {
+                status: 200,
+                body: String::new(),
+            })
+        });
+        found.unwrap()
+    };
+    assert_eq!(report["gpus"].as_array().map(Vec::len), Some(2), "{report}");
+    let r = call(
+        region.http(holder),
+        "GET",
+        "/v1/cluster/agents",
+        &acme,
+        None,
+    );
+    assert!(r.status == 401 || r.status == 403, "{r:?}");
+    let metrics = call(region.http(holder), "GET", "/metrics", TOKEN, None).body;
+    for line in [
+        format!("gshare_region_agent_gpu_utilization_milli{{agent=\"{node}\",gpu=\"1\"}} "),
+        format!("gshare_region_agent_swaps_total{{agent=\"{node}\",kind=\"cold_start\"}} "),
+    ] {
+        assert!(metrics.contains(&line), "{line} missing in {metrics}");
     }
     // Another tenant's token is refused by the agent itself.
     let r = call(ingress, "POST", "/v1/invoke/acme/hello", TOKEN, Some("{}"));

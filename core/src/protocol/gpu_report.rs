@@ -28,4 +28,10 @@ pub struct GpuStatus {
     pub resident: Vec<InstanceId>,
     /// Requests queued on this GPU.
     pub queued: u32,
+    /// NVML's measured GPU utilization, percent (`None`: simulated GPU or
+    /// the reading failed).
+    pub measured_utilization_pct: Option<u32>,
+    /// NVML's measured device memory in use (all processes), MiB (`None`:
+    /// simulated GPU or the reading failed).
+    pub measured_memory_used_mib: Option<Mib>,
 }

@@ -49,6 +49,8 @@ fn every_message() -> (Vec<AgentMessage>, Vec<RegionMessage>) {
                 memory_used_mib: 4096,
                 resident: vec![InstanceId(3)],
                 queued: 7,
+                measured_utilization_pct: Some(87),
+                measured_memory_used_mib: Some(30_000),
             }],
             in_flight: 9,
             swaps: 2,

@@ -579,6 +579,8 @@ impl Handler<StatusQuery> for NodeAgent {
                         })
                         .collect(),
                     queued: g.queued() as u32,
+                    measured_utilization_pct: None,
+                    measured_memory_used_mib: None,
                 }
             })
             .collect();

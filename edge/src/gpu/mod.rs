@@ -6,11 +6,14 @@
 //!   host-to-device bandwidth (the executor's `LoadCosts`).
 //! - `nvml`: GPUs discovered through NVML (model, memory); with no driver
 //!   NVML fails cleanly and the config's `nvml_fallback` decides.
+//!   [`GpuMeter`] reads NVML's utilization and memory counters for heartbeats.
 
 mod discovery;
+mod meter;
 mod simulated;
 
 pub use discovery::{discover, Discovered, GpuError};
+pub use meter::{GpuMeter, GpuReading};
 pub use simulated::{AccountingError, SimulatedGpu};
 
 use gshare_core::model::Mib;

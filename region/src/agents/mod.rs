@@ -12,11 +12,15 @@
 //! registration to the leader. Assignments and tokens come from this
 //! replica's applied state, polled every 200 ms and pushed when changed.
 //! `POST /v1/invoke/{tenant}/{name}` on any replica is forwarded to a
-//! hosting agent ([`invoke`]). Not yet: swap-report storage.
+//! hosting agent ([`invoke`]). Heartbeats and swap reports are kept in
+//! memory on this replica ([`AgentReports`]) for `GET /v1/cluster/agents`
+//! and `/metrics`.
 
 mod invoke;
+mod reports;
 
 pub use invoke::invoke_route;
+pub use reports::{AgentReport, AgentReports, SwapCounts};
 
 use crate::proposer::{Proposer, WriteError};
 use crate::wire::{read_frame, write_frame, FrameError};
@@ -26,7 +30,7 @@ use gshare_core::protocol::{
     AgentMessage, AgentMessageV1, AssignedInstance, Assignment, RegionMessage, RegionMessageV1,
     TenantTokens, TokenDigests,
 };
-use gshare_core::state::{Applied, DomainCommand};
+use gshare_core::state::{AgentId, Applied, DomainCommand};
 use gshare_raft_store::StateReader;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -46,6 +50,8 @@ pub struct AgentHub {
     pub state: StateReader,
     /// Agents connected to this replica, by node.
     pub links: Arc<Mutex<HashMap<NodeId, quinn::Connection>>>,
+    /// What the agents connected here report.
+    pub reports: Arc<AgentReports>,
 }
 
 impl AgentHub {
@@ -55,6 +61,7 @@ impl AgentHub {
             proposer,
             state,
             links: Arc::default(),
+            reports: Arc::default(),
         }
     }
 
@@ -167,6 +174,8 @@ async fn pushes(conn: quinn::Connection, hub: AgentHub, node: NodeId) {
 /// with code 0x10.
 pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
     let mut pusher: Option<tokio::task::JoinHandle<()>> = None;
+    let mut registered: Option<AgentId> = None;
+    let link = conn.stable_id();
     while let Ok((mut send, mut recv)) = conn.accept_bi().await {
         let msg: AgentMessage = match read_frame(&mut recv).await {
             Ok(m) => m,
@@ -189,9 +198,23 @@ pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .insert(r.node.clone(), conn.clone());
+                    hub.reports.registered(link, &r);
+                    registered = Some(r.agent.clone());
                     pusher = Some(tokio::spawn(pushes(conn.clone(), hub.clone(), r.node)));
                 }
                 reply
+            }
+            AgentMessageV1::Heartbeat(h) => {
+                if registered.as_ref() == Some(&h.agent) {
+                    hub.reports.heartbeat(h);
+                }
+                RegionMessage::v1(RegionMessageV1::Ack)
+            }
+            AgentMessageV1::Swaps { agent, events } => {
+                if registered.as_ref() == Some(&agent) {
+                    hub.reports.swaps(&agent, &events);
+                }
+                RegionMessage::v1(RegionMessageV1::Ack)
             }
             _ => RegionMessage::v1(RegionMessageV1::Ack),
         };
@@ -199,5 +222,8 @@ pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
     }
     if let Some(p) = pusher {
         p.abort();
+    }
+    if let Some(agent) = registered {
+        hub.reports.disconnected(&agent, link);
     }
 }

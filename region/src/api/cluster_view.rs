@@ -1,7 +1,9 @@
 //! `GET /v1/cluster/view` (operator): nodes, GPUs in use, instances,
 //! drained nodes; `GET /v1/cluster/state`: the whole replicated domain
 //! state of this replica as JSON (for audits and the tests' invariant
-//! checks).
+//! checks); `GET /v1/cluster/agents`: the agents connected to this replica
+//! with their latest heartbeat and swap counts (not replicated: ask the
+//! replica holding the agent's link).
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::{Deserialize, Serialize};
@@ -84,7 +86,13 @@ async fn state(req: HttpRequest, ctx: web::Data<HttpContext>) -> Result<HttpResp
     Ok(HttpResponse::Ok().json(st.region.domain()))
 }
 
+async fn agents(req: HttpRequest, ctx: web::Data<HttpContext>) -> Result<HttpResponse, ApiError> {
+    auth::operator(&req, &ctx)?;
+    Ok(HttpResponse::Ok().json(ctx.replica.agents.reports.list()))
+}
+
 pub(super) fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/v1/cluster/view", web::get().to(view))
+        .route("/v1/cluster/agents", web::get().to(agents))
         .route("/v1/cluster/state", web::get().to(state));
 }

@@ -7,7 +7,7 @@
 //! | `PUT /v1/tenants/{t}/quotas/{kind}` | operator | `quotas.rs` |
 //! | `GET /v1/prices` (any token), `PUT /v1/prices` | operator | `prices.rs` |
 //! | `POST /v1/topology/reload` | operator | `topology.rs` |
-//! | `GET /v1/cluster/view`, `GET /v1/cluster/state` | operator | `cluster_view.rs` |
+//! | `GET /v1/cluster/view`, `GET /v1/cluster/state`, `GET /v1/cluster/agents` | operator | `cluster_view.rs` |
 //! | `POST/GET /v1/functions`, `GET/DELETE /v1/functions/{name}` | tenant | `functions.rs` |
 //! | `POST /v1/agents`, `POST /v1/usage` | operator (agents) | `usage.rs` |
 //! | `GET /v1/usage`, `GET /v1/bill?from=&to=` | tenant | `usage.rs`, `bill.rs` |
