@@ -12,9 +12,10 @@
 //! | 401 | `unauthorized` (missing or unknown token, or another tenant's) |
 //! | 404 | `unknown_function` |
 //! | 429 | `over_capacity` |
-//! | 502 | `instance_failed` |
+//! | 502 | `instance_failed` (the runtime failed, or the function answered non-2xx) |
+//! | 502 | `function_crashed` (its process died while serving; it is restarted) |
 //! | 503 | `shutting_down` |
-//! | 504 | `deadline_unreachable` (on arrival or while queued) |
+//! | 504 | `deadline_unreachable` (on arrival, while queued, or the function ran past it) |
 
 use crate::agent::{Admission, Invoke, NodeAgent, StatusQuery};
 use crate::token::token_digest;
@@ -120,6 +121,11 @@ async fn metrics(agent: web::Data<Addr<NodeAgent>>) -> HttpResponse {
     line("cold_starts_total", s.cold_starts);
     line("moves_total", s.moves);
     line("accounting_errors_total", s.accounting_errors);
+    line("process_starts_total", s.process_starts);
+    line("process_crashes_total", s.process_crashes);
+    line("process_restarts_total", s.process_restarts);
+    line("process_failed_starts_total", s.process_failed_starts);
+    line("process_running", s.process_running);
     for g in &s.gpus {
         out.push_str(&format!(
             "gshare_edge_gpu_utilization_milli{{gpu=\"{0}\"}} {1}\ngshare_edge_gpu_memory_used_mib{{gpu=\"{0}\"}} {2}\ngshare_edge_gpu_queued{{gpu=\"{0}\"}} {3}\n",

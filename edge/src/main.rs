@@ -4,7 +4,7 @@ use anyhow::Context as _;
 use clap::Parser;
 use gshare_edge::agent::{NodeAgent, NodeSetup};
 use gshare_edge::gpu::discover;
-use gshare_edge::runtime::SimDriver;
+use gshare_edge::runtime::Drivers;
 use gshare_edge::{ingress, region_link};
 use std::path::PathBuf;
 
@@ -46,15 +46,40 @@ fn main() {
         }
     };
     let base = args.config.parent().map(PathBuf::from).unwrap_or_default();
-    if let Err(e) = run(config, base, args.workers) {
+    let drivers = match load_drivers(&args.config, &base, &config) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = run(config, base, drivers, args.workers) {
         eprintln!("gshare-edge: {e:#}");
         std::process::exit(1);
     }
 }
 
+/// The runtime drivers of `[runtimes]`, with their templates read (every
+/// problem reported at its key). Function output goes to
+/// `<data_dir>/function-logs/`.
+fn load_drivers(
+    file: &std::path::Path,
+    base: &std::path::Path,
+    config: &gshare_core::config::AgentConfig,
+) -> Result<Drivers, gshare_core::config::ConfigError> {
+    let log_dir = base.join(&config.data_dir).join("function-logs");
+    Drivers::load(
+        &file.display().to_string(),
+        base,
+        &config.runtimes,
+        Some(log_dir),
+    )
+}
+
 fn run(
     config: gshare_core::config::AgentConfig,
     base: PathBuf,
+    mut drivers: Drivers,
     workers: usize,
 ) -> anyhow::Result<()> {
     let discovered = discover(&config.gpus).context("finding GPUs")?;
@@ -62,6 +87,7 @@ fn run(
         tracing::warn!("{w}");
     }
     tracing::info!(node = %config.node.0, gpus = discovered.gpus.len(), "starting");
+    drivers.set_gpu_memory_mib(discovered.gpus.iter().map(|g| g.memory_mib).min());
     let system = actix_rt::System::new();
     system.block_on(async move {
         let agent = actix::Actor::start(NodeAgent::new(NodeSetup {
@@ -69,7 +95,8 @@ fn run(
             gpus: discovered.gpus.clone(),
             host_swap_mib: config.host_swap_mib,
             load: config.load,
-            driver: Box::new(|_| Box::new(SimDriver::new())),
+            process_counters: drivers.counters(),
+            driver: drivers.into_factory(),
         }));
         let server = ingress::serve(config.ingress_addr, agent.clone(), workers)
             .with_context(|| format!("binding ingress {}", config.ingress_addr))?;

@@ -93,6 +93,7 @@ key = "n1.key"
         host_swap_mib: config.host_swap_mib,
         load: config.load,
         driver: Box::new(|_| Box::new(SimDriver::new())),
+        process_counters: Default::default(),
     }));
     let server = ingress::serve(ingress_addr, addr.clone(), 1).unwrap();
     actix_rt::spawn(server);

@@ -91,6 +91,8 @@ pub struct AgentConfig {
     pub load: AgentLoadCosts,
     /// Heartbeat period, ms.
     pub heartbeat_ms: u64,
+    /// The runtime driver of each runtime (`[runtimes]`; `sim` when unlisted).
+    pub runtimes: super::RuntimeDrivers,
 }
 
 impl AgentConfig {

@@ -5,6 +5,7 @@ use super::agent::{AgentConfig, AgentLoadCosts, AgentTls, GpuSource, NvmlFallbac
 use super::error::{ConfigError, IssueKind};
 use super::names::check_name;
 use super::reader::{check_range, parse_document, quote, Field, Issues, TableReader};
+use super::runtime_drivers::read_runtimes;
 use crate::model::{NodeId, PoolKind};
 use std::net::SocketAddr;
 
@@ -227,6 +228,7 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
             None => None,
         }
     });
+    let runtimes = read_runtimes(&mut is, src, &mut root);
     root.finish(&mut is);
 
     let node = check_name(&mut is, &node);
@@ -259,7 +261,7 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
         return Err(is.into_error(file));
     }
     match (
-        node, pool, pool_kind, data_dir, ingress, host_swap, heartbeat, tls, gpus, load,
+        node, pool, pool_kind, data_dir, ingress, host_swap, heartbeat, tls, gpus, load, runtimes,
     ) {
         (
             Some(node),
@@ -272,6 +274,7 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
             Some((Some(ca_cert), Some(cert), Some(key))),
             Some(gpus),
             Some(load),
+            Some(runtimes),
         ) => Ok(AgentConfig {
             node: NodeId(node),
             pool,
@@ -284,6 +287,7 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
             host_swap_mib,
             load,
             heartbeat_ms,
+            runtimes,
         }),
         _ => Err(is.into_error(file)),
     }

@@ -41,6 +41,12 @@ pub enum InvokeError {
     UnknownFunction,
     /// The agent is shutting down.
     ShuttingDown,
+    /// The function's process crashed (exited) while serving it; the agent
+    /// restarts the process, so a retry may succeed.
+    FunctionCrashed {
+        /// What happened (instance, which start of the process).
+        detail: String,
+    },
 }
 
 impl InvokeError {
@@ -52,6 +58,7 @@ impl InvokeError {
             InvokeError::InstanceFailed { .. } => "instance_failed",
             InvokeError::UnknownFunction => "unknown_function",
             InvokeError::ShuttingDown => "shutting_down",
+            InvokeError::FunctionCrashed { .. } => "function_crashed",
         }
     }
 
@@ -63,6 +70,7 @@ impl InvokeError {
             InvokeError::InstanceFailed { .. } => 502,
             InvokeError::UnknownFunction => 404,
             InvokeError::ShuttingDown => 503,
+            InvokeError::FunctionCrashed { .. } => 502,
         }
     }
 }
@@ -81,6 +89,9 @@ impl std::fmt::Display for InvokeError {
             InvokeError::InstanceFailed { detail } => write!(f, "instance failed: {detail}"),
             InvokeError::UnknownFunction => f.write_str("unknown function"),
             InvokeError::ShuttingDown => f.write_str("agent shutting down"),
+            InvokeError::FunctionCrashed { detail } => {
+                write!(f, "function process crashed: {detail}")
+            }
         }
     }
 }
@@ -108,4 +119,22 @@ pub struct InvokeReply {
     pub id: u64,
     /// How it ended.
     pub outcome: InvokeOutcome,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_crashed_function_has_its_own_code_and_survives_the_codec() {
+        let e = InvokeError::FunctionCrashed {
+            detail: "acme-echo: start #1".into(),
+        };
+        assert_eq!((e.code(), e.http_status()), ("function_crashed", 502));
+        let other = InvokeError::InstanceFailed { detail: "x".into() };
+        assert_ne!(e.code(), other.code());
+        let frame = super::super::encode_frame(&InvokeOutcome::Failed(e.clone())).unwrap();
+        let back: InvokeOutcome = super::super::decode_payload(&frame[4..]).unwrap();
+        assert_eq!(back, InvokeOutcome::Failed(e));
+    }
 }

@@ -1,6 +1,6 @@
 //! One actor per hosted function: runs its requests through the runtime driver.
 
-use super::{ReleaseInstance, RequestDone, RunRequest};
+use super::{ReleaseInstance, RequestDone, Residency, RunRequest};
 use crate::runtime::{RuntimeDriver, RuntimeError};
 use actix::{
     Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Recipient, WrapFuture,
@@ -93,5 +93,23 @@ impl Handler<ReleaseInstance> for InstanceActor {
     fn handle(&mut self, _: ReleaseInstance, ctx: &mut Context<Self>) {
         self.released = true;
         self.stop_if_idle(ctx);
+    }
+}
+
+impl Handler<Residency> for InstanceActor {
+    type Result = ();
+
+    fn handle(&mut self, Residency(gpu): Residency, ctx: &mut Context<Self>) {
+        if self.released {
+            return;
+        }
+        let place = self.driver.place(gpu);
+        let name = format!("{}/{}", self.spec.tenant.0, self.spec.name);
+        // Like a start: requests wait until the runtime is where its weights are.
+        ctx.wait(place.into_actor(self).map(move |r, _, _| {
+            if let Err(e) = r {
+                tracing::error!("{name}: runtime failed to follow its weights to {gpu:?}: {e}");
+            }
+        }));
     }
 }

@@ -96,6 +96,14 @@ pub struct LoadDone {
     pub error: Option<AccountingError>,
 }
 
+/// Where the function's weights are now (NodeAgent → InstanceActor): on
+/// node GPU `Some(gpu)` after a swap-in, cold start or move; `None` after a
+/// swap-out or unload. The instance's driver follows (a process runtime
+/// stops, or starts on the new GPU's slice).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct Residency(pub Option<u32>);
+
 /// Stop the instance once its running requests are done.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]

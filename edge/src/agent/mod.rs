@@ -25,7 +25,7 @@ pub use gpu_actor::GpuActor;
 pub use instance_actor::InstanceActor;
 pub use messages::{
     Admission, ApplyAssignment, ApplyTokens, Invoke, LoadDone, LoadWeights, ReleaseInstance,
-    ReleaseWeights, RequestDone, RunRequest, StatusQuery, TakeSwapEvents,
+    ReleaseWeights, RequestDone, Residency, RunRequest, StatusQuery, TakeSwapEvents,
 };
-pub use node_agent::{NodeAgent, NodeSetup};
+pub use node_agent::{DriverFactory, NodeAgent, NodeSetup};
 pub use node_status::NodeStatus;

@@ -2,11 +2,11 @@
 
 use super::{
     Admission, ApplyAssignment, ApplyTokens, GpuActor, InstanceActor, Invoke, LoadDone,
-    LoadWeights, NodeStatus, ReleaseInstance, ReleaseWeights, RequestDone, RunRequest, StatusQuery,
-    TakeSwapEvents,
+    LoadWeights, NodeStatus, ReleaseInstance, ReleaseWeights, RequestDone, Residency, RunRequest,
+    StatusQuery, TakeSwapEvents,
 };
 use crate::gpu::{GpuInfo, SimulatedGpu};
-use crate::runtime::{Invocation, RuntimeDriver};
+use crate::runtime::{Invocation, ProcessCounters, RuntimeDriver, RuntimeError};
 use actix::{Actor, Addr, AsyncContext, Context, Handler};
 use gshare_core::config::AgentLoadCosts;
 use gshare_core::executor::{
@@ -42,6 +42,8 @@ pub struct NodeSetup {
     pub load: AgentLoadCosts,
     /// The runtime driver for each hosted function.
     pub driver: DriverFactory,
+    /// Counters of the function processes its drivers start (`/metrics`).
+    pub process_counters: ProcessCounters,
 }
 
 type FunctionKey = (TenantId, String);
@@ -58,6 +60,7 @@ struct Hosted {
 struct Pending {
     tx: oneshot::Sender<InvokeOutcome>,
     arrived: Micros,
+    deadline: Micros,
     body: Vec<u8>,
     started: Option<(Micros, u32, MilliGpu)>,
 }
@@ -192,6 +195,13 @@ impl NodeAgent {
         });
     }
 
+    /// Tells the function's instance where its weights are now.
+    fn residency(&self, function: FunctionId, gpu: Option<u32>) {
+        if let Some(h) = self.functions.get(&function) {
+            h.actor.do_send(Residency(gpu));
+        }
+    }
+
     fn carry_out(&mut self, now: Micros, command: Command) {
         match command {
             Command::Run {
@@ -226,6 +236,7 @@ impl NodeAgent {
                     gpu,
                     compute_milli,
                     service_us: finish_at.saturating_sub(now),
+                    deadline_us: Some(p.deadline.saturating_sub(now)),
                     body: std::mem::take(&mut p.body),
                 }));
             }
@@ -237,6 +248,7 @@ impl NodeAgent {
                 self.status.swap_ins += 1;
                 self.swap_event(function, SwapKind::SwapIn, None, Some(gpu), ready_at - now);
                 self.load(now, function, gpu, ready_at);
+                self.residency(function, Some(gpu));
             }
             Command::ColdStart {
                 function,
@@ -252,6 +264,7 @@ impl NodeAgent {
                     ready_at - now,
                 );
                 self.load(now, function, gpu, ready_at);
+                self.residency(function, Some(gpu));
             }
             Command::Move {
                 function,
@@ -269,15 +282,18 @@ impl NodeAgent {
                 );
                 self.gpus[from as usize].do_send(ReleaseWeights { function });
                 self.load(now, function, to, ready_at);
+                self.residency(function, Some(to));
             }
             Command::SwapOut { function, gpu } => {
                 self.status.swap_outs += 1;
                 self.swap_event(function, SwapKind::SwapOut, Some(gpu), None, 0);
                 self.gpus[gpu as usize].do_send(ReleaseWeights { function });
+                self.residency(function, None);
             }
             Command::Unload { function, gpu } => {
                 self.swap_event(function, SwapKind::Unload, Some(gpu), None, 0);
                 self.gpus[gpu as usize].do_send(ReleaseWeights { function });
+                self.residency(function, None);
             }
             Command::Reject { request, reason } => {
                 let arrived = self.pending.get(&request).map_or(now, |p| p.arrived);
@@ -404,6 +420,7 @@ impl Handler<Invoke> for NodeAgent {
         let full_gpu_us = spec.latency.full_gpu_us;
         let deadline_ms = msg.deadline_ms.unwrap_or(spec.deadline_ms);
         let now = self.now();
+        let deadline = now.saturating_add(deadline_ms.saturating_mul(1000));
         let request = RequestId(self.next_request);
         self.next_request += 1;
         self.pending.insert(
@@ -411,6 +428,7 @@ impl Handler<Invoke> for NodeAgent {
             Pending {
                 tx,
                 arrived: now,
+                deadline,
                 body: msg.body,
                 started: None,
             },
@@ -421,7 +439,7 @@ impl Handler<Invoke> for NodeAgent {
                 request,
                 function,
                 full_gpu_us,
-                deadline: now.saturating_add(deadline_ms.saturating_mul(1000)),
+                deadline,
             },
         );
         Admission::Accepted(rx)
@@ -441,6 +459,15 @@ impl Handler<RequestDone> for NodeAgent {
                     queued_us: started - p.arrived,
                     service_us: now - started,
                 }
+            }
+            (Err(RuntimeError::Crashed(detail)), _) => {
+                InvokeOutcome::Failed(InvokeError::FunctionCrashed { detail })
+            }
+            (Err(RuntimeError::DeadlineExceeded(_)), Some(p)) => {
+                InvokeOutcome::Failed(InvokeError::DeadlineUnreachable {
+                    predicted_us: now.saturating_sub(p.arrived),
+                    deadline_us: p.deadline.saturating_sub(p.arrived),
+                })
             }
             (Err(e), _) => InvokeOutcome::Failed(InvokeError::InstanceFailed {
                 detail: e.to_string(),
@@ -563,6 +590,12 @@ impl Handler<StatusQuery> for NodeAgent {
     fn handle(&mut self, _: StatusQuery, _: &mut Context<Self>) -> NodeStatus {
         let mut s = self.status.clone();
         s.in_flight = self.pending.len() as u32;
+        let p = &self.setup.process_counters;
+        s.process_starts = p.starts();
+        s.process_crashes = p.crashes();
+        s.process_restarts = p.restarts();
+        s.process_failed_starts = p.failed_starts();
+        s.process_running = p.running();
         s.gpus = (0..self.setup.gpus.len() as u32)
             .map(|i| {
                 let g = self.executor.gpu(i);

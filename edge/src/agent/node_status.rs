@@ -25,4 +25,15 @@ pub struct NodeStatus {
     pub moves: u64,
     /// Loads the backend's accounting refused (must stay 0).
     pub accounting_errors: u64,
+    /// Function processes started by the `process` driver (placements,
+    /// swap-ins, moves; not the restarts after a crash).
+    pub process_starts: u64,
+    /// Function processes that exited without being asked to.
+    pub process_crashes: u64,
+    /// Restarts after a crash that became healthy.
+    pub process_restarts: u64,
+    /// Restart attempts that failed.
+    pub process_failed_starts: u64,
+    /// Function processes started and not stopped.
+    pub process_running: u64,
 }

@@ -94,6 +94,7 @@ fn baseline(secs: f64) -> (Vec<f64>, f64) {
                     gpu: 0,
                     compute_milli: 100,
                     service_us: 0,
+                    deadline_us: None,
                     body: b"{}".to_vec(),
                 })
                 .await
@@ -186,6 +187,7 @@ fn start_agent(workers: usize) -> anyhow::Result<SocketAddr> {
                     storage_mib_per_s: 2_000,
                 },
                 driver: Box::new(|_| Box::new(SimDriver::new())),
+                process_counters: Default::default(),
             }));
             agent.do_send(ApplyTokens(TokenDigests {
                 applied_index: 1,

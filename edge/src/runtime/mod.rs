@@ -7,12 +7,24 @@
 //! - [`SimDriver`] (`sim`): takes exactly the service time the executor
 //!   predicted from the function's latency profile and slice, so a node of
 //!   simulated GPUs behaves like the serving simulator;
-//! - `process` (issue 7): starts the function's server per instance with
-//!   its slice's CUDA MPS limits and proxies requests over HTTP.
+//! - [`ProcessDriver`] (`process`): starts the function's server per
+//!   instance with its slice's CUDA MPS limits ([`process::ProcessInstance`]),
+//!   proxies requests over HTTP, restarts it on crash, stops it (and its
+//!   children) on release and on swap-out, and starts it again on the new
+//!   GPU on swap-in or move ([`RuntimeDriver::place`]).
+//!
+//! [`Drivers`] picks the driver of each runtime from the agent config's
+//! `[runtimes]` section and reads the `process` command templates.
 
+mod drivers;
 pub mod process;
+mod process_counters;
+mod process_driver;
 mod sim;
 
+pub use drivers::Drivers;
+pub use process_counters::ProcessCounters;
+pub use process_driver::{ProcessDriver, ProcessOptions};
 pub use sim::SimDriver;
 
 use gshare_core::executor::RequestId;
@@ -34,6 +46,9 @@ pub struct Invocation {
     pub compute_milli: MilliGpu,
     /// Service time the executor predicted for it on that share, µs.
     pub service_us: Micros,
+    /// Time left until the request's deadline when it was dispatched, µs
+    /// (`None`: unknown; a driver then uses the function's default).
+    pub deadline_us: Option<Micros>,
     /// Request body.
     pub body: Vec<u8>,
 }
@@ -47,6 +62,13 @@ pub enum RuntimeError {
     /// The function's runtime failed.
     #[error("runtime failed: {0}")]
     Failed(String),
+    /// The function's process crashed while serving the request (it is
+    /// being restarted).
+    #[error("{0}")]
+    Crashed(String),
+    /// The request's deadline passed before the function answered.
+    #[error("{0}")]
+    DeadlineExceeded(String),
 }
 
 /// A way to run a function's instance (sim, process, microVM …).
@@ -61,4 +83,12 @@ pub trait RuntimeDriver {
     fn invoke(&mut self, invocation: Invocation) -> RuntimeFuture<Result<Vec<u8>, RuntimeError>>;
     /// Stops the instance (and everything it started).
     fn stop(&mut self) -> RuntimeFuture<()>;
+    /// The function's weights now live on node GPU `gpu` (after a swap-in,
+    /// cold start or move), or left the GPUs (`None`: swap-out, unload).
+    /// Called only between `start` and `stop`; requests wait for it. The
+    /// sim driver has nothing to do (the GPU actor models the copy).
+    fn place(&mut self, gpu: Option<u32>) -> RuntimeFuture<Result<(), RuntimeError>> {
+        let _ = gpu;
+        Box::pin(async { Ok(()) })
+    }
 }

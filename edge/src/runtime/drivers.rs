@@ -1,0 +1,262 @@
+//! The runtime driver of each runtime, from the agent config's `[runtimes]`.
+
+use super::process::RuntimeTemplate;
+use super::{ProcessCounters, ProcessDriver, ProcessOptions, RuntimeDriver, SimDriver};
+use gshare_core::config::{ConfigError, DriverKind, RuntimeDrivers};
+use gshare_core::model::{FunctionSpec, Mib, Runtime};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The agent's drivers: `process` for the runtimes the config names so
+/// (with their templates read and checked), `sim` for every other one.
+#[derive(Debug, Default)]
+pub struct Drivers {
+    process: Vec<(Runtime, Arc<ProcessOptions>)>,
+    counters: ProcessCounters,
+}
+
+impl Drivers {
+    /// Only the sim driver.
+    pub fn sim_only() -> Self {
+        Self::default()
+    }
+
+    /// Reads the templates of the `process` runtimes of `runtimes`
+    /// (paths relative to `base`, the agent config's directory). Every
+    /// template that cannot be read or parsed, or is written for another
+    /// runtime, is reported at once, at its `template` key of the agent
+    /// config `file`. Function output goes to `log_dir`; processes run in
+    /// their template file's directory.
+    pub fn load(
+        file: &str,
+        base: &Path,
+        runtimes: &RuntimeDrivers,
+        log_dir: Option<PathBuf>,
+    ) -> Result<Self, ConfigError> {
+        let counters = ProcessCounters::new();
+        let mut process = Vec::new();
+        let mut issues = Vec::new();
+        for c in &runtimes.listed {
+            let (DriverKind::Process, Some(t)) = (c.driver, &c.template) else {
+                continue;
+            };
+            let path = base.join(&t.path);
+            let text = match std::fs::read_to_string(&path) {
+                Ok(text) => text,
+                Err(e) => {
+                    issues.push(t.issue(format!("cannot read template {}: {e}", path.display())));
+                    continue;
+                }
+            };
+            let template = match RuntimeTemplate::parse(&text, &path.display().to_string()) {
+                Ok(template) => template,
+                Err(e) => {
+                    issues.push(t.issue(format!("invalid template: {e}")));
+                    continue;
+                }
+            };
+            if template.runtime != c.runtime.as_str() {
+                issues.push(t.issue(format!(
+                    "template {} is for runtime {:?}, not {:?}",
+                    path.display(),
+                    template.runtime,
+                    c.runtime.as_str()
+                )));
+                continue;
+            }
+            let workdir = path.parent().map(Path::to_path_buf);
+            process.push((
+                c.runtime,
+                Arc::new(ProcessOptions {
+                    template,
+                    workdir,
+                    log_dir: log_dir.clone(),
+                    gpu_memory_mib: None,
+                    counters: counters.clone(),
+                }),
+            ));
+        }
+        if !issues.is_empty() {
+            return Err(ConfigError {
+                file: file.to_string(),
+                issues,
+            });
+        }
+        Ok(Self { process, counters })
+    }
+
+    /// The memory of the node's GPUs (known after discovery), for the
+    /// templates' `{memory_fraction}` (`1.000` while unknown).
+    pub fn set_gpu_memory_mib(&mut self, mib: Option<Mib>) {
+        for (_, options) in &mut self.process {
+            let mut o = ProcessOptions::clone(options);
+            o.gpu_memory_mib = mib;
+            *options = Arc::new(o);
+        }
+    }
+
+    /// The counters of the node's function processes.
+    pub fn counters(&self) -> ProcessCounters {
+        self.counters.clone()
+    }
+
+    /// The driver kind of `runtime`.
+    pub fn kind(&self, runtime: Runtime) -> DriverKind {
+        if self.process.iter().any(|(r, _)| *r == runtime) {
+            DriverKind::Process
+        } else {
+            DriverKind::Sim
+        }
+    }
+
+    /// A new (stopped) driver for a hosted function.
+    pub fn driver_for(&self, spec: &FunctionSpec) -> Box<dyn RuntimeDriver> {
+        match self.process.iter().find(|(r, _)| *r == spec.runtime) {
+            Some((_, options)) => Box::new(ProcessDriver::new(options.clone())),
+            None => Box::new(SimDriver::new()),
+        }
+    }
+
+    /// As the agent's driver factory.
+    pub fn into_factory(self) -> crate::agent::DriverFactory {
+        Box::new(move |spec| self.driver_for(spec))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gshare_core::config::AgentConfig;
+    use gshare_core::model::{LatencyProfile, PoolPreference, TenantId, Tier};
+
+    const BASE: &str = r#"node = "n1"
+pool = "center"
+pool_kind = "center"
+data_dir = "d"
+ingress_addr = "127.0.0.1:9000"
+host_swap_mib = 1024
+[gpus]
+backend = "simulated"
+[[gpus.simulated]]
+model = "g"
+memory_mib = 1000
+h2d_mib_per_s = 10
+[[replicas]]
+quic_addr = "127.0.0.1:7000"
+[tls]
+ca_cert = "ca.pem"
+cert = "c.pem"
+key = "c.key"
+"#;
+
+    fn function(runtime: Runtime) -> FunctionSpec {
+        FunctionSpec {
+            tenant: TenantId("t".into()),
+            name: "f".into(),
+            runtime,
+            memory_mib: 1,
+            compute_milli: 100,
+            tier: Tier::Burstable,
+            deadline_ms: 100,
+            pool: PoolPreference::Any,
+            min_instances: 0,
+            max_instances: 1,
+            idle_timeout_s: 1,
+            latency: LatencyProfile {
+                full_gpu_us: 1,
+                saturation_milli: 100,
+            },
+        }
+    }
+
+    #[test]
+    fn the_example_templates_load_for_their_runtimes() {
+        let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/examples");
+        let text = format!(
+            "{BASE}[runtimes.vllm]\ndriver = \"process\"\ntemplate = \"runtimes/vllm.toml\"\n\
+             [runtimes.sglang]\ndriver = \"process\"\ntemplate = \"runtimes/sglang.toml\"\n\
+             [runtimes.pytorch]\ndriver = \"process\"\ntemplate = \"runtimes/pytorch.toml\"\n\
+             [runtimes.tf-serving]\ndriver = \"process\"\ntemplate = \"runtimes/tf-serving.toml\"\n"
+        );
+        let c = AgentConfig::from_toml("agent.toml", &text).unwrap();
+        let d = Drivers::load("agent.toml", &examples, &c.runtimes, None).unwrap();
+        for r in [
+            Runtime::Vllm,
+            Runtime::Sglang,
+            Runtime::Pytorch,
+            Runtime::TfServing,
+        ] {
+            assert_eq!(d.kind(r), DriverKind::Process, "{r}");
+        }
+        assert_eq!(d.kind(Runtime::Custom), DriverKind::Sim);
+        // A sim function gets a driver that serves at once.
+        let mut sim = d.driver_for(&function(Runtime::Custom));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            sim.start(&function(Runtime::Custom), &[]).await.unwrap();
+            let inv = super::super::Invocation {
+                request: gshare_core::executor::RequestId(0),
+                gpu: 0,
+                compute_milli: 100,
+                service_us: 0,
+                deadline_us: None,
+                body: b"x".to_vec(),
+            };
+            assert_eq!(sim.invoke(inv).await.unwrap(), b"x".to_vec());
+        });
+    }
+
+    #[test]
+    fn every_bad_template_is_reported_at_its_key() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("broken.toml"),
+            "runtime = \"sglang\"\ncommand = [\"x\", \"{prot}\"]\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("vllm.toml"),
+            "runtime = \"vllm\"\ncommand = [\"vllm\"]\n",
+        )
+        .unwrap();
+        let text = format!(
+            "{BASE}[runtimes.vllm]\ndriver = \"process\"\ntemplate = \"missing.toml\"\n\
+             [runtimes.sglang]\ndriver = \"process\"\ntemplate = \"broken.toml\"\n\
+             [runtimes.custom]\ndriver = \"process\"\ntemplate = \"vllm.toml\"\n"
+        );
+        let c = AgentConfig::from_toml("agent.toml", &text).unwrap();
+        let e = Drivers::load("agent.toml", dir.path(), &c.runtimes, None)
+            .unwrap_err()
+            .to_string();
+        let line = |key: &str| {
+            text.lines()
+                .position(|l| l.contains(key))
+                .map(|i| i + 1)
+                .unwrap()
+        };
+        let lines: Vec<&str> = e.lines().collect();
+        assert_eq!(lines.len(), 3, "{e}");
+        assert!(
+            lines[0].starts_with(&format!(
+                "agent.toml:{}:12: runtimes.vllm.template: cannot read template ",
+                line("missing.toml")
+            )) && lines[0].ends_with("(got \"missing.toml\")"),
+            "{e}"
+        );
+        assert!(
+            lines[1].starts_with(&format!(
+                "agent.toml:{}:12: runtimes.sglang.template: invalid template: ",
+                line("broken.toml")
+            )) && lines[1].contains("unknown placeholder {prot}"),
+            "{e}"
+        );
+        assert!(
+            lines[2].contains("runtimes.custom.template: template ")
+                && lines[2].contains("is for runtime \"vllm\", not \"custom\""),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,306 @@
+//! The `process` runtime driver: a [`ProcessInstance`] per hosted function.
+//!
+//! ```text
+//!  start(spec, slices) ─▶ render the runtime's template for the slice
+//!                          (CUDA_VISIBLE_DEVICES, MPS limits, {port} …)
+//!                          ─▶ ProcessInstance::start: spawn, wait for health
+//!  invoke(invocation)  ─▶ POST the body, bounded by the request's deadline
+//!                          ─▶ 2xx: its body │ crash: Crashed │ late: DeadlineExceeded
+//!  place(Some(gpu))    ─▶ not running, or on another GPU: stop, start on `gpu`
+//!  place(None)         ─▶ stop (weights leave the GPU with the process)
+//!  stop()              ─▶ SIGTERM to the process group, SIGKILL after the grace
+//! ```
+//!
+//! Crashes are the instance's supervisor's business: it restarts the
+//! process with capped exponential backoff while the driver keeps the
+//! same handle; calls in flight at the crash end with
+//! [`RuntimeError::Crashed`]. A watcher task copies the instance's crash
+//! and restart counts into the node's [`ProcessCounters`].
+
+use super::process::{
+    InvokeError, Phase, ProcessInstance, ProcessSpec, RuntimeTemplate, SliceLimits,
+};
+use super::{Invocation, ProcessCounters, RuntimeDriver, RuntimeError, RuntimeFuture};
+use gshare_core::model::{FunctionSpec, GpuId, Mib, Slice};
+use std::cell::RefCell;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// How much of a function's error body is kept in the error message.
+const ERROR_BODY_EXCERPT: usize = 200;
+
+/// What every process driver of one runtime shares.
+#[derive(Debug, Clone)]
+pub struct ProcessOptions {
+    /// The runtime's command template.
+    pub template: RuntimeTemplate,
+    /// Working directory of the processes (the template file's directory);
+    /// the agent's own when `None`.
+    pub workdir: Option<PathBuf>,
+    /// Where each instance's stdout and stderr are appended
+    /// (`<dir>/<tenant>-<function>.log`); discarded when `None`.
+    pub log_dir: Option<PathBuf>,
+    /// Memory of the node's GPUs, MiB (for `{memory_fraction}`).
+    pub gpu_memory_mib: Option<Mib>,
+    /// The node's counters.
+    pub counters: ProcessCounters,
+}
+
+struct Running {
+    instance: Arc<ProcessInstance>,
+    gpus: Vec<u32>,
+    watcher: JoinHandle<()>,
+}
+
+/// The running process, if any. Shared with the driver's own futures
+/// (they run on the instance actor's thread; start and place are never
+/// concurrent with each other, the actor waits for them).
+type Slot = Rc<RefCell<Option<Running>>>;
+
+/// Runs one hosted function as a supervised process (see the module docs).
+pub struct ProcessDriver {
+    options: Arc<ProcessOptions>,
+    function: Option<FunctionSpec>,
+    slices: Vec<Slice>,
+    running: Slot,
+}
+
+impl std::fmt::Debug for ProcessDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessDriver")
+            .field("runtime", &self.options.template.runtime)
+            .field("pid", &self.pid())
+            .finish()
+    }
+}
+
+impl ProcessDriver {
+    /// A stopped driver for the runtime of `options`.
+    pub fn new(options: Arc<ProcessOptions>) -> Self {
+        Self {
+            options,
+            function: None,
+            slices: Vec::new(),
+            running: Slot::default(),
+        }
+    }
+
+    /// The running process's pid (none while stopped or restarting).
+    pub fn pid(&self) -> Option<u32> {
+        self.running
+            .borrow()
+            .as_ref()
+            .and_then(|r| r.instance.status().pid)
+    }
+
+    /// Which start of the process runs now (1 = the first; a crash and
+    /// restart adds one); `None` while stopped.
+    pub fn generation(&self) -> Option<u64> {
+        self.running
+            .borrow()
+            .as_ref()
+            .map(|r| r.instance.status().generation)
+    }
+
+    /// The node GPUs the running process is limited to.
+    pub fn gpus(&self) -> Option<Vec<u32>> {
+        self.running.borrow().as_ref().map(|r| r.gpus.clone())
+    }
+
+    /// Stops what runs in `slot`, then starts on `slices` into it.
+    fn relaunch(
+        &self,
+        function: FunctionSpec,
+        slices: Vec<Slice>,
+    ) -> RuntimeFuture<Result<(), RuntimeError>> {
+        let old = self.running.borrow_mut().take();
+        let (options, slot) = (self.options.clone(), self.running.clone());
+        Box::pin(async move {
+            if let Some(r) = old {
+                halt(r, options.counters.clone()).await;
+            }
+            let running = launch(options, function, slices).await?;
+            *slot.borrow_mut() = Some(running);
+            Ok(())
+        })
+    }
+}
+
+/// Copies the instance's counts into the node's counters on every status
+/// change; ends once the instance is stopped, failed or gone.
+async fn watch_counts(
+    instance: Weak<ProcessInstance>,
+    mut rx: watch::Receiver<super::process::Status>,
+    counters: ProcessCounters,
+) {
+    let (mut crashes, mut restarts, mut failed) = (0, 0, 0);
+    loop {
+        let closed = rx.changed().await.is_err();
+        let phase = rx.borrow_and_update().phase;
+        if let Some(i) = instance.upgrade() {
+            let (c, r, f) = (i.crashes(), i.restarts(), i.failed_starts());
+            counters.add(c - crashes, r - restarts, f - failed);
+            (crashes, restarts, failed) = (c, r, f);
+        }
+        if closed || matches!(phase, Phase::Stopped | Phase::Failed) {
+            return;
+        }
+    }
+}
+
+/// Renders the template for `slices` and starts the process.
+async fn launch(
+    options: Arc<ProcessOptions>,
+    function: FunctionSpec,
+    slices: Vec<Slice>,
+) -> Result<Running, RuntimeError> {
+    let limits = SliceLimits::from_slices(&slices, options.gpu_memory_mib)
+        .ok_or_else(|| RuntimeError::Failed("no GPU slice to run on".into()))?;
+    let id = format!("{}-{}", function.tenant.0, function.name);
+    let mut spec: ProcessSpec =
+        ProcessSpec::from_template(&options.template, &id, &function.name, 0, limits.clone())
+            .map_err(|e| RuntimeError::Failed(format!("{id}: template: {e}")))?;
+    spec.workdir = options.workdir.clone();
+    let log = options.log_dir.as_ref().and_then(|dir| {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| tracing::warn!("{}: {e}; function output discarded", dir.display()))
+            .ok()
+            .map(|_| dir.join(format!("{id}.log")))
+    });
+    let instance = Arc::new(
+        ProcessInstance::start_logged(spec, log)
+            .await
+            .map_err(|e| RuntimeError::Failed(e.to_string()))?,
+    );
+    options.counters.started();
+    tracing::info!(
+        instance = %id,
+        pid = instance.status().pid,
+        gpus = %limits.gpu_list(),
+        "function process ready"
+    );
+    let watcher = tokio::spawn(watch_counts(
+        Arc::downgrade(&instance),
+        instance.subscribe(),
+        options.counters.clone(),
+    ));
+    Ok(Running {
+        instance,
+        gpus: limits.gpus,
+        watcher,
+    })
+}
+
+/// Stops the process (and its group) and settles the counters.
+async fn halt(running: Running, counters: ProcessCounters) {
+    running.instance.stop().await;
+    let _ = running.watcher.await;
+    counters.stopped();
+}
+
+/// `slices` moved to node GPU `gpu` (one slice; several GPUs stay as they are).
+fn moved_to(slices: &[Slice], gpu: u32) -> Vec<Slice> {
+    match slices {
+        [one] => vec![Slice {
+            gpu: GpuId {
+                node: one.gpu.node.clone(),
+                index: gpu,
+            },
+            ..one.clone()
+        }],
+        many => many.to_vec(),
+    }
+}
+
+fn excerpt(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let mut out: String = text.chars().take(ERROR_BODY_EXCERPT).collect();
+    if text.chars().count() > ERROR_BODY_EXCERPT {
+        out.push('…');
+    }
+    out
+}
+
+impl RuntimeDriver for ProcessDriver {
+    fn start(
+        &mut self,
+        spec: &FunctionSpec,
+        slices: &[Slice],
+    ) -> RuntimeFuture<Result<(), RuntimeError>> {
+        self.function = Some(spec.clone());
+        self.slices = slices.to_vec();
+        self.relaunch(spec.clone(), slices.to_vec())
+    }
+
+    fn invoke(&mut self, invocation: Invocation) -> RuntimeFuture<Result<Vec<u8>, RuntimeError>> {
+        let Some(instance) = self.running.borrow().as_ref().map(|r| r.instance.clone()) else {
+            return Box::pin(async { Err(RuntimeError::NotRunning) });
+        };
+        let deadline = match (invocation.deadline_us, &self.function) {
+            (Some(us), _) => Duration::from_micros(us),
+            (None, Some(f)) => Duration::from_millis(f.deadline_ms),
+            (None, None) => Duration::from_secs(60),
+        }
+        .max(Duration::from_millis(1));
+        Box::pin(async move {
+            match instance.invoke(&invocation.body, deadline).await {
+                Ok(resp) if (200..300).contains(&resp.status) => Ok(resp.body),
+                Ok(resp) => Err(RuntimeError::Failed(format!(
+                    "function answered HTTP {}: {}",
+                    resp.status,
+                    excerpt(&resp.body)
+                ))),
+                Err(e @ InvokeError::Crashed { .. }) => Err(RuntimeError::Crashed(e.to_string())),
+                Err(e @ InvokeError::DeadlineExceeded { .. }) => {
+                    Err(RuntimeError::DeadlineExceeded(e.to_string()))
+                }
+                Err(e) => Err(RuntimeError::Failed(e.to_string())),
+            }
+        })
+    }
+
+    fn stop(&mut self) -> RuntimeFuture<()> {
+        let running = self.running.borrow_mut().take();
+        let counters = self.options.counters.clone();
+        Box::pin(async move {
+            if let Some(r) = running {
+                halt(r, counters).await;
+            }
+        })
+    }
+
+    fn place(&mut self, gpu: Option<u32>) -> RuntimeFuture<Result<(), RuntimeError>> {
+        let Some(function) = self.function.clone() else {
+            return Box::pin(async { Err(RuntimeError::NotRunning) });
+        };
+        match gpu {
+            None => self.stop_for_swap(),
+            Some(gpu) => {
+                let slices = moved_to(&self.slices, gpu);
+                let wanted: Vec<u32> = slices.iter().map(|s| s.gpu.index).collect();
+                if self.gpus().is_some_and(|g| g == wanted) {
+                    return Box::pin(async { Ok(()) });
+                }
+                self.slices = slices.clone();
+                self.relaunch(function, slices)
+            }
+        }
+    }
+}
+
+impl ProcessDriver {
+    fn stop_for_swap(&mut self) -> RuntimeFuture<Result<(), RuntimeError>> {
+        let stop = self.stop();
+        Box::pin(async move {
+            stop.await;
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

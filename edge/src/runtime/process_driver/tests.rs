@@ -1,0 +1,204 @@
+//! The process driver with `tests/fixtures/echo_server.py` as the function.
+
+use super::*;
+use gshare_core::executor::RequestId;
+use gshare_core::model::{LatencyProfile, NodeId, PoolPreference, Runtime, TenantId, Tier};
+
+const ECHO: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tests/fixtures/echo_server.py"
+);
+
+fn options(counters: &ProcessCounters) -> Arc<ProcessOptions> {
+    let text = format!(
+        "runtime = \"custom\"\ncommand = [\"python3\", {ECHO:?}, \"--port\", \"{{port}}\", \"--spawn-child\"]\nstartup_timeout_s = 20\nstop_grace_s = 5\n"
+    );
+    Arc::new(ProcessOptions {
+        template: RuntimeTemplate::parse(&text, "echo.toml").unwrap(),
+        workdir: None,
+        log_dir: None,
+        gpu_memory_mib: Some(16_384),
+        counters: counters.clone(),
+    })
+}
+
+fn function() -> FunctionSpec {
+    FunctionSpec {
+        tenant: TenantId("acme".into()),
+        name: "echo".into(),
+        runtime: Runtime::Custom,
+        memory_mib: 4096,
+        compute_milli: 250,
+        tier: Tier::Guaranteed,
+        deadline_ms: 10_000,
+        pool: PoolPreference::Any,
+        min_instances: 1,
+        max_instances: 1,
+        idle_timeout_s: 60,
+        latency: LatencyProfile {
+            full_gpu_us: 1_000,
+            saturation_milli: 500,
+        },
+    }
+}
+
+fn slice(gpu: u32) -> Slice {
+    Slice {
+        gpu: GpuId {
+            node: NodeId("n1".into()),
+            index: gpu,
+        },
+        compute_milli: 250,
+        memory_mib: 4096,
+    }
+}
+
+fn call(body: &str, deadline_us: Option<u64>) -> Invocation {
+    Invocation {
+        request: RequestId(1),
+        gpu: 0,
+        compute_milli: 250,
+        service_us: 1_000,
+        deadline_us,
+        body: body.as_bytes().to_vec(),
+    }
+}
+
+async fn echo(d: &mut ProcessDriver, body: &str) -> serde_json::Value {
+    let out = d.invoke(call(body, None)).await.expect("echo answers");
+    serde_json::from_slice(&out).unwrap()
+}
+
+fn alive(pid: u64) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => false,
+        Ok(stat) => !stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z')),
+    }
+}
+
+async fn gone(pid: u64) -> bool {
+    for _ in 0..250 {
+        if !alive(pid) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn serves_on_its_slice_and_follows_its_weights_between_gpus() {
+    let counters = ProcessCounters::new();
+    let mut d = ProcessDriver::new(options(&counters));
+    assert_eq!(
+        d.invoke(call("{}", None)).await,
+        Err(RuntimeError::NotRunning)
+    );
+    d.start(&function(), &[slice(0)]).await.unwrap();
+    let first = echo(&mut d, r#"{"x":1}"#).await;
+    assert_eq!(first["body"], r#"{"x":1}"#);
+    assert_eq!(first["env"]["CUDA_VISIBLE_DEVICES"], "0");
+    assert_eq!(first["env"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "25");
+    assert_eq!(first["env"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=4096M");
+    let pid0 = first["pid"].as_u64().unwrap();
+    let child0 = first["child_pid"].as_u64().unwrap();
+    assert_eq!(d.pid(), Some(pid0 as u32));
+
+    // Same GPU: nothing happens.
+    d.place(Some(0)).await.unwrap();
+    assert_eq!(d.pid(), Some(pid0 as u32));
+    // Moved to GPU 1: a new process on GPU 1's slice; the old group is gone.
+    d.place(Some(1)).await.unwrap();
+    let moved = echo(&mut d, "{}").await;
+    assert_eq!(moved["env"]["CUDA_VISIBLE_DEVICES"], "1");
+    assert_eq!(moved["env"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "1=4096M");
+    assert_ne!(moved["pid"].as_u64(), Some(pid0));
+    assert!(
+        gone(pid0).await && gone(child0).await,
+        "old process group left"
+    );
+    // Swapped out: stopped; invocations are refused until it is back.
+    let pid1 = moved["pid"].as_u64().unwrap();
+    d.place(None).await.unwrap();
+    assert!(gone(pid1).await);
+    assert_eq!(d.pid(), None);
+    assert_eq!(
+        d.invoke(call("{}", None)).await,
+        Err(RuntimeError::NotRunning)
+    );
+    d.place(Some(1)).await.unwrap();
+    assert_eq!(echo(&mut d, "{}").await["env"]["CUDA_VISIBLE_DEVICES"], "1");
+    assert_eq!((counters.starts(), counters.running()), (3, 1));
+    d.stop().await;
+    assert_eq!(counters.running(), 0);
+    assert_eq!(counters.crashes(), 0);
+}
+
+#[tokio::test]
+async fn a_crash_ends_the_call_as_crashed_and_the_process_comes_back() {
+    let counters = ProcessCounters::new();
+    let mut d = ProcessDriver::new(options(&counters));
+    d.start(&function(), &[slice(0)]).await.unwrap();
+    let before = echo(&mut d, "{}").await;
+    let (pid, child) = (
+        before["pid"].as_u64().unwrap(),
+        before["child_pid"].as_u64().unwrap(),
+    );
+    assert_eq!(d.generation(), Some(1));
+    let crashed = d.invoke(call(r#"{"crash_after_ms":100}"#, None)).await;
+    assert!(
+        matches!(crashed, Err(RuntimeError::Crashed(ref m)) if m.contains("acme-echo")),
+        "{crashed:?}"
+    );
+    // The next call waits for the restart and is served by a new process.
+    let after = echo(&mut d, "{}").await;
+    assert_ne!(after["pid"].as_u64(), Some(pid));
+    assert_eq!(d.generation(), Some(2));
+    assert!(gone(pid).await && gone(child).await, "crashed group left");
+    for _ in 0..100 {
+        if counters.restarts() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!((counters.crashes(), counters.restarts()), (1, 1));
+    // A call that outlives its deadline ends as such (the process stays).
+    let late = d.invoke(call(r#"{"sleep_ms":2000}"#, Some(100_000))).await;
+    assert!(
+        matches!(late, Err(RuntimeError::DeadlineExceeded(_))),
+        "{late:?}"
+    );
+    let last = after["pid"].as_u64().unwrap();
+    let last_child = after["child_pid"].as_u64().unwrap();
+    d.stop().await;
+    assert!(
+        gone(last).await && gone(last_child).await,
+        "stop left the group"
+    );
+    assert_eq!(counters.crashes(), 1);
+}
+
+#[tokio::test]
+async fn a_function_that_does_not_start_is_a_start_error() {
+    let counters = ProcessCounters::new();
+    let text = "runtime = \"custom\"\ncommand = [\"python3\", \"-c\", \"import sys; sys.exit(4)\"]\nstartup_timeout_s = 5\n";
+    let mut d = ProcessDriver::new(Arc::new(ProcessOptions {
+        template: RuntimeTemplate::parse(text, "bad.toml").unwrap(),
+        workdir: None,
+        log_dir: None,
+        gpu_memory_mib: None,
+        counters: counters.clone(),
+    }));
+    let e = d.start(&function(), &[slice(0)]).await.unwrap_err();
+    assert!(
+        matches!(e, RuntimeError::Failed(ref m) if m.contains("exited during start-up")),
+        "{e:?}"
+    );
+    assert_eq!(
+        d.invoke(call("{}", None)).await,
+        Err(RuntimeError::NotRunning)
+    );
+    assert_eq!((counters.starts(), counters.running()), (0, 0));
+}

@@ -1,0 +1,427 @@
+//! The `process` runtime driver in the real agent: the `gshare-edge` binary,
+//! behind a stand-in region, hosts `tests/fixtures/echo_server.py` (python3,
+//! stdlib only) as a function of runtime `custom` with
+//! `[runtimes.custom] driver = "process"`.
+//!
+//! A crash of the function's process mid-request ends the invocations in
+//! flight with `502 function_crashed`; the process is restarted (new pid)
+//! and serves again; the crash and restart show in the agent's `/metrics`;
+//! releasing the function, or stopping the agent, leaves no process of its
+//! group behind.
+
+use gshare_core::model::{
+    FunctionSpec, GpuId, LatencyProfile, NodeId, PoolPreference, Runtime, Slice, TenantId, Tier,
+};
+use gshare_core::protocol::{
+    AssignedInstance, Assignment, RegionMessage, RegionMessageV1, TenantTokens, TokenDigests,
+};
+use gshare_core::state::InstanceId;
+use gshare_edge::token::token_digest;
+use gshare_edge::wire::write_frame;
+use gshare_tests::stand_in_region::{fake_region, issue, new_ca, Ca, FakeRegion};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "s3cret";
+const ECHO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/echo_server.py");
+
+fn free_port() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+/// The agent process; SIGTERM (then SIGKILL) if a test ends early.
+struct AgentProc(Option<Child>);
+
+impl AgentProc {
+    /// SIGTERM and wait; the exit status and stderr.
+    fn terminate(&mut self) -> (std::process::ExitStatus, String) {
+        let child = self.0.take().expect("agent running");
+        signal(child.id(), "-TERM");
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+impl Drop for AgentProc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            signal(c.id(), "-TERM");
+            let until = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < until {
+                if matches!(c.try_wait(), Ok(Some(_))) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
+}
+
+/// Whether `pid` is a live process (not gone, not a zombie).
+fn alive(pid: u64) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => false,
+        Ok(stat) => !stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z')),
+    }
+}
+
+async fn gone(pid: u64) -> bool {
+    let until = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < until {
+        if !alive(pid) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+fn write_agent_files(dir: &Path, ca: &Ca, region: SocketAddr) -> SocketAddr {
+    let (cert, key) = issue(ca, "n1");
+    std::fs::write(dir.join("ca.pem"), &ca.pem).unwrap();
+    std::fs::write(dir.join("n1.pem"), cert).unwrap();
+    std::fs::write(dir.join("n1.key"), key).unwrap();
+    std::fs::create_dir_all(dir.join("runtimes")).unwrap();
+    std::fs::write(
+        dir.join("runtimes/echo.toml"),
+        format!(
+            r#"runtime = "custom"
+description = "tests/fixtures/echo_server.py"
+command = ["python3", {ECHO:?}, "--port", "{{port}}", "--spawn-child"]
+health_path = "/health"
+invoke_path = "/invoke"
+startup_timeout_s = 20
+stop_grace_s = 5
+"#
+        ),
+    )
+    .unwrap();
+    let ingress = free_port();
+    std::fs::write(
+        dir.join("agent.toml"),
+        format!(
+            r#"node = "n1"
+pool = "center"
+pool_kind = "center"
+data_dir = "data"
+ingress_addr = "{ingress}"
+host_swap_mib = 65536
+heartbeat_ms = 100
+[gpus]
+backend = "simulated"
+[[gpus.simulated]]
+model = "sim"
+memory_mib = 16384
+h2d_mib_per_s = 600000
+count = 1
+[load]
+cold_setup_us = 20000
+[[replicas]]
+quic_addr = "{region}"
+[tls]
+ca_cert = "ca.pem"
+cert = "n1.pem"
+key = "n1.key"
+[runtimes.custom]
+driver = "process"
+template = "runtimes/echo.toml"
+"#
+        ),
+    )
+    .unwrap();
+    ingress
+}
+
+fn echo_spec() -> FunctionSpec {
+    FunctionSpec {
+        tenant: TenantId("acme".into()),
+        name: "echo".into(),
+        runtime: Runtime::Custom,
+        memory_mib: 1024,
+        compute_milli: 500,
+        tier: Tier::Guaranteed,
+        deadline_ms: 20_000,
+        pool: PoolPreference::Any,
+        min_instances: 1,
+        max_instances: 1,
+        idle_timeout_s: 600,
+        latency: LatencyProfile {
+            full_gpu_us: 1_000,
+            saturation_milli: 500,
+        },
+    }
+}
+
+async fn push(conn: &quinn::Connection, msg: RegionMessageV1) {
+    let mut send = conn.open_uni().await.unwrap();
+    write_frame(&mut send, &RegionMessage::v1(msg))
+        .await
+        .unwrap();
+}
+
+async fn assign(conn: &quinn::Connection, index: u64, specs: &[FunctionSpec]) {
+    push(
+        conn,
+        RegionMessageV1::Tokens(TokenDigests {
+            applied_index: index,
+            tenants: vec![TenantTokens {
+                tenant: TenantId("acme".into()),
+                digests: vec![token_digest(TOKEN)],
+            }],
+        }),
+    )
+    .await;
+    let instances = specs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| AssignedInstance {
+            instance: InstanceId(i as u64 + 1),
+            spec: s.clone(),
+            version: 1,
+            slices: vec![Slice {
+                gpu: GpuId {
+                    node: NodeId("n1".into()),
+                    index: 0,
+                },
+                compute_milli: s.compute_milli,
+                memory_mib: s.memory_mib,
+            }],
+        })
+        .collect();
+    push(
+        conn,
+        RegionMessageV1::Assignment(Assignment {
+            applied_index: index,
+            instances,
+        }),
+    )
+    .await;
+}
+
+/// Blocking HTTP/1.1 request with `Connection: close`: (status, body).
+fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = out.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+    (status, body)
+}
+
+async fn invoke(addr: SocketAddr, body: &str) -> (u16, String) {
+    let body = body.to_string();
+    tokio::task::spawn_blocking(move || http(addr, "POST", "/v1/invoke/acme/echo", &body))
+        .await
+        .unwrap()
+}
+
+fn json(body: &str) -> serde_json::Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+/// The first successful echo (the process starts on placement).
+async fn first_echo(addr: SocketAddr) -> serde_json::Value {
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = invoke(addr, r#"{"hello":1}"#).await;
+        if status == 200 {
+            return json(&body);
+        }
+        assert!(Instant::now() < until, "never served: {status} {body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn metric(addr: SocketAddr, name: &str) -> u64 {
+    let (status, text) = tokio::task::spawn_blocking(move || http(addr, "GET", "/metrics", ""))
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{text}");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("gshare_edge_{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} not in /metrics:\n{text}"))
+}
+
+async fn metric_reaches(addr: SocketAddr, name: &str, want: u64) {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = metric(addr, name).await;
+        if got == want {
+            return;
+        }
+        assert!(Instant::now() < until, "{name} = {got}, expected {want}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn start(
+    dir: &Path,
+    ca: &Ca,
+    region: &mut FakeRegion,
+) -> (AgentProc, SocketAddr, quinn::Connection) {
+    let ingress = write_agent_files(dir, ca, region.addr);
+    let child = Command::new(gshare_tests::binary("gshare-edge"))
+        .arg("--config")
+        .arg(dir.join("agent.toml"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let agent = AgentProc(Some(child));
+    let conn = tokio::time::timeout(Duration::from_secs(20), region.registered.recv())
+        .await
+        .expect("agent registers in time")
+        .unwrap();
+    (agent, ingress, conn)
+}
+
+#[actix_rt::test]
+async fn a_crashed_function_process_fails_its_calls_explicitly_and_is_restarted() {
+    let ca = new_ca();
+    let mut region = fake_region(&ca);
+    let dir = tempfile::tempdir().unwrap();
+    let (mut agent, ingress, conn) = start(dir.path(), &ca, &mut region).await;
+    assign(&conn, 1, &[echo_spec()]).await;
+
+    // Served by the process, on its slice's CUDA/MPS environment.
+    let first = first_echo(ingress).await;
+    assert_eq!(first["body"], r#"{"hello":1}"#);
+    assert_eq!(first["env"]["CUDA_VISIBLE_DEVICES"], "0");
+    assert_eq!(first["env"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "50");
+    assert_eq!(first["env"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=1024M");
+    let deadline_ms: u64 = first["deadline_ms"].as_str().unwrap().parse().unwrap();
+    assert!(
+        deadline_ms > 0 && deadline_ms <= 20_000,
+        "the request's deadline reaches the function: {deadline_ms}"
+    );
+    let (pid, child) = (
+        first["pid"].as_u64().unwrap(),
+        first["child_pid"].as_u64().unwrap(),
+    );
+    assert!(alive(pid) && alive(child));
+    assert_eq!(metric(ingress, "process_running").await, 1);
+    assert_eq!(metric(ingress, "process_crashes_total").await, 0);
+
+    // A slow call in flight, then a call that makes the process exit.
+    let slow = tokio::spawn(invoke(ingress, r#"{"sleep_ms":3000}"#));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let crash = tokio::spawn(invoke(ingress, r#"{"crash_after_ms":300}"#));
+    for (what, call) in [("crashing", crash), ("in flight", slow)] {
+        let (status, body) = call.await.unwrap();
+        assert_eq!(status, 502, "{what} call: {body}");
+        let e = json(&body);
+        assert_eq!(
+            e["error"]["code"], "function_crashed",
+            "{what} call: {body}"
+        );
+        assert!(
+            e["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("crashed during the invocation"),
+            "{body}"
+        );
+    }
+    // Restarted with backoff: a new process serves later calls.
+    let after = first_echo(ingress).await;
+    let (pid2, child2) = (
+        after["pid"].as_u64().unwrap(),
+        after["child_pid"].as_u64().unwrap(),
+    );
+    assert_ne!(pid2, pid, "not restarted");
+    assert!(gone(pid).await, "crashed server {pid} still there");
+    assert!(gone(child).await, "its child {child} still there");
+    metric_reaches(ingress, "process_crashes_total", 1).await;
+    metric_reaches(ingress, "process_restarts_total", 1).await;
+    for i in 0..5 {
+        let (status, body) = invoke(ingress, &format!("{{\"n\":{i}}}")).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(json(&body)["pid"].as_u64(), Some(pid2));
+    }
+
+    // Released by the region: the process group is stopped.
+    assign(&conn, 2, &[]).await;
+    assert!(
+        gone(pid2).await,
+        "released function's server {pid2} still there"
+    );
+    assert!(gone(child2).await, "its child {child2} still there");
+    metric_reaches(ingress, "process_running", 0).await;
+    let (status, body) = invoke(ingress, "{}").await;
+    assert_eq!(status, 404, "{body}");
+
+    let log = std::fs::read_to_string(dir.path().join("data/function-logs/acme-echo.log"));
+    assert!(log.is_ok(), "function output file: {log:?}");
+    let (exit, stderr) = agent.terminate();
+    assert!(exit.success(), "agent exit {exit:?}: {stderr}");
+    println!(
+        "process runtime: pid {pid} crashed (2 calls -> 502 function_crashed), restarted as {pid2}, released"
+    );
+}
+
+#[actix_rt::test]
+async fn stopping_the_agent_stops_its_function_processes() {
+    let ca = new_ca();
+    let mut region = fake_region(&ca);
+    let dir = tempfile::tempdir().unwrap();
+    let (mut agent, ingress, conn) = start(dir.path(), &ca, &mut region).await;
+    assign(&conn, 1, &[echo_spec()]).await;
+    let first = first_echo(ingress).await;
+    let (pid, child) = (
+        first["pid"].as_u64().unwrap(),
+        first["child_pid"].as_u64().unwrap(),
+    );
+    let (exit, stderr) = agent.terminate();
+    assert!(exit.success(), "agent exit {exit:?}: {stderr}");
+    assert!(gone(pid).await, "function server {pid} outlived the agent");
+    assert!(gone(child).await, "its child {child} outlived the agent");
+}
+
+#[test]
+fn a_missing_template_is_refused_at_its_key() {
+    let ca = new_ca();
+    let dir = tempfile::tempdir().unwrap();
+    write_agent_files(dir.path(), &ca, free_port());
+    std::fs::remove_file(dir.path().join("runtimes/echo.toml")).unwrap();
+    let out = Command::new(gshare_tests::binary("gshare-edge"))
+        .arg("--config")
+        .arg(dir.path().join("agent.toml"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("runtimes.custom.template: cannot read template")
+            && err.contains("(got \"runtimes/echo.toml\")"),
+        "{err}"
+    );
+    let line = err.lines().next().unwrap_or("");
+    assert!(line.contains("agent.toml:"), "{err}");
+}
