@@ -131,6 +131,7 @@ h2d_mib_per_s = 600000
 count = 1
 [load]
 cold_setup_us = 20000
+storage_mib_per_s = 100000
 [[replicas]]
 quic_addr = "{region}"
 [tls]
@@ -235,8 +236,12 @@ fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String)
 }
 
 async fn invoke(addr: SocketAddr, body: &str) -> (u16, String) {
-    let body = body.to_string();
-    tokio::task::spawn_blocking(move || http(addr, "POST", "/v1/invoke/acme/echo", &body))
+    invoke_fn(addr, "echo", body).await
+}
+
+async fn invoke_fn(addr: SocketAddr, name: &str, body: &str) -> (u16, String) {
+    let (path, body) = (format!("/v1/invoke/acme/{name}"), body.to_string());
+    tokio::task::spawn_blocking(move || http(addr, "POST", &path, &body))
         .await
         .unwrap()
 }
@@ -384,6 +389,58 @@ async fn a_crashed_function_process_fails_its_calls_explicitly_and_is_restarted(
     println!(
         "process runtime: pid {pid} crashed (2 calls -> 502 function_crashed), restarted as {pid2}, released"
     );
+}
+
+/// Two process functions that do not fit on the GPU together: each
+/// swap-out stops the evicted one's process, each swap-in starts it again
+/// (a new pid: process runtimes pay a cold start).
+#[actix_rt::test]
+async fn swapping_a_process_function_out_and_in_restarts_its_process() {
+    let ca = new_ca();
+    let mut region = fake_region(&ca);
+    let dir = tempfile::tempdir().unwrap();
+    let (mut agent, ingress, conn) = start(dir.path(), &ca, &mut region).await;
+    let big = |name: &str| FunctionSpec {
+        name: name.into(),
+        tier: Tier::Oversubscribed,
+        memory_mib: 10_240,
+        ..echo_spec()
+    };
+    assign(&conn, 1, &[big("a"), big("b")]).await;
+    let pid_of = |body: &str| json(body)["pid"].as_u64().unwrap();
+    let mut pids = Vec::new();
+    let t0 = Instant::now();
+    for name in ["a", "b", "a", "b"] {
+        let until = Instant::now() + Duration::from_secs(30);
+        let body = loop {
+            let (status, body) = invoke_fn(ingress, name, "{}").await;
+            if status == 200 {
+                break body;
+            }
+            assert!(Instant::now() < until, "{name}: {status} {body}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        pids.push(pid_of(&body));
+    }
+    println!(
+        "process swap: a, b, a, b served in {:?} (pids {pids:?})",
+        t0.elapsed()
+    );
+    assert_ne!(pids[0], pids[2], "a was not restarted after its swap-out");
+    assert_ne!(pids[1], pids[3], "b was not restarted after its swap-out");
+    assert!(
+        gone(pids[0]).await && gone(pids[1]).await,
+        "swapped-out processes left"
+    );
+    assert!(metric(ingress, "swap_outs_total").await >= 2);
+    assert!(metric(ingress, "process_starts_total").await >= 4);
+    metric_reaches(ingress, "process_running", 1).await;
+    assert_eq!(metric(ingress, "process_crashes_total").await, 0);
+    let (exit, stderr) = agent.terminate();
+    assert!(exit.success(), "agent exit {exit:?}: {stderr}");
+    for pid in &pids[2..] {
+        assert!(gone(*pid).await, "{pid} outlived the agent");
+    }
 }
 
 #[actix_rt::test]

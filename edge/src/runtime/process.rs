@@ -139,8 +139,37 @@ fn signal_group(pgid: i32, sig: Signal) {
     }
 }
 
+/// Whether any process of group `pgid` still runs. Zombies do not count:
+/// a member whose parent died is reparented and reaped by PID 1 whenever
+/// it gets to it (seconds in some containers); `kill(-pgid, 0)` still
+/// finds it, so `/proc` is read to tell (when it is readable).
 fn group_alive(pgid: i32) -> bool {
-    Pid::from_raw(pgid).is_some_and(|p| test_kill_process_group(p).is_ok())
+    if Pid::from_raw(pgid).is_none_or(|p| test_kill_process_group(p).is_err()) {
+        return false;
+    }
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    entries.flatten().any(|e| {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else {
+            return false;
+        };
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            return false;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{name}/stat")) else {
+            return false;
+        };
+        // "pid (comm) state ppid pgrp …"; comm may hold spaces and parentheses.
+        let Some((_, rest)) = stat.rsplit_once(") ") else {
+            return false;
+        };
+        let mut fields = rest.split(' ');
+        let state = fields.next().unwrap_or("");
+        let pgrp = fields.nth(1).and_then(|g| g.parse::<i32>().ok());
+        pgrp == Some(pgid) && !matches!(state, "Z" | "X")
+    })
 }
 
 fn spawn(spec: &ProcessSpec, log: Option<&PathBuf>) -> Result<Child, ProcessError> {
