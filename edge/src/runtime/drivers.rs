@@ -170,8 +170,16 @@ key = "c.key"
     }
 
     #[test]
-    fn the_example_templates_load_for_their_runtimes() {
+    fn the_example_agent_and_templates_load() {
         let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs/examples");
+        let file = examples.join("agent-sh-l4-0.toml");
+        let text = std::fs::read_to_string(&file).unwrap();
+        let c = AgentConfig::from_toml("agent-sh-l4-0.toml", &text).unwrap();
+        let d = Drivers::load("agent-sh-l4-0.toml", &examples, &c.runtimes, None).unwrap();
+        assert_eq!(d.kind(Runtime::Vllm), DriverKind::Process);
+        assert_eq!(d.kind(Runtime::Pytorch), DriverKind::Process);
+        assert_eq!(d.kind(Runtime::Sglang), DriverKind::Sim);
+        // Every shipped template loads for its runtime.
         let text = format!(
             "{BASE}[runtimes.vllm]\ndriver = \"process\"\ntemplate = \"runtimes/vllm.toml\"\n\
              [runtimes.sglang]\ndriver = \"process\"\ntemplate = \"runtimes/sglang.toml\"\n\

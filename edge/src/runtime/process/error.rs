@@ -94,7 +94,7 @@ impl InvokeError {
     pub fn code(&self) -> &'static str {
         match self {
             InvokeError::DeadlineExceeded { .. } => "deadline_exceeded",
-            InvokeError::Crashed { .. } => "instance_failed",
+            InvokeError::Crashed { .. } => "function_crashed",
             InvokeError::Unavailable { .. } => "instance_unavailable",
             InvokeError::Transport { .. } => "instance_error",
         }

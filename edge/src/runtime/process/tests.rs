@@ -236,7 +236,7 @@ async fn crash_restarts_with_backoff_and_in_flight_calls_fail_explicitly() {
         matches!(slow, Err(InvokeError::Crashed { generation: 1, .. })),
         "{slow:?}"
     );
-    assert_eq!(slow.unwrap_err().code(), "instance_failed");
+    assert_eq!(slow.unwrap_err().code(), "function_crashed");
 
     let s = wait_status(&p, |s| s.phase == Phase::Ready).await;
     assert_eq!(s.generation, 2);
