@@ -282,7 +282,12 @@ impl RuntimeDriver for ProcessDriver {
             Some(gpu) => {
                 let slices = moved_to(&self.slices, gpu);
                 let wanted: Vec<u32> = slices.iter().map(|s| s.gpu.index).collect();
-                if self.gpus().is_some_and(|g| g == wanted) {
+                // Keep a process that runs on that GPU, unless its
+                // supervisor gave up on it: a load is a chance to start over.
+                let usable = self.running.borrow().as_ref().is_some_and(|r| {
+                    r.gpus == wanted && r.instance.status().phase != Phase::Failed
+                });
+                if usable {
                     return Box::pin(async { Ok(()) });
                 }
                 self.slices = slices.clone();

@@ -214,8 +214,13 @@ impl ProcessSpec {
             health_interval: Duration::from_millis(50),
             health_request_timeout: Duration::from_secs(2),
             stop_grace: Duration::from_secs(template.stop_grace_s),
-            backoff: Backoff::default(),
-            max_failed_starts: Some(10),
+            backoff: Backoff {
+                initial: Duration::from_millis(template.restart_initial_ms),
+                max: Duration::from_millis(template.restart_max_ms),
+                ..Backoff::default()
+            },
+            max_failed_starts: (template.max_failed_starts > 0)
+                .then_some(template.max_failed_starts),
         })
     }
 }

@@ -70,6 +70,27 @@ pub struct RuntimeTemplate {
     /// GPU numbering of the MPS memory limit.
     #[serde(default)]
     pub mps_ordinals: MpsOrdinals,
+    /// First delay before restarting a crashed process (ms); doubled after
+    /// each failed start.
+    #[serde(default = "default_restart_initial_ms")]
+    pub restart_initial_ms: u64,
+    /// Longest delay between restarts (ms).
+    #[serde(default = "default_restart_max_ms")]
+    pub restart_max_ms: u64,
+    /// Failed restarts in a row after which the instance gives up
+    /// (invocations then fail until the function is loaded again); 0: never.
+    #[serde(default = "default_max_failed_starts")]
+    pub max_failed_starts: u32,
+}
+
+fn default_restart_initial_ms() -> u64 {
+    200
+}
+fn default_restart_max_ms() -> u64 {
+    30_000
+}
+fn default_max_failed_starts() -> u32 {
+    10
 }
 
 fn default_health_path() -> String {
@@ -216,6 +237,12 @@ impl RuntimeTemplate {
         }
         if t.startup_timeout_s == 0 {
             return Err(invalid("startup_timeout_s", "must be at least 1"));
+        }
+        if t.restart_initial_ms == 0 || t.restart_max_ms < t.restart_initial_ms {
+            return Err(invalid(
+                "restart_max_ms",
+                "restart delays must satisfy 1 <= restart_initial_ms <= restart_max_ms",
+            ));
         }
         // Render once with sample values: unknown placeholders fail now.
         let sample = TemplateVars {

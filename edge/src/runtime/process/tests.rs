@@ -390,3 +390,25 @@ async fn gives_up_after_max_failed_starts() {
         "{r:?}"
     );
 }
+
+#[test]
+fn restart_keys_set_the_backoff_and_are_checked() {
+    let base = "runtime = \"custom\"\ncommand = [\"x\", \"{port}\"]\n";
+    let t = RuntimeTemplate::parse(base, "t.toml").unwrap();
+    let s = ProcessSpec::from_template(&t, "i", "m", 9, slice()).unwrap();
+    assert_eq!(s.backoff, Backoff::default());
+    assert_eq!(s.max_failed_starts, Some(10));
+    let text =
+        format!("{base}restart_initial_ms = 50\nrestart_max_ms = 800\nmax_failed_starts = 0\n");
+    let t = RuntimeTemplate::parse(&text, "t.toml").unwrap();
+    let s = ProcessSpec::from_template(&t, "i", "m", 9, slice()).unwrap();
+    assert_eq!(
+        (s.backoff.initial, s.backoff.max, s.max_failed_starts),
+        (Duration::from_millis(50), Duration::from_millis(800), None)
+    );
+    let bad = format!("{base}restart_initial_ms = 500\nrestart_max_ms = 100\n");
+    let e = RuntimeTemplate::parse(&bad, "t.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("t.toml: restart_max_ms: "), "{e}");
+}

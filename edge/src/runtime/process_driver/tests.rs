@@ -202,3 +202,50 @@ async fn a_function_that_does_not_start_is_a_start_error() {
     );
     assert_eq!((counters.starts(), counters.running()), (0, 0));
 }
+
+#[tokio::test]
+async fn a_load_starts_over_a_process_its_supervisor_gave_up_on() {
+    let counters = ProcessCounters::new();
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("broken");
+    let text = format!(
+        "runtime = \"custom\"\ncommand = [\"python3\", {ECHO:?}, \"--port\", \"{{port}}\", \"--exit-if-exists\", {:?}]\nstartup_timeout_s = 20\nstop_grace_s = 5\nrestart_initial_ms = 20\nrestart_max_ms = 40\nmax_failed_starts = 3\n",
+        marker.display().to_string()
+    );
+    let mut d = ProcessDriver::new(Arc::new(ProcessOptions {
+        template: RuntimeTemplate::parse(&text, "echo.toml").unwrap(),
+        workdir: None,
+        log_dir: None,
+        gpu_memory_mib: None,
+        counters: counters.clone(),
+    }));
+    d.start(&function(), &[slice(0)]).await.unwrap();
+    // From now on every restart exits at once: the supervisor gives up.
+    std::fs::write(&marker, "").unwrap();
+    let crashed = d.invoke(call(r#"{"crash":true}"#, None)).await;
+    assert!(
+        matches!(crashed, Err(RuntimeError::Crashed(_))),
+        "{crashed:?}"
+    );
+    let instance = d.running.borrow().as_ref().unwrap().instance.clone();
+    let mut rx = instance.subscribe();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        rx.wait_for(|s| s.phase == Phase::Failed),
+    )
+    .await
+    .expect("supervisor gives up")
+    .unwrap();
+    let refused = d.invoke(call("{}", None)).await;
+    assert!(
+        matches!(refused, Err(RuntimeError::Failed(_))),
+        "{refused:?}"
+    );
+    // Fixed; the next load on the same GPU starts a fresh process.
+    std::fs::remove_file(&marker).unwrap();
+    d.place(Some(0)).await.unwrap();
+    assert_eq!(echo(&mut d, "{}").await["env"]["CUDA_VISIBLE_DEVICES"], "0");
+    assert_eq!(d.generation(), Some(1));
+    d.stop().await;
+    assert_eq!(counters.running(), 0);
+}
