@@ -236,7 +236,7 @@ impl NodeAgent {
                     gpu,
                     compute_milli,
                     service_us: finish_at.saturating_sub(now),
-                    deadline_us: Some(p.deadline.saturating_sub(now)),
+                    deadline: Some(self.clock + Duration::from_micros(p.deadline)),
                     body: std::mem::take(&mut p.body),
                 }));
             }

@@ -94,7 +94,7 @@ fn baseline(secs: f64) -> (Vec<f64>, f64) {
                     gpu: 0,
                     compute_milli: 100,
                     service_us: 0,
-                    deadline_us: None,
+                    deadline: None,
                     body: b"{}".to_vec(),
                 })
                 .await

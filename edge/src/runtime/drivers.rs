@@ -210,7 +210,7 @@ key = "c.key"
                 gpu: 0,
                 compute_milli: 100,
                 service_us: 0,
-                deadline_us: None,
+                deadline: None,
                 body: b"x".to_vec(),
             };
             assert_eq!(sim.invoke(inv).await.unwrap(), b"x".to_vec());

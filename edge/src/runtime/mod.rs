@@ -46,9 +46,9 @@ pub struct Invocation {
     pub compute_milli: MilliGpu,
     /// Service time the executor predicted for it on that share, µs.
     pub service_us: Micros,
-    /// Time left until the request's deadline when it was dispatched, µs
-    /// (`None`: unknown; a driver then uses the function's default).
-    pub deadline_us: Option<Micros>,
+    /// When the request's deadline passes (`None`: unknown; a driver then
+    /// uses the function's default).
+    pub deadline: Option<std::time::Instant>,
     /// Request body.
     pub body: Vec<u8>,
 }

@@ -240,8 +240,9 @@ impl RuntimeDriver for ProcessDriver {
         let Some(instance) = self.running.borrow().as_ref().map(|r| r.instance.clone()) else {
             return Box::pin(async { Err(RuntimeError::NotRunning) });
         };
-        let deadline = match (invocation.deadline_us, &self.function) {
-            (Some(us), _) => Duration::from_micros(us),
+        // Time left now: the request may have waited in the actor's mailbox.
+        let deadline = match (invocation.deadline, &self.function) {
+            (Some(at), _) => at.saturating_duration_since(std::time::Instant::now()),
             (None, Some(f)) => Duration::from_millis(f.deadline_ms),
             (None, None) => Duration::from_secs(60),
         }

@@ -60,7 +60,7 @@ mod tests {
             gpu: 0,
             compute_milli: 500,
             service_us: us,
-            deadline_us: None,
+            deadline: None,
             body: b"hi".to_vec(),
         }
     }

@@ -53,13 +53,13 @@ fn slice(gpu: u32) -> Slice {
     }
 }
 
-fn call(body: &str, deadline_us: Option<u64>) -> Invocation {
+fn call(body: &str, deadline_ms: Option<u64>) -> Invocation {
     Invocation {
         request: RequestId(1),
         gpu: 0,
         compute_milli: 250,
         service_us: 1_000,
-        deadline_us,
+        deadline: deadline_ms.map(|ms| std::time::Instant::now() + Duration::from_millis(ms)),
         body: body.as_bytes().to_vec(),
     }
 }
@@ -165,7 +165,7 @@ async fn a_crash_ends_the_call_as_crashed_and_the_process_comes_back() {
     }
     assert_eq!((counters.crashes(), counters.restarts()), (1, 1));
     // A call that outlives its deadline ends as such (the process stays).
-    let late = d.invoke(call(r#"{"sleep_ms":2000}"#, Some(100_000))).await;
+    let late = d.invoke(call(r#"{"sleep_ms":2000}"#, Some(100))).await;
     assert!(
         matches!(late, Err(RuntimeError::DeadlineExceeded(_))),
         "{late:?}"
