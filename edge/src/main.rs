@@ -2,7 +2,7 @@
 
 use anyhow::Context as _;
 use clap::Parser;
-use gshare_edge::agent::{NodeAgent, NodeSetup};
+use gshare_edge::agent::{NodeAgent, NodeSetup, StopRuntimes};
 use gshare_edge::gpu::discover;
 use gshare_edge::runtime::Drivers;
 use gshare_edge::{ingress, region_link};
@@ -109,6 +109,8 @@ fn run(
         tracing::info!("shutting down: draining invocations");
         handle.stop(true).await;
         let _ = srv.await;
+        // Function processes get SIGTERM and their grace (not a SIGKILL on drop).
+        let _ = agent.send(StopRuntimes).await;
         drop(link);
         actix_rt::System::current().stop();
         anyhow::Ok(())

@@ -457,6 +457,11 @@ async fn stopping_the_agent_stops_its_function_processes() {
     );
     let (exit, stderr) = agent.terminate();
     assert!(exit.success(), "agent exit {exit:?}: {stderr}");
+    // Stopped by the agent (SIGTERM to its group), not killed on drop.
+    assert!(
+        stderr.contains("function process stopped"),
+        "no graceful stop logged: {stderr}"
+    );
     assert!(gone(pid).await, "function server {pid} outlived the agent");
     assert!(gone(child).await, "its child {child} outlived the agent");
 }

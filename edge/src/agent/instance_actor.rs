@@ -1,9 +1,10 @@
 //! One actor per hosted function: runs its requests through the runtime driver.
 
-use super::{ReleaseInstance, RequestDone, Residency, RunRequest};
+use super::{ReleaseInstance, RequestDone, Residency, RunRequest, StopNow};
 use crate::runtime::{RuntimeDriver, RuntimeError};
 use actix::{
-    Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Recipient, WrapFuture,
+    Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Recipient,
+    ResponseActFuture, WrapFuture,
 };
 use gshare_core::model::{FunctionSpec, Slice};
 
@@ -111,5 +112,15 @@ impl Handler<Residency> for InstanceActor {
                 tracing::error!("{name}: runtime failed to follow its weights to {gpu:?}: {e}");
             }
         }));
+    }
+}
+
+impl Handler<StopNow> for InstanceActor {
+    type Result = ResponseActFuture<Self, ()>;
+
+    fn handle(&mut self, _: StopNow, _: &mut Context<Self>) -> Self::Result {
+        self.released = true;
+        let stop = self.driver.stop();
+        Box::pin(stop.into_actor(self).map(|_, _, ctx| ctx.stop()))
     }
 }

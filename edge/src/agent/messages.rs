@@ -104,6 +104,17 @@ pub struct LoadDone {
 #[rtype(result = "()")]
 pub struct Residency(pub Option<u32>);
 
+/// Stop every hosted function's runtime now (the agent is exiting): each
+/// process driver stops its process group gracefully (NodeAgent).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct StopRuntimes;
+
+/// Stop the runtime now, running requests or not (InstanceActor).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct StopNow;
+
 /// Stop the instance once its running requests are done.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]

@@ -25,7 +25,8 @@ pub use gpu_actor::GpuActor;
 pub use instance_actor::InstanceActor;
 pub use messages::{
     Admission, ApplyAssignment, ApplyTokens, Invoke, LoadDone, LoadWeights, ReleaseInstance,
-    ReleaseWeights, RequestDone, Residency, RunRequest, StatusQuery, TakeSwapEvents,
+    ReleaseWeights, RequestDone, Residency, RunRequest, StatusQuery, StopNow, StopRuntimes,
+    TakeSwapEvents,
 };
 pub use node_agent::{DriverFactory, NodeAgent, NodeSetup};
 pub use node_status::NodeStatus;

@@ -3,11 +3,11 @@
 use super::{
     Admission, ApplyAssignment, ApplyTokens, GpuActor, InstanceActor, Invoke, LoadDone,
     LoadWeights, NodeStatus, ReleaseInstance, ReleaseWeights, RequestDone, Residency, RunRequest,
-    StatusQuery, TakeSwapEvents,
+    StatusQuery, StopNow, StopRuntimes, TakeSwapEvents,
 };
 use crate::gpu::{GpuInfo, SimulatedGpu};
 use crate::runtime::{Invocation, ProcessCounters, RuntimeDriver, RuntimeError};
-use actix::{Actor, Addr, AsyncContext, Context, Handler};
+use actix::{Actor, Addr, AsyncContext, Context, Handler, ResponseFuture};
 use gshare_core::config::AgentLoadCosts;
 use gshare_core::executor::{
     footprint, Command, Event, ExecutorRules, FunctionId, FunctionProfile, LoadCosts, NodeConfig,
@@ -626,5 +626,23 @@ impl Handler<TakeSwapEvents> for NodeAgent {
 
     fn handle(&mut self, _: TakeSwapEvents, _: &mut Context<Self>) -> Vec<SwapEvent> {
         std::mem::take(&mut self.swap_events)
+    }
+}
+
+impl Handler<StopRuntimes> for NodeAgent {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _: StopRuntimes, _: &mut Context<Self>) -> Self::Result {
+        // All are asked at once (`send` queues now); then each is awaited.
+        let stops: Vec<_> = self
+            .functions
+            .values()
+            .map(|h| h.actor.send(StopNow))
+            .collect();
+        Box::pin(async move {
+            for s in stops {
+                let _ = s.await;
+            }
+        })
     }
 }

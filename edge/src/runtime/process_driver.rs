@@ -197,7 +197,12 @@ async fn launch(
 
 /// Stops the process (and its group) and settles the counters.
 async fn halt(running: Running, counters: ProcessCounters) {
+    let (instance, pid) = (
+        running.instance.spec().instance.clone(),
+        running.instance.status().pid,
+    );
     running.instance.stop().await;
+    tracing::info!(instance = %instance, pid, "function process stopped");
     let _ = running.watcher.await;
     counters.stopped();
 }
