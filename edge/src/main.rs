@@ -4,6 +4,7 @@ use anyhow::Context as _;
 use clap::Parser;
 use gshare_edge::agent::{NodeAgent, NodeSetup, StopRuntimes};
 use gshare_edge::gpu::discover;
+use gshare_edge::runtime::process::ProcessLedger;
 use gshare_edge::runtime::Drivers;
 use gshare_edge::{ingress, region_link};
 use std::path::PathBuf;
@@ -88,6 +89,19 @@ fn run(
     }
     tracing::info!(node = %config.node.0, gpus = discovered.gpus.len(), "starting");
     drivers.set_gpu_memory_mib(discovered.gpus.iter().map(|g| g.memory_mib).min());
+    // Function processes a killed predecessor left running hold GPU memory
+    // this agent would hand out again: stop them first.
+    let ledger_dir = base.join(&config.data_dir).join("function-processes");
+    let ledger = ProcessLedger::open(&ledger_dir)
+        .with_context(|| format!("process ledger {}", ledger_dir.display()))?;
+    let reaped = ledger.reap();
+    if !reaped.killed.is_empty() {
+        tracing::warn!(
+            groups = ?reaped.killed,
+            "stopped function processes left running by a previous agent"
+        );
+    }
+    drivers.set_ledger(ledger);
     let system = actix_rt::System::new();
     system.block_on(async move {
         let agent = actix::Actor::start(NodeAgent::new(NodeSetup {

@@ -466,6 +466,51 @@ async fn stopping_the_agent_stops_its_function_processes() {
     assert!(gone(child).await, "its child {child} outlived the agent");
 }
 
+/// `kill -9` of the agent leaves its function processes running (they are
+/// in their own process groups); the next agent on the node stops them
+/// before it starts anything (the process ledger in its data dir).
+#[actix_rt::test]
+async fn a_restarted_agent_stops_the_processes_its_killed_predecessor_left() {
+    let ca = new_ca();
+    let mut region = fake_region(&ca);
+    let dir = tempfile::tempdir().unwrap();
+    let (mut agent, ingress, conn) = start(dir.path(), &ca, &mut region).await;
+    assign(&conn, 1, &[echo_spec()]).await;
+    let first = first_echo(ingress).await;
+    let (pid, child) = (
+        first["pid"].as_u64().unwrap(),
+        first["child_pid"].as_u64().unwrap(),
+    );
+    let mut killed = agent.0.take().expect("agent running");
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        alive(pid) && alive(child),
+        "the function process should outlive a kill -9 of its agent"
+    );
+
+    let (mut agent2, ingress2, conn2) = start(dir.path(), &ca, &mut region).await;
+    assert!(
+        gone(pid).await,
+        "leftover server {pid} not stopped by the new agent"
+    );
+    assert!(
+        gone(child).await,
+        "leftover child {child} not stopped by the new agent"
+    );
+    assign(&conn2, 1, &[echo_spec()]).await;
+    let again = first_echo(ingress2).await;
+    assert_ne!(again["pid"].as_u64(), Some(pid));
+    let (exit, stderr) = agent2.terminate();
+    assert!(exit.success(), "agent exit {exit:?}: {stderr}");
+    assert!(
+        stderr.contains("left running by a previous agent"),
+        "reaping not logged: {stderr}"
+    );
+    println!("process ledger: leftover pid {pid} (child {child}) stopped by the next agent");
+}
+
 #[test]
 fn a_missing_template_is_refused_at_its_key() {
     let ca = new_ca();

@@ -1,6 +1,6 @@
 //! The runtime driver of each runtime, from the agent config's `[runtimes]`.
 
-use super::process::RuntimeTemplate;
+use super::process::{ProcessLedger, RuntimeTemplate};
 use super::{ProcessCounters, ProcessDriver, ProcessOptions, RuntimeDriver, SimDriver};
 use gshare_core::config::{ConfigError, DriverKind, RuntimeDrivers};
 use gshare_core::model::{FunctionSpec, Mib, Runtime};
@@ -73,6 +73,7 @@ impl Drivers {
                     log_dir: log_dir.clone(),
                     gpu_memory_mib: None,
                     counters: counters.clone(),
+                    ledger: None,
                 }),
             ));
         }
@@ -91,6 +92,16 @@ impl Drivers {
         for (_, options) in &mut self.process {
             let mut o = ProcessOptions::clone(options);
             o.gpu_memory_mib = mib;
+            *options = Arc::new(o);
+        }
+    }
+
+    /// Records every process group the drivers start in `ledger` (see
+    /// [`ProcessLedger`]).
+    pub fn set_ledger(&mut self, ledger: ProcessLedger) {
+        for (_, options) in &mut self.process {
+            let mut o = ProcessOptions::clone(options);
+            o.ledger = Some(ledger.clone());
             *options = Arc::new(o);
         }
     }

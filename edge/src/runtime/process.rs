@@ -36,6 +36,7 @@
 
 mod error;
 mod http;
+mod ledger;
 mod spec;
 mod template;
 #[cfg(test)]
@@ -43,6 +44,7 @@ mod tests;
 
 pub use error::{InvokeError, ProcessError};
 pub use http::{request as http_request, HttpError, HttpResponse};
+pub use ledger::{ProcessLedger, Reaped};
 pub use spec::{free_port, Backoff, ProcessSpec, SliceLimits};
 pub use template::{render, MpsOrdinals, RuntimeTemplate, TemplateError, TemplateVars};
 
@@ -98,6 +100,8 @@ struct Shared {
     in_flight: AtomicU64,
     /// Process group of the running process (0: none).
     pgid: AtomicI32,
+    /// Where started groups are recorded (see [`ProcessLedger`]).
+    ledger: Option<ProcessLedger>,
 }
 
 impl Shared {
@@ -172,7 +176,11 @@ fn group_alive(pgid: i32) -> bool {
     })
 }
 
-fn spawn(spec: &ProcessSpec, log: Option<&PathBuf>) -> Result<Child, ProcessError> {
+fn spawn(
+    spec: &ProcessSpec,
+    log: Option<&PathBuf>,
+    ledger: Option<&ProcessLedger>,
+) -> Result<Child, ProcessError> {
     let mut cmd = Command::new(&spec.argv[0]);
     cmd.args(&spec.argv[1..])
         .envs(&spec.env)
@@ -198,11 +206,15 @@ fn spawn(spec: &ProcessSpec, log: Option<&PathBuf>) -> Result<Child, ProcessErro
         None => (Stdio::null(), Stdio::null()),
     };
     cmd.stdout(out).stderr(err);
-    cmd.spawn().map_err(|source| ProcessError::Spawn {
+    let child = cmd.spawn().map_err(|source| ProcessError::Spawn {
         instance: spec.instance.clone(),
         program: spec.argv[0].clone(),
         source,
-    })
+    })?;
+    if let (Some(ledger), Some(pid)) = (ledger, child.id()) {
+        ledger.record(pid as i32);
+    }
+    Ok(child)
 }
 
 /// Polls the health endpoint until 200, the process exits, the start-up
@@ -296,6 +308,17 @@ impl ProcessInstance {
         spec: ProcessSpec,
         log: Option<PathBuf>,
     ) -> Result<Self, ProcessError> {
+        Self::start_supervised(spec, log, None).await
+    }
+
+    /// Like [`start_logged`](Self::start_logged), and every process group
+    /// it starts (restarts included) is recorded in `ledger`, so a later
+    /// agent can stop it if this one is killed.
+    pub async fn start_supervised(
+        spec: ProcessSpec,
+        log: Option<PathBuf>,
+        ledger: Option<ProcessLedger>,
+    ) -> Result<Self, ProcessError> {
         if spec.argv.is_empty() || spec.argv[0].is_empty() {
             return Err(ProcessError::InvalidSpec {
                 instance: spec.instance.clone(),
@@ -317,8 +340,9 @@ impl ProcessInstance {
             failed_starts: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
             pgid: AtomicI32::new(0),
+            ledger,
         });
-        let mut child = spawn(&shared.spec, log.as_ref())?;
+        let mut child = spawn(&shared.spec, log.as_ref(), shared.ledger.as_ref())?;
         let pid = child.id();
         shared.pgid.store(pid.unwrap_or(0) as i32, Ordering::SeqCst);
         shared.set_status(Phase::Starting, 1, pid);
@@ -555,7 +579,7 @@ async fn supervise(
                 }
             }
             generation += 1;
-            let mut next = match spawn(spec, log.as_ref()) {
+            let mut next = match spawn(spec, log.as_ref(), shared.ledger.as_ref()) {
                 Ok(c) => c,
                 Err(_) => {
                     shared.failed_starts.fetch_add(1, Ordering::Relaxed);

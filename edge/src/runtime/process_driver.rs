@@ -18,7 +18,7 @@
 //! and restart counts into the node's [`ProcessCounters`].
 
 use super::process::{
-    InvokeError, Phase, ProcessInstance, ProcessSpec, RuntimeTemplate, SliceLimits,
+    InvokeError, Phase, ProcessInstance, ProcessLedger, ProcessSpec, RuntimeTemplate, SliceLimits,
 };
 use super::{Invocation, ProcessCounters, RuntimeDriver, RuntimeError, RuntimeFuture};
 use gshare_core::model::{FunctionSpec, GpuId, Mib, Slice};
@@ -48,6 +48,9 @@ pub struct ProcessOptions {
     pub gpu_memory_mib: Option<Mib>,
     /// The node's counters.
     pub counters: ProcessCounters,
+    /// Where started process groups are recorded (reaped by the next
+    /// agent after a `kill -9`); none when `None`.
+    pub ledger: Option<ProcessLedger>,
 }
 
 struct Running {
@@ -172,7 +175,7 @@ async fn launch(
             .map(|_| dir.join(format!("{id}.log")))
     });
     let instance = Arc::new(
-        ProcessInstance::start_logged(spec, log)
+        ProcessInstance::start_supervised(spec, log, options.ledger.clone())
             .await
             .map_err(|e| RuntimeError::Failed(e.to_string()))?,
     );

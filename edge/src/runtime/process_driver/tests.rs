@@ -19,6 +19,7 @@ fn options(counters: &ProcessCounters) -> Arc<ProcessOptions> {
         log_dir: None,
         gpu_memory_mib: Some(16_384),
         counters: counters.clone(),
+        ledger: None,
     })
 }
 
@@ -190,6 +191,7 @@ async fn a_function_that_does_not_start_is_a_start_error() {
         log_dir: None,
         gpu_memory_mib: None,
         counters: counters.clone(),
+        ledger: None,
     }));
     let e = d.start(&function(), &[slice(0)]).await.unwrap_err();
     assert!(
@@ -218,6 +220,7 @@ async fn a_load_starts_over_a_process_its_supervisor_gave_up_on() {
         log_dir: None,
         gpu_memory_mib: None,
         counters: counters.clone(),
+        ledger: None,
     }));
     d.start(&function(), &[slice(0)]).await.unwrap();
     // From now on every restart exits at once: the supervisor gives up.
