@@ -2,7 +2,7 @@
 
 use anyhow::Context as _;
 use clap::Parser;
-use gshare_edge::agent::{NodeAgent, NodeSetup};
+use gshare_edge::agent::{Metering, NodeAgent, NodeSetup};
 use gshare_edge::gpu::discover;
 use gshare_edge::runtime::SimDriver;
 use gshare_edge::{ingress, region_link};
@@ -62,20 +62,42 @@ fn run(
         tracing::warn!("{w}");
     }
     tracing::info!(node = %config.node.0, gpus = discovered.gpus.len(), "starting");
+    let journal_dir = base.join(&config.data_dir).join("journal");
+    let journal = gshare_edge::journal::UsageJournal::open(
+        &journal_dir,
+        gshare_core::state::AgentId(config.node.0.clone()),
+    )
+    .with_context(|| format!("opening the usage journal {}", journal_dir.display()))?;
+    let metering = Metering {
+        journal: std::sync::Arc::new(journal),
+        appended: std::sync::Arc::default(),
+        interval: std::time::Duration::from_millis(config.metering_interval_ms),
+        pool_kind: config.pool_kind,
+    };
     let system = actix_rt::System::new();
     system.block_on(async move {
-        let agent = actix::Actor::start(NodeAgent::new(NodeSetup {
-            node: config.node.clone(),
-            gpus: discovered.gpus.clone(),
-            host_swap_mib: config.host_swap_mib,
-            load: config.load,
-            driver: Box::new(|_| Box::new(SimDriver::new())),
-        }));
-        let server = ingress::serve(config.ingress_addr, agent.clone(), workers)
+        let agent = actix::Actor::start(
+            NodeAgent::new(NodeSetup {
+                node: config.node.clone(),
+                gpus: discovered.gpus.clone(),
+                host_swap_mib: config.host_swap_mib,
+                load: config.load,
+                driver: Box::new(|_| Box::new(SimDriver::new())),
+            })
+            .with_metering(metering.clone()),
+        );
+        let journal = Some(metering.journal.clone());
+        let server = ingress::serve_metered(config.ingress_addr, agent.clone(), workers, journal)
             .with_context(|| format!("binding ingress {}", config.ingress_addr))?;
         let handle = server.handle();
-        let link = region_link::RegionLink::start_link(&config, &base, &discovered, agent.clone())
-            .context("region link")?;
+        let link = region_link::RegionLink::start_metered(
+            &config,
+            &base,
+            &discovered,
+            agent.clone(),
+            Some(&metering),
+        )
+        .context("region link")?;
         tracing::info!(ingress = %config.ingress_addr, "serving");
         let srv = actix_rt::spawn(server);
         shutdown_signal().await;

@@ -41,6 +41,12 @@ pub enum InvokeError {
     UnknownFunction,
     /// The agent is shutting down.
     ShuttingDown,
+    /// The invocation ran but its usage could not be journaled, so its
+    /// result is withheld (metering fails closed).
+    UsageNotRecorded {
+        /// What the journal said.
+        detail: String,
+    },
 }
 
 impl InvokeError {
@@ -52,6 +58,7 @@ impl InvokeError {
             InvokeError::InstanceFailed { .. } => "instance_failed",
             InvokeError::UnknownFunction => "unknown_function",
             InvokeError::ShuttingDown => "shutting_down",
+            InvokeError::UsageNotRecorded { .. } => "usage_not_recorded",
         }
     }
 
@@ -62,7 +69,7 @@ impl InvokeError {
             InvokeError::OverCapacity => 429,
             InvokeError::InstanceFailed { .. } => 502,
             InvokeError::UnknownFunction => 404,
-            InvokeError::ShuttingDown => 503,
+            InvokeError::ShuttingDown | InvokeError::UsageNotRecorded { .. } => 503,
         }
     }
 }
@@ -81,6 +88,9 @@ impl std::fmt::Display for InvokeError {
             InvokeError::InstanceFailed { detail } => write!(f, "instance failed: {detail}"),
             InvokeError::UnknownFunction => f.write_str("unknown function"),
             InvokeError::ShuttingDown => f.write_str("agent shutting down"),
+            InvokeError::UsageNotRecorded { detail } => {
+                write!(f, "usage could not be journaled: {detail}")
+            }
         }
     }
 }

@@ -101,6 +101,16 @@ pub struct LoadDone {
 #[rtype(result = "()")]
 pub struct ReleaseInstance;
 
+/// Whether `digest` is one of `tenant`'s tokens (per the region's last push).
+#[derive(Debug, Message)]
+#[rtype(result = "bool")]
+pub struct CheckToken {
+    /// The tenant.
+    pub tenant: TenantId,
+    /// SHA-256 hex of the bearer token.
+    pub digest: String,
+}
+
 /// The node's state now.
 #[derive(Debug, Message)]
 #[rtype(result = "NodeStatus")]

@@ -18,14 +18,16 @@
 mod gpu_actor;
 mod instance_actor;
 mod messages;
+pub mod metering;
 mod node_agent;
 mod node_status;
 
 pub use gpu_actor::GpuActor;
 pub use instance_actor::InstanceActor;
 pub use messages::{
-    Admission, ApplyAssignment, ApplyTokens, Invoke, LoadDone, LoadWeights, ReleaseInstance,
-    ReleaseWeights, RequestDone, RunRequest, StatusQuery, TakeSwapEvents,
+    Admission, ApplyAssignment, ApplyTokens, CheckToken, Invoke, LoadDone, LoadWeights,
+    ReleaseInstance, ReleaseWeights, RequestDone, RunRequest, StatusQuery, TakeSwapEvents,
 };
+pub use metering::Metering;
 pub use node_agent::{NodeAgent, NodeSetup};
 pub use node_status::NodeStatus;
