@@ -13,12 +13,16 @@
 //!   the restarted agent has drained it, exactly; successes ≤ J ≤
 //!   successes + requests that failed at the kill.
 //!
+//! The first also checks the gateway's rule: usage on a connection that
+//! did not register as that agent is refused without retry.
+//!
 //! No timing is asserted: waits have generous deadlines and only the
 //! figures are compared.
 
 use gshare_core::config::{Topology, Usage};
 use gshare_core::model::{GpuId, NodeId, TenantId, Tier};
-use gshare_core::state::AgentId;
+use gshare_core::protocol::{AgentMessage, AgentMessageV1, RegionMessage, RegionMessageV1};
+use gshare_core::state::{AgentId, UsageRecord};
 use gshare_edge::journal::{TenantTotals, UsageJournal};
 use gshare_region::http_client::{request, HttpReply};
 use gshare_tests::{FaultProxy, ProxyLimits, TestRegion, TOKEN};
@@ -67,7 +71,7 @@ fn until<T>(what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
 struct Stand {
     region: TestRegion,
     proxies: Vec<FaultProxy>,
-    _rt: tokio::runtime::Runtime,
+    rt: tokio::runtime::Runtime,
     acme: String,
     node: String,
     ingress: SocketAddr,
@@ -190,7 +194,7 @@ key = "certs/{node}.key"
         let mut stand = Stand {
             region,
             proxies,
-            _rt: rt,
+            rt,
             acme,
             node,
             ingress,
@@ -345,6 +349,44 @@ key = "certs/{node}.key"
     }
 }
 
+/// Sends one usage record for `node` to replica `addr` on a fresh mTLS
+/// connection with the node's certificate, without registering first.
+async fn unregistered_usage(addr: SocketAddr, root: PathBuf, node: String) -> RegionMessage {
+    let certs = root.join("certs");
+    let client = gshare_edge::tls::client_config(
+        &certs.join("ca.pem"),
+        &certs.join(format!("{node}.pem")),
+        &certs.join(format!("{node}.key")),
+    )
+    .unwrap();
+    let mut ep = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    ep.set_default_client_config(client);
+    let conn = ep.connect(addr, "127.0.0.1").unwrap().await.unwrap();
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    let record = UsageRecord {
+        seq: 1_000_000,
+        tenant: TenantId("acme".into()),
+        function: FUNCTION.into(),
+        tier: Tier::Guaranteed,
+        gpu_model: "sim-gpu-16g".into(),
+        pool_kind: gshare_core::model::PoolKind::Center,
+        compute_milli_gpu_ms: 1_000_000,
+        memory_mib_ms: 0,
+        invocations: 1,
+        end_ms: 1,
+    };
+    let msg = AgentMessage::v1(AgentMessageV1::Usage {
+        agent: AgentId(node),
+        records: vec![record],
+    });
+    gshare_edge::wire::write_frame(&mut send, &msg)
+        .await
+        .unwrap();
+    let reply = gshare_edge::wire::read_frame(&mut recv).await.unwrap();
+    conn.close(0u32.into(), b"done");
+    reply
+}
+
 impl Drop for Stand {
     fn drop(&mut self) {
         self.kill9_agent();
@@ -480,6 +522,19 @@ fn cut_off_agent_keeps_serving_and_bill_matches() {
             "replica {id}"
         );
     }
+    // Usage on a connection that did not register as the agent: refused, not applied.
+    let reply = stand.rt.block_on(unregistered_usage(
+        stand.region.replicas[&1].raft_addr,
+        stand.region.root().to_path_buf(),
+        stand.node.clone(),
+    ));
+    match reply {
+        RegionMessage::V1(RegionMessageV1::Refused { code, retry, .. }) => {
+            assert_eq!((code.as_str(), retry), ("not_registered", false));
+        }
+        other => panic!("unregistered usage answered {other:?}"),
+    }
+    assert_eq!(stand.region_usage(1), Some(want), "nothing applied");
 }
 
 #[test]
