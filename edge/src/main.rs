@@ -104,6 +104,7 @@ fn run(
         tracing::info!("shutting down: draining invocations");
         handle.stop(true).await;
         let _ = srv.await;
+        let _ = agent.send(gshare_edge::agent::FlushUsage).await;
         drop(link);
         actix_rt::System::current().stop();
         anyhow::Ok(())

@@ -10,7 +10,9 @@ use gshare_core::model::{
 };
 use gshare_core::protocol::{AssignedInstance, Assignment, TenantTokens, TokenDigests};
 use gshare_core::state::{AgentId, InstanceId};
-use gshare_edge::agent::{ApplyAssignment, ApplyTokens, Metering, NodeAgent, NodeSetup};
+use gshare_edge::agent::{
+    ApplyAssignment, ApplyTokens, FlushUsage, Metering, NodeAgent, NodeSetup,
+};
 use gshare_edge::gpu::GpuInfo;
 use gshare_edge::ingress;
 use gshare_edge::journal::UsageJournal;
@@ -90,12 +92,16 @@ struct Stand {
 }
 
 fn start() -> Stand {
+    start_with(Duration::from_millis(50))
+}
+
+fn start_with(interval: Duration) -> Stand {
     let dir = tempfile::tempdir().unwrap();
     let journal = Arc::new(UsageJournal::open(dir.path(), AgentId("n1".into())).unwrap());
     let metering = Metering {
         journal: journal.clone(),
         appended: Arc::default(),
-        interval: Duration::from_millis(50),
+        interval,
         pool_kind: PoolKind::Edge,
     };
     let agent = actix::Actor::start(
@@ -279,4 +285,30 @@ async fn a_journal_that_cannot_append_withholds_results() {
         .and_then(|v| v.trim().parse::<u64>().ok());
     assert!(withheld >= Some(1), "{metrics}");
     assert_eq!(acme_totals(&s.journal).invocations, 1);
+}
+
+#[actix_rt::test]
+async fn flushing_journals_residency_up_to_now() {
+    // Memory would be journaled only hourly (or on release): FlushUsage
+    // (graceful shutdown) journals it now.
+    let s = start_with(Duration::from_secs(3_600));
+    let mut ok = false;
+    for _ in 0..200 {
+        if call(s.ingress, "POST", "/v1/invoke/acme/echo", Some(ACME))
+            .await
+            .0
+            == 200
+        {
+            ok = true;
+            break;
+        }
+    }
+    assert!(ok, "never served");
+    assert_eq!(acme_totals(&s.journal).memory_mib_ms, 0);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    s.agent.send(FlushUsage).await.unwrap();
+    let t = acme_totals(&s.journal);
+    // Resident (1024 MiB) since before the first call, ≥ 300 ms ago.
+    assert!(t.memory_mib_ms >= 1_024 * 300, "{t:?}");
+    assert_eq!(t.invocations, 1);
 }

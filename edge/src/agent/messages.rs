@@ -111,6 +111,12 @@ pub struct CheckToken {
     pub digest: String,
 }
 
+/// Journal everything metered so far, now (on graceful shutdown, once the
+/// ingress has drained; the append runs on the agent's thread).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct FlushUsage;
+
 /// The node's state now.
 #[derive(Debug, Message)]
 #[rtype(result = "NodeStatus")]

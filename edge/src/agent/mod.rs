@@ -25,7 +25,7 @@ mod node_status;
 pub use gpu_actor::GpuActor;
 pub use instance_actor::InstanceActor;
 pub use messages::{
-    Admission, ApplyAssignment, ApplyTokens, CheckToken, Invoke, LoadDone, LoadWeights,
+    Admission, ApplyAssignment, ApplyTokens, CheckToken, FlushUsage, Invoke, LoadDone, LoadWeights,
     ReleaseInstance, ReleaseWeights, RequestDone, RunRequest, StatusQuery, TakeSwapEvents,
 };
 pub use metering::Metering;

@@ -2,9 +2,9 @@
 
 use super::metering::{HeldReply, MeterState, Metering};
 use super::{
-    Admission, ApplyAssignment, ApplyTokens, CheckToken, GpuActor, InstanceActor, Invoke, LoadDone,
-    LoadWeights, NodeStatus, ReleaseInstance, ReleaseWeights, RequestDone, RunRequest, StatusQuery,
-    TakeSwapEvents,
+    Admission, ApplyAssignment, ApplyTokens, CheckToken, FlushUsage, GpuActor, InstanceActor,
+    Invoke, LoadDone, LoadWeights, NodeStatus, ReleaseInstance, ReleaseWeights, RequestDone,
+    RunRequest, StatusQuery, TakeSwapEvents,
 };
 use crate::gpu::{GpuInfo, SimulatedGpu};
 use crate::runtime::{Invocation, RuntimeDriver};
@@ -536,6 +536,41 @@ impl Handler<Written> for NodeAgent {
             return;
         };
         m.writing = false;
+        self.written(msg);
+    }
+}
+
+impl Handler<FlushUsage> for NodeAgent {
+    type Result = ();
+
+    fn handle(&mut self, _: FlushUsage, _: &mut Context<Self>) {
+        let now = self.now();
+        let Some(m) = self.metering.as_mut() else {
+            return;
+        };
+        let records: Vec<_> = m
+            .meter
+            .take_all(m.unix_base_us + now)
+            .into_iter()
+            .map(|d| d.into_record())
+            .collect();
+        let replies = std::mem::take(&mut m.waiting);
+        let result = m
+            .setup
+            .journal
+            .append(records)
+            .map(|seqs| seqs.end - seqs.start)
+            .map_err(|e| e.to_string());
+        self.written(Written { result, replies });
+    }
+}
+
+impl NodeAgent {
+    /// Releases (or, on a failed append, fails) the replies of a write.
+    fn written(&mut self, msg: Written) {
+        let Some(m) = self.metering.as_mut() else {
+            return;
+        };
         match msg.result {
             Ok(records) => {
                 self.status.usage_writes += 1;
