@@ -2,7 +2,9 @@
 //! instance actors, sim driver, HTTP ingress; no region link): a result is
 //! released only after its usage is on disk, the tenant's totals endpoint
 //! checks tokens, residency stops accruing when the instance is released,
-//! and a journal that cannot append withholds results (fail closed).
+//! a journal that cannot append withholds results (fail closed), and an
+//! assignment older than the one applied (a lagging replica's, after a
+//! reconnect) never removes instances.
 
 use gshare_core::model::{
     FunctionSpec, GpuId, LatencyProfile, NodeId, PoolKind, PoolPreference, Runtime, Slice,
@@ -311,4 +313,32 @@ async fn flushing_journals_residency_up_to_now() {
     // Resident (1024 MiB) since before the first call, ≥ 300 ms ago.
     assert!(t.memory_mib_ms >= 1_024 * 300, "{t:?}");
     assert_eq!(t.invocations, 1);
+}
+
+#[actix_rt::test]
+async fn an_older_assignment_never_removes_instances() {
+    let s = start();
+    assign(&s.agent, 5, true);
+    let mut ok = false;
+    for _ in 0..200 {
+        if call(s.ingress, "POST", "/v1/invoke/acme/echo", Some(ACME))
+            .await
+            .0
+            == 200
+        {
+            ok = true;
+            break;
+        }
+    }
+    assert!(ok, "never served");
+    // A replica that is behind pushes the empty view of index 3: ignored.
+    assign(&s.agent, 3, false);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (status, body) = call(s.ingress, "POST", "/v1/invoke/acme/echo", Some(ACME)).await;
+    assert_eq!(status, 200, "{body}");
+    // The same view at a newer index applies.
+    assign(&s.agent, 6, false);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (status, body) = call(s.ingress, "POST", "/v1/invoke/acme/echo", Some(ACME)).await;
+    assert_eq!(status, 404, "{body}");
 }
