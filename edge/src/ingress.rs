@@ -1,5 +1,8 @@
 //! The agent's HTTP ingress: `POST /v1/invoke/{tenant}/{name}`, `/healthz`,
-//! `/metrics`.
+//! `/metrics`, and with metering `GET /v1/agent/usage/{tenant}` (the
+//! tenant's durable totals as journaled here; the tenant's bearer token,
+//! 401 without one, 403 with another tenant's) and `GET /v1/agent/journal`
+//! (where the journal stands; no tenant data, no auth).
 //!
 //! The bearer token is hashed here and checked by the [`NodeAgent`] against
 //! the digests the region sent (so it works while the agent is cut off).
@@ -17,7 +20,8 @@
 //! | 503 | `shutting_down` |
 //! | 504 | `deadline_unreachable` (on arrival, while queued, or the function ran past it) |
 
-use crate::agent::{Admission, Invoke, NodeAgent, StatusQuery};
+use crate::agent::{Admission, CheckToken, Invoke, NodeAgent, StatusQuery};
+use crate::journal::UsageJournal;
 use crate::token::token_digest;
 use actix::Addr;
 use actix_web::http::StatusCode;
@@ -25,6 +29,7 @@ use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use gshare_core::model::TenantId;
 use gshare_core::protocol::{InvokeError, InvokeOutcome};
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 /// Header carrying the relative deadline in milliseconds.
 pub const DEADLINE_HEADER: &str = "x-gshare-deadline-ms";
@@ -106,6 +111,56 @@ async fn invoke(
     }
 }
 
+/// The journal the ingress reports on (absent without metering).
+#[derive(Clone)]
+struct JournalView(Option<Arc<UsageJournal>>);
+
+async fn tenant_usage(
+    req: HttpRequest,
+    tenant: web::Path<String>,
+    agent: web::Data<Addr<NodeAgent>>,
+    journal: web::Data<JournalView>,
+) -> HttpResponse {
+    let Some(token) = bearer(&req) else {
+        return error(401, "unauthorized", "missing bearer token");
+    };
+    let tenant = TenantId(tenant.into_inner());
+    let check = CheckToken {
+        tenant: tenant.clone(),
+        digest: token_digest(token),
+    };
+    match agent.send(check).await {
+        Ok(true) => {}
+        Ok(false) => return error(403, "forbidden", "token not valid for this tenant"),
+        Err(_) => return failed(&InvokeError::ShuttingDown),
+    }
+    let Some(j) = journal.0.clone() else {
+        return error(404, "no_metering", "this agent does not meter usage");
+    };
+    let t = tenant.clone();
+    match web::block(move || j.totals(&t)).await {
+        Ok(Ok(totals)) => HttpResponse::Ok().json(serde_json::json!({
+            "tenant": tenant.0,
+            "invocations": totals.invocations,
+            "compute_milli_gpu_ms": totals.compute_milli_gpu_ms,
+            "memory_mib_ms": totals.memory_mib_ms,
+            "records": totals.records,
+        })),
+        Ok(Err(e)) => error(500, "journal", &e.to_string()),
+        Err(e) => error(500, "journal", &e.to_string()),
+    }
+}
+
+async fn journal_status(journal: web::Data<JournalView>) -> HttpResponse {
+    let Some(j) = journal.0.clone() else {
+        return error(404, "no_metering", "this agent does not meter usage");
+    };
+    match web::block(move || j.status()).await {
+        Ok(s) => HttpResponse::Ok().json(s),
+        Err(e) => error(500, "journal", &e.to_string()),
+    }
+}
+
 async fn metrics(agent: web::Data<Addr<NodeAgent>>) -> HttpResponse {
     let Ok(s) = agent.send(StatusQuery).await else {
         return failed(&InvokeError::ShuttingDown);
@@ -126,6 +181,11 @@ async fn metrics(agent: web::Data<Addr<NodeAgent>>) -> HttpResponse {
     line("process_restarts_total", s.process_restarts);
     line("process_failed_starts_total", s.process_failed_starts);
     line("process_running", s.process_running);
+    line("usage_journal_writes_total", s.usage_writes);
+    line("usage_records_journaled_total", s.usage_records);
+    line("usage_journal_failures_total", s.usage_write_failures);
+    line("usage_results_withheld_total", s.usage_withheld);
+    line("usage_results_waiting", s.usage_waiting);
     for g in &s.gpus {
         out.push_str(&format!(
             "gshare_edge_gpu_utilization_milli{{gpu=\"{0}\"}} {1}\ngshare_edge_gpu_memory_used_mib{{gpu=\"{0}\"}} {2}\ngshare_edge_gpu_queued{{gpu=\"{0}\"}} {3}\n",
@@ -137,17 +197,32 @@ async fn metrics(agent: web::Data<Addr<NodeAgent>>) -> HttpResponse {
         .body(out)
 }
 
-/// Binds the ingress on `addr` with `workers` threads.
+/// Binds the ingress on `addr` with `workers` threads (no metering endpoints).
 pub fn serve(
     addr: SocketAddr,
     agent: Addr<NodeAgent>,
     workers: usize,
 ) -> std::io::Result<actix_web::dev::Server> {
+    serve_metered(addr, agent, workers, None)
+}
+
+/// Binds the ingress on `addr` with `workers` threads; `journal` backs
+/// `GET /v1/agent/usage/{tenant}` and `GET /v1/agent/journal`.
+pub fn serve_metered(
+    addr: SocketAddr,
+    agent: Addr<NodeAgent>,
+    workers: usize,
+    journal: Option<Arc<UsageJournal>>,
+) -> std::io::Result<actix_web::dev::Server> {
+    let view = JournalView(journal);
     let server = HttpServer::new(move || {
         App::new()
             .app_data(web::Data::new(agent.clone()))
+            .app_data(web::Data::new(view.clone()))
             .app_data(web::PayloadConfig::new(MAX_BODY_BYTES))
             .route("/v1/invoke/{tenant}/{name}", web::post().to(invoke))
+            .route("/v1/agent/usage/{tenant}", web::get().to(tenant_usage))
+            .route("/v1/agent/journal", web::get().to(journal_status))
             .route("/metrics", web::get().to(metrics))
             .route("/healthz", web::get().to(|| async { "ok" }))
     })

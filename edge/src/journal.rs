@@ -16,10 +16,13 @@
 //!
 //! Layout: one sled tree `usage`. Keys `r` ‖ seq (u64 big-endian) hold a
 //! record (bincode 2, serde); `m:next_seq` holds the next number to assign
-//! (u64 big-endian) and `m:agent` the agent id the journal belongs to. A
-//! record and the new `m:next_seq` are written in one atomic sled batch, so
-//! after a crash the next number is never below one already handed out, even
-//! when every record was acknowledged and removed.
+//! (u64 big-endian) and `m:agent` the agent id the journal belongs to;
+//! `t` ‖ tenant holds the tenant's [`TenantTotals`] (every record ever
+//! appended for it, acknowledged or not: "the agent's own count"). Records,
+//! the new `m:next_seq` and the updated totals are written in one atomic
+//! sled batch, so after a crash the next number is never below one already
+//! handed out, even when every record was acknowledged and removed, and the
+//! totals are exactly the sum of the records that made it to disk.
 //!
 //! Guarantees: a record whose `append` returned is on disk; records come
 //! back from [`UsageJournal::batch_after`] in sequence order until they are
@@ -27,15 +30,20 @@
 //! not return may or may not be on disk (the region then bills it or not,
 //! but never twice).
 
+use gshare_core::model::TenantId;
 use gshare_core::state::{AgentId, DomainCommand, UsageRecord, MAX_USAGE_BATCH};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 const TREE: &str = "usage";
 const KEY_NEXT_SEQ: &[u8] = b"m:next_seq";
 const KEY_AGENT: &[u8] = b"m:agent";
 const RECORD_PREFIX: u8 = b'r';
+const TOTALS_PREFIX: u8 = b't';
 /// Largest encoded record accepted when decoding (a record is ~100 bytes).
 const RECORD_LIMIT: usize = 64 * 1024;
 
@@ -67,6 +75,9 @@ pub enum JournalError {
     /// The sequence numbers ran out (u64).
     #[error("journal: sequence numbers exhausted")]
     SequenceExhausted,
+    /// A tenant's totals would overflow u64.
+    #[error("journal: tenant totals overflow")]
+    TotalsOverflow,
 }
 
 /// A group of journaled records to send as one `UsageBatch`.
@@ -98,6 +109,46 @@ impl JournalBatch {
     }
 }
 
+/// One tenant's usage as journaled by this agent, summed exactly over every
+/// record ever appended (durable; survives acknowledgement and restarts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct TenantTotals {
+    /// Invocations completed.
+    pub invocations: u64,
+    /// Busy compute, milli-GPU × ms.
+    pub compute_milli_gpu_ms: u64,
+    /// Resident GPU memory, MiB × ms.
+    pub memory_mib_ms: u64,
+    /// Usage records journaled.
+    pub records: u64,
+}
+
+impl TenantTotals {
+    fn add(&mut self, r: &UsageRecord) -> Result<(), JournalError> {
+        let sum = |a: u64, b: u64| a.checked_add(b).ok_or(JournalError::TotalsOverflow);
+        self.invocations = sum(self.invocations, r.invocations)?;
+        self.compute_milli_gpu_ms = sum(self.compute_milli_gpu_ms, r.compute_milli_gpu_ms)?;
+        self.memory_mib_ms = sum(self.memory_mib_ms, r.memory_mib_ms)?;
+        self.records = sum(self.records, 1)?;
+        Ok(())
+    }
+}
+
+/// Where the journal stands (for `GET /v1/agent/journal`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournalStatus {
+    /// The number the next record will get.
+    pub next_seq: u64,
+    /// Records journaled and not yet acknowledged by the region.
+    pub pending_records: u64,
+    /// Highest sequence number the region acknowledged since this process
+    /// started (0: none yet).
+    pub acked_through: u64,
+    /// The region's next expected number at the last registration (0: not
+    /// registered since this process started).
+    pub region_next_seq: u64,
+}
+
 /// What [`UsageJournal::reconcile`] did with the region's view.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reconciled {
@@ -114,6 +165,8 @@ pub struct UsageJournal {
     agent: AgentId,
     /// The next sequence number to assign (guarded: appends are serialized).
     next_seq: Mutex<u64>,
+    acked_through: AtomicU64,
+    region_next_seq: AtomicU64,
 }
 
 impl std::fmt::Debug for UsageJournal {
@@ -143,6 +196,28 @@ fn decode_u64(key: &[u8], bytes: &[u8]) -> Result<u64, JournalError> {
 fn encode_record(r: &UsageRecord) -> Result<Vec<u8>, JournalError> {
     bincode::serde::encode_to_vec(r, bincode::config::standard())
         .map_err(|e| JournalError::Encode(e.to_string()))
+}
+
+fn totals_key(tenant: &TenantId) -> Vec<u8> {
+    let mut k = Vec::with_capacity(1 + tenant.0.len());
+    k.push(TOTALS_PREFIX);
+    k.extend_from_slice(tenant.0.as_bytes());
+    k
+}
+
+fn encode_totals(t: &TenantTotals) -> Result<Vec<u8>, JournalError> {
+    bincode::serde::encode_to_vec(t, bincode::config::standard())
+        .map_err(|e| JournalError::Encode(e.to_string()))
+}
+
+fn decode_totals(bytes: &[u8]) -> Result<TenantTotals, JournalError> {
+    let cfg = bincode::config::standard().with_limit::<RECORD_LIMIT>();
+    bincode::serde::decode_from_slice(bytes, cfg)
+        .map(|(t, _)| t)
+        .map_err(|e| JournalError::Corrupt {
+            key: "tenant totals".into(),
+            reason: e.to_string(),
+        })
 }
 
 fn decode_record(key: &[u8], bytes: &[u8]) -> Result<UsageRecord, JournalError> {
@@ -221,6 +296,8 @@ impl UsageJournal {
             tree,
             agent,
             next_seq: Mutex::new(stored_next.max(after_last)),
+            acked_through: AtomicU64::new(0),
+            region_next_seq: AtomicU64::new(0),
         })
     }
 
@@ -248,15 +325,53 @@ impl UsageJournal {
             .checked_add(records.len() as u64)
             .ok_or(JournalError::SequenceExhausted)?;
         let mut batch = sled::Batch::default();
+        let mut totals: BTreeMap<TenantId, TenantTotals> = BTreeMap::new();
         for (i, mut r) in records.into_iter().enumerate() {
             r.seq = first + i as u64;
+            let t = match totals.entry(r.tenant.clone()) {
+                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::btree_map::Entry::Vacant(e) => e.insert(self.totals(&r.tenant)?),
+            };
+            t.add(&r)?;
             batch.insert(&record_key(r.seq)[..], encode_record(&r)?);
+        }
+        for (tenant, t) in &totals {
+            batch.insert(totals_key(tenant), encode_totals(t)?);
         }
         batch.insert(KEY_NEXT_SEQ, &end.to_be_bytes()[..]);
         self.tree.apply_batch(batch)?;
         self.db.flush()?;
         *next = end;
         Ok(first..end)
+    }
+
+    /// `tenant`'s durable totals (zero when it has none).
+    pub fn totals(&self, tenant: &TenantId) -> Result<TenantTotals, JournalError> {
+        match self.tree.get(totals_key(tenant))? {
+            Some(b) => decode_totals(&b),
+            None => Ok(TenantTotals::default()),
+        }
+    }
+
+    /// Every tenant's durable totals.
+    pub fn all_totals(&self) -> Result<BTreeMap<TenantId, TenantTotals>, JournalError> {
+        let mut out = BTreeMap::new();
+        for kv in self.tree.scan_prefix([TOTALS_PREFIX]) {
+            let (k, v) = kv?;
+            let name = String::from_utf8_lossy(&k[1..]).into_owned();
+            out.insert(TenantId(name), decode_totals(&v)?);
+        }
+        Ok(out)
+    }
+
+    /// Where the journal stands.
+    pub fn status(&self) -> JournalStatus {
+        JournalStatus {
+            next_seq: self.next_seq(),
+            pending_records: self.pending() as u64,
+            acked_through: self.acked_through.load(Ordering::Relaxed),
+            region_next_seq: self.region_next_seq.load(Ordering::Relaxed),
+        }
     }
 
     /// Number of records not yet acknowledged.
@@ -302,6 +417,8 @@ impl UsageJournal {
         }
         self.tree.apply_batch(b)?;
         self.db.flush()?;
+        self.acked_through
+            .fetch_max(batch.last_seq(), Ordering::Relaxed);
         Ok(removed)
     }
 
@@ -312,6 +429,8 @@ impl UsageJournal {
     /// jumps ahead so new records are not taken for duplicates.
     pub fn reconcile(&self, region_next_seq: u64) -> Result<Reconciled, JournalError> {
         let mut next = self.next_seq.lock().unwrap_or_else(|p| p.into_inner());
+        self.region_next_seq
+            .store(region_next_seq, Ordering::Relaxed);
         let mut b = sled::Batch::default();
         let mut removed = 0;
         for kv in self
@@ -356,6 +475,7 @@ mod tests {
             pool_kind: PoolKind::Edge,
             compute_milli_gpu_ms: compute,
             memory_mib_ms: compute * 3,
+            invocations: 1,
             end_ms: 1_700_000_000_000 + compute,
         }
     }
@@ -413,6 +533,51 @@ mod tests {
         assert_eq!(j.pending(), 0);
         assert_eq!(j.next_seq(), 6);
         assert_eq!(j.append(vec![rec(7)]).unwrap(), 6..7);
+    }
+
+    #[test]
+    fn totals_count_every_record_per_tenant_and_survive_acks_and_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let acme = TenantId("acme".into());
+        let globex = TenantId("globex".into());
+        {
+            let j = UsageJournal::open(dir.path(), agent()).unwrap();
+            let mut g = rec(100);
+            g.tenant = globex.clone();
+            g.invocations = 5;
+            j.append(vec![rec(10), g, rec(20)]).unwrap();
+            let b = j.batch_after(0, 10).unwrap().unwrap();
+            j.ack(&b).unwrap();
+            assert_eq!(
+                j.status(),
+                JournalStatus {
+                    next_seq: 4,
+                    pending_records: 0,
+                    acked_through: 3,
+                    region_next_seq: 0
+                }
+            );
+        }
+        let j = UsageJournal::open(dir.path(), agent()).unwrap();
+        j.append(vec![rec(1)]).unwrap();
+        let want = TenantTotals {
+            invocations: 3,
+            compute_milli_gpu_ms: 31,
+            memory_mib_ms: 93,
+            records: 3,
+        };
+        assert_eq!(j.totals(&acme).unwrap(), want);
+        let all = j.all_totals().unwrap();
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[&globex].invocations, 5);
+        assert_eq!(all[&globex].records, 1);
+        assert_eq!(
+            j.totals(&TenantId("nobody".into())).unwrap(),
+            TenantTotals::default()
+        );
+        j.reconcile(5).unwrap();
+        assert_eq!(j.status().region_next_seq, 5);
+        assert_eq!(j.status().pending_records, 0);
     }
 
     #[test]
@@ -541,5 +706,17 @@ mod tests {
         assert!(held.windows(2).all(|w| w[1] == w[0] + 1), "no holes");
         assert!(j.next_seq() > *flushed.last().unwrap());
         assert_eq!(j.next_seq(), held.last().unwrap() + 1);
+        // The totals were written with the records: exactly their sum.
+        let k = j.next_seq() - 4; // records the child appended: rec(0)..rec(k-1)
+        let t = j.totals(&TenantId("acme".into())).unwrap();
+        assert_eq!(
+            t,
+            TenantTotals {
+                invocations: 3 + k,
+                compute_milli_gpu_ms: 6 + k * (k - 1) / 2,
+                memory_mib_ms: 3 * (6 + k * (k - 1) / 2),
+                records: 3 + k,
+            }
+        );
     }
 }

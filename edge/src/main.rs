@@ -2,7 +2,7 @@
 
 use anyhow::Context as _;
 use clap::Parser;
-use gshare_edge::agent::{NodeAgent, NodeSetup, StopRuntimes};
+use gshare_edge::agent::{Metering, NodeAgent, NodeSetup, StopRuntimes};
 use gshare_edge::gpu::discover;
 use gshare_edge::runtime::process::ProcessLedger;
 use gshare_edge::runtime::Drivers;
@@ -102,21 +102,43 @@ fn run(
         );
     }
     drivers.set_ledger(ledger);
+    let journal_dir = base.join(&config.data_dir).join("journal");
+    let journal = gshare_edge::journal::UsageJournal::open(
+        &journal_dir,
+        gshare_core::state::AgentId(config.node.0.clone()),
+    )
+    .with_context(|| format!("opening the usage journal {}", journal_dir.display()))?;
+    let metering = Metering {
+        journal: std::sync::Arc::new(journal),
+        appended: std::sync::Arc::default(),
+        interval: std::time::Duration::from_millis(config.metering_interval_ms),
+        pool_kind: config.pool_kind,
+    };
     let system = actix_rt::System::new();
     system.block_on(async move {
-        let agent = actix::Actor::start(NodeAgent::new(NodeSetup {
-            node: config.node.clone(),
-            gpus: discovered.gpus.clone(),
-            host_swap_mib: config.host_swap_mib,
-            load: config.load,
-            process_counters: drivers.counters(),
-            driver: drivers.into_factory(),
-        }));
-        let server = ingress::serve(config.ingress_addr, agent.clone(), workers)
+        let agent = actix::Actor::start(
+            NodeAgent::new(NodeSetup {
+                node: config.node.clone(),
+                gpus: discovered.gpus.clone(),
+                host_swap_mib: config.host_swap_mib,
+                load: config.load,
+                process_counters: drivers.counters(),
+                driver: drivers.into_factory(),
+            })
+            .with_metering(metering.clone()),
+        );
+        let journal = Some(metering.journal.clone());
+        let server = ingress::serve_metered(config.ingress_addr, agent.clone(), workers, journal)
             .with_context(|| format!("binding ingress {}", config.ingress_addr))?;
         let handle = server.handle();
-        let link = region_link::RegionLink::start_link(&config, &base, &discovered, agent.clone())
-            .context("region link")?;
+        let link = region_link::RegionLink::start_metered(
+            &config,
+            &base,
+            &discovered,
+            agent.clone(),
+            Some(&metering),
+        )
+        .context("region link")?;
         tracing::info!(ingress = %config.ingress_addr, "serving");
         let srv = actix_rt::spawn(server);
         shutdown_signal().await;
@@ -125,6 +147,8 @@ fn run(
         let _ = srv.await;
         // Function processes get SIGTERM and their grace (not a SIGKILL on drop).
         let _ = agent.send(StopRuntimes).await;
+        // Residency up to now (the processes are stopped) goes into the journal.
+        let _ = agent.send(gshare_edge::agent::FlushUsage).await;
         drop(link);
         actix_rt::System::current().stop();
         anyhow::Ok(())

@@ -6,7 +6,17 @@
 //!         ── bi stream: Heartbeat / Swaps ────▶           ◀─ Ack
 //!         ◀─ uni stream: Assignment | Tokens ──            (pushed whenever they change)
 //!         ◀─ bi stream: Invoke ───────────────             ─▶ InvokeReply
+//!         ── bi stream: Usage{records} ───────▶           ◀─ UsageAck{seqs} | Refused
 //! ```
+//!
+//! Usage: after `Registered{next_seq}` the journal is reconciled with the
+//! region (records below `next_seq` were applied: dropped), then a sender
+//! drains it oldest first in batches of at most [`USAGE_BATCH`] records,
+//! removing a batch only when the region acknowledged it; it wakes on new
+//! appends or every second. A `Refused` keeps the records (they are never
+//! dropped) and retries after a backoff; a lost connection ends the session
+//! and the next one resends whatever was not acknowledged (the region
+//! applies each `(agent, seq)` once).
 //!
 //! The agent tries the replicas of its config in turn; a `Refused` with
 //! `retry` (not the leader, no leader yet) or a lost connection moves it to
@@ -16,9 +26,11 @@
 //! serving goes on throughout, with the last instances and tokens.
 
 use crate::agent::{
-    Admission, ApplyAssignment, ApplyTokens, Invoke, NodeAgent, StatusQuery, TakeSwapEvents,
+    Admission, ApplyAssignment, ApplyTokens, Invoke, Metering, NodeAgent, StatusQuery,
+    TakeSwapEvents,
 };
 use crate::gpu::{Discovered, GpuMeter};
+use crate::journal::{JournalBatch, UsageJournal};
 use crate::tls::client_config;
 use crate::wire::{read_frame, write_frame, WireError, BAD_FRAME};
 use actix::{Actor, Addr, AsyncContext, Context, WrapFuture};
@@ -30,10 +42,16 @@ use gshare_core::protocol::{
 use gshare_core::state::AgentId;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::Notify;
 
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// Most records per usage message (≈100 bytes each, well inside a frame).
+pub const USAGE_BATCH: usize = 2_000;
+/// How often the usage sender looks at the journal without being woken.
+const USAGE_POLL: Duration = Duration::from_secs(1);
 
 /// Why a session with one replica ended.
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +72,7 @@ struct LinkSetup {
     heartbeat: Duration,
     agent: Addr<NodeAgent>,
     meter: GpuMeter,
+    usage: Option<(Arc<UsageJournal>, Arc<Notify>)>,
 }
 
 /// The actor holding the link (dropping its address does not stop it; it
@@ -70,6 +89,18 @@ impl RegionLink {
         base: &Path,
         found: &Discovered,
         agent: Addr<NodeAgent>,
+    ) -> anyhow::Result<Addr<RegionLink>> {
+        Self::start_metered(config, base, found, agent, None)
+    }
+
+    /// Like [`RegionLink::start_link`], and sends `metering`'s journal to
+    /// the region.
+    pub fn start_metered(
+        config: &AgentConfig,
+        base: &Path,
+        found: &Discovered,
+        agent: Addr<NodeAgent>,
+        metering: Option<&Metering>,
     ) -> anyhow::Result<Addr<RegionLink>> {
         let client = client_config(
             &base.join(&config.tls.ca_cert),
@@ -102,6 +133,7 @@ impl RegionLink {
                 heartbeat: Duration::from_millis(config.heartbeat_ms),
                 agent,
                 meter: GpuMeter::new(found.nvml.clone()),
+                usage: metering.map(|m| (m.journal.clone(), m.appended.clone())),
             },
         }
         .start())
@@ -162,6 +194,17 @@ async fn session(
         RegionMessage::V1(RegionMessageV1::Registered { next_seq, leader }) => {
             tracing::info!(replica = %addr, leader, next_seq, "registered with the region");
             *backoff = BACKOFF_MIN;
+            if let Some((journal, _)) = &setup.usage {
+                let j = journal.clone();
+                match blocking(move || j.reconcile(next_seq)).await {
+                    Ok(r) => tracing::info!(
+                        removed = r.removed,
+                        advanced = r.advanced,
+                        "usage journal reconciled with the region"
+                    ),
+                    Err(e) => tracing::error!("usage journal reconcile: {e}"),
+                }
+            }
         }
         RegionMessage::V1(RegionMessageV1::Refused { code, message, .. }) => {
             return Err(SessionEnd::Refused(format!("{code}: {message}")));
@@ -171,10 +214,91 @@ async fn session(
     let pushes = pushes(conn.clone(), setup.agent.clone());
     let invokes = invokes(conn.clone(), setup.agent.clone());
     let beats = heartbeats(conn.clone(), setup);
+    let usage = usage_sender(conn.clone(), setup);
     tokio::select! {
         r = pushes => r,
         r = invokes => r,
         r = beats => r,
+        r = usage => r,
+    }
+}
+
+/// Runs a journal operation on a blocking thread (it may fsync).
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, crate::journal::JournalError> + Send + 'static,
+) -> Result<T, String> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(e) => Err(format!("journal task: {e}")),
+    }
+}
+
+/// Drains the journal to the region (see the module docs).
+async fn usage_sender(conn: quinn::Connection, setup: &LinkSetup) -> Result<(), SessionEnd> {
+    let Some((journal, appended)) = setup.usage.clone() else {
+        return std::future::pending().await;
+    };
+    let mut backoff = BACKOFF_MIN;
+    loop {
+        let j = journal.clone();
+        let batch: Option<JournalBatch> =
+            match blocking(move || j.batch_after(0, USAGE_BATCH)).await {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::error!("usage journal read: {e}");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                    continue;
+                }
+            };
+        let Some(batch) = batch else {
+            let _ = tokio::time::timeout(USAGE_POLL, appended.notified()).await;
+            continue;
+        };
+        let msg = AgentMessage::v1(AgentMessageV1::Usage {
+            agent: batch.agent.clone(),
+            records: batch.records.clone(),
+        });
+        match request(&conn, msg).await? {
+            RegionMessage::V1(RegionMessageV1::UsageAck { seqs }) => {
+                let (first, last) = (batch.first_seq(), batch.last_seq());
+                let all = batch.records.len() == seqs.len()
+                    && batch.records.iter().zip(&seqs).all(|(r, s)| r.seq == *s);
+                if !all {
+                    tracing::warn!(first, last, "usage ack does not match the batch; resending");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                    continue;
+                }
+                let j = journal.clone();
+                match blocking(move || j.ack(&batch)).await {
+                    Ok(_) => {
+                        tracing::debug!(first, last, "usage acknowledged");
+                        backoff = BACKOFF_MIN;
+                    }
+                    Err(e) => tracing::error!("usage journal ack: {e}"),
+                }
+            }
+            RegionMessage::V1(RegionMessageV1::Refused {
+                code,
+                message,
+                retry,
+            }) => {
+                tracing::warn!(
+                    code,
+                    retry,
+                    first = batch.first_seq(),
+                    "usage refused, records kept: {message}"
+                );
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+            }
+            other => {
+                return Err(SessionEnd::Refused(format!(
+                    "unexpected answer to usage {other:?}"
+                )))
+            }
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 //! A stand-in region replica for agent tests: a quinn server with an
 //! operator CA of its own that speaks core's agent protocol. It accepts
 //! agents (mutual TLS, ALPN `gshare-agent/1`), answers `Register` with
-//! `Registered` and everything else with `Ack`, keeps what the agents
+//! `Registered`, `Usage` with `UsageAck`, everything else with `Ack`, keeps what the agents
 //! report in the replica's own [`AgentReports`] (latest heartbeat, swap
 //! counts), and hands each registered connection to the test, which pushes
 //! assignments and tokens or forwards invocations on it.
@@ -132,6 +132,11 @@ pub fn fake_region(ca: &Ca) -> FakeRegion {
                             reports.swaps(&agent, &events);
                             RegionMessageV1::Ack
                         }
+                        // Usage is acknowledged (and not kept): the agent
+                        // removes it from its journal as after a real region.
+                        AgentMessageV1::Usage { records, .. } => RegionMessageV1::UsageAck {
+                            seqs: records.iter().map(|r| r.seq).collect(),
+                        },
                         _ => RegionMessageV1::Ack,
                     };
                     let _ = write_frame(&mut send, &RegionMessage::v1(reply)).await;

@@ -372,7 +372,7 @@ fn tenants_are_isolated_bad_input_changes_nothing_usage_is_billed_once_and_reloa
     let batch = json!({"agent": "ag1", "records": (1..=3).map(|seq| json!({
         "seq": seq, "tenant": "acme", "function": "f1", "tier": "guaranteed",
         "gpu_model": "sim-gpu-16g", "pool_kind": "center",
-        "compute_milli_gpu_ms": 400 * 3_600_000u64, "memory_mib_ms": 3000 * 3_600_000u64, "end_ms": end,
+        "compute_milli_gpu_ms": 400 * 3_600_000u64, "memory_mib_ms": 3000 * 3_600_000u64, "invocations": 7, "end_ms": end,
     })).collect::<Vec<_>>()}).to_string();
     let mut applied = 0;
     let mut duplicates = 0;
@@ -390,6 +390,11 @@ fn tenants_are_isolated_bad_input_changes_nothing_usage_is_billed_once_and_reloa
     assert_eq!(
         bill["functions"][0]["usage"]["compute_milli_gpu_ms"],
         json!(3 * 400 * 3_600_000u64),
+        "{bill}"
+    );
+    assert_eq!(
+        bill["functions"][0]["usage"]["invocations"],
+        json!(3 * 7),
         "{bill}"
     );
     // By hand: 1.2 GPU-hours × 500_000 × 0.85 = 510_000; 9000 MiB-hours =

@@ -93,6 +93,9 @@ pub struct AgentConfig {
     pub heartbeat_ms: u64,
     /// The runtime driver of each runtime (`[runtimes]`; `sim` when unlisted).
     pub runtimes: super::RuntimeDrivers,
+    /// How often resident GPU memory is metered and journaled, ms
+    /// (`[metering] interval_ms`, default 1000).
+    pub metering_interval_ms: u64,
 }
 
 impl AgentConfig {
@@ -133,6 +136,25 @@ key = "c.key"
         let c = AgentConfig::from_toml("a.toml", GOOD).unwrap();
         assert_eq!(c.node, NodeId("n1".into()));
         assert_eq!(c.heartbeat_ms, 1000);
+        assert_eq!(c.metering_interval_ms, 1000);
+        let m = format!("{GOOD}[metering]\ninterval_ms = 250\n");
+        assert_eq!(
+            AgentConfig::from_toml("a.toml", &m)
+                .unwrap()
+                .metering_interval_ms,
+            250
+        );
+        for bad in [
+            "interval_ms = 5",
+            "interval_ms = \"fast\"",
+            "intervl_ms = 100",
+        ] {
+            let m = format!("{GOOD}[metering]\n{bad}\n");
+            let e = AgentConfig::from_toml("a.toml", &m)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("metering.inter"), "{bad}: {e}");
+        }
         assert_eq!(c.load.swap_setup_us, 2_000);
         assert_eq!(c.replicas.len(), 1);
         match c.gpus {

@@ -14,6 +14,7 @@ const DEFAULT_COLD_SETUP_US: u64 = 500_000;
 const DEFAULT_STORAGE_MIB_PER_S: u64 = 2_000;
 const DEFAULT_H2D_MIB_PER_S: u64 = 12_000;
 const DEFAULT_HEARTBEAT_MS: u64 = 1_000;
+const DEFAULT_METERING_INTERVAL_MS: u64 = 1_000;
 
 fn addr(is: &mut Issues<'_>, f: &Field<String>) -> Option<SocketAddr> {
     let s = f.v.as_ref()?;
@@ -152,6 +153,19 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
         }),
     };
 
+    let metering_interval = match root.table(&mut is, "metering", false) {
+        Some(mut t) => {
+            let f = t.uint::<u64>(&mut is, "interval_ms", false);
+            t.finish(&mut is);
+            if f.v.is_some() {
+                check_range(&mut is, &f, 10, 3_600_000)
+            } else {
+                Some(DEFAULT_METERING_INTERVAL_MS)
+            }
+        }
+        None => Some(DEFAULT_METERING_INTERVAL_MS),
+    };
+
     let gpus = root.table(&mut is, "gpus", true).and_then(|mut t| {
         let backend = t.string(&mut is, "backend", true);
         let fallback = t.string(&mut is, "nvml_fallback", false);
@@ -260,6 +274,9 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
     if !is.is_empty() {
         return Err(is.into_error(file));
     }
+    let Some(metering_interval_ms) = metering_interval else {
+        return Err(is.into_error(file));
+    };
     match (
         node, pool, pool_kind, data_dir, ingress, host_swap, heartbeat, tls, gpus, load, runtimes,
     ) {
@@ -288,6 +305,7 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
             load,
             heartbeat_ms,
             runtimes,
+            metering_interval_ms,
         }),
         _ => Err(is.into_error(file)),
     }

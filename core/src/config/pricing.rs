@@ -54,6 +54,8 @@ pub struct Usage {
     pub compute_milli_gpu_ms: u64,
     /// Resident GPU memory: MiB × milliseconds resident (swapped-out time excluded).
     pub memory_mib_ms: u64,
+    /// Completed invocations (counted for the tenant's view, not priced).
+    pub invocations: u64,
 }
 
 impl Usage {
@@ -64,6 +66,7 @@ impl Usage {
                 .compute_milli_gpu_ms
                 .checked_add(other.compute_milli_gpu_ms)?,
             memory_mib_ms: self.memory_mib_ms.checked_add(other.memory_mib_ms)?,
+            invocations: self.invocations.checked_add(other.invocations)?,
         })
     }
 }
@@ -250,6 +253,7 @@ mod tests {
         let u = Usage {
             compute_milli_gpu_ms: 1000 * 3_600_000,
             memory_mib_ms: 80 * 1024 * 3_600_000,
+            invocations: 0,
         };
         let c = charge(&a100(), 0, &u).unwrap();
         assert_eq!(c.compute, 2_000_000);
@@ -263,6 +267,7 @@ mod tests {
         let u = Usage {
             compute_milli_gpu_ms: 500 * 5_400_000,
             memory_mib_ms: 0,
+            invocations: 0,
         };
         let c = list()
             .quote("A100-80G", PoolKind::Center, Tier::Burstable, &u)
@@ -287,6 +292,7 @@ mod tests {
                 &Usage {
                     compute_milli_gpu_ms: q,
                     memory_mib_ms: 0,
+                    invocations: 0,
                 },
             )
             .unwrap()
@@ -303,6 +309,7 @@ mod tests {
         let u = Usage {
             compute_milli_gpu_ms: u64::MAX,
             memory_mib_ms: u64::MAX,
+            invocations: 0,
         };
         assert_eq!(charge(&a100(), 10_000, &u).unwrap().total, 0);
         let dear = Price {
@@ -343,6 +350,7 @@ mod tests {
             let u = Usage {
                 compute_milli_gpu_ms: rng.below(1 << 40),
                 memory_mib_ms: rng.below(1 << 50),
+                invocations: 0,
             };
             let c = charge(&price, bp, &u).unwrap();
             let keep = u128::from(BP_PER_WHOLE - bp);
@@ -387,19 +395,27 @@ mod tests {
         let a = Usage {
             compute_milli_gpu_ms: 5,
             memory_mib_ms: 7,
+            invocations: 3,
         };
         assert_eq!(
             a.checked_add(&a),
             Some(Usage {
                 compute_milli_gpu_ms: 10,
-                memory_mib_ms: 14
+                memory_mib_ms: 14,
+                invocations: 6,
             })
         );
         let full = Usage {
             compute_milli_gpu_ms: u64::MAX,
             memory_mib_ms: 0,
+            invocations: 0,
         };
         assert_eq!(full.checked_add(&a), None);
+        let many = Usage {
+            invocations: u64::MAX,
+            ..Usage::default()
+        };
+        assert_eq!(many.checked_add(&a), None);
     }
 
     #[test]

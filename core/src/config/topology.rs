@@ -351,6 +351,7 @@ memory_gib_hour = 0
         let hour = Usage {
             compute_milli_gpu_ms: 1_000 * 3_600_000,
             memory_mib_ms: 0,
+            invocations: 0,
         };
         let q = |id: GpuId, tier| t.quote(&id, tier, &hour).unwrap().unwrap().total;
         assert_eq!(q(gpu("c0", 0), Tier::Exclusive), 2_000_000);

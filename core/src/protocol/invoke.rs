@@ -47,6 +47,12 @@ pub enum InvokeError {
         /// What happened (instance, which start of the process).
         detail: String,
     },
+    /// The invocation ran but its usage could not be journaled, so its
+    /// result is withheld (metering fails closed).
+    UsageNotRecorded {
+        /// What the journal said.
+        detail: String,
+    },
 }
 
 impl InvokeError {
@@ -59,6 +65,7 @@ impl InvokeError {
             InvokeError::UnknownFunction => "unknown_function",
             InvokeError::ShuttingDown => "shutting_down",
             InvokeError::FunctionCrashed { .. } => "function_crashed",
+            InvokeError::UsageNotRecorded { .. } => "usage_not_recorded",
         }
     }
 
@@ -69,8 +76,8 @@ impl InvokeError {
             InvokeError::OverCapacity => 429,
             InvokeError::InstanceFailed { .. } => 502,
             InvokeError::UnknownFunction => 404,
-            InvokeError::ShuttingDown => 503,
             InvokeError::FunctionCrashed { .. } => 502,
+            InvokeError::ShuttingDown | InvokeError::UsageNotRecorded { .. } => 503,
         }
     }
 }
@@ -91,6 +98,9 @@ impl std::fmt::Display for InvokeError {
             InvokeError::ShuttingDown => f.write_str("agent shutting down"),
             InvokeError::FunctionCrashed { detail } => {
                 write!(f, "function process crashed: {detail}")
+            }
+            InvokeError::UsageNotRecorded { detail } => {
+                write!(f, "usage could not be journaled: {detail}")
             }
         }
     }

@@ -77,6 +77,7 @@ fn every_message() -> (Vec<AgentMessage>, Vec<RegionMessage>) {
                 pool_kind: PoolKind::Center,
                 compute_milli_gpu_ms: 100,
                 memory_mib_ms: 200,
+                invocations: 3,
                 end_ms: 300,
             }],
         }),

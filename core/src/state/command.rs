@@ -188,6 +188,8 @@ pub struct UsageRecord {
     pub compute_milli_gpu_ms: u64,
     /// Resident GPU memory: MiB × milliseconds resident.
     pub memory_mib_ms: u64,
+    /// Invocations completed in the interval (not priced; shown to tenants).
+    pub invocations: u64,
     /// End of the metered interval (Unix ms).
     pub end_ms: u64,
 }

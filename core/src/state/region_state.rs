@@ -1114,6 +1114,7 @@ impl RegionState {
             let add = Usage {
                 compute_milli_gpu_ms: r.compute_milli_gpu_ms,
                 memory_mib_ms: r.memory_mib_ms,
+                invocations: r.invocations,
             };
             let k = (r.tenant.clone(), key);
             let sum = match sums.get(&k) {

@@ -220,6 +220,7 @@ fn hour_record(seq: u64, tenant: &str, tier: Tier, kind: PoolKind) -> UsageRecor
         pool_kind: kind,
         compute_milli_gpu_ms: 1_000 * 3_600_000,
         memory_mib_ms: 1_024 * 3_600_000,
+        invocations: 1,
         end_ms: T0 + 10,
     }
 }
@@ -1291,6 +1292,7 @@ fn random_overlapping_batches_bill_every_record_once() {
                 );
                 r.compute_milli_gpu_ms = rng.below(5_000_000);
                 r.memory_mib_ms = rng.below(5_000_000);
+                r.invocations = rng.below(50);
                 r.end_ms = T0 + rng.below(3 * HOUR_MS);
                 r
             })
@@ -1302,6 +1304,7 @@ fn random_overlapping_batches_bill_every_record_once() {
                 .checked_add(&Usage {
                     compute_milli_gpu_ms: r.compute_milli_gpu_ms,
                     memory_mib_ms: r.memory_mib_ms,
+                    invocations: r.invocations,
                 })
                 .unwrap();
         }

@@ -120,6 +120,22 @@ pub struct StopNow;
 #[rtype(result = "()")]
 pub struct ReleaseInstance;
 
+/// Whether `digest` is one of `tenant`'s tokens (per the region's last push).
+#[derive(Debug, Message)]
+#[rtype(result = "bool")]
+pub struct CheckToken {
+    /// The tenant.
+    pub tenant: TenantId,
+    /// SHA-256 hex of the bearer token.
+    pub digest: String,
+}
+
+/// Journal everything metered so far, now (on graceful shutdown, once the
+/// ingress has drained; the append runs on the agent's thread).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct FlushUsage;
+
 /// The node's state now.
 #[derive(Debug, Message)]
 #[rtype(result = "NodeStatus")]

@@ -18,15 +18,17 @@
 mod gpu_actor;
 mod instance_actor;
 mod messages;
+pub mod metering;
 mod node_agent;
 mod node_status;
 
 pub use gpu_actor::GpuActor;
 pub use instance_actor::InstanceActor;
 pub use messages::{
-    Admission, ApplyAssignment, ApplyTokens, Invoke, LoadDone, LoadWeights, ReleaseInstance,
-    ReleaseWeights, RequestDone, Residency, RunRequest, StatusQuery, StopNow, StopRuntimes,
-    TakeSwapEvents,
+    Admission, ApplyAssignment, ApplyTokens, CheckToken, FlushUsage, Invoke, LoadDone, LoadWeights,
+    ReleaseInstance, ReleaseWeights, RequestDone, Residency, RunRequest, StatusQuery, StopNow,
+    StopRuntimes, TakeSwapEvents,
 };
+pub use metering::Metering;
 pub use node_agent::{DriverFactory, NodeAgent, NodeSetup};
 pub use node_status::NodeStatus;

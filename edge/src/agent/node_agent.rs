@@ -1,9 +1,10 @@
 //! The supervisor: owns the node's executor and carries out its commands.
 
+use super::metering::{HeldReply, MeterState, Metering};
 use super::{
-    Admission, ApplyAssignment, ApplyTokens, GpuActor, InstanceActor, Invoke, LoadDone,
-    LoadWeights, NodeStatus, ReleaseInstance, ReleaseWeights, RequestDone, Residency, RunRequest,
-    StatusQuery, StopNow, StopRuntimes, TakeSwapEvents,
+    Admission, ApplyAssignment, ApplyTokens, CheckToken, FlushUsage, GpuActor, InstanceActor,
+    Invoke, LoadDone, LoadWeights, NodeStatus, ReleaseInstance, ReleaseWeights, RequestDone,
+    Residency, RunRequest, StatusQuery, StopNow, StopRuntimes, TakeSwapEvents,
 };
 use crate::gpu::{GpuInfo, SimulatedGpu};
 use crate::runtime::{Invocation, ProcessCounters, RuntimeDriver, RuntimeError};
@@ -13,6 +14,7 @@ use gshare_core::executor::{
     footprint, Command, Event, ExecutorRules, FunctionId, FunctionProfile, LoadCosts, NodeConfig,
     NodeExecutor, RejectReason, RequestId,
 };
+use gshare_core::metering::{ResidencyId, UsageKey};
 use gshare_core::model::{FunctionSpec, Mib, Micros, MilliGpu, NodeId, TenantId};
 use gshare_core::protocol::{
     GpuStatus, InvokeError, InvokeOutcome, SwapEvent, SwapKind, TokenDigests,
@@ -63,6 +65,16 @@ struct Pending {
     deadline: Micros,
     body: Vec<u8>,
     started: Option<(Micros, u32, MilliGpu)>,
+    /// What its usage is metered under (set when it starts on a GPU).
+    usage: Option<UsageKey>,
+}
+
+/// A journal write ended (the blocking task → NodeAgent).
+#[derive(actix::Message)]
+#[rtype(result = "()")]
+struct Written {
+    result: Result<u64, String>,
+    replies: Vec<HeldReply>,
 }
 
 /// The node agent's supervisor actor (see the module docs of [`super`]).
@@ -82,6 +94,8 @@ pub struct NodeAgent {
     tokens_index: Option<u64>,
     status: NodeStatus,
     swap_events: Vec<SwapEvent>,
+    metering: Option<MeterState>,
+    me: Option<Addr<NodeAgent>>,
 }
 
 impl NodeAgent {
@@ -123,11 +137,101 @@ impl NodeAgent {
             tokens_index: None,
             status: NodeStatus::default(),
             swap_events: Vec::new(),
+            metering: None,
+            me: None,
         }
+    }
+
+    /// Meters usage into `metering`'s journal; a successful result is
+    /// released only once its usage is journaled (see [`super::metering`]).
+    pub fn with_metering(mut self, metering: Metering) -> Self {
+        let base = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64)
+            .saturating_sub(self.clock.elapsed().as_micros() as u64);
+        self.metering = Some(MeterState::new(metering, base));
+        self
     }
 
     fn now(&self) -> Micros {
         self.clock.elapsed().as_micros() as Micros
+    }
+
+    fn usage_key(&self, function: FunctionId, gpu: u32) -> Option<UsageKey> {
+        let m = self.metering.as_ref()?;
+        let h = self.functions.get(&function)?;
+        Some(UsageKey {
+            tenant: h.key.0.clone(),
+            function: h.key.1.clone(),
+            tier: h.spec.tier,
+            gpu_model: self.setup.gpus.get(gpu as usize)?.model.clone(),
+            pool_kind: m.setup.pool_kind,
+        })
+    }
+
+    fn residency_id(function: FunctionId, gpu: u32) -> ResidencyId {
+        ResidencyId((u64::from(function.0) << 32) | u64::from(gpu))
+    }
+
+    fn resident_start(&mut self, now: Micros, function: FunctionId, gpu: u32) {
+        let (Some(key), Some(h)) = (self.usage_key(function, gpu), self.functions.get(&function))
+        else {
+            return;
+        };
+        let mib = h.memory_mib;
+        if let Some(m) = self.metering.as_mut() {
+            let at = m.unix_base_us + now;
+            m.meter
+                .resident_start(Self::residency_id(function, gpu), key, mib, at);
+        }
+    }
+
+    fn resident_stop(&mut self, now: Micros, function: FunctionId, gpu: u32) {
+        if let Some(m) = self.metering.as_mut() {
+            let at = m.unix_base_us + now;
+            m.meter.resident_stop(Self::residency_id(function, gpu), at);
+        }
+    }
+
+    /// Starts a journal write of what the meter holds, unless one is in
+    /// flight (its completion starts the next).
+    fn journal_usage(&mut self) {
+        let now = self.now();
+        let Some(m) = self.metering.as_mut() else {
+            return;
+        };
+        if m.writing || (m.waiting.is_empty() && !m.memory_due) {
+            return;
+        }
+        let Some(me) = self.me.clone() else {
+            return;
+        };
+        let drafts = if m.memory_due {
+            m.meter.take_all(m.unix_base_us + now)
+        } else {
+            m.meter.take_busy()
+        };
+        m.memory_due = false;
+        let replies = std::mem::take(&mut m.waiting);
+        if drafts.is_empty() && replies.is_empty() {
+            return;
+        }
+        m.writing = true;
+        let records: Vec<_> = drafts.into_iter().map(|d| d.into_record()).collect();
+        let journal = m.setup.journal.clone();
+        actix::spawn(async move {
+            let result = match tokio::task::spawn_blocking(move || journal.append(records)).await {
+                Ok(Ok(seqs)) => Ok(seqs.end - seqs.start),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(e) => Err(format!("journal task: {e}")),
+            };
+            me.do_send(Written { result, replies });
+        });
+    }
+
+    fn release(&mut self, tx: oneshot::Sender<InvokeOutcome>, outcome: InvokeOutcome) {
+        self.count(&outcome);
+        let _ = tx.send(outcome);
     }
 
     fn step(&mut self, now: Micros, event: Event) {
@@ -138,12 +242,26 @@ impl NodeAgent {
     }
 
     fn answer(&mut self, request: RequestId, outcome: InvokeOutcome) {
-        if let Some(p) = self.pending.remove(&request) {
-            if let Some((_, gpu, compute)) = p.started {
-                self.busy[gpu as usize] -= compute;
+        let Some(p) = self.pending.remove(&request) else {
+            return;
+        };
+        if let Some((_, gpu, compute)) = p.started {
+            self.busy[gpu as usize] -= compute;
+        }
+        match (&outcome, p.started, p.usage, self.metering.as_mut()) {
+            (InvokeOutcome::Done { .. }, Some((started, _, compute)), Some(key), Some(m)) => {
+                // Held until its usage is journaled.
+                let now = self.clock.elapsed().as_micros() as Micros;
+                m.meter.invocation(
+                    &key,
+                    u64::from(compute),
+                    m.unix_base_us + started,
+                    m.unix_base_us + now,
+                );
+                m.waiting.push((p.tx, outcome));
+                self.journal_usage();
             }
-            self.count(&outcome);
-            let _ = p.tx.send(outcome);
+            _ => self.release(p.tx, outcome),
         }
     }
 
@@ -226,10 +344,12 @@ impl NodeAgent {
                     self.step(now, Event::RequestFinished { request, gpu });
                     return;
                 }
+                let usage = self.usage_key(function, gpu);
                 let Some(p) = self.pending.get_mut(&request) else {
                     return;
                 };
                 p.started = Some((now, gpu, compute_milli));
+                p.usage = usage;
                 self.busy[gpu as usize] += compute_milli;
                 actor.do_send(RunRequest(Invocation {
                     request,
@@ -247,6 +367,7 @@ impl NodeAgent {
             } => {
                 self.status.swap_ins += 1;
                 self.swap_event(function, SwapKind::SwapIn, None, Some(gpu), ready_at - now);
+                self.resident_start(now, function, gpu);
                 self.load(now, function, gpu, ready_at);
                 self.residency(function, Some(gpu));
             }
@@ -263,6 +384,7 @@ impl NodeAgent {
                     Some(gpu),
                     ready_at - now,
                 );
+                self.resident_start(now, function, gpu);
                 self.load(now, function, gpu, ready_at);
                 self.residency(function, Some(gpu));
             }
@@ -281,6 +403,8 @@ impl NodeAgent {
                     ready_at - now,
                 );
                 self.gpus[from as usize].do_send(ReleaseWeights { function });
+                self.resident_stop(now, function, from);
+                self.resident_start(now, function, to);
                 self.load(now, function, to, ready_at);
                 self.residency(function, Some(to));
             }
@@ -289,11 +413,13 @@ impl NodeAgent {
                 self.swap_event(function, SwapKind::SwapOut, Some(gpu), None, 0);
                 self.gpus[gpu as usize].do_send(ReleaseWeights { function });
                 self.residency(function, None);
+                self.resident_stop(now, function, gpu);
             }
             Command::Unload { function, gpu } => {
                 self.swap_event(function, SwapKind::Unload, Some(gpu), None, 0);
                 self.gpus[gpu as usize].do_send(ReleaseWeights { function });
                 self.residency(function, None);
+                self.resident_stop(now, function, gpu);
             }
             Command::Reject { request, reason } => {
                 let arrived = self.pending.get(&request).map_or(now, |p| p.arrived);
@@ -370,6 +496,11 @@ impl NodeAgent {
         let now = self.now();
         self.step(now, Event::InstanceRemoved { function: id });
         self.functions.remove(&id);
+        // Its residency ended with the Unload above: journal it now.
+        if let Some(m) = self.metering.as_mut() {
+            m.memory_due = true;
+        }
+        self.journal_usage();
     }
 }
 
@@ -378,6 +509,15 @@ impl Actor for NodeAgent {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         let me = ctx.address();
+        self.me = Some(me.clone());
+        if let Some(m) = &self.metering {
+            ctx.run_interval(m.setup.interval, |a, _| {
+                if let Some(m) = a.metering.as_mut() {
+                    m.memory_due = true;
+                }
+                a.journal_usage();
+            });
+        }
         self.gpus = self
             .setup
             .gpus
@@ -396,6 +536,88 @@ impl Actor for NodeAgent {
         for (_, p) in self.pending.drain() {
             let _ = p.tx.send(InvokeOutcome::Failed(InvokeError::ShuttingDown));
         }
+        if let Some(m) = self.metering.as_mut() {
+            for (tx, _) in m.waiting.drain(..) {
+                let _ = tx.send(InvokeOutcome::Failed(InvokeError::ShuttingDown));
+            }
+        }
+    }
+}
+
+impl Handler<Written> for NodeAgent {
+    type Result = ();
+
+    fn handle(&mut self, msg: Written, _: &mut Context<Self>) {
+        let Some(m) = self.metering.as_mut() else {
+            return;
+        };
+        m.writing = false;
+        self.written(msg);
+    }
+}
+
+impl Handler<FlushUsage> for NodeAgent {
+    type Result = ();
+
+    fn handle(&mut self, _: FlushUsage, _: &mut Context<Self>) {
+        let now = self.now();
+        let Some(m) = self.metering.as_mut() else {
+            return;
+        };
+        let records: Vec<_> = m
+            .meter
+            .take_all(m.unix_base_us + now)
+            .into_iter()
+            .map(|d| d.into_record())
+            .collect();
+        let replies = std::mem::take(&mut m.waiting);
+        let result = m
+            .setup
+            .journal
+            .append(records)
+            .map(|seqs| seqs.end - seqs.start)
+            .map_err(|e| e.to_string());
+        self.written(Written { result, replies });
+    }
+}
+
+impl NodeAgent {
+    /// Releases (or, on a failed append, fails) the replies of a write.
+    fn written(&mut self, msg: Written) {
+        let Some(m) = self.metering.as_mut() else {
+            return;
+        };
+        match msg.result {
+            Ok(records) => {
+                self.status.usage_writes += 1;
+                self.status.usage_records += records;
+                m.setup.appended.notify_one();
+                for (tx, outcome) in msg.replies {
+                    self.release(tx, outcome);
+                }
+            }
+            Err(e) => {
+                self.status.usage_write_failures += 1;
+                self.status.usage_withheld += msg.replies.len() as u64;
+                tracing::error!(
+                    withheld = msg.replies.len(),
+                    "usage journal append failed, results withheld: {e}"
+                );
+                for (tx, _) in msg.replies {
+                    let err = InvokeError::UsageNotRecorded { detail: e.clone() };
+                    self.release(tx, InvokeOutcome::Failed(err));
+                }
+            }
+        }
+        self.journal_usage();
+    }
+}
+
+impl Handler<CheckToken> for NodeAgent {
+    type Result = bool;
+
+    fn handle(&mut self, msg: CheckToken, _: &mut Context<Self>) -> bool {
+        self.tokens.get(&msg.digest) == Some(&msg.tenant)
     }
 }
 
@@ -431,6 +653,7 @@ impl Handler<Invoke> for NodeAgent {
                 deadline,
                 body: msg.body,
                 started: None,
+                usage: None,
             },
         );
         self.step(
@@ -596,6 +819,7 @@ impl Handler<StatusQuery> for NodeAgent {
         s.process_restarts = p.restarts();
         s.process_failed_starts = p.failed_starts();
         s.process_running = p.running();
+        s.usage_waiting = self.metering.as_ref().map_or(0, |m| m.waiting.len() as u64);
         s.gpus = (0..self.setup.gpus.len() as u32)
             .map(|i| {
                 let g = self.executor.gpu(i);

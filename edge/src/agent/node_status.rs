@@ -36,4 +36,15 @@ pub struct NodeStatus {
     pub process_failed_starts: u64,
     /// Function processes started and not stopped.
     pub process_running: u64,
+    /// Usage journal appends that succeeded.
+    pub usage_writes: u64,
+    /// Usage records journaled.
+    pub usage_records: u64,
+    /// Usage journal appends that failed.
+    pub usage_write_failures: u64,
+    /// Successful results withheld (answered `usage_not_recorded`) because
+    /// their usage could not be journaled.
+    pub usage_withheld: u64,
+    /// Results waiting for their usage to be journaled now.
+    pub usage_waiting: u64,
 }

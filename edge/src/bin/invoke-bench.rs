@@ -7,6 +7,12 @@
 //! the region would send. Latency: one request in flight, on one keep-alive
 //! connection. Throughput: 32 keep-alive connections, one thread each.
 //! Last line: `invocations_per_sec=<N> p50_added_us=<x> p99_added_us=<y>`.
+//!
+//! `--metering`: the ingress phases run twice in the same run, on an agent
+//! without a usage journal and on one with a journal (sled, fsync per group
+//! commit, in `--journal-dir` or a fresh directory under the system temp
+//! dir), and the last line compares them:
+//! `metering: throughput_ratio=<with/without> p99_ratio=<with/without> p99_added_us=<with − without>`.
 
 use anyhow::{bail, Context as _};
 use clap::Parser;
@@ -17,9 +23,10 @@ use gshare_core::model::{
 };
 use gshare_core::protocol::{AssignedInstance, Assignment, TenantTokens, TokenDigests};
 use gshare_core::state::InstanceId;
-use gshare_edge::agent::{ApplyAssignment, ApplyTokens, NodeAgent, NodeSetup};
+use gshare_edge::agent::{ApplyAssignment, ApplyTokens, Metering, NodeAgent, NodeSetup};
 use gshare_edge::gpu::GpuInfo;
 use gshare_edge::ingress;
+use gshare_edge::journal::UsageJournal;
 use gshare_edge::runtime::{Invocation, RuntimeDriver, SimDriver};
 use gshare_edge::token::token_digest;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -43,6 +50,12 @@ struct Args {
     /// Ingress worker threads.
     #[arg(long, default_value_t = 2)]
     workers: usize,
+    /// Also measure an agent that journals usage, and compare.
+    #[arg(long)]
+    metering: bool,
+    /// Where the metered agent's journal goes (default: a fresh temp dir).
+    #[arg(long)]
+    journal_dir: Option<std::path::PathBuf>,
 }
 
 const TOKEN: &str = "bench-token";
@@ -161,7 +174,7 @@ impl Client {
     }
 }
 
-fn start_agent(workers: usize) -> anyhow::Result<SocketAddr> {
+fn start_agent(workers: usize, journal: Option<Arc<UsageJournal>>) -> anyhow::Result<SocketAddr> {
     let probe = std::net::TcpListener::bind("127.0.0.1:0")?;
     let addr = probe.local_addr()?;
     drop(probe);
@@ -170,7 +183,7 @@ fn start_agent(workers: usize) -> anyhow::Result<SocketAddr> {
         let system = actix_rt::System::new();
         system.block_on(async move {
             let node = NodeId("bench-node".into());
-            let agent = actix::Actor::start(NodeAgent::new(NodeSetup {
+            let agent = NodeAgent::new(NodeSetup {
                 node: node.clone(),
                 gpus: (0..2)
                     .map(|index| GpuInfo {
@@ -188,7 +201,17 @@ fn start_agent(workers: usize) -> anyhow::Result<SocketAddr> {
                 },
                 driver: Box::new(|_| Box::new(SimDriver::new())),
                 process_counters: Default::default(),
-            }));
+            });
+            let agent = match &journal {
+                Some(j) => agent.with_metering(Metering {
+                    journal: j.clone(),
+                    appended: Arc::default(),
+                    interval: Duration::from_millis(1_000),
+                    pool_kind: gshare_core::model::PoolKind::Center,
+                }),
+                None => agent,
+            };
+            let agent = actix::Actor::start(agent);
             agent.do_send(ApplyTokens(TokenDigests {
                 applied_index: 1,
                 tenants: vec![TenantTokens {
@@ -209,7 +232,7 @@ fn start_agent(workers: usize) -> anyhow::Result<SocketAddr> {
                     }],
                 }],
             }));
-            match ingress::serve(addr, agent, workers) {
+            match ingress::serve_metered(addr, agent, workers, journal) {
                 Ok(server) => {
                     let _ = tx.send(Ok(()));
                     let _ = server.await;
@@ -224,6 +247,13 @@ fn start_agent(workers: usize) -> anyhow::Result<SocketAddr> {
     Ok(addr)
 }
 
+/// What one agent's ingress phases measured.
+struct Measured {
+    p50: f64,
+    p99: f64,
+    rate: f64,
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let (base_lat, base_rate) = baseline(args.latency_secs.min(1.0));
@@ -234,7 +264,59 @@ fn main() -> anyhow::Result<()> {
         percentile(&base_lat, 0.99)
     );
 
-    let addr = start_agent(args.workers)?;
+    let plain = measure(&args, None)?;
+    let Measured { p50, p99, rate } = plain;
+    let p50_added = (p50 - percentile(&base_lat, 0.5)).max(0.0);
+    let p99_added = (p99 - percentile(&base_lat, 0.99)).max(0.0);
+    println!(
+        "ratio agent/in-process: p50 {:.0}x, throughput {:.4}x",
+        p50 / percentile(&base_lat, 0.5).max(1e-3),
+        rate / base_rate.max(1.0)
+    );
+    if !args.metering {
+        println!(
+            "invocations_per_sec={rate:.0} p50_added_us={p50_added:.1} p99_added_us={p99_added:.1}"
+        );
+        return Ok(());
+    }
+    let (dir, made) = match &args.journal_dir {
+        Some(d) => (d.clone(), false),
+        None => (
+            std::env::temp_dir().join(format!("invoke-bench-journal-{}", std::process::id())),
+            true,
+        ),
+    };
+    let journal = Arc::new(
+        UsageJournal::open(&dir, gshare_core::state::AgentId("bench-node".into()))
+            .with_context(|| format!("journal in {}", dir.display()))?,
+    );
+    println!("with usage journal in {}:", dir.display());
+    let metered = measure(&args, Some(journal.clone()))?;
+    let s = journal.status();
+    println!(
+        "journal: records={} pending={}",
+        s.next_seq.saturating_sub(1),
+        s.pending_records
+    );
+    if made {
+        drop(journal);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    println!(
+        "metering: throughput_ratio={:.3} p99_ratio={:.3} p99_added_us={:.1} (without: {:.0}/s p99 {:.1} us; with: {:.0}/s p99 {:.1} us)",
+        metered.rate / plain.rate.max(1.0),
+        metered.p99 / plain.p99.max(1e-3),
+        metered.p99 - plain.p99,
+        plain.rate,
+        plain.p99,
+        metered.rate,
+        metered.p99
+    );
+    Ok(())
+}
+
+fn measure(args: &Args, journal: Option<Arc<UsageJournal>>) -> anyhow::Result<Measured> {
+    let addr = start_agent(args.workers, journal)?;
     // Warm-up: the first request cold-starts the instance.
     let mut c = Client::connect(addr)?;
     let warm = Instant::now();
@@ -298,15 +380,5 @@ fn main() -> anyhow::Result<()> {
         args.connections,
         failed.load(Ordering::Relaxed)
     );
-    let p50_added = (p50 - percentile(&base_lat, 0.5)).max(0.0);
-    let p99_added = (p99 - percentile(&base_lat, 0.99)).max(0.0);
-    println!(
-        "ratio agent/in-process: p50 {:.0}x, throughput {:.4}x",
-        p50 / percentile(&base_lat, 0.5).max(1e-3),
-        rate / base_rate.max(1.0)
-    );
-    println!(
-        "invocations_per_sec={rate:.0} p50_added_us={p50_added:.1} p99_added_us={p99_added:.1}"
-    );
-    Ok(())
+    Ok(Measured { p50, p99, rate })
 }

@@ -5,8 +5,19 @@
 //! ```text
 //!   agent ── bi: Register ──▶ AgentRegister through Raft ─▶ Registered{next_seq} | Refused
 //!         ── bi: Heartbeat / Swaps ─▶ Ack
-//!         ◀─ uni: Assignment (the node's instances) / Tokens (all digests), when they change
+//!         ── bi: Usage{records} ─▶ UsageBatch through Raft ─▶ UsageAck{seqs} | Refused
+//!         ◀─ uni: Assignment (the node's instances) / Tokens (all digests), when they
+//!            change, and in full every 5 s
 //! ```
+//!
+//! Usage is accepted only from the agent registered on this connection
+//! (the mutual-TLS connection is its credential): anything else is
+//! `Refused{retry: false}`. A batch is proposed as one `UsageBatch`; the
+//! state machine applies each `(agent, seq)` once, so the answer to a
+//! batch applied before (duplicates) is the same `UsageAck` with every
+//! sequence number. No leader yet: `Refused{retry: true}`, the agent keeps
+//! its records and resends. Each usage stream is served by its own task,
+//! so heartbeats and registrations are answered while a proposal waits.
 //!
 //! Every replica serves agents: a follower's proposer forwards the
 //! registration to the leader. Assignments and tokens come from this
@@ -30,7 +41,7 @@ use gshare_core::protocol::{
     AgentMessage, AgentMessageV1, AssignedInstance, Assignment, RegionMessage, RegionMessageV1,
     TenantTokens, TokenDigests,
 };
-use gshare_core::state::{AgentId, Applied, DomainCommand};
+use gshare_core::state::{AgentId, Applied, DomainCommand, UsageRecord};
 use gshare_raft_store::StateReader;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -40,6 +51,10 @@ use std::time::Duration;
 pub const AGENT_ALPN: &[u8] = b"gshare-agent/1";
 
 const PUSH_EVERY: Duration = Duration::from_millis(200);
+/// The full assignment and tokens are pushed again this often even when
+/// unchanged, so an agent that ignored an older view (from a replica that
+/// was behind) converges.
+const REFRESH_EVERY: Duration = Duration::from_secs(5);
 
 /// What an agent connection needs from the replica.
 #[derive(Clone)]
@@ -105,6 +120,33 @@ async fn register(hub: &AgentHub, r: &gshare_core::protocol::Register) -> Region
     }
 }
 
+async fn usage(hub: &AgentHub, agent: AgentId, records: Vec<UsageRecord>) -> RegionMessage {
+    let seqs: Vec<u64> = records.iter().map(|r| r.seq).collect();
+    let n = records.len();
+    let cmd = DomainCommand::UsageBatch {
+        agent: agent.clone(),
+        records,
+    };
+    match hub.proposer.propose(RegionCommand::domain(cmd)).await {
+        Ok(CommandOutcome::Domain(Ok(Applied::UsageApplied {
+            applied,
+            duplicates,
+        }))) => {
+            tracing::debug!(agent = %agent.0, n, applied, duplicates, "usage applied");
+            RegionMessage::v1(RegionMessageV1::UsageAck { seqs })
+        }
+        Ok(CommandOutcome::Domain(Err(e))) => {
+            tracing::warn!(agent = %agent.0, code = e.code(), "usage refused: {e}");
+            refused(e.code(), e.to_string(), false)
+        }
+        Ok(other) => refused("internal", format!("unexpected outcome {other:?}"), true),
+        Err(e @ (WriteError::NoLeader | WriteError::Unknown(_) | WriteError::Stopped)) => {
+            refused("retry", e.to_string(), true)
+        }
+        Err(e) => refused("invalid", e.to_string(), false),
+    }
+}
+
 fn view(hub: &AgentHub, node: &NodeId) -> (Assignment, TokenDigests) {
     let s = hub.state.read();
     let index = s.last_applied.map_or(0, |l| l.index);
@@ -152,7 +194,12 @@ async fn push(conn: &quinn::Connection, msg: RegionMessageV1) -> bool {
 
 async fn pushes(conn: quinn::Connection, hub: AgentHub, node: NodeId) {
     let (mut last_a, mut last_t) = (None, None);
+    let mut refreshed = tokio::time::Instant::now();
     loop {
+        if refreshed.elapsed() >= REFRESH_EVERY {
+            refreshed = tokio::time::Instant::now();
+            (last_a, last_t) = (None, None);
+        }
         let (a, t) = view(&hub, &node);
         if last_a.as_ref() != Some(&a.instances) {
             last_a = Some(a.instances.clone());
@@ -215,6 +262,25 @@ pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
                     hub.reports.swaps(&agent, &events);
                 }
                 RegionMessage::v1(RegionMessageV1::Ack)
+            }
+            AgentMessageV1::Usage { agent, records } => {
+                if registered.as_ref() != Some(&agent) {
+                    refused(
+                        "not_registered",
+                        format!(
+                            "usage of agent {:?} on a connection not registered as it",
+                            agent.0
+                        ),
+                        false,
+                    )
+                } else {
+                    let hub = hub.clone();
+                    tokio::spawn(async move {
+                        let reply = usage(&hub, agent, records).await;
+                        let _ = write_frame(&mut send, &reply).await;
+                    });
+                    continue;
+                }
             }
             _ => RegionMessage::v1(RegionMessageV1::Ack),
         };

@@ -39,6 +39,9 @@ pub struct UsageRecordBody {
     pub compute_milli_gpu_ms: u64,
     /// MiB × ms resident.
     pub memory_mib_ms: u64,
+    /// Invocations completed (optional, default 0).
+    #[serde(default)]
+    pub invocations: u64,
     /// End of the interval (Unix ms).
     pub end_ms: u64,
 }
@@ -100,6 +103,7 @@ async fn apply_batch(
             pool_kind: r.pool_kind,
             compute_milli_gpu_ms: r.compute_milli_gpu_ms,
             memory_mib_ms: r.memory_mib_ms,
+            invocations: r.invocations,
             end_ms: r.end_ms,
         })
         .collect();

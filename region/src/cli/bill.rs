@@ -44,6 +44,7 @@ fn table(v: &Value) -> Vec<Vec<String>> {
         "POOL KIND".into(),
         "TIER".into(),
         "EPOCH".into(),
+        "INVOCATIONS".into(),
         format!("COMPUTE ({unit})"),
         format!("MEMORY ({unit})"),
     ]];
@@ -53,6 +54,7 @@ fn table(v: &Value) -> Vec<Vec<String>> {
             cell(&l["pool_kind"]),
             cell(&l["tier"]),
             cell(&l["price_epoch"]),
+            cell(&l["usage"]["invocations"]),
             cell(&l["charge"]["compute"]),
             cell(&l["charge"]["memory"]),
         ]);

@@ -35,6 +35,7 @@ fn table(v: &Value) -> Vec<Vec<String>> {
         "GPU MODEL",
         "POOL KIND",
         "TIER",
+        "INVOCATIONS",
         "GPU-ms (milli)",
         "MiB-ms",
     ]
@@ -48,6 +49,7 @@ fn table(v: &Value) -> Vec<Vec<String>> {
             cell(&k["gpu_model"]),
             cell(&k["pool_kind"]),
             cell(&k["tier"]),
+            cell(&l["usage"]["invocations"]),
             cell(&l["usage"]["compute_milli_gpu_ms"]),
             cell(&l["usage"]["memory_mib_ms"]),
         ]);

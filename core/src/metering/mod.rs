@@ -1,0 +1,31 @@
+//! Metering on the node: what each tenant used, as usage-record drafts.
+//!
+//! Pure (time comes in as Unix microseconds). The agent feeds it two kinds
+//! of facts and takes drafts out to journal them:
+//!
+//! ```text
+//!   weights loaded on GPU g  ─▶ resident_start(id, key, MiB, t)  ┐  memory: MiB × µs resident
+//!   weights left GPU g       ─▶ resident_stop(id, t)             ┘  (swapped out: not billed)
+//!   invocation completed     ─▶ invocation(key, milli, start, end)   compute: milli-GPU × µs busy, +1
+//!
+//!   take_busy()      ─▶ drafts of compute + invocations accrued since the last take
+//!   take_all(now)    ─▶ the same, plus memory, resident intervals closed up to `now`
+//! ```
+//!
+//! Every interval is split at billing-hour boundaries
+//! ([`crate::state::HOUR_MS`]): a draft belongs to the hour its `end_ms`
+//! falls in, and never spans two. Quantities accrue in µs units exactly
+//! (`u128`) and are emitted in whole ms units; the sub-ms remainder of each
+//! key is carried to its next draft, so nothing is lost or counted twice
+//! while the meter lives.
+
+mod usage_draft;
+mod usage_key;
+mod usage_meter;
+
+pub use usage_draft::UsageDraft;
+pub use usage_key::UsageKey;
+pub use usage_meter::{ResidencyId, UsageMeter};
+
+#[cfg(test)]
+mod tests;
