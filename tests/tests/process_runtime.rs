@@ -382,6 +382,21 @@ async fn a_crashed_function_process_fails_its_calls_explicitly_and_is_restarted(
     let (status, body) = invoke(ingress, "{}").await;
     assert_eq!(status, 404, "{body}");
 
+    // Metered like any function: only the 7 calls that returned 200 (first
+    // echo, first echo after the restart, 5 more), not the crashed ones.
+    let (status, body) =
+        tokio::task::spawn_blocking(move || http(ingress, "GET", "/v1/agent/usage/acme", ""))
+            .await
+            .unwrap();
+    assert_eq!(status, 200, "{body}");
+    let usage = json(&body);
+    assert_eq!(usage["invocations"], 7, "agent's usage: {body}");
+    assert!(
+        usage["compute_milli_gpu_ms"].as_u64().unwrap() > 0,
+        "{body}"
+    );
+    assert!(usage["memory_mib_ms"].as_u64().unwrap() > 0, "{body}");
+
     let log = std::fs::read_to_string(dir.path().join("data/function-logs/acme-echo.log"));
     assert!(log.is_ok(), "function output file: {log:?}");
     let (exit, stderr) = agent.terminate();
