@@ -135,6 +135,8 @@ struct Up {
     tokens: BTreeMap<&'static str, String>,
     /// Demo function → the node of its instance.
     placed: Vec<(DemoFunction, String)>,
+    /// The load's figures, once it ran (even if a signal cut it short).
+    report: Option<LoadReport>,
 }
 
 /// Runs `gsharectl up`.
@@ -160,10 +162,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         operator,
         tokens: BTreeMap::new(),
         placed: Vec::new(),
+        report: None,
     };
-    let report = match up.start_and_demo(&bins, &mut stop, &a) {
-        Ok(r) => Some(r),
-        Err(e) if e.is::<Interrupted>() => None,
+    let finished = match up.start_and_demo(&bins, &mut stop, &a) {
+        Ok(()) => true,
+        Err(e) if e.is::<Interrupted>() => false,
         Err(e) => {
             up.children.stop();
             let kept = tmp.keep();
@@ -171,7 +174,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             return Err(e);
         }
     };
-    if report.is_some() {
+    if finished {
         let until = a.for_s.map(|s| started + Duration::from_secs(s));
         match until {
             Some(_) => println!(
@@ -202,7 +205,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     } else {
         drop(tmp);
     }
-    let (n, x) = report
+    let (n, x) = up
+        .report
         .as_ref()
         .map_or((0, 0.0), |r| (r.overall.invocations, r.overall.fraction()));
     let billed = bills.values().filter(|b| b.is_some_and(|t| t > 0)).count();
@@ -216,7 +220,7 @@ impl Up {
         bins: &Binaries,
         stop: &mut StopSignal,
         a: &Args,
-    ) -> anyhow::Result<LoadReport> {
+    ) -> anyhow::Result<()> {
         self.start_replicas(bins, stop)?;
         self.start_agents(bins)?;
         for t in TENANTS {
@@ -260,12 +264,13 @@ impl Up {
             &stop.flag(),
         );
         let usage = sampler.finish();
-        self.check(stop)?;
         print_attainment(&report);
+        self.report = Some(report.clone());
+        self.check(stop)?;
         print_gpu_usage(&usage, &self.layout);
         print_bills(&self.bills(), &self.layout);
         self.print_urls();
-        Ok(report)
+        Ok(())
     }
 
     /// Fails with [`Interrupted`] after a signal, or with the log of a

@@ -118,8 +118,11 @@ impl StopSignal {
         }
     }
 
-    /// The signal that arrived, if one did and was seen by a wait.
-    pub fn name(&self) -> Option<&'static str> {
+    /// The signal that arrived, if one did.
+    pub fn name(&mut self) -> Option<&'static str> {
+        if self.received.is_none() {
+            self.received = self.rx.try_recv().ok();
+        }
         self.received
     }
 }
