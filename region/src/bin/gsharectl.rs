@@ -50,6 +50,7 @@ enum Command {
     Sim(SimCommand),
     /// Start a local region (3 replicas, 4 agents, simulated GPUs), run a
     /// demo workload, print what happened and where to look.
+    #[command(long_about = cli::up::LONG_ABOUT)]
     Up(cli::up::Args),
     /// Internal: how `gsharectl up` starts its children.
     #[command(hide = true)]

@@ -53,25 +53,27 @@ const WARM_UP_TIMEOUT: Duration = Duration::from_secs(120);
 /// Log lines shown when a child fails.
 const TAIL_LINES: usize = 25;
 
+/// The long help of `gsharectl up`.
+pub const LONG_ABOUT: &str = "Start a whole gshare region on this machine and show it working.\n\n\
+    Starts 3 replicas (gshare-region) and one agent (gshare-edge) per node of \
+    configs/local/topology.toml (a center pool of two nodes, two edge pools of one node each; \
+    simulated 16 GiB GPUs) in a fresh temporary directory on free loopback ports, deploys \
+    demo functions of the tenants acme and globex on all four tiers, drives a short \
+    invocation load, and prints deadline attainment, GPU utilization, each tenant's bill and \
+    the URLs and tokens to look with. It then stays up until Ctrl-C or SIGTERM (or until \
+    --for seconds have passed), reads the bills once more, stops everything it started and \
+    exits 0. Its last line is `up: invocations=<N> attainment=<x> tenants_billed=<K>`.\n\n\
+    The replicas and agents end with it however it ends (Ctrl-C, SIGTERM, a panic, even \
+    kill -9). Their logs are in <dir>/logs/.\n\n\
+    gshare-region and gshare-edge must sit next to this gsharectl: build them with \
+    `cargo build --release` and run target/release/gsharectl up.";
+
 /// `gsharectl up`
 #[derive(Debug, clap::Args)]
-#[command(
-    long_about = "Start a whole gshare region on this machine and show it working.\n\n\
-        Starts 3 replicas (gshare-region) and one agent (gshare-edge) per node of \
-        configs/local/topology.toml (a center pool of two nodes, two edge pools of one node; \
-        simulated 16 GiB GPUs) in a fresh temporary directory on free loopback ports, \
-        deploys demo functions of the tenants acme and globex on all four tiers, drives a \
-        short invocation load, and prints deadline attainment, GPU utilization, each \
-        tenant's bill and the URLs to look at. It then stays up until Ctrl-C or SIGTERM \
-        (or until --for seconds have passed), stops everything it started and exits 0. \
-        Its last line is `up: invocations=<N> attainment=<x> tenants_billed=<K>`.\n\n\
-        gshare-region and gshare-edge must sit next to this gsharectl (build them with \
-        `cargo build --release`).",
-    after_help = "Examples:\n  \
+#[command(after_help = "Examples:\n  \
         cargo build --release && target/release/gsharectl up     # until Ctrl-C\n  \
         target/release/gsharectl up --for 60                     # exit 0 after 60 s\n  \
-        target/release/gsharectl up --keep                       # keep certs, configs, logs"
-)]
+        target/release/gsharectl up --keep                       # keep certs, configs, logs")]
 pub struct Args {
     /// Exit 0 once this many seconds have passed since the start (the demo
     /// always runs to its end first). Without it: run until Ctrl-C or SIGTERM.
@@ -149,7 +151,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .tempdir()
         .context("creating a temporary directory")?;
     println!(
-        "up: data directory {} ({} on exit)",
+        "up: data directory {} ({} on exit; kept after a failure)",
         tmp.path().display(),
         if a.keep { "kept" } else { "removed" }
     );
@@ -176,12 +178,17 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     };
     if finished {
         let until = a.for_s.map(|s| started + Duration::from_secs(s));
-        match until {
-            Some(_) => println!(
-                "up: running until {} s after the start (--for), Ctrl-C or SIGTERM",
-                a.for_s.unwrap_or(0)
+        match (until, a.for_s) {
+            (Some(t), Some(s)) if t > Instant::now() => println!(
+                "up: running until {s} s after the start (--for {s}; {} s from now); \
+                 Ctrl-C or SIGTERM stops it sooner",
+                (t - Instant::now()).as_secs()
             ),
-            None => println!("up: running; Ctrl-C or SIGTERM stops it"),
+            (Some(_), Some(s)) => println!(
+                "up: --for {s}: the demo took {} s; stopping",
+                started.elapsed().as_secs()
+            ),
+            _ => println!("up: running; Ctrl-C or SIGTERM stops it"),
         }
         up.stay_up(&mut stop, until);
     }

@@ -231,7 +231,8 @@ fn warm_wave(targets: Vec<Target>, deadline: Instant, stop: &Arc<AtomicBool>) ->
                     if left.is_zero() || stop.load(Ordering::Relaxed) {
                         return Some(f.id());
                     }
-                    let ms = left.as_millis().max(1) as u64;
+                    // Bounded so that a signal is noticed between attempts.
+                    let ms = left.min(Duration::from_secs(30)).as_millis().max(1) as u64;
                     let i = invoke(t.ingress, f.tenant, f.name, &t.token, ms);
                     if i.status == 200 {
                         return None;
