@@ -9,7 +9,8 @@
 //!   ├─ warm-up (cold starts), then the invocation load (load.rs) while sampling GPUs (gpu_usage.rs)
 //!   ├─ print attainment, GPU utilization, bills, URLs
 //!   ├─ stay up until Ctrl-C / SIGTERM, or until --for seconds have passed since the start
-//!   └─ re-read bills, stop the children (children.rs), print `up: invocations=… attainment=… tenants_billed=…`
+//!   └─ stop the agents, re-read bills, stop the replicas (children.rs),
+//!      print `up: invocations=… attainment=… tenants_billed=…`
 //! ```
 //!
 //! `gshare-region` and `gshare-edge` are taken from the directory of the
@@ -50,6 +51,8 @@ const REPLICAS: u64 = 3;
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long the cold starts of the warm-up may take.
 const WARM_UP_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long the final bills wait for usage still on its way.
+const BILL_SETTLE: Duration = Duration::from_secs(3);
 /// Log lines shown when a child fails.
 const TAIL_LINES: usize = 25;
 
@@ -195,9 +198,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if let Some(s) = stop.name() {
         println!("up: {s} received, stopping");
     }
-    // Bills last, while the replicas still run: metering sent late counts.
-    let bills = up.bills();
-    let killed = up.children.stop();
+    // Agents first (a stopping agent may still send its last usage), then
+    // the bills, while the replicas still run, then the replicas.
+    let mut killed = up.children.stop_where(|p| p.name.starts_with("agent "));
+    let bills = up.final_bills();
+    killed.extend(up.children.stop());
     if !killed.is_empty() {
         eprintln!(
             "gsharectl up: killed after {} s without exiting: {}",
@@ -205,7 +210,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             killed.join(", ")
         );
     }
-    println!("up: stopped the replicas and agents");
+    println!("up: stopped the agents and replicas");
     print_bills(&bills, &up.layout);
     if a.keep {
         println!("up: kept {}", tmp.keep().display());
@@ -511,6 +516,34 @@ impl Up {
                 (*t, v.and_then(|v| v["total"].as_u64()))
             })
             .collect()
+    }
+
+    /// The bills at exit: read until every tenant that was invoked has a
+    /// bill above zero, for at most [`BILL_SETTLE`] (usage reaches the
+    /// region after the invocations).
+    fn final_bills(&self) -> BTreeMap<&'static str, Option<u64>> {
+        let invoked: Vec<&str> = self.report.as_ref().map_or(Vec::new(), |r| {
+            TENANTS
+                .iter()
+                .copied()
+                .filter(|t| {
+                    r.by_function
+                        .iter()
+                        .any(|(f, a)| f.starts_with(&format!("{t}/")) && a.invocations > 0)
+                })
+                .collect()
+        });
+        let deadline = Instant::now() + BILL_SETTLE;
+        loop {
+            let bills = self.bills();
+            let settled = invoked
+                .iter()
+                .all(|t| bills.get(t).copied().flatten().is_some_and(|v| v > 0));
+            if settled || Instant::now() >= deadline {
+                return bills;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
     }
 
     fn print_urls(&self) {

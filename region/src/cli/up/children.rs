@@ -178,7 +178,18 @@ impl Children {
     /// for up to [`STOP_GRACE`] and killed after it. Returns the names of
     /// those that had to be killed.
     pub fn stop(&mut self) -> Vec<String> {
-        for p in self.procs.iter_mut().rev() {
+        self.stop_where(|_| true)
+    }
+
+    /// Stops the children `which` selects, like [`Children::stop`]; the
+    /// others keep running.
+    pub fn stop_where(&mut self, which: impl Fn(&ChildProc) -> bool) -> Vec<String> {
+        let (mut going, staying): (Vec<ChildProc>, Vec<ChildProc>) =
+            std::mem::take(&mut self.procs)
+                .into_iter()
+                .partition(|p| which(p));
+        self.procs = staying;
+        for p in going.iter_mut().rev() {
             if p.exited().is_none() {
                 if let Some(pid) = Pid::from_raw(p.pid() as i32) {
                     let _ = rustix::process::kill_process(pid, Signal::TERM);
@@ -187,7 +198,7 @@ impl Children {
         }
         let deadline = Instant::now() + STOP_GRACE;
         let mut killed = Vec::new();
-        for p in self.procs.iter_mut().rev() {
+        for p in going.iter_mut().rev() {
             while p.exited().is_none() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(20));
             }
@@ -197,7 +208,6 @@ impl Children {
                 killed.push(p.name.clone());
             }
         }
-        self.procs.clear();
         killed
     }
 }
