@@ -18,16 +18,17 @@
 //! `gsharectl up` however it ends (see `children.rs`).
 
 mod api_client;
+mod binaries;
 mod children;
 mod demo;
 mod gpu_usage;
 mod layout;
 mod load;
+mod report;
 mod stop_signal;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
@@ -37,14 +38,14 @@ use serde_json::Value;
 pub use children::{exec_child, ChildArgs};
 
 use api_client::ApiClient;
+use binaries::Binaries;
 use children::Children;
 use demo::{DemoFunction, DEMO, TENANTS};
 use gpu_usage::{GpuSampler, GpuUsage};
 use layout::Layout;
 use load::{LoadReport, Target};
+use report::{print_attainment, print_bills, print_gpu_usage, print_indented};
 use stop_signal::StopSignal;
-
-use super::region_client::print_table;
 
 const REPLICAS: u64 = 3;
 /// How long the replicas may take to elect a leader and load the files.
@@ -95,41 +96,6 @@ pub struct Args {
 #[derive(Debug, thiserror::Error)]
 #[error("interrupted")]
 struct Interrupted;
-
-/// The binaries `gsharectl up` starts.
-#[derive(Debug)]
-struct Binaries {
-    gsharectl: PathBuf,
-    region: PathBuf,
-    edge: PathBuf,
-}
-
-impl Binaries {
-    fn locate() -> anyhow::Result<Binaries> {
-        let gsharectl = std::env::current_exe().context("finding gsharectl's own path")?;
-        let dir = gsharectl
-            .parent()
-            .ok_or_else(|| anyhow!("{} has no directory", gsharectl.display()))?;
-        let find = |name: &str| -> anyhow::Result<PathBuf> {
-            let p = dir.join(name);
-            if p.is_file() {
-                Ok(p)
-            } else {
-                bail!(
-                    "{name} not found at {}: `gsharectl up` starts the {name} binary that sits \
-                     next to gsharectl. Build the workspace's binaries first: \
-                     `cargo build --release`, then run target/release/gsharectl up",
-                    p.display()
-                )
-            }
-        };
-        Ok(Binaries {
-            region: find("gshare-region")?,
-            edge: find("gshare-edge")?,
-            gsharectl,
-        })
-    }
-}
 
 /// The running region and what the demo set up.
 struct Up {
@@ -618,141 +584,4 @@ impl Up {
             }
         }
     }
-}
-
-fn print_indented(rows: &[Vec<String>]) {
-    let rows: Vec<Vec<String>> = rows
-        .iter()
-        .map(|r| {
-            let mut r = r.clone();
-            if let Some(first) = r.first_mut() {
-                *first = format!("  {first}");
-            }
-            r
-        })
-        .collect();
-    print_table(&rows);
-}
-
-fn print_attainment(r: &LoadReport) {
-    println!(
-        "up: deadline attainment (answered 200 within the deadline) over {:.1} s:",
-        r.elapsed.as_secs_f64()
-    );
-    let mut rows = vec![[
-        "TIER",
-        "INVOCATIONS",
-        "WITHIN",
-        "LATE",
-        "ERRORS",
-        "ATTAINMENT",
-    ]
-    .map(String::from)
-    .to_vec()];
-    let row = |name: &str, a: &load::Attainment| {
-        vec![
-            name.to_string(),
-            a.invocations.to_string(),
-            a.within.to_string(),
-            a.late.to_string(),
-            a.errors.to_string(),
-            format!("{:.3}", a.fraction()),
-        ]
-    };
-    for (tier, a) in &r.by_tier {
-        rows.push(row(tier.as_str(), a));
-    }
-    rows.push(row("all", &r.overall));
-    print_indented(&rows);
-    let misses: Vec<String> = r
-        .by_function
-        .iter()
-        .filter(|(_, a)| a.within < a.invocations)
-        .map(|(f, a)| format!("{f} {}/{}", a.invocations - a.within, a.invocations))
-        .collect();
-    if !misses.is_empty() {
-        println!("  missed deadlines: {}", misses.join(", "));
-    }
-    if !r.statuses.is_empty() {
-        let s: Vec<String> = r
-            .statuses
-            .iter()
-            .map(|(code, n)| match code {
-                0 => format!("no answer: {n}"),
-                c => format!("HTTP {c}: {n}"),
-            })
-            .collect();
-        println!("  errors by status: {}", s.join(", "));
-    }
-}
-
-fn print_gpu_usage(u: &GpuUsage, layout: &Layout) {
-    println!("up: GPU utilization during the load (mean of the agents' heartbeats):");
-    let mut rows = vec![[
-        "NODE",
-        "POOL",
-        "GPU",
-        "UTILIZATION",
-        "MEMORY MiB",
-        "SAMPLES",
-    ]
-    .map(String::from)
-    .to_vec()];
-    for ((node, gpu), s) in &u.gpus {
-        let pool = layout
-            .agents
-            .iter()
-            .find(|a| &a.node == node)
-            .map_or("", |a| a.pool.as_str());
-        rows.push(vec![
-            node.clone(),
-            pool.to_string(),
-            gpu.to_string(),
-            format!("{:.1}%", s.mean_utilization_pct()),
-            s.mean_memory_mib().to_string(),
-            s.samples.to_string(),
-        ]);
-    }
-    print_indented(&rows);
-    let swaps: Vec<String> = u
-        .swaps
-        .iter()
-        .map(|(n, s)| {
-            format!(
-                "{n}: {} swap-in, {} swap-out, {} cold start, {} move",
-                s.swap_in, s.swap_out, s.cold_start, s.moves
-            )
-        })
-        .collect();
-    if !swaps.is_empty() {
-        println!("  swaps: {}", swaps.join("; "));
-    }
-}
-
-fn print_bills(bills: &BTreeMap<&'static str, Option<u64>>, layout: &Layout) {
-    let pricing = layout.topology.pricing();
-    println!(
-        "up: bills (metered usage × price, {}; usage arrives from the agents' meters):",
-        pricing.unit
-    );
-    let mut rows = vec![[
-        "TENANT".to_string(),
-        pricing.unit.to_uppercase(),
-        pricing.currency.clone(),
-    ]
-    .to_vec()];
-    for (t, total) in bills {
-        rows.push(match total {
-            Some(v) => vec![
-                t.to_string(),
-                v.to_string(),
-                format!(
-                    "{:.6}",
-                    *v as f64 / pricing.units_per_currency.max(1) as f64
-                ),
-            ],
-            None => vec![t.to_string(), "-".into(), "(not readable)".into()],
-        });
-    }
-    print_indented(&rows);
 }
