@@ -10,10 +10,12 @@ use gshare_region::cli;
 #[command(
     name = "gsharectl",
     version,
-    about = "gshare's command-line tool: operate a region (certificates, membership, tenants, \
-             tokens, quotas, prices, functions, usage, bills) and run the trace-driven simulators",
+    about = "gshare's command-line tool: start a local region (up), operate a region \
+             (certificates, membership, tenants, tokens, quotas, prices, functions, usage, bills) \
+             and run the trace-driven simulators",
     after_help = "Region commands take --region <url> and --token <t> (or GSHARE_REGION, GSHARE_TOKEN).\n\
                   Examples:\n  \
+                  gsharectl up                            # a whole local region with a demo (Ctrl-C stops it)\n  \
                   gsharectl sim placement                 # FGD-paper experiment on the embedded workload\n  \
                   gsharectl certs init --dir certs        # a CA for a new region\n  \
                   gsharectl function deploy -f fn.toml    # deploy a function (tenant token)"
@@ -46,6 +48,13 @@ enum Command {
     /// Simulators (trace-driven experiments).
     #[command(subcommand)]
     Sim(SimCommand),
+    /// Start a local region (3 replicas, 4 agents, simulated GPUs), run a
+    /// demo workload, print what happened and where to look.
+    #[command(long_about = cli::up::LONG_ABOUT)]
+    Up(cli::up::Args),
+    /// Internal: how `gsharectl up` starts its children.
+    #[command(hide = true)]
+    UpChild(cli::up::ChildArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -69,6 +78,8 @@ fn main() {
         Command::Bill(a) => cli::bill::run(a),
         Command::Sim(SimCommand::Placement(a)) => cli::sim_placement::run(a),
         Command::Sim(SimCommand::Serving(a)) => cli::sim_serving::run(a),
+        Command::Up(a) => cli::up::run(a),
+        Command::UpChild(a) => cli::up::exec_child(a),
     };
     if let Err(e) = result {
         eprintln!("gsharectl: {e:#}");

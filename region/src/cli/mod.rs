@@ -11,4 +11,5 @@ pub mod sim_placement;
 pub mod sim_serving;
 pub mod tenant;
 pub mod token;
+pub mod up;
 pub mod usage;

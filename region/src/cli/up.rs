@@ -1,0 +1,587 @@
+//! `gsharectl up [--for <seconds>]`: a whole local region on this machine.
+//!
+//! ```text
+//!  gsharectl up
+//!   ├─ temp dir gshare-up-XXXX: CA + certificates, configs, data, logs (layout.rs)
+//!   ├─ gshare-region × 3 (r1 with --init: configs/local topology + tenants)  ── wait for a leader
+//!   ├─ gshare-edge × 4 (one per node of configs/local/topology.toml, simulated GPUs)
+//!   ├─ tenant tokens (acme, globex), demo functions on all four tiers (demo.rs)
+//!   ├─ warm-up (cold starts), then the invocation load (load.rs) while sampling GPUs (gpu_usage.rs)
+//!   ├─ print attainment, GPU utilization, bills, URLs
+//!   ├─ stay up until Ctrl-C / SIGTERM, or until --for seconds have passed since the start
+//!   └─ stop the agents, re-read bills, stop the replicas (children.rs),
+//!      print `up: invocations=… attainment=… tenants_billed=…`
+//! ```
+//!
+//! `gshare-region` and `gshare-edge` are taken from the directory of the
+//! running `gsharectl` (e.g. `target/release/`). Children end with
+//! `gsharectl up` however it ends (see `children.rs`).
+
+mod api_client;
+mod binaries;
+mod children;
+mod demo;
+mod gpu_usage;
+mod layout;
+mod load;
+mod report;
+mod stop_signal;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+use gshare_core::model::Tier;
+use serde_json::Value;
+
+pub use children::{exec_child, ChildArgs};
+
+use api_client::ApiClient;
+use binaries::Binaries;
+use children::Children;
+use demo::{DemoFunction, DEMO, TENANTS};
+use gpu_usage::{GpuSampler, GpuUsage};
+use layout::Layout;
+use load::{LoadReport, Target};
+use report::{print_attainment, print_bills, print_gpu_usage, print_indented};
+use stop_signal::StopSignal;
+
+const REPLICAS: u64 = 3;
+/// How long the replicas may take to elect a leader and load the files.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the cold starts of the warm-up may take.
+const WARM_UP_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long the final bills wait for usage still on its way.
+const BILL_SETTLE: Duration = Duration::from_secs(3);
+/// Log lines shown when a child fails.
+const TAIL_LINES: usize = 25;
+
+/// The long help of `gsharectl up`.
+pub const LONG_ABOUT: &str = "Start a whole gshare region on this machine and show it working.\n\n\
+    Starts 3 replicas (gshare-region) and one agent (gshare-edge) per node of \
+    configs/local/topology.toml (a center pool of two nodes, two edge pools of one node each; \
+    simulated 16 GiB GPUs) in a fresh temporary directory on free loopback ports, deploys \
+    demo functions of the tenants acme and globex on all four tiers, drives a short \
+    invocation load, and prints deadline attainment, GPU utilization, each tenant's bill and \
+    the URLs and tokens to look with. It then stays up until Ctrl-C or SIGTERM (or until \
+    --for seconds have passed), reads the bills once more, stops everything it started and \
+    exits 0. Its last line is `up: invocations=<N> attainment=<x> tenants_billed=<K>`.\n\n\
+    The replicas and agents end with it however it ends (Ctrl-C, SIGTERM, a panic, even \
+    kill -9). Their logs are in <dir>/logs/.\n\n\
+    gshare-region and gshare-edge must sit next to this gsharectl: build them with \
+    `cargo build --release` and run target/release/gsharectl up.";
+
+/// `gsharectl up`
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Examples:\n  \
+        cargo build --release && target/release/gsharectl up     # until Ctrl-C\n  \
+        target/release/gsharectl up --for 60                     # exit 0 after 60 s\n  \
+        target/release/gsharectl up --keep                       # keep certs, configs, logs")]
+pub struct Args {
+    /// Exit 0 once this many seconds have passed since the start (the demo
+    /// always runs to its end first). Without it: run until Ctrl-C or SIGTERM.
+    #[arg(long = "for", value_name = "SECONDS")]
+    for_s: Option<u64>,
+    /// Seconds of invocation load in the demo.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    load_s: u64,
+    /// Keep the temporary directory (certificates, configs, data, logs) on
+    /// exit; by default it is removed, except after a failure.
+    #[arg(long)]
+    keep: bool,
+}
+
+/// A signal arrived while the region was starting or the demo ran.
+#[derive(Debug, thiserror::Error)]
+#[error("interrupted")]
+struct Interrupted;
+
+/// The running region and what the demo set up.
+struct Up {
+    layout: Layout,
+    children: Children,
+    api: ApiClient,
+    operator: String,
+    tokens: BTreeMap<&'static str, String>,
+    /// Demo function → the node of its instance.
+    placed: Vec<(DemoFunction, String)>,
+    /// The load's figures, once it ran (even if a signal cut it short).
+    report: Option<LoadReport>,
+}
+
+/// Runs `gsharectl up`.
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let mut stop = StopSignal::install()?;
+    let bins = Binaries::locate()?;
+    let tmp = tempfile::Builder::new()
+        .prefix("gshare-up-")
+        .tempdir()
+        .context("creating a temporary directory")?;
+    println!(
+        "up: data directory {} ({} on exit; kept after a failure)",
+        tmp.path().display(),
+        if a.keep { "kept" } else { "removed" }
+    );
+    let operator = crate::api::auth::new_secret().map_err(|e| anyhow!("{e}"))?;
+    let layout = Layout::write(tmp.path(), REPLICAS, &operator)?;
+    let mut up = Up {
+        api: ApiClient::new(layout.replicas.iter().map(|r| r.http_addr).collect()),
+        layout,
+        children: Children::new(bins.gsharectl.clone()),
+        operator,
+        tokens: BTreeMap::new(),
+        placed: Vec::new(),
+        report: None,
+    };
+    let finished = match up.start_and_demo(&bins, &mut stop, &a) {
+        Ok(()) => true,
+        Err(e) if e.is::<Interrupted>() => false,
+        Err(e) => {
+            up.children.stop();
+            let kept = tmp.keep();
+            eprintln!("gsharectl up: logs and configs kept in {}", kept.display());
+            return Err(e);
+        }
+    };
+    if finished {
+        let until = a.for_s.map(|s| started + Duration::from_secs(s));
+        match (until, a.for_s) {
+            (Some(t), Some(s)) if t > Instant::now() => println!(
+                "up: running until {s} s after the start (--for {s}; {} s from now); \
+                 Ctrl-C or SIGTERM stops it sooner",
+                (t - Instant::now()).as_secs()
+            ),
+            (Some(_), Some(s)) => println!(
+                "up: --for {s}: the demo took {} s; stopping",
+                started.elapsed().as_secs()
+            ),
+            _ => println!("up: running; Ctrl-C or SIGTERM stops it"),
+        }
+        up.stay_up(&mut stop, until);
+    }
+    if let Some(s) = stop.name() {
+        println!("up: {s} received, stopping");
+    }
+    // Agents first (a stopping agent may still send its last usage), then
+    // the bills, while the replicas still run, then the replicas.
+    let mut killed = up.children.stop_where(|p| p.name.starts_with("agent "));
+    let bills = up.final_bills();
+    killed.extend(up.children.stop());
+    if !killed.is_empty() {
+        eprintln!(
+            "gsharectl up: killed after {} s without exiting: {}",
+            children::STOP_GRACE.as_secs(),
+            killed.join(", ")
+        );
+    }
+    println!("up: stopped the agents and replicas");
+    print_bills(&bills, &up.layout);
+    if a.keep {
+        println!("up: kept {}", tmp.keep().display());
+    } else {
+        drop(tmp);
+    }
+    let (n, x) = up
+        .report
+        .as_ref()
+        .map_or((0, 0.0), |r| (r.overall.invocations, r.overall.fraction()));
+    let billed = bills.values().filter(|b| b.is_some_and(|t| t > 0)).count();
+    println!("up: invocations={n} attainment={x:.3} tenants_billed={billed}");
+    Ok(())
+}
+
+impl Up {
+    fn start_and_demo(
+        &mut self,
+        bins: &Binaries,
+        stop: &mut StopSignal,
+        a: &Args,
+    ) -> anyhow::Result<()> {
+        self.start_replicas(bins, stop)?;
+        self.start_agents(bins)?;
+        for t in TENANTS {
+            let token = demo::issue_token(&self.api, &self.operator, t)?;
+            self.tokens.insert(t, token);
+        }
+        self.check(stop)?;
+        for f in DEMO {
+            let token = &self.tokens[f.tenant];
+            let node = demo::deploy(&self.api, &f, token)?;
+            self.placed.push((f, node));
+        }
+        self.print_placements();
+        self.wait_agents(stop)?;
+        let targets = self.targets()?;
+        println!(
+            "up: warming up {} functions (cold starts: weights from storage at the pool's speed)",
+            targets.len()
+        );
+        let cold = load::warm_up(&targets, WARM_UP_TIMEOUT, &stop.flag());
+        self.check(stop)?;
+        if !cold.is_empty() {
+            eprintln!(
+                "gsharectl up: not warm after {} s: {}",
+                WARM_UP_TIMEOUT.as_secs(),
+                cold.join(", ")
+            );
+        }
+        let clients: u32 = targets.iter().map(|t| t.function.clients).sum();
+        println!(
+            "up: invocation load for {} s: {} functions, {clients} clients, half of them through \
+             the agents' ingress and half through the replicas",
+            a.load_s,
+            targets.len()
+        );
+        let sampler = GpuSampler::start(self.api.replicas().to_vec(), self.operator.clone());
+        let report = load::run(
+            &targets,
+            self.api.replicas(),
+            Duration::from_secs(a.load_s),
+            &stop.flag(),
+        );
+        let usage = sampler.finish();
+        print_attainment(&report);
+        self.report = Some(report.clone());
+        self.check(stop)?;
+        print_gpu_usage(&usage, &self.layout);
+        print_bills(&self.bills(), &self.layout);
+        self.print_urls();
+        Ok(())
+    }
+
+    /// Fails with [`Interrupted`] after a signal, or with the log of a
+    /// child that exited.
+    fn check(&mut self, stop: &StopSignal) -> anyhow::Result<()> {
+        if stop.requested() {
+            return Err(Interrupted.into());
+        }
+        if let Some((p, status)) = self.children.first_exited() {
+            bail!(
+                "{} (pid {}) exited ({status}); the end of its log {}:\n{}",
+                p.name,
+                p.pid(),
+                p.log.display(),
+                p.log_tail(TAIL_LINES)
+            );
+        }
+        Ok(())
+    }
+
+    fn start_replicas(&mut self, bins: &Binaries, stop: &mut StopSignal) -> anyhow::Result<()> {
+        for r in self.layout.replicas.clone() {
+            let mut args = vec!["--config".to_string(), r.config.display().to_string()];
+            if r.id == 1 {
+                args.push("--init".into());
+            }
+            let p = self.children.spawn(
+                &format!("replica r{}", r.id),
+                &bins.region,
+                &args,
+                &self.layout.dir,
+                &r.log,
+            )?;
+            println!(
+                "up: replica r{} pid {} http {} raft(QUIC/UDP) {} log {}",
+                r.id,
+                p.pid(),
+                r.http_addr,
+                r.raft_addr,
+                r.log.display()
+            );
+        }
+        let deadline = Instant::now() + START_TIMEOUT;
+        let leader = loop {
+            self.check(stop)?;
+            if let Some(l) = self.agreed_leader() {
+                break l;
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "the replicas agreed on no leader within {} s; the end of r1's log {}:\n{}",
+                    START_TIMEOUT.as_secs(),
+                    self.layout.replicas[0].log.display(),
+                    children::log_tail(&self.layout.replicas[0].log, TAIL_LINES)
+                );
+            }
+            stop.wait(Duration::from_millis(100));
+        };
+        println!("up: replica r{leader} is the leader");
+        loop {
+            self.check(stop)?;
+            let names: Vec<String> = match ApiClient::call_at(
+                self.api.replicas()[0],
+                "GET",
+                "/v1/tenants",
+                &self.operator,
+                None,
+            ) {
+                Ok(Value::Array(ts)) => ts
+                    .iter()
+                    .filter_map(|t| t["name"].as_str().map(str::to_string))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            if TENANTS.iter().all(|t| names.iter().any(|n| n == t)) {
+                println!("up: topology and tenants loaded ({})", names.join(", "));
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "tenants {TENANTS:?} not loaded within {} s (have {names:?}); r1's log {}:\n{}",
+                    START_TIMEOUT.as_secs(),
+                    self.layout.replicas[0].log.display(),
+                    children::log_tail(&self.layout.replicas[0].log, TAIL_LINES)
+                );
+            }
+            stop.wait(Duration::from_millis(100));
+        }
+    }
+
+    /// The leader every replica names, if they agree and it says so itself.
+    fn agreed_leader(&self) -> Option<u64> {
+        let mut leader = None;
+        let mut role_of = BTreeMap::new();
+        for r in &self.layout.replicas {
+            let v = ApiClient::call_at(r.http_addr, "GET", "/v1/cluster", "", None).ok()?;
+            let l = v["leader"].as_u64()?;
+            if leader.is_some_and(|x| x != l) {
+                return None;
+            }
+            leader = Some(l);
+            role_of.insert(r.id, v["role"].as_str().unwrap_or("").to_string());
+        }
+        let l = leader?;
+        (role_of.get(&l).map(String::as_str) == Some("leader")).then_some(l)
+    }
+
+    fn start_agents(&mut self, bins: &Binaries) -> anyhow::Result<()> {
+        for a in self.layout.agents.clone() {
+            let args = vec!["--config".to_string(), a.config.display().to_string()];
+            let p = self.children.spawn(
+                &format!("agent {}", a.node),
+                &bins.edge,
+                &args,
+                &self.layout.dir,
+                &a.log,
+            )?;
+            println!(
+                "up: agent {} (pool {}, {} simulated GPU{}) pid {} ingress {} log {}",
+                a.node,
+                a.pool,
+                a.gpus,
+                if a.gpus == 1 { "" } else { "s" },
+                p.pid(),
+                a.ingress,
+                a.log.display()
+            );
+        }
+        Ok(())
+    }
+
+    /// Waits until every agent is registered with some replica.
+    fn wait_agents(&mut self, stop: &mut StopSignal) -> anyhow::Result<()> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            self.check(stop)?;
+            let listed = GpuUsage::listing(&self.api, &self.operator);
+            let missing: Vec<&str> = self
+                .layout
+                .agents
+                .iter()
+                .map(|a| a.node.as_str())
+                .filter(|n| !listed.iter().any(|r| r.node == *n))
+                .collect();
+            if missing.is_empty() {
+                println!("up: all {} agents registered", self.layout.agents.len());
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let a = self
+                    .layout
+                    .agents
+                    .iter()
+                    .find(|a| a.node == missing[0])
+                    .map(|a| a.log.clone())
+                    .unwrap_or_default();
+                bail!(
+                    "agents {missing:?} did not register within {} s; the end of {}:\n{}",
+                    START_TIMEOUT.as_secs(),
+                    a.display(),
+                    children::log_tail(&a, TAIL_LINES)
+                );
+            }
+            stop.wait(Duration::from_millis(200));
+        }
+    }
+
+    fn ingress_of(&self, node: &str) -> anyhow::Result<SocketAddr> {
+        self.layout
+            .agents
+            .iter()
+            .find(|a| a.node == node)
+            .map(|a| a.ingress)
+            .ok_or_else(|| anyhow!("no agent for node {node}"))
+    }
+
+    fn targets(&self) -> anyhow::Result<Vec<Target>> {
+        self.placed
+            .iter()
+            .map(|(f, node)| {
+                Ok(Target {
+                    function: f.clone(),
+                    token: self.tokens[f.tenant].clone(),
+                    ingress: self.ingress_of(node)?,
+                })
+            })
+            .collect()
+    }
+
+    fn print_placements(&self) {
+        println!("up: deployed {} demo functions:", self.placed.len());
+        let mut rows = vec![[
+            "FUNCTION",
+            "TIER",
+            "POOL",
+            "COMPUTE",
+            "MEMORY MiB",
+            "DEADLINE ms",
+            "PLACED ON",
+        ]
+        .map(String::from)
+        .to_vec()];
+        for (f, node) in &self.placed {
+            rows.push(vec![
+                f.id(),
+                f.tier.as_str().into(),
+                f.pool.into(),
+                f.compute_milli.to_string(),
+                f.memory_mib.to_string(),
+                f.deadline_ms.to_string(),
+                node.clone(),
+            ]);
+        }
+        print_indented(&rows);
+    }
+
+    /// Each tenant's bill total (smallest unit), `None` if it could not be read.
+    fn bills(&self) -> BTreeMap<&'static str, Option<u64>> {
+        TENANTS
+            .iter()
+            .map(|t| {
+                let v = self
+                    .api
+                    .call(
+                        "GET",
+                        &format!("/v1/tenants/{t}/bill"),
+                        &self.operator,
+                        None,
+                    )
+                    .ok();
+                (*t, v.and_then(|v| v["total"].as_u64()))
+            })
+            .collect()
+    }
+
+    /// The bills at exit: read until every tenant that was invoked has a
+    /// bill above zero, for at most [`BILL_SETTLE`] (usage reaches the
+    /// region after the invocations).
+    fn final_bills(&self) -> BTreeMap<&'static str, Option<u64>> {
+        let invoked: Vec<&str> = self.report.as_ref().map_or(Vec::new(), |r| {
+            TENANTS
+                .iter()
+                .copied()
+                .filter(|t| {
+                    r.by_function
+                        .iter()
+                        .any(|(f, a)| f.starts_with(&format!("{t}/")) && a.invocations > 0)
+                })
+                .collect()
+        });
+        let deadline = Instant::now() + BILL_SETTLE;
+        loop {
+            let bills = self.bills();
+            let settled = invoked
+                .iter()
+                .all(|t| bills.get(t).copied().flatten().is_some_and(|v| v > 0));
+            if settled || Instant::now() >= deadline {
+                return bills;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    fn print_urls(&self) {
+        let r1 = self.layout.replicas[0].http_addr;
+        println!("up: where to look:");
+        for r in &self.layout.replicas {
+            println!(
+                "  replica r{id}: http://{a}/v1/cluster  http://{a}/metrics  http://{a}/healthz",
+                id = r.id,
+                a = r.http_addr,
+            );
+        }
+        for a in &self.layout.agents {
+            println!(
+                "  agent {} ({}): http://{2}/metrics  http://{2}/healthz  (ingress http://{2}/v1/invoke/…)",
+                a.node, a.pool, a.ingress
+            );
+        }
+        println!("  operator token: {}", self.operator);
+        for (t, tok) in &self.tokens {
+            println!("  tenant {t} token: {tok}");
+        }
+        if let Some((f, node)) = self.placed.iter().find(|(f, _)| f.tier == Tier::Guaranteed) {
+            let tok = &self.tokens[f.tenant];
+            println!(
+                "  curl -s -XPOST http://{r1}/v1/invoke/{}/{} -H 'Authorization: Bearer {tok}' \
+                 -H 'X-Gshare-Deadline-Ms: {}' -d '{{}}'",
+                f.tenant, f.name, f.deadline_ms
+            );
+            if let Ok(ingress) = self.ingress_of(node) {
+                println!(
+                    "  curl -s -XPOST http://{ingress}/v1/invoke/{}/{} -H 'Authorization: Bearer {tok}' -d '{{}}'   # the agent directly",
+                    f.tenant, f.name
+                );
+            }
+            println!("  curl -s http://{r1}/v1/bill -H 'Authorization: Bearer {tok}'");
+        }
+        println!(
+            "  curl -s http://{r1}/v1/cluster/agents -H 'Authorization: Bearer {}'",
+            self.operator
+        );
+        println!(
+            "  GSHARE_REGION=http://{r1} GSHARE_TOKEN={} gsharectl function ls",
+            self.tokens.get("acme").map_or("", String::as_str)
+        );
+    }
+
+    /// Waits until `until` or a signal; warns once per child that exits.
+    fn stay_up(&mut self, stop: &mut StopSignal, until: Option<Instant>) {
+        let mut warned = std::collections::BTreeSet::new();
+        loop {
+            let step = Some(until.map_or(Instant::now() + Duration::from_secs(1), |t| {
+                t.min(Instant::now() + Duration::from_secs(1))
+            }));
+            if stop.wait_until(step) {
+                return;
+            }
+            for p in self.children.iter_mut() {
+                if let Some(status) = p.exited() {
+                    if warned.insert(p.name.clone()) {
+                        eprintln!(
+                            "gsharectl up: {} exited ({status}); the end of its log {}:\n{}",
+                            p.name,
+                            p.log.display(),
+                            p.log_tail(TAIL_LINES)
+                        );
+                    }
+                }
+            }
+            if until.is_some_and(|t| Instant::now() >= t) {
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,319 @@
+//! The demo workload of `gsharectl up`: functions of the two tenants of
+//! `configs/local/tenants.toml` on all four tiers, some pinned to the edge
+//! pools and some to the center, sized to the local topology and quotas.
+//!
+//! `edge-a` (one 16 GiB GPU, 4 GiB of host memory for swapped-out
+//! weights) gets a burstable function and two oversubscribed ones of
+//! 16.5 GiB together: its agent swaps the oversubscribed ones in and out
+//! (each fits in the host memory) while the load runs.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use gshare_core::model::{Runtime, Tier};
+use serde_json::{json, Value};
+
+use super::api_client::ApiClient;
+use crate::api::functions::{FunctionBody, LatencyBody};
+use gshare_core::model::PoolPreference;
+
+/// One demo function and the load it gets.
+#[derive(Debug, Clone)]
+pub struct DemoFunction {
+    /// Owning tenant.
+    pub tenant: &'static str,
+    /// Name.
+    pub name: &'static str,
+    /// Tier.
+    pub tier: Tier,
+    /// `center` or `edge:<pool>`.
+    pub pool: &'static str,
+    /// Compute slice, milli-GPU.
+    pub compute_milli: u32,
+    /// GPU memory, MiB.
+    pub memory_mib: u64,
+    /// Per-request deadline, ms.
+    pub deadline_ms: u64,
+    /// Service time on a whole GPU, µs.
+    pub full_gpu_us: u64,
+    /// Concurrent clients during the load.
+    pub clients: u32,
+    /// Mean pause of a client between two invocations, ms.
+    pub think_ms: u64,
+}
+
+const fn f(
+    tenant: &'static str,
+    name: &'static str,
+    tier: Tier,
+    pool: &'static str,
+    (compute_milli, memory_mib): (u32, u64),
+    (deadline_ms, full_gpu_us): (u64, u64),
+    (clients, think_ms): (u32, u64),
+) -> DemoFunction {
+    DemoFunction {
+        tenant,
+        name,
+        tier,
+        pool,
+        compute_milli,
+        memory_mib,
+        deadline_ms,
+        full_gpu_us,
+        clients,
+        think_ms,
+    }
+}
+
+/// The demo functions. Per tenant and pool kind they stay within the
+/// quotas of `configs/local/tenants.toml`; an exclusive instance holds its
+/// whole GPU's memory (acme center 2250/3000 milli, 27648/32768 MiB; acme
+/// edge 750/1000, 13312/16384; globex center 1750/2000, 23552/32768;
+/// globex edge 500/500, 5632/8192).
+pub const DEMO: [DemoFunction; 11] = [
+    f(
+        "acme",
+        "classify",
+        Tier::Exclusive,
+        "center",
+        (1000, 6144),
+        (150, 20_000),
+        (2, 40),
+    ),
+    f(
+        "acme",
+        "chat",
+        Tier::Guaranteed,
+        "center",
+        (500, 4096),
+        (300, 40_000),
+        (3, 30),
+    ),
+    f(
+        "acme",
+        "rank",
+        Tier::Burstable,
+        "center",
+        (500, 3072),
+        (250, 30_000),
+        (3, 20),
+    ),
+    f(
+        "acme",
+        "embed",
+        Tier::Oversubscribed,
+        "center",
+        (250, 4096),
+        (1500, 20_000),
+        (1, 300),
+    ),
+    f(
+        "acme",
+        "detect",
+        Tier::Burstable,
+        "edge:edge-a",
+        (500, 9728),
+        (300, 30_000),
+        (2, 40),
+    ),
+    f(
+        "acme",
+        "tag",
+        Tier::Oversubscribed,
+        "edge:edge-a",
+        (250, 3584),
+        (2000, 20_000),
+        (1, 700),
+    ),
+    f(
+        "globex",
+        "vision",
+        Tier::Exclusive,
+        "center",
+        (1000, 4096),
+        (150, 25_000),
+        (2, 40),
+    ),
+    f(
+        "globex",
+        "summarize",
+        Tier::Burstable,
+        "center",
+        (500, 3072),
+        (400, 60_000),
+        (3, 20),
+    ),
+    f(
+        "globex",
+        "rerank",
+        Tier::Oversubscribed,
+        "center",
+        (250, 4096),
+        (1500, 20_000),
+        (1, 300),
+    ),
+    f(
+        "globex",
+        "translate",
+        Tier::Guaranteed,
+        "edge:edge-b",
+        (250, 2048),
+        (200, 30_000),
+        (2, 30),
+    ),
+    f(
+        "globex",
+        "ocr",
+        Tier::Oversubscribed,
+        "edge:edge-a",
+        (250, 3584),
+        (2000, 20_000),
+        (1, 700),
+    ),
+];
+
+/// The tenants the demo deploys for.
+pub const TENANTS: [&str; 2] = ["acme", "globex"];
+
+impl DemoFunction {
+    /// The body of its `POST /v1/functions`.
+    pub fn body(&self) -> anyhow::Result<FunctionBody> {
+        Ok(FunctionBody {
+            name: self.name.to_string(),
+            runtime: Runtime::Pytorch,
+            memory_mib: self.memory_mib,
+            compute_milli: self.compute_milli,
+            tier: self.tier,
+            deadline_ms: self.deadline_ms,
+            pool: self
+                .pool
+                .parse::<PoolPreference>()
+                .map_err(|e| anyhow::anyhow!("pool {}: {e}", self.pool))?,
+            min_instances: 1,
+            max_instances: Some(1),
+            idle_timeout_s: 3600,
+            latency: Some(LatencyBody {
+                full_gpu_us: self.full_gpu_us,
+                saturation_milli: self.compute_milli.min(1000),
+            }),
+        })
+    }
+
+    /// `tenant/name`.
+    pub fn id(&self) -> String {
+        format!("{}/{}", self.tenant, self.name)
+    }
+}
+
+/// Deploys `f` with its tenant's `token`; returns the node its instance
+/// was placed on.
+pub fn deploy(api: &ApiClient, f: &DemoFunction, token: &str) -> anyhow::Result<String> {
+    let body = serde_json::to_value(f.body()?)?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let v = loop {
+        match api.call("POST", "/v1/functions", token, Some(&body)) {
+            Ok(v) => break v,
+            Err(e) if Instant::now() < deadline && e.retryable => {
+                std::thread::sleep(Duration::from_millis(200))
+            }
+            Err(e) => return Err(e).with_context(|| format!("deploying {}", f.id())),
+        }
+    };
+    node_of(&v).with_context(|| format!("deploying {}: no instance in {v}", f.id()))
+}
+
+fn node_of(v: &Value) -> anyhow::Result<String> {
+    match v["instances"][0]["slices"][0]["gpu"]["node"].as_str() {
+        Some(n) => Ok(n.to_string()),
+        None => bail!("no placed instance"),
+    }
+}
+
+/// Issues a token for `tenant` (operator).
+pub fn issue_token(api: &ApiClient, operator: &str, tenant: &str) -> anyhow::Result<String> {
+    let body = json!({ "token_id": "gsharectl-up" });
+    let v = api
+        .call_retrying(
+            "POST",
+            &format!("/v1/tenants/{tenant}/tokens"),
+            operator,
+            Some(&body),
+        )
+        .with_context(|| format!("issuing a token for {tenant}"))?;
+    v["token"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| anyhow::anyhow!("no token in {v}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn demo_covers_every_tier_for_both_tenants_and_fits_the_quotas() {
+        let topology = gshare_core::config::Topology::from_toml(
+            "topology.toml",
+            super::super::layout::LOCAL_TOPOLOGY,
+        )
+        .unwrap();
+        let mut held: BTreeMap<(&str, &str), (u64, u64, u32)> = BTreeMap::new();
+        for f in &DEMO {
+            f.body().unwrap();
+            let kind = match f.pool.strip_prefix("edge:") {
+                Some(p) => {
+                    assert!(topology.pool(p).is_some(), "{p}");
+                    "edge"
+                }
+                None => "center",
+            };
+            let h = held.entry((f.tenant, kind)).or_default();
+            h.0 += u64::from(f.compute_milli);
+            h.1 += if f.tier == Tier::Exclusive {
+                16_384 // the whole sim-gpu-16g
+            } else {
+                f.memory_mib
+            };
+            h.2 += 1;
+        }
+        let edge_a: u64 = DEMO
+            .iter()
+            .filter(|f| f.pool == "edge:edge-a")
+            .map(|f| f.memory_mib)
+            .sum();
+        assert!(edge_a > 16_384, "edge-a's one GPU must be oversubscribed");
+        for t in TENANTS {
+            for tier in Tier::ALL {
+                assert!(
+                    DEMO.iter().any(|f| f.tenant == t && f.tier == tier),
+                    "{t} {tier:?}"
+                );
+            }
+        }
+        for ((tenant, kind), (c, m, n)) in held {
+            let quota = quota_of(tenant, kind);
+            assert!(
+                c <= quota.0 && m <= quota.1 && n <= quota.2,
+                "{tenant} {kind}: {c} milli, {m} MiB, {n} instances over {quota:?}"
+            );
+        }
+    }
+
+    /// The quotas of configs/local/tenants.toml, read from the TOML text.
+    fn quota_of(tenant: &str, kind: &str) -> (u64, u64, u32) {
+        let v: toml::Value = toml::from_str(super::super::layout::LOCAL_TENANTS).unwrap();
+        let t = v["tenants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"].as_str() == Some(tenant))
+            .unwrap();
+        let q = &t["quota"][kind];
+        (
+            q["compute_milli"].as_integer().unwrap() as u64,
+            q["memory_mib"].as_integer().unwrap() as u64,
+            q["instances"].as_integer().unwrap() as u32,
+        )
+    }
+}

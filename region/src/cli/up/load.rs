@@ -1,0 +1,279 @@
+//! The demo's invocation load and its deadline attainment.
+//!
+//! Every demo function gets `clients` closed-loop clients; each sends
+//! `POST /v1/invoke/{tenant}/{name}` with `X-Gshare-Deadline-Ms` set to the
+//! function's deadline, alternately to the agent hosting it (its ingress)
+//! and to a replica (which forwards to the agent over QUIC), then pauses a
+//! random time around the function's `think_ms`. An invocation *attains*
+//! its deadline when it is answered 200 within the deadline, measured by
+//! the client from send to the last byte; every other answer (504
+//! `deadline_unreachable`, 429, …) or a late 200 is a miss.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use gshare_core::model::Tier;
+use gshare_core::rng::Rng;
+
+use super::demo::DemoFunction;
+
+/// How one invocation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Invocation {
+    /// HTTP status (0: no answer).
+    pub status: u16,
+    /// From send to the whole answer.
+    pub latency: Duration,
+}
+
+/// Sends one invocation with a deadline; the socket gives up 5 s after it.
+pub fn invoke(
+    addr: SocketAddr,
+    tenant: &str,
+    name: &str,
+    token: &str,
+    deadline_ms: u64,
+) -> Invocation {
+    let start = Instant::now();
+    let status = send(addr, tenant, name, token, deadline_ms).unwrap_or(0);
+    Invocation {
+        status,
+        latency: start.elapsed(),
+    }
+}
+
+fn send(
+    addr: SocketAddr,
+    tenant: &str,
+    name: &str,
+    token: &str,
+    deadline_ms: u64,
+) -> std::io::Result<u16> {
+    let timeout = Duration::from_millis(deadline_ms) + Duration::from_secs(5);
+    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    s.set_nodelay(true)?;
+    let body = "{\"demo\":true}";
+    let head = format!(
+        "POST /v1/invoke/{tenant}/{name} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+         X-Gshare-Deadline-Ms: {deadline_ms}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(head.as_bytes())?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let line = raw.split(|b| *b == b'\n').next().unwrap_or_default();
+    std::str::from_utf8(line)
+        .ok()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| std::io::Error::other("malformed HTTP answer"))
+}
+
+/// Counts of one tier (or of everything).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Attainment {
+    /// Invocations answered (any status) or failed.
+    pub invocations: u64,
+    /// Answered 200 within the deadline.
+    pub within: u64,
+    /// Answered 200 after the deadline.
+    pub late: u64,
+    /// Answered with an error status or not at all.
+    pub errors: u64,
+}
+
+impl Attainment {
+    fn add(&mut self, i: &Invocation, deadline: Duration) {
+        self.invocations += 1;
+        match i.status {
+            200 if i.latency <= deadline => self.within += 1,
+            200 => self.late += 1,
+            _ => self.errors += 1,
+        }
+    }
+
+    /// `within / invocations` (0 with no invocations).
+    pub fn fraction(&self) -> f64 {
+        if self.invocations == 0 {
+            0.0
+        } else {
+            self.within as f64 / self.invocations as f64
+        }
+    }
+}
+
+/// What the load measured.
+#[derive(Debug, Clone, Default)]
+pub struct LoadReport {
+    /// All invocations.
+    pub overall: Attainment,
+    /// By tier.
+    pub by_tier: BTreeMap<Tier, Attainment>,
+    /// By function (`tenant/name`).
+    pub by_function: BTreeMap<String, Attainment>,
+    /// Error answers by status.
+    pub statuses: BTreeMap<u16, u64>,
+    /// How long the load ran.
+    pub elapsed: Duration,
+}
+
+impl LoadReport {
+    fn add(&mut self, f: &DemoFunction, i: &Invocation) {
+        let d = Duration::from_millis(f.deadline_ms);
+        self.overall.add(i, d);
+        self.by_tier.entry(f.tier).or_default().add(i, d);
+        self.by_function.entry(f.id()).or_default().add(i, d);
+        if i.status != 200 {
+            *self.statuses.entry(i.status).or_default() += 1;
+        }
+    }
+}
+
+/// One function under load: where to send and with which token.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The function.
+    pub function: DemoFunction,
+    /// Its tenant's token.
+    pub token: String,
+    /// The ingress of the agent hosting it.
+    pub ingress: SocketAddr,
+}
+
+/// Runs the load for `duration` (or until `stop` is set) over `targets`,
+/// alternating each client's requests between the hosting agent and the
+/// `replicas`.
+pub fn run(
+    targets: &[Target],
+    replicas: &[SocketAddr],
+    duration: Duration,
+    stop: &Arc<AtomicBool>,
+) -> LoadReport {
+    let report = Arc::new(Mutex::new(LoadReport::default()));
+    let start = Instant::now();
+    let end = start + duration;
+    let mut threads = Vec::new();
+    let mut seed = 1u64;
+    for t in targets {
+        for c in 0..t.function.clients {
+            seed += 1;
+            let (t, report, stop) = (t.clone(), report.clone(), stop.clone());
+            let replicas = replicas.to_vec();
+            let spawned = std::thread::Builder::new()
+                .name(format!("load-{}", t.function.name))
+                .spawn(move || {
+                    let mut rng = Rng::new(seed);
+                    let mut k = c as usize;
+                    while Instant::now() < end && !stop.load(Ordering::Relaxed) {
+                        let addr = if k % 2 == 0 || replicas.is_empty() {
+                            t.ingress
+                        } else {
+                            replicas[(k / 2) % replicas.len()]
+                        };
+                        k += 1;
+                        let f = &t.function;
+                        let i = invoke(addr, f.tenant, f.name, &t.token, f.deadline_ms);
+                        if let Ok(mut r) = report.lock() {
+                            r.add(f, &i);
+                        }
+                        // Pause uniformly in [think/2, 3·think/2].
+                        let pause = f.think_ms / 2 + rng.below(f.think_ms.max(1));
+                        std::thread::sleep(Duration::from_millis(pause));
+                    }
+                });
+            if let Ok(h) = spawned {
+                threads.push(h);
+            }
+        }
+    }
+    for h in threads {
+        let _ = h.join();
+    }
+    let mut r = report.lock().map(|r| r.clone()).unwrap_or_default();
+    r.elapsed = start.elapsed();
+    r
+}
+
+/// Sends one invocation per target with a long deadline (cold starts),
+/// retrying while the agent has not got the instance or the token yet;
+/// returns the targets that never answered 200 within `timeout`.
+///
+/// Exclusive functions are warmed first, then the others: an agent's
+/// executor chooses the GPU of each load itself, and an exclusive
+/// instance needs a GPU nobody else has loaded onto.
+pub fn warm_up(targets: &[Target], timeout: Duration, stop: &Arc<AtomicBool>) -> Vec<String> {
+    let deadline = Instant::now() + timeout;
+    let (first, rest): (Vec<Target>, Vec<Target>) = targets
+        .iter()
+        .cloned()
+        .partition(|t| t.function.tier == Tier::Exclusive);
+    let mut cold = warm_wave(first, deadline, stop);
+    cold.extend(warm_wave(rest, deadline, stop));
+    cold
+}
+
+fn warm_wave(targets: Vec<Target>, deadline: Instant, stop: &Arc<AtomicBool>) -> Vec<String> {
+    let threads: Vec<_> = targets
+        .into_iter()
+        .map(|t| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let f = &t.function;
+                loop {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() || stop.load(Ordering::Relaxed) {
+                        return Some(f.id());
+                    }
+                    // Bounded so that a signal is noticed between attempts.
+                    let ms = left.min(Duration::from_secs(30)).as_millis().max(1) as u64;
+                    let i = invoke(t.ingress, f.tenant, f.name, &t.token, ms);
+                    if i.status == 200 {
+                        return None;
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            })
+        })
+        .collect();
+    threads
+        .into_iter()
+        .filter_map(|h| h.join().ok().flatten())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attainment_counts_late_and_failed_invocations_as_misses() {
+        let d = Duration::from_millis(100);
+        let mut a = Attainment::default();
+        let ok = |ms, status| Invocation {
+            status,
+            latency: Duration::from_millis(ms),
+        };
+        a.add(&ok(50, 200), d);
+        a.add(&ok(100, 200), d);
+        a.add(&ok(150, 200), d);
+        a.add(&ok(10, 504), d);
+        assert_eq!(
+            a,
+            Attainment {
+                invocations: 4,
+                within: 2,
+                late: 1,
+                errors: 1
+            }
+        );
+        assert_eq!(a.fraction(), 0.5);
+        assert_eq!(Attainment::default().fraction(), 0.0);
+    }
+}
