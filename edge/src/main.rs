@@ -149,12 +149,43 @@ fn run(
         let _ = agent.send(StopRuntimes).await;
         // Residency up to now (the processes are stopped) goes into the journal.
         let _ = agent.send(gshare_edge::agent::FlushUsage).await;
+        // Deliver what is journaled while the link is still up (bounded);
+        // what is left is sent by the next start, never lost.
+        let left = drain_journal(&metering.journal, SHUTDOWN_DRAIN).await;
+        if left > 0 {
+            tracing::warn!(records = left, "usage journal not drained; sent on the next start");
+        } else {
+            tracing::info!("usage journal drained");
+        }
         drop(link);
         actix_rt::System::current().stop();
         anyhow::Ok(())
     })?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// How long a stopping agent waits for the region to acknowledge its
+/// journaled usage.
+const SHUTDOWN_DRAIN: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Waits until the journal holds no unacknowledged record or `limit`
+/// passed; the records left.
+async fn drain_journal(
+    journal: &std::sync::Arc<gshare_edge::journal::UsageJournal>,
+    limit: std::time::Duration,
+) -> usize {
+    let until = tokio::time::Instant::now() + limit;
+    loop {
+        let j = journal.clone();
+        let left = tokio::task::spawn_blocking(move || j.pending())
+            .await
+            .unwrap_or(usize::MAX);
+        if left == 0 || tokio::time::Instant::now() >= until {
+            return left;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
 
 async fn shutdown_signal() {

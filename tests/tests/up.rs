@@ -179,6 +179,9 @@ fn check_clean_exit(ok: bool, lines: &[String]) {
     assert!((0.0..=1.0).contains(&x_value), "{last}");
     assert_eq!(x.split_once('.').map(|(_, d)| d.len()), Some(3), "{last}");
     println!("summary: invocations={n} attainment={x} tenants_billed={k}");
+    // Both demo tenants were invoked; their agents journaled the usage and
+    // delivered it before stopping, so both have a bill above zero.
+    assert_eq!(k, 2, "{last}");
     let pids = child_pids(lines);
     assert_eq!(pids.len(), 7, "3 replicas + 4 agents: {pids:?}");
     let left: Vec<u32> = pids.into_iter().filter(|p| is_live_child(*p)).collect();
