@@ -153,7 +153,10 @@ fn run(
         // what is left is sent by the next start, never lost.
         let left = drain_journal(&metering.journal, SHUTDOWN_DRAIN).await;
         if left > 0 {
-            tracing::warn!(records = left, "usage journal not drained; sent on the next start");
+            tracing::warn!(
+                records = left,
+                "usage journal not drained; sent on the next start"
+            );
         } else {
             tracing::info!("usage journal drained");
         }
