@@ -232,6 +232,23 @@ fn sigterm_in_the_middle_of_the_load_stops_children_and_exits_0() {
     check_clean_exit(ok, &lines);
 }
 
+/// Ctrl-C as a terminal sends it (SIGINT), as the load starts: the same
+/// clean stop and summary line (both tenants billed for the warm-up).
+#[test]
+fn sigint_at_the_start_of_the_load_stops_children_and_exits_0() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut up = Up::start(&["--load-s", "60"]);
+    up.wait_line("up: invocation load");
+    up.signal("INT");
+    let (ok, lines) = up.finish();
+    assert!(
+        lines.iter().any(|l| l == "up: SIGINT received, stopping"),
+        "{}",
+        lines.join("\n")
+    );
+    check_clean_exit(ok, &lines);
+}
+
 #[test]
 fn kill_9_of_up_leaves_no_child() {
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
