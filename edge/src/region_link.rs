@@ -36,8 +36,8 @@ use crate::wire::{read_frame, write_frame, WireError, BAD_FRAME};
 use actix::{Actor, Addr, AsyncContext, Context, WrapFuture};
 use gshare_core::config::AgentConfig;
 use gshare_core::protocol::{
-    AgentMessage, AgentMessageV1, Heartbeat, InvokeError, InvokeOutcome, InvokeReply, NodeGpu,
-    RegionMessage, RegionMessageV1, Register,
+    AgentCounters, AgentMessage, AgentMessageV1, Heartbeat, InvokeError, InvokeOutcome,
+    InvokeReply, NodeGpu, RegionMessage, RegionMessageV1, Register,
 };
 use gshare_core::state::AgentId;
 use std::net::SocketAddr;
@@ -364,6 +364,16 @@ async fn invokes(conn: quinn::Connection, agent: Addr<NodeAgent>) -> Result<(), 
     }
 }
 
+/// Records in the usage journal not yet acknowledged (0 without metering).
+async fn usage_pending(setup: &LinkSetup) -> u64 {
+    let Some((journal, _)) = setup.usage.clone() else {
+        return 0;
+    };
+    tokio::task::spawn_blocking(move || journal.pending() as u64)
+        .await
+        .unwrap_or(0)
+}
+
 async fn heartbeats(conn: quinn::Connection, setup: &LinkSetup) -> Result<(), SessionEnd> {
     let agent_id = setup.register.agent.clone();
     loop {
@@ -381,6 +391,15 @@ async fn heartbeats(conn: quinn::Connection, setup: &LinkSetup) -> Result<(), Se
             gpus: s.gpus,
             in_flight: s.in_flight,
             swaps: s.swap_ins + s.moves,
+            counters: AgentCounters {
+                process_starts: s.process_starts,
+                process_crashes: s.process_crashes,
+                process_restarts: s.process_restarts,
+                process_failed_starts: s.process_failed_starts,
+                process_running: s.process_running,
+                usage_pending_records: usage_pending(setup).await,
+                usage_withheld: s.usage_withheld,
+            },
         }));
         if let RegionMessage::V1(RegionMessageV1::Refused { code, message, .. }) =
             request(&conn, beat).await?

@@ -1,6 +1,6 @@
 //! Messages from a node agent to the region.
 
-use super::{GpuStatus, InvokeReply, NodeGpu, SwapEvent};
+use super::{AgentCounters, GpuStatus, InvokeReply, NodeGpu, SwapEvent};
 use crate::model::NodeId;
 use crate::state::{AgentId, UsageRecord};
 use serde::{Deserialize, Serialize};
@@ -67,6 +67,8 @@ pub struct Heartbeat {
     pub in_flight: u32,
     /// Swap-ins (moves included) carried out since start.
     pub swaps: u64,
+    /// Function processes and the usage journal.
+    pub counters: AgentCounters,
 }
 
 impl AgentMessage {

@@ -19,6 +19,7 @@
 //! before the payload is read. The codec is pure (bytes in, messages out);
 //! the transports (QUIC streams) live in the binaries.
 
+mod agent_counters;
 mod agent_message;
 pub mod codec;
 mod gpu_report;
@@ -28,6 +29,7 @@ mod region_message;
 mod swap_report;
 mod token_digests;
 
+pub use agent_counters::AgentCounters;
 pub use agent_message::{AgentMessage, AgentMessageV1, Heartbeat, Register};
 pub use codec::{decode_payload, encode_frame, FrameDecoder, FrameError, MAX_FRAME_BYTES};
 pub use gpu_report::{GpuStatus, NodeGpu};

@@ -54,6 +54,11 @@ fn every_message() -> (Vec<AgentMessage>, Vec<RegionMessage>) {
             }],
             in_flight: 9,
             swaps: 2,
+            counters: AgentCounters {
+                process_crashes: 1,
+                usage_pending_records: 12,
+                ..AgentCounters::default()
+            },
         })),
         AgentMessage::v1(AgentMessageV1::Swaps {
             agent: agent.clone(),

@@ -209,6 +209,49 @@ impl AgentReports {
                 );
             }
         }
+        let counters: [(&str, &str, &str); 5] = [
+            (
+                "gshare_region_agent_process_crashes_total",
+                "counter",
+                "Function processes that crashed on an agent, from its latest heartbeat",
+            ),
+            (
+                "gshare_region_agent_process_restarts_total",
+                "counter",
+                "Function processes restarted healthy after a crash, from the latest heartbeat",
+            ),
+            (
+                "gshare_region_agent_process_running",
+                "gauge",
+                "Function processes running on an agent, from its latest heartbeat",
+            ),
+            (
+                "gshare_region_agent_usage_pending_records",
+                "gauge",
+                "Usage records an agent journaled that the region has not acknowledged yet",
+            ),
+            (
+                "gshare_region_agent_usage_withheld_total",
+                "counter",
+                "Results an agent withheld because their usage could not be journaled",
+            ),
+        ];
+        for (i, (name, kind, help)) in counters.iter().enumerate() {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            for a in &agents {
+                let Some(h) = &a.heartbeat else { continue };
+                let c = &h.counters;
+                let v = match i {
+                    0 => c.process_crashes,
+                    1 => c.process_restarts,
+                    2 => c.process_running,
+                    3 => c.usage_pending_records,
+                    _ => c.usage_withheld,
+                };
+                let _ = writeln!(out, "{name}{{agent=\"{}\"}} {v}", label(&a.agent));
+            }
+        }
         let name = "gshare_region_agent_swaps_total";
         let _ = writeln!(
             out,
@@ -231,7 +274,7 @@ impl AgentReports {
 mod tests {
     use super::*;
     use gshare_core::model::NodeId;
-    use gshare_core::protocol::GpuStatus;
+    use gshare_core::protocol::{AgentCounters, GpuStatus};
     use gshare_core::state::InstanceId;
 
     fn register(agent: &str) -> Register {
@@ -264,6 +307,12 @@ mod tests {
             }],
             in_flight: 5,
             swaps: 0,
+            counters: AgentCounters {
+                process_crashes: 2,
+                process_running: 1,
+                usage_pending_records: 40,
+                ..AgentCounters::default()
+            },
         }
     }
 
@@ -314,6 +363,9 @@ mod tests {
         assert!(text.contains("gshare_region_agent_in_flight{agent=\"a\"} 5\n"));
         assert!(text.contains("gshare_region_agent_swaps_total{agent=\"a\",kind=\"swap_in\"} 2\n"));
         assert!(!text.contains("measured_utilization_pct{"));
+        assert!(text.contains("gshare_region_agent_process_crashes_total{agent=\"a\"} 2\n"));
+        assert!(text.contains("gshare_region_agent_process_running{agent=\"a\"} 1\n"));
+        assert!(text.contains("gshare_region_agent_usage_pending_records{agent=\"a\"} 40\n"));
     }
 
     #[test]
