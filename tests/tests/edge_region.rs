@@ -210,6 +210,8 @@ key = "certs/{node}.key"
     for line in [
         format!("gshare_region_agent_gpu_utilization_milli{{agent=\"{node}\",gpu=\"1\"}} "),
         format!("gshare_region_agent_swaps_total{{agent=\"{node}\",kind=\"cold_start\"}} "),
+        format!("gshare_region_agent_process_crashes_total{{agent=\"{node}\"}} 0\n"),
+        format!("gshare_region_agent_usage_pending_records{{agent=\"{node}\"}} "),
     ] {
         assert!(metrics.contains(&line), "{line} missing in {metrics}");
     }
