@@ -42,6 +42,22 @@ impl Instance {
     pub fn idle(&self) -> bool {
         self.loaded && self.running == 0 && self.queued == 0
     }
+
+    /// Predicted time it becomes idle: ready, its running requests done,
+    /// then its queued ones served one after another; with queued requests
+    /// on shared compute, not before `drain` (the GPU's committed work done).
+    pub fn idle_at(&self, now: Micros, drain: Option<Micros>) -> Micros {
+        let ready = if self.loaded {
+            now
+        } else {
+            self.ready_at.max(now)
+        };
+        let own = ready.max(self.busy_until) + self.queued_us;
+        match drain {
+            Some(d) if self.queued > 0 => own.max(d),
+            _ => own,
+        }
+    }
 }
 
 /// A request waiting on this GPU.
@@ -128,6 +144,11 @@ impl GpuExecutor {
         if self.queue.is_empty() && self.compute_free >= compute {
             return now;
         }
+        self.drain_at(now)
+    }
+
+    /// Fluid estimate of when the running and queued work here is done.
+    pub(crate) fn drain_at(&self, now: Micros) -> Micros {
         let running: u64 = self
             .running
             .iter()
@@ -143,6 +164,40 @@ impl GpuExecutor {
             .filter(|i| evictable(i, rules))
             .map(|i| i.mem_mib)
             .sum()
+    }
+
+    /// Earliest predicted time at which free memory plus instances that
+    /// will have become idle and may then be evicted under `rules` (or
+    /// unloaded, for a removed function) reach `need_mib`; `None` if even
+    /// all of them together are too few. `scratch` is a reused buffer.
+    pub(crate) fn memory_free_at(
+        &self,
+        now: Micros,
+        need_mib: Mib,
+        rules: &ExecutorRules,
+        scratch: &mut Vec<(Micros, Mib)>,
+    ) -> Option<Micros> {
+        if self.free_mib >= need_mib {
+            return Some(now);
+        }
+        // Shared compute: queued requests wait behind all committed work.
+        let drain = rules.slots_per_gpu.is_none().then(|| self.drain_at(now));
+        scratch.clear();
+        scratch.extend(
+            self.instances
+                .iter()
+                .filter(|i| i.removing || evictable_tier(i.tier, rules))
+                .map(|i| (i.idle_at(now, drain), i.mem_mib)),
+        );
+        scratch.sort_unstable();
+        let mut free = self.free_mib;
+        for &(at, mib) in scratch.iter() {
+            free += mib;
+            if free >= need_mib {
+                return Some(at);
+            }
+        }
+        None
     }
 
     /// Insert a request in deadline order and book its work.
@@ -326,7 +381,12 @@ impl GpuExecutor {
 /// tier when weights go to host memory (gshare), any tier when the
 /// baseline scales idle instances to zero.
 pub(crate) fn evictable(inst: &Instance, rules: &ExecutorRules) -> bool {
-    inst.idle() && (!rules.host_cache || inst.tier.swappable())
+    inst.idle() && evictable_tier(inst.tier, rules)
+}
+
+/// Whether an idle instance of `tier` may be evicted under `rules`.
+fn evictable_tier(tier: Tier, rules: &ExecutorRules) -> bool {
+    !rules.host_cache || tier.swappable()
 }
 
 fn reject_late(q: Queued, earliest_finish: Micros) -> Command {

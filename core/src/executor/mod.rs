@@ -15,7 +15,9 @@
 //! Rules (DESIGN.md §5):
 //! - earliest deadline first on every GPU;
 //! - a request waits while its predicted finish still meets its deadline,
-//!   and is rejected early, with the reason, as soon as it cannot;
+//!   and is rejected early, with the reason, as soon as it cannot; this
+//!   includes waiting for GPU memory that busy or loading evictable
+//!   instances will free (`NoCapacity` only when none ever will);
 //! - `exclusive` and `guaranteed` instances are never evicted or swapped;
 //!   idle `oversubscribed` ones are swapped out to host memory when a GPU
 //!   needs room, weakest tier first, then farthest predicted next use, then

@@ -5,6 +5,10 @@
 //!  Event ─▶ NodeExecutor::handle(now, event)
 //!              │  route: predicted finish on every GPU
 //!              │         (resident: queue wait; elsewhere: load + wait)
+//!              │  no memory now, but busy/loading evictable instances free
+//!              │  it in time ─▶ wait (node's waiting set, earliest deadline
+//!              │  first; retried on RequestFinished, LoadFinished, Timer,
+//!              │  InstanceRemoved)
 //!              │  reject early if no GPU meets the deadline
 //!              │  load: evict victims ─▶ SwapOut/Unload, then Move | SwapIn | ColdStart
 //!              ▼
@@ -62,6 +66,15 @@ struct Choice {
     gpu: u32,
 }
 
+/// A request that waits on the node for GPU memory to become evictable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Waiting {
+    deadline: Micros,
+    request: RequestId,
+    function: FunctionId,
+    full_gpu_us: Micros,
+}
+
 /// The executor of one node: the state machine the node agent runs live
 /// and the serving simulator runs on traces.
 #[derive(Debug, Clone)]
@@ -73,6 +86,10 @@ pub struct NodeExecutor {
     output: Vec<Command>,
     /// Reused buffer of host-eviction candidates (last arrival, function).
     host_scratch: Vec<(Option<Micros>, u32)>,
+    /// Requests waiting for memory, by (deadline, request) ascending.
+    waiting: Vec<Waiting>,
+    /// Reused buffer of (predicted idle time, memory) of eviction candidates.
+    memory_scratch: Vec<(Micros, Mib)>,
 }
 
 impl NodeExecutor {
@@ -88,6 +105,8 @@ impl NodeExecutor {
             host_used_mib: 0,
             output: Vec::new(),
             host_scratch: Vec::new(),
+            waiting: Vec::new(),
+            memory_scratch: Vec::new(),
         }
     }
 
@@ -104,6 +123,11 @@ impl NodeExecutor {
     /// Whether the function's weights are in host memory.
     pub fn in_host(&self, function: FunctionId) -> bool {
         self.state(function).is_some_and(|f| f.in_host)
+    }
+
+    /// Number of requests waiting for GPU memory (not yet on a GPU's queue).
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
     }
 
     /// Host memory holding swapped-out weights, MiB.
@@ -141,6 +165,7 @@ impl NodeExecutor {
                     g.reject_hopeless(now, &rules, &mut self.output);
                     g.dispatch(now, &rules, &mut self.output);
                 }
+                self.retry_waiting(now);
             }
         }
     }
@@ -181,6 +206,17 @@ impl NodeExecutor {
         if fs.in_host {
             self.host_used_mib -= fs.profile.memory_mib;
         }
+        let output = &mut self.output;
+        self.waiting.retain(|w| {
+            let gone = w.function == function;
+            if gone {
+                output.push(Command::Reject {
+                    request: w.request,
+                    reason: RejectReason::UnknownFunction,
+                });
+            }
+            !gone
+        });
         let rules = self.config.rules;
         for g in &mut self.gpus {
             g.reject_function(function, &rules, &mut self.output);
@@ -197,6 +233,7 @@ impl NodeExecutor {
             }
             g.dispatch(now, &rules, &mut self.output);
         }
+        self.retry_waiting(now);
     }
 
     /// GPU memory one instance holds and the compute its requests get, or
@@ -213,34 +250,72 @@ impl NodeExecutor {
         full_gpu_us: Micros,
         deadline: Micros,
     ) {
-        let Some(fs) = self
+        if let Some(fs) = self
             .functions
             .get_mut(function.0 as usize)
             .and_then(|f| f.as_mut())
-        else {
+        {
+            if let Some(last) = fs.last_arrival {
+                let gap = now.saturating_sub(last);
+                fs.mean_gap = if fs.mean_gap == NO_GAP {
+                    gap
+                } else {
+                    (3 * fs.mean_gap + gap) / 4
+                };
+            }
+            fs.last_arrival = Some(now);
+        }
+        let w = Waiting {
+            deadline,
+            request,
+            function,
+            full_gpu_us,
+        };
+        if self.route(now, w, true) {
+            let key = (w.deadline, w.request);
+            let pos = self
+                .waiting
+                .partition_point(|e| (e.deadline, e.request) < key);
+            self.waiting.insert(pos, w);
+        }
+    }
+
+    /// Retry the requests waiting for memory, earliest deadline first:
+    /// each is placed, rejected, or keeps waiting.
+    fn retry_waiting(&mut self, now: Micros) {
+        if self.waiting.is_empty() {
+            return;
+        }
+        let mut waiting = std::mem::take(&mut self.waiting);
+        waiting.retain(|&w| self.route(now, w, false));
+        self.waiting = waiting;
+    }
+
+    /// Route request `w`: run or queue it on a GPU (loading its function
+    /// there if needed), or reject it; returns `true` if it must wait for
+    /// memory instead (nothing was output). `arrival`: it has just arrived
+    /// (else it was waiting).
+    fn route(&mut self, now: Micros, w: Waiting, arrival: bool) -> bool {
+        let Waiting {
+            deadline,
+            request,
+            function,
+            full_gpu_us,
+        } = w;
+        let Some(fs) = self.state(function).copied() else {
             self.output.push(Command::Reject {
                 request,
                 reason: RejectReason::UnknownFunction,
             });
-            return;
+            return false;
         };
-        if let Some(last) = fs.last_arrival {
-            let gap = now.saturating_sub(last);
-            fs.mean_gap = if fs.mean_gap == NO_GAP {
-                gap
-            } else {
-                (3 * fs.mean_gap + gap) / 4
-            };
-        }
-        fs.last_arrival = Some(now);
-        let fs = *fs;
         let profile = fs.profile;
         let Some((mem_cost, compute, reserved)) = self.footprint(&profile) else {
             self.output.push(Command::Reject {
                 request,
                 reason: RejectReason::NoCapacity,
             });
-            return;
+            return false;
         };
         let rules = self.config.rules;
         let slotted = rules.slots_per_gpu.is_some();
@@ -314,56 +389,119 @@ impl NodeExecutor {
             }
             best = Some(best.map_or(choice, |b| b.min(choice)));
         }
-        let Some(choice) = best_resident.or(best) else {
+        let chosen = best_resident.or(best);
+        if let Some(choice) = chosen.filter(|c| c.finish <= deadline) {
+            let g = choice.gpu as usize;
+            let inst = if rules.all_resident {
+                None
+            } else if choice.load {
+                Some(self.load(now, function, g, mem_cost, reserved, load_us))
+            } else {
+                self.gpus[g].find(function)
+            };
+            self.gpus[g].enqueue(
+                Queued {
+                    deadline,
+                    request,
+                    function,
+                    service_us: service,
+                    compute,
+                },
+                inst,
+            );
+            self.gpus[g].dispatch(now, &rules, &mut self.output);
+            return false;
+        }
+        // Nothing meets the deadline now: wait if memory that busy or
+        // loading instances will free in time gets it done by the deadline.
+        let later = if rules.wait_for_memory && !rules.all_resident {
+            self.memory_wait_finish(now, function, mem_cost, compute, load_us, service)
+        } else {
+            None
+        };
+        if later.is_some_and(|f| f <= deadline) {
+            return true;
+        }
+        let predicted = match (chosen.map(|c| c.finish), later) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let Some(predicted_finish) = predicted else {
             self.output.push(Command::Reject {
                 request,
                 reason: RejectReason::NoCapacity,
             });
-            return;
+            return false;
         };
-        if choice.finish > deadline {
-            self.output.push(Command::Reject {
-                request,
-                reason: RejectReason::DeadlineUnreachable {
-                    predicted_finish: choice.finish,
+        self.output.push(Command::Reject {
+            request,
+            reason: if arrival {
+                RejectReason::DeadlineUnreachable {
+                    predicted_finish,
                     deadline,
-                },
-            });
-            // Demand exceeds the copies on the node: warm one up for the next
-            // requests (a load alone may exceed this deadline) when there is
-            // none, or, one at a time, when free memory holds another copy
-            // without evicting anything (scale out) and an idle warm copy
-            // would have met this deadline.
-            let useful = now + service <= deadline;
-            let warm = match best_load.filter(|_| useful) {
-                Some(c) if fs.copies == 0 => Some(c),
-                Some(c) if fs.loading == 0 && !c.evicts => Some(c),
-                _ => None,
-            };
-            if let Some(c) = warm.filter(|_| !rules.all_resident) {
-                self.load(now, function, c.gpu as usize, mem_cost, reserved, load_us);
-            }
-            return;
-        }
-        let g = choice.gpu as usize;
-        let inst = if rules.all_resident {
-            None
-        } else if choice.load {
-            Some(self.load(now, function, g, mem_cost, reserved, load_us))
-        } else {
-            self.gpus[g].find(function)
-        };
-        self.gpus[g].enqueue(
-            Queued {
-                deadline,
-                request,
-                function,
-                service_us: service,
-                compute,
+                }
+            } else {
+                RejectReason::DeadlineMissedInQueue {
+                    earliest_finish: predicted_finish,
+                    deadline,
+                }
             },
-            inst,
-        );
-        self.gpus[g].dispatch(now, &rules, &mut self.output);
+        });
+        if !arrival {
+            return false;
+        }
+        // Demand exceeds the copies on the node: warm one up for the next
+        // requests (a load alone may exceed this deadline) when there is
+        // none, or, one at a time, when free memory holds another copy
+        // without evicting anything (scale out) and an idle warm copy
+        // would have met this deadline.
+        let useful = now + service <= deadline;
+        let warm = match best_load.filter(|_| useful) {
+            Some(c) if fs.copies == 0 => Some(c),
+            Some(c) if fs.loading == 0 && !c.evicts => Some(c),
+            _ => None,
+        };
+        if let Some(c) = warm.filter(|_| !rules.all_resident) {
+            self.load(now, function, c.gpu as usize, mem_cost, reserved, load_us);
+        }
+        false
+    }
+
+    /// Earliest predicted finish of a request of `function` on a GPU that
+    /// holds no copy of it, loading it once enough memory there is free or
+    /// held by instances that will have become evictable; `None` if no GPU
+    /// ever gets enough.
+    fn memory_wait_finish(
+        &mut self,
+        now: Micros,
+        function: FunctionId,
+        mem_cost: Mib,
+        compute: MilliGpu,
+        load_us: Micros,
+        service: Micros,
+    ) -> Option<Micros> {
+        let rules = self.config.rules;
+        let slotted = rules.slots_per_gpu.is_some();
+        let mut scratch = std::mem::take(&mut self.memory_scratch);
+        let mut best: Option<Micros> = None;
+        for g in &self.gpus {
+            if g.find(function).is_some() {
+                continue;
+            }
+            let Some(at) = g.memory_free_at(now, mem_cost, &rules, &mut scratch) else {
+                continue;
+            };
+            let ready = at.max(g.link_free_at).max(now) + load_us;
+            let start = if slotted {
+                ready
+            } else {
+                ready.max(g.compute_start(now, compute))
+            };
+            let finish = start + service;
+            best = Some(best.map_or(finish, |b| b.min(finish)));
+        }
+        self.memory_scratch = scratch;
+        best
     }
 
     /// Make room on GPU `g` and start loading `function` there; returns the
@@ -548,6 +686,7 @@ impl NodeExecutor {
             }
         }
         g.dispatch(now, &rules, &mut self.output);
+        self.retry_waiting(now);
     }
 
     fn loaded(&mut self, now: Micros, function: FunctionId, gpu: u32) {
@@ -565,6 +704,7 @@ impl NodeExecutor {
             }
         }
         g.dispatch(now, &rules, &mut self.output);
+        self.retry_waiting(now);
     }
 }
 

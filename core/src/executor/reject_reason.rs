@@ -14,15 +14,21 @@ pub enum RejectReason {
         /// The request's deadline, µs.
         deadline: Micros,
     },
-    /// While queued, the earliest possible finish slipped past the deadline
-    /// (earlier-deadline work arrived, or a load took the time).
+    /// While queued or waiting for memory, the earliest possible finish
+    /// slipped past the deadline (earlier-deadline work arrived, a load took
+    /// the time, or the instances to evict stayed busy longer).
     DeadlineMissedInQueue {
         /// Earliest possible finish when the executor gave up, µs.
         earliest_finish: Micros,
         /// The request's deadline, µs.
         deadline: Micros,
     },
-    /// No GPU can hold an instance: memory is held by busy or unswappable instances.
+    /// No GPU can hold an instance: the function is larger than a GPU, or
+    /// the memory is held by instances that will never be evicted
+    /// (`exclusive`/`guaranteed` under gshare rules; busy ones under the
+    /// baselines, which do not wait for memory). Under gshare rules a request
+    /// whose memory busy or loading evictable instances will free in time
+    /// waits instead (see [`super::ExecutorRules::wait_for_memory`]).
     NoCapacity,
     /// The function is not (or no longer) placed on this node.
     UnknownFunction,

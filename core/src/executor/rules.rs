@@ -3,12 +3,12 @@
 //! Every policy of `gsharectl sim serving` is the same [`NodeExecutor`]
 //! (EDF queues, prediction, early reject) with different rules:
 //!
-//! | policy      | memory          | compute per request      | evicted weights | remap | waits on resident copy |
-//! |-------------|-----------------|--------------------------|-----------------|-------|------------------------|
-//! | `exclusive` | 1 slot = 1 GPU  | whole GPU (reserved)     | dropped (LRU)   | no    | no (earliest finish)   |
-//! | `static`    | k fixed slots   | 1000/k per slot          | dropped (LRU)   | no    | no (earliest finish)   |
-//! | `gshare`    | packed by MiB   | saturation share, shared | kept in host    | yes   | yes, within deadline   |
-//! | `oracle`    | unbounded       | saturation share, shared | never loaded    | n/a   | no (earliest finish)   |
+//! | policy      | memory          | compute per request      | evicted weights | remap | waits on resident copy | waits for memory      |
+//! |-------------|-----------------|--------------------------|-----------------|-------|------------------------|-----------------------|
+//! | `exclusive` | 1 slot = 1 GPU  | whole GPU (reserved)     | dropped (LRU)   | no    | no (earliest finish)   | no (`NoCapacity`)     |
+//! | `static`    | k fixed slots   | 1000/k per slot          | dropped (LRU)   | no    | no (earliest finish)   | no (`NoCapacity`)     |
+//! | `gshare`    | packed by MiB   | saturation share, shared | kept in host    | yes   | yes, within deadline   | yes, within deadline  |
+//! | `oracle`    | unbounded       | saturation share, shared | never loaded    | n/a   | no (earliest finish)   | n/a                   |
 //!
 //! [`NodeExecutor`]: super::NodeExecutor
 
@@ -34,6 +34,12 @@ pub struct ExecutorRules {
     /// while its predicted finish meets its deadline, even if a load
     /// elsewhere would finish it earlier.
     pub wait_within_deadline: bool,
+    /// A request that no GPU has memory for now waits on the node while
+    /// busy or loading instances that may be evicted once idle will free
+    /// enough memory in time for its deadline (load and service included);
+    /// it is placed on the events that free memory. `false`: it is rejected
+    /// with `NoCapacity` at once.
+    pub wait_for_memory: bool,
 }
 
 impl ExecutorRules {
@@ -45,6 +51,7 @@ impl ExecutorRules {
             all_resident: false,
             remap: false,
             wait_within_deadline: false,
+            wait_for_memory: false,
         }
     }
 
@@ -56,7 +63,8 @@ impl ExecutorRules {
         }
     }
 
-    /// Slices + oversubscription + swap to host + remap + deadline-aware waiting.
+    /// Slices + oversubscription + swap to host + remap + deadline-aware
+    /// waiting (for a resident copy and for memory).
     pub fn gshare() -> Self {
         Self {
             slots_per_gpu: None,
@@ -64,6 +72,7 @@ impl ExecutorRules {
             all_resident: false,
             remap: true,
             wait_within_deadline: true,
+            wait_for_memory: true,
         }
     }
 
@@ -75,6 +84,7 @@ impl ExecutorRules {
             all_resident: true,
             remap: false,
             wait_within_deadline: false,
+            wait_for_memory: false,
         }
     }
 }

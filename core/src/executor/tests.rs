@@ -263,14 +263,206 @@ fn swap_in_from_host_is_cheaper_than_a_cold_start_and_guaranteed_is_never_swappe
             },
         ]
     );
-    // Now only the idle guaranteed instance could make room: it is never taken.
+    // Now only the idle guaranteed instance could make room now: it is never
+    // taken. The two loading oversubscribed instances will become evictable
+    // once their requests have run, so request 7 waits for memory.
+    assert_eq!(step(&mut n, t + S, arrive(7, 1, 100 * MS, FAR)), vec![]);
+    assert_eq!(n.waiting(), 1);
     assert_eq!(
-        step(&mut n, t + S, arrive(7, 1, 100 * MS, FAR)),
+        step(&mut n, t + COLD, loaded(3, 0)),
+        vec![run(5, 3, 0, 1000, t + COLD + 100 * MS)]
+    );
+    // Function 3 is idle again: it makes room, not the guaranteed function 2.
+    assert_eq!(
+        step(&mut n, t + COLD + 100 * MS, finished(5, 0)),
+        vec![
+            Command::SwapOut {
+                function: FunctionId(3),
+                gpu: 0
+            },
+            Command::SwapIn {
+                function: FunctionId(1),
+                gpu: 0,
+                ready_at: t + COLD + 2 * SWAP_IN,
+            },
+        ]
+    );
+    assert_eq!(n.waiting(), 0);
+    assert!(n.gpu(0).resident().any(|f| f == FunctionId(2)));
+}
+
+/// Functions 0, 1 and 2 (4 000 MiB each) cold-started one after another and
+/// idle at 13.6 s: the 12 000 MiB GPU is full. Function 3 is not loaded.
+fn three_loaded(tiers: &[Tier]) -> NodeExecutor {
+    let mut n = node(1, ExecutorRules::gshare(), tiers);
+    for f in 0..3u32 {
+        let ready = (f as Micros + 1) * COLD;
+        assert_eq!(
+            step(&mut n, 0, arrive(f as u64 + 1, f, 100 * MS, FAR)),
+            vec![cold(f, 0, ready)]
+        );
+    }
+    for f in 0..3u32 {
+        let ready = (f as Micros + 1) * COLD;
+        assert_eq!(
+            step(&mut n, ready, loaded(f, 0)),
+            vec![run(f as u64 + 1, f, 0, 1000, ready + 100 * MS)]
+        );
+        assert_eq!(
+            step(&mut n, ready + 100 * MS, finished(f as u64 + 1, 0)),
+            vec![]
+        );
+    }
+    assert_eq!(n.gpu(0).free_mib(), 0);
+    n
+}
+
+/// [`three_loaded`] with oversubscribed functions, then at 20 s function 0
+/// runs until 25 s and functions 1 and 2 queue behind it (1 s each): no
+/// instance is idle, nothing can be evicted now.
+fn all_busy() -> NodeExecutor {
+    let mut n = three_loaded(&[Tier::Oversubscribed; 4]);
+    assert_eq!(
+        step(&mut n, 20 * S, arrive(10, 0, 5 * S, FAR)),
+        vec![run(10, 0, 0, 1000, 25 * S)]
+    );
+    assert_eq!(step(&mut n, 20 * S, arrive(11, 1, S, FAR)), vec![]);
+    assert_eq!(step(&mut n, 20 * S, arrive(12, 2, S, FAR)), vec![]);
+    n
+}
+
+#[test]
+fn waits_for_a_busy_victim_and_is_placed_when_it_finishes() {
+    let mut n = all_busy();
+    // Function 0 is predicted idle at 25 s: cold start 25 s + 4.5 s, run
+    // 100 ms, finish 29.6 s ≤ 30 s. It waits instead of NoCapacity.
+    assert_eq!(
+        step(&mut n, 20 * S, arrive(13, 3, 100 * MS, 30 * S)),
+        vec![]
+    );
+    assert_eq!(n.waiting(), 1);
+    // A tick before the victim is idle changes nothing.
+    assert_eq!(step(&mut n, 22 * S, Event::Timer), vec![]);
+    assert_eq!(
+        step(&mut n, 25 * S, finished(10, 0)),
+        vec![
+            run(11, 1, 0, 1000, 26 * S),
+            Command::SwapOut {
+                function: FunctionId(0),
+                gpu: 0
+            },
+            cold(3, 0, 25 * S + COLD),
+        ]
+    );
+    assert_eq!(n.waiting(), 0);
+    assert_eq!(
+        step(&mut n, 26 * S, finished(11, 0)),
+        vec![run(12, 2, 0, 1000, 27 * S)]
+    );
+    assert_eq!(step(&mut n, 27 * S, finished(12, 0)), vec![]);
+    assert_eq!(
+        step(&mut n, 25 * S + COLD, loaded(3, 0)),
+        vec![run(13, 3, 0, 1000, 25 * S + COLD + 100 * MS)]
+    );
+}
+
+#[test]
+fn a_waiting_request_whose_deadline_slips_is_rejected_with_the_deadline_reason() {
+    let mut n = all_busy();
+    // Too tight even when function 0 frees its memory at 25 s: rejected on
+    // arrival for the deadline, not for capacity.
+    assert_eq!(
+        step(&mut n, 20 * S, arrive(13, 3, 100 * MS, 29 * S)),
         vec![Command::Reject {
-            request: RequestId(7),
-            reason: RejectReason::NoCapacity,
+            request: RequestId(13),
+            reason: RejectReason::DeadlineUnreachable {
+                predicted_finish: 29_600 * MS,
+                deadline: 29 * S,
+            },
         }]
     );
+    assert_eq!(
+        step(&mut n, 20 * S, arrive(14, 3, 100 * MS, 30 * S)),
+        vec![]
+    );
+    // Function 0 gets another 3 s request: it will not be idle at 25 s.
+    assert_eq!(step(&mut n, 24 * S, arrive(15, 0, 3 * S, FAR)), vec![]);
+    // At 25 s the earliest victim (function 1) is idle at 26 s: load until
+    // 30.5 s, finish 30.6 s > 30 s. Request 14 is given up now.
+    assert_eq!(
+        step(&mut n, 25 * S, finished(10, 0)),
+        vec![
+            run(11, 1, 0, 1000, 26 * S),
+            Command::Reject {
+                request: RequestId(14),
+                reason: RejectReason::DeadlineMissedInQueue {
+                    earliest_finish: 30_600 * MS,
+                    deadline: 30 * S,
+                },
+            },
+        ]
+    );
+    assert_eq!(n.waiting(), 0);
+}
+
+#[test]
+fn no_capacity_only_when_memory_never_frees() {
+    use Tier::*;
+    let mut n = three_loaded(&[Guaranteed, Guaranteed, Guaranteed, Oversubscribed]);
+    assert_eq!(
+        step(&mut n, 20 * S, arrive(10, 0, 5 * S, FAR)),
+        vec![run(10, 0, 0, 1000, 25 * S)]
+    );
+    let no_capacity = |r: u64| {
+        vec![Command::Reject {
+            request: RequestId(r),
+            reason: RejectReason::NoCapacity,
+        }]
+    };
+    // Guaranteed instances, busy or idle, are never evicted: no waiting.
+    assert_eq!(
+        step(&mut n, 20 * S, arrive(11, 3, 100 * MS, FAR)),
+        no_capacity(11)
+    );
+    assert_eq!(n.waiting(), 0);
+    // A function bigger than a GPU never fits.
+    n.handle(
+        20 * S,
+        Event::InstanceAdded {
+            function: FunctionId(4),
+            profile: FunctionProfile {
+                memory_mib: 13_000,
+                ..profile(Oversubscribed)
+            },
+        },
+    );
+    assert_eq!(
+        step(&mut n, 20 * S, arrive(12, 4, 100 * MS, FAR)),
+        no_capacity(12)
+    );
+}
+
+#[test]
+fn a_removed_function_drops_its_waiting_requests() {
+    let mut n = all_busy();
+    assert_eq!(
+        step(&mut n, 20 * S, arrive(13, 3, 100 * MS, 30 * S)),
+        vec![]
+    );
+    assert_eq!(
+        step(
+            &mut n,
+            21 * S,
+            Event::InstanceRemoved {
+                function: FunctionId(3)
+            }
+        ),
+        vec![Command::Reject {
+            request: RequestId(13),
+            reason: RejectReason::UnknownFunction
+        }]
+    );
+    assert_eq!(n.waiting(), 0);
 }
 
 #[test]
