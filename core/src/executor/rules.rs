@@ -5,8 +5,8 @@
 //!
 //! | policy      | memory          | compute per request      | evicted weights | remap | waits on resident copy | waits for memory      |
 //! |-------------|-----------------|--------------------------|-----------------|-------|------------------------|-----------------------|
-//! | `exclusive` | 1 slot = 1 GPU  | whole GPU (reserved)     | dropped (LRU)   | no    | no (earliest finish)   | no (`NoCapacity`)     |
-//! | `static`    | k fixed slots   | 1000/k per slot          | dropped (LRU)   | no    | no (earliest finish)   | no (`NoCapacity`)     |
+//! | `exclusive` | 1 slot = 1 GPU  | whole GPU (reserved)     | dropped (LRU)   | no    | no (earliest finish)   | yes, within deadline  |
+//! | `static`    | k fixed slots   | 1000/k per slot          | dropped (LRU)   | no    | no (earliest finish)   | yes, within deadline  |
 //! | `gshare`    | packed by MiB   | saturation share, shared | kept in host    | yes   | yes, within deadline   | yes, within deadline  |
 //! | `oracle`    | unbounded       | saturation share, shared | never loaded    | n/a   | no (earliest finish)   | n/a                   |
 //!
@@ -51,7 +51,7 @@ impl ExecutorRules {
             all_resident: false,
             remap: false,
             wait_within_deadline: false,
-            wait_for_memory: false,
+            wait_for_memory: true,
         }
     }
 
