@@ -189,13 +189,24 @@ impl GpuExecutor {
                 .filter(|i| i.removing || evictable_tier(i.tier, rules))
                 .map(|i| (i.idle_at(now, drain), i.mem_mib)),
         );
-        scratch.sort_unstable();
+        let total: Mib = scratch.iter().map(|&(_, mib)| mib).sum();
+        if self.free_mib + total < need_mib {
+            return None;
+        }
+        // Take candidates earliest first until enough is free: usually one
+        // or two, so this beats sorting them all.
         let mut free = self.free_mib;
-        for &(at, mib) in scratch.iter() {
+        while !scratch.is_empty() {
+            let (k, &(at, mib)) = scratch
+                .iter()
+                .enumerate()
+                .min_by_key(|&(_, e)| e)
+                .expect("not empty");
             free += mib;
             if free >= need_mib {
                 return Some(at);
             }
+            scratch.swap_remove(k);
         }
         None
     }

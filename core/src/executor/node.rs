@@ -415,7 +415,10 @@ impl NodeExecutor {
         // Nothing meets the deadline now: wait if memory that busy or
         // loading instances will free in time gets it done by the deadline.
         let later = if rules.wait_for_memory && !rules.all_resident {
-            self.memory_wait_finish(now, function, mem_cost, compute, load_us, service)
+            // A later finish beyond both the deadline and the finish now
+            // changes nothing below.
+            let cutoff = chosen.map_or(Micros::MAX, |c| c.finish.max(deadline));
+            self.memory_wait_finish(now, function, mem_cost, compute, load_us, service, cutoff)
         } else {
             None
         };
@@ -470,7 +473,9 @@ impl NodeExecutor {
     /// Earliest predicted finish of a request of `function` on a GPU that
     /// holds no copy of it, loading it once enough memory there is free or
     /// held by instances that will have become evictable; `None` if no GPU
-    /// ever gets enough.
+    /// ever gets enough. Exact when that finish is at most `cutoff`;
+    /// otherwise `None` or some finish after `cutoff`.
+    #[allow(clippy::too_many_arguments)]
     fn memory_wait_finish(
         &mut self,
         now: Micros,
@@ -479,13 +484,17 @@ impl NodeExecutor {
         compute: MilliGpu,
         load_us: Micros,
         service: Micros,
+        cutoff: Micros,
     ) -> Option<Micros> {
         let rules = self.config.rules;
         let slotted = rules.slots_per_gpu.is_some();
         let mut scratch = std::mem::take(&mut self.memory_scratch);
         let mut best: Option<Micros> = None;
         for g in &self.gpus {
-            if g.find(function).is_some() {
+            // No finish here beats this bound: skip the GPU when the bound
+            // is past the cutoff or no better than the best so far.
+            let bound = g.link_free_at.max(now) + load_us + service;
+            if bound > cutoff || best.is_some_and(|b| bound >= b) || g.find(function).is_some() {
                 continue;
             }
             let Some(at) = g.memory_free_at(now, mem_cost, &rules, &mut scratch) else {

@@ -2,7 +2,7 @@
 //! times and asserts the exact commands that come out.
 
 use super::*;
-use crate::model::{Micros, Tier};
+use crate::model::{Mib, Micros, Tier};
 
 const S: Micros = 1_000_000;
 const MS: Micros = 1_000;
@@ -734,4 +734,52 @@ fn a_rejected_request_warms_one_more_copy_in_free_memory() {
         step(&mut n, COLD, arrive(3, 0, 100 * MS, COLD + 200 * MS)),
         vec![too_late(3)]
     );
+}
+
+/// An instance of `memory_mib` that finishes its running request at `busy_until`.
+fn busy_instance(function: u32, memory_mib: Mib, busy_until: Micros) -> gpu::Instance {
+    gpu::Instance {
+        function: FunctionId(function),
+        tier: Tier::Oversubscribed,
+        mem_mib: memory_mib,
+        reserved_compute: None,
+        loaded: true,
+        ready_at: 0,
+        running: 1,
+        queued: 0,
+        queued_us: 0,
+        busy_until,
+        last_used: 0,
+        removing: false,
+    }
+}
+
+#[test]
+fn memory_frees_when_enough_instances_are_idle_whatever_their_order() {
+    let rules = ExecutorRules::gshare();
+    let mut g = GpuExecutor::new(0, 12_000);
+    // Held in an order unlike their idle times: 8 s, 2 s, 5 s, 3 s.
+    for (f, (mib, at)) in [
+        (4_000, 8 * S),
+        (1_000, 2 * S),
+        (3_000, 5 * S),
+        (2_000, 3 * S),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        g.add_instance(busy_instance(f as u32, mib, at));
+    }
+    let mut scratch = Vec::new();
+    // 2 000 MiB free: +1 000 at 2 s, +2 000 at 3 s, +3 000 at 5 s, +4 000 at 8 s.
+    let at =
+        |need, g: &GpuExecutor, scratch: &mut Vec<_>| g.memory_free_at(S, need, &rules, scratch);
+    assert_eq!(at(2_000, &g, &mut scratch), Some(S));
+    assert_eq!(at(3_000, &g, &mut scratch), Some(2 * S));
+    assert_eq!(at(5_000, &g, &mut scratch), Some(3 * S));
+    assert_eq!(at(6_000, &g, &mut scratch), Some(5 * S));
+    assert_eq!(at(8_000, &g, &mut scratch), Some(5 * S));
+    assert_eq!(at(8_001, &g, &mut scratch), Some(8 * S));
+    assert_eq!(at(12_000, &g, &mut scratch), Some(8 * S));
+    assert_eq!(at(12_001, &g, &mut scratch), None);
 }
