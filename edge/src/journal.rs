@@ -340,8 +340,11 @@ impl UsageJournal {
         }
         batch.insert(KEY_NEXT_SEQ, &end.to_be_bytes()[..]);
         self.tree.apply_batch(batch)?;
-        self.db.flush()?;
+        // The numbers are taken once the batch is in the tree, even if the
+        // flush fails: the records may then still reach the disk and the
+        // region, and a later append must not reuse (and overwrite) them.
         *next = end;
+        self.db.flush()?;
         Ok(first..end)
     }
 

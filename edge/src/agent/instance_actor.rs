@@ -100,16 +100,16 @@ impl Handler<ReleaseInstance> for InstanceActor {
 impl Handler<Residency> for InstanceActor {
     type Result = ();
 
-    fn handle(&mut self, Residency(gpu): Residency, ctx: &mut Context<Self>) {
+    fn handle(&mut self, Residency(change): Residency, ctx: &mut Context<Self>) {
         if self.released {
             return;
         }
-        let place = self.driver.place(gpu);
+        let place = self.driver.place(change);
         let name = format!("{}/{}", self.spec.tenant.0, self.spec.name);
         // Like a start: requests wait until the runtime is where its weights are.
         ctx.wait(place.into_actor(self).map(move |r, _, _| {
             if let Err(e) = r {
-                tracing::error!("{name}: runtime failed to follow its weights to {gpu:?}: {e}");
+                tracing::error!("{name}: runtime failed to follow its weights ({change:?}): {e}");
             }
         }));
     }

@@ -96,13 +96,15 @@ pub struct LoadDone {
     pub error: Option<AccountingError>,
 }
 
-/// Where the function's weights are now (NodeAgent → InstanceActor): on
-/// node GPU `Some(gpu)` after a swap-in, cold start or move; `None` after a
-/// swap-out or unload. The instance's driver follows (a process runtime
-/// stops, or starts on the new GPU's slice).
+/// A copy of the function's weights joined or left a node GPU (NodeAgent →
+/// InstanceActor): joined after a swap-in, cold start or move, left after a
+/// swap-out, unload or move. The instance's driver follows (a process
+/// runtime keeps one process on a GPU that holds a copy: it starts on the
+/// first, moves when its GPU's copy leaves and others remain, stops with
+/// the last).
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
-pub struct Residency(pub Option<u32>);
+pub struct Residency(pub crate::runtime::Placement);
 
 /// Stop every hosted function's runtime now (the agent is exiting): each
 /// process driver stops its process group gracefully (NodeAgent).
@@ -131,7 +133,9 @@ pub struct CheckToken {
 }
 
 /// Journal everything metered so far, now (on graceful shutdown, once the
-/// ingress has drained; the append runs on the agent's thread).
+/// ingress has drained and the function processes are stopped; the append
+/// runs on the agent's thread). From then on the interval tick journals no
+/// more residency.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub struct FlushUsage;

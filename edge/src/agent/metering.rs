@@ -53,6 +53,10 @@ pub(super) struct MeterState {
     pub(super) writing: bool,
     /// Resident memory should be journaled with the next write.
     pub(super) memory_due: bool,
+    /// The agent is stopping: residency was journaled up to the final
+    /// flush (its function processes are stopped); the interval tick no
+    /// longer adds any.
+    pub(super) flushed: bool,
     /// Unix µs at the agent's clock zero.
     pub(super) unix_base_us: u64,
 }
@@ -65,6 +69,7 @@ impl MeterState {
             waiting: Vec::new(),
             writing: false,
             memory_due: false,
+            flushed: false,
             unix_base_us,
         }
     }

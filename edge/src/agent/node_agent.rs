@@ -7,7 +7,7 @@ use super::{
     Residency, RunRequest, StatusQuery, StopNow, StopRuntimes, TakeSwapEvents,
 };
 use crate::gpu::{GpuInfo, SimulatedGpu};
-use crate::runtime::{Invocation, ProcessCounters, RuntimeDriver, RuntimeError};
+use crate::runtime::{Invocation, Placement, ProcessCounters, RuntimeDriver, RuntimeError};
 use actix::{Actor, Addr, AsyncContext, Context, Handler, ResponseFuture};
 use gshare_core::config::AgentLoadCosts;
 use gshare_core::executor::{
@@ -314,9 +314,9 @@ impl NodeAgent {
     }
 
     /// Tells the function's instance where its weights are now.
-    fn residency(&self, function: FunctionId, gpu: Option<u32>) {
+    fn residency(&self, function: FunctionId, change: Placement) {
         if let Some(h) = self.functions.get(&function) {
-            h.actor.do_send(Residency(gpu));
+            h.actor.do_send(Residency(change));
         }
     }
 
@@ -369,7 +369,7 @@ impl NodeAgent {
                 self.swap_event(function, SwapKind::SwapIn, None, Some(gpu), ready_at - now);
                 self.resident_start(now, function, gpu);
                 self.load(now, function, gpu, ready_at);
-                self.residency(function, Some(gpu));
+                self.residency(function, Placement::Joined(gpu));
             }
             Command::ColdStart {
                 function,
@@ -386,7 +386,7 @@ impl NodeAgent {
                 );
                 self.resident_start(now, function, gpu);
                 self.load(now, function, gpu, ready_at);
-                self.residency(function, Some(gpu));
+                self.residency(function, Placement::Joined(gpu));
             }
             Command::Move {
                 function,
@@ -406,19 +406,20 @@ impl NodeAgent {
                 self.resident_stop(now, function, from);
                 self.resident_start(now, function, to);
                 self.load(now, function, to, ready_at);
-                self.residency(function, Some(to));
+                self.residency(function, Placement::Joined(to));
+                self.residency(function, Placement::Left(from));
             }
             Command::SwapOut { function, gpu } => {
                 self.status.swap_outs += 1;
                 self.swap_event(function, SwapKind::SwapOut, Some(gpu), None, 0);
                 self.gpus[gpu as usize].do_send(ReleaseWeights { function });
-                self.residency(function, None);
+                self.residency(function, Placement::Left(gpu));
                 self.resident_stop(now, function, gpu);
             }
             Command::Unload { function, gpu } => {
                 self.swap_event(function, SwapKind::Unload, Some(gpu), None, 0);
                 self.gpus[gpu as usize].do_send(ReleaseWeights { function });
-                self.residency(function, None);
+                self.residency(function, Placement::Left(gpu));
                 self.resident_stop(now, function, gpu);
             }
             Command::Reject { request, reason } => {
@@ -513,7 +514,7 @@ impl Actor for NodeAgent {
         if let Some(m) = &self.metering {
             ctx.run_interval(m.setup.interval, |a, _| {
                 if let Some(m) = a.metering.as_mut() {
-                    m.memory_due = true;
+                    m.memory_due = !m.flushed;
                 }
                 a.journal_usage();
             });
@@ -570,6 +571,7 @@ impl Handler<FlushUsage> for NodeAgent {
             .into_iter()
             .map(|d| d.into_record())
             .collect();
+        m.flushed = true;
         let replies = std::mem::take(&mut m.waiting);
         let result = m
             .setup

@@ -83,12 +83,22 @@ pub trait RuntimeDriver {
     fn invoke(&mut self, invocation: Invocation) -> RuntimeFuture<Result<Vec<u8>, RuntimeError>>;
     /// Stops the instance (and everything it started).
     fn stop(&mut self) -> RuntimeFuture<()>;
-    /// The function's weights now live on node GPU `gpu` (after a swap-in,
-    /// cold start or move), or left the GPUs (`None`: swap-out, unload).
-    /// Called only between `start` and `stop`; requests wait for it. The
-    /// sim driver has nothing to do (the GPU actor models the copy).
-    fn place(&mut self, gpu: Option<u32>) -> RuntimeFuture<Result<(), RuntimeError>> {
-        let _ = gpu;
+    /// A copy of the function's weights was loaded on a node GPU (swap-in,
+    /// cold start, the target of a move) or left one (swap-out, unload, the
+    /// source of a move). The executor may hold copies on several GPUs at
+    /// once. Called only between `start` and `stop`; requests wait for it.
+    /// The sim driver has nothing to do (the GPU actor models the copy).
+    fn place(&mut self, change: Placement) -> RuntimeFuture<Result<(), RuntimeError>> {
+        let _ = change;
         Box::pin(async { Ok(()) })
     }
+}
+
+/// Where a function's weights went (see [`RuntimeDriver::place`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// A copy was loaded on this node GPU.
+    Joined(u32),
+    /// The copy on this node GPU is gone.
+    Left(u32),
 }

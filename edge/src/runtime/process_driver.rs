@@ -20,9 +20,10 @@
 use super::process::{
     InvokeError, Phase, ProcessInstance, ProcessLedger, ProcessSpec, RuntimeTemplate, SliceLimits,
 };
-use super::{Invocation, ProcessCounters, RuntimeDriver, RuntimeError, RuntimeFuture};
+use super::{Invocation, Placement, ProcessCounters, RuntimeDriver, RuntimeError, RuntimeFuture};
 use gshare_core::model::{FunctionSpec, GpuId, Mib, Slice};
 use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::{Arc, Weak};
@@ -70,6 +71,8 @@ pub struct ProcessDriver {
     function: Option<FunctionSpec>,
     slices: Vec<Slice>,
     running: Slot,
+    /// Node GPUs on which the executor holds a copy of the weights now.
+    copies: BTreeSet<u32>,
 }
 
 impl std::fmt::Debug for ProcessDriver {
@@ -89,6 +92,7 @@ impl ProcessDriver {
             function: None,
             slices: Vec::new(),
             running: Slot::default(),
+            copies: BTreeSet::new(),
         }
     }
 
@@ -282,27 +286,42 @@ impl RuntimeDriver for ProcessDriver {
         })
     }
 
-    fn place(&mut self, gpu: Option<u32>) -> RuntimeFuture<Result<(), RuntimeError>> {
+    fn place(&mut self, change: Placement) -> RuntimeFuture<Result<(), RuntimeError>> {
         let Some(function) = self.function.clone() else {
             return Box::pin(async { Err(RuntimeError::NotRunning) });
         };
-        match gpu {
-            None => self.stop_for_swap(),
-            Some(gpu) => {
-                let slices = moved_to(&self.slices, gpu);
-                let wanted: Vec<u32> = slices.iter().map(|s| s.gpu.index).collect();
-                // Keep a process that runs on that GPU, unless its
-                // supervisor gave up on it: a load is a chance to start over.
-                let usable = self.running.borrow().as_ref().is_some_and(|r| {
-                    r.gpus == wanted && r.instance.status().phase != Phase::Failed
-                });
-                if usable {
-                    return Box::pin(async { Ok(()) });
-                }
-                self.slices = slices.clone();
-                self.relaunch(function, slices)
+        // One process per function, on a GPU that holds one of the
+        // executor's copies: a second copy elsewhere does not disturb it
+        // (it serves the requests routed to either copy); it moves when
+        // the copy of its own GPU leaves and stops with the last copy.
+        match change {
+            Placement::Joined(gpu) => {
+                self.copies.insert(gpu);
+            }
+            Placement::Left(gpu) => {
+                self.copies.remove(&gpu);
             }
         }
+        let Some(&target) = (match change {
+            Placement::Joined(gpu) => Some(gpu),
+            Placement::Left(_) => None,
+        })
+        .as_ref()
+        .or_else(|| self.copies.iter().next()) else {
+            return self.stop_for_swap();
+        };
+        // Keep a process that runs on a GPU holding a copy, unless its
+        // supervisor gave up on it: a load is a chance to start over.
+        let copies = &self.copies;
+        let usable = self.running.borrow().as_ref().is_some_and(|r| {
+            r.gpus.iter().any(|g| copies.contains(g)) && r.instance.status().phase != Phase::Failed
+        });
+        if usable {
+            return Box::pin(async { Ok(()) });
+        }
+        let slices = moved_to(&self.slices, target);
+        self.slices = slices.clone();
+        self.relaunch(function, slices)
     }
 }
 

@@ -107,11 +107,16 @@ async fn serves_on_its_slice_and_follows_its_weights_between_gpus() {
     let child0 = first["child_pid"].as_u64().unwrap();
     assert_eq!(d.pid(), Some(pid0 as u32));
 
-    // Same GPU: nothing happens.
-    d.place(Some(0)).await.unwrap();
+    // Its copy loads on the same GPU: nothing happens.
+    d.place(Placement::Joined(0)).await.unwrap();
     assert_eq!(d.pid(), Some(pid0 as u32));
-    // Moved to GPU 1: a new process on GPU 1's slice; the old group is gone.
-    d.place(Some(1)).await.unwrap();
+    // A second copy on GPU 1 does not disturb the running process.
+    d.place(Placement::Joined(1)).await.unwrap();
+    assert_eq!(d.pid(), Some(pid0 as u32));
+    assert_eq!(d.gpus(), Some(vec![0]));
+    // The copy on GPU 0 leaves (a move to GPU 1, or an unload): the process
+    // follows to GPU 1's slice; the old group is gone.
+    d.place(Placement::Left(0)).await.unwrap();
     let moved = echo(&mut d, "{}").await;
     assert_eq!(moved["env"]["CUDA_VISIBLE_DEVICES"], "1");
     assert_eq!(moved["env"]["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "1=4096M");
@@ -122,14 +127,14 @@ async fn serves_on_its_slice_and_follows_its_weights_between_gpus() {
     );
     // Swapped out: stopped; invocations are refused until it is back.
     let pid1 = moved["pid"].as_u64().unwrap();
-    d.place(None).await.unwrap();
+    d.place(Placement::Left(1)).await.unwrap();
     assert!(gone(pid1).await);
     assert_eq!(d.pid(), None);
     assert_eq!(
         d.invoke(call("{}", None)).await,
         Err(RuntimeError::NotRunning)
     );
-    d.place(Some(1)).await.unwrap();
+    d.place(Placement::Joined(1)).await.unwrap();
     assert_eq!(echo(&mut d, "{}").await["env"]["CUDA_VISIBLE_DEVICES"], "1");
     assert_eq!((counters.starts(), counters.running()), (3, 1));
     d.stop().await;
@@ -246,7 +251,7 @@ async fn a_load_starts_over_a_process_its_supervisor_gave_up_on() {
     );
     // Fixed; the next load on the same GPU starts a fresh process.
     std::fs::remove_file(&marker).unwrap();
-    d.place(Some(0)).await.unwrap();
+    d.place(Placement::Joined(0)).await.unwrap();
     assert_eq!(echo(&mut d, "{}").await["env"]["CUDA_VISIBLE_DEVICES"], "0");
     assert_eq!(d.generation(), Some(1));
     d.stop().await;

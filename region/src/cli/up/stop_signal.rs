@@ -1,5 +1,6 @@
-//! SIGINT (Ctrl-C) and SIGTERM, caught for `gsharectl up` so that it can
-//! stop its children and print its summary before it exits.
+//! SIGINT (Ctrl-C), SIGTERM and SIGHUP (the terminal closed), caught for
+//! `gsharectl up` so that it can stop its children and print its summary
+//! before it exits.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-/// Set once SIGINT or SIGTERM arrived; a watcher thread waits for them.
+/// Set once SIGINT, SIGTERM or SIGHUP arrived; a watcher thread waits for them.
 #[derive(Debug)]
 pub struct StopSignal {
     flag: Arc<AtomicBool>,
@@ -39,9 +40,14 @@ impl StopSignal {
                 };
                 runtime.block_on(async move {
                     use tokio::signal::unix::{signal, SignalKind};
-                    let handlers = signal(SignalKind::interrupt())
-                        .and_then(|i| Ok((i, signal(SignalKind::terminate())?)));
-                    let (mut int, mut term) = match handlers {
+                    let handlers = signal(SignalKind::interrupt()).and_then(|i| {
+                        Ok((
+                            i,
+                            signal(SignalKind::terminate())?,
+                            signal(SignalKind::hangup())?,
+                        ))
+                    });
+                    let (mut int, mut term, mut hup) = match handlers {
                         Ok(h) => h,
                         Err(e) => {
                             let _ = ready_tx.send(Err(e.to_string()));
@@ -52,6 +58,7 @@ impl StopSignal {
                     let name = tokio::select! {
                         _ = int.recv() => "SIGINT",
                         _ = term.recv() => "SIGTERM",
+                        _ = hup.recv() => "SIGHUP",
                     };
                     thread_flag.store(true, Ordering::SeqCst);
                     let _ = tx.send(name);
