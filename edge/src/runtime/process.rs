@@ -155,24 +155,11 @@ fn group_alive(pgid: i32) -> bool {
         return true;
     };
     entries.flatten().any(|e| {
-        let name = e.file_name();
-        let Some(name) = name.to_str() else {
-            return false;
-        };
-        if !name.bytes().all(|b| b.is_ascii_digit()) {
-            return false;
-        }
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{name}/stat")) else {
-            return false;
-        };
-        // "pid (comm) state ppid pgrp …"; comm may hold spaces and parentheses.
-        let Some((_, rest)) = stat.rsplit_once(") ") else {
-            return false;
-        };
-        let mut fields = rest.split(' ');
-        let state = fields.next().unwrap_or("");
-        let pgrp = fields.nth(1).and_then(|g| g.parse::<i32>().ok());
-        pgrp == Some(pgid) && !matches!(state, "Z" | "X")
+        e.file_name()
+            .to_str()
+            .and_then(|name| name.parse::<i32>().ok())
+            .and_then(ledger::stat)
+            .is_some_and(|(state, pgrp, _)| pgrp == pgid && !matches!(state.as_str(), "Z" | "X"))
     })
 }
 

@@ -127,7 +127,7 @@ fn start_time(pid: i32) -> Option<u64> {
 }
 
 /// (state, pgrp, start time) of process `pid` from `/proc/<pid>/stat`.
-fn stat(pid: i32) -> Option<(String, i32, u64)> {
+pub(super) fn stat(pid: i32) -> Option<(String, i32, u64)> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // "pid (comm) state ppid pgrp session tty_nr tpgid flags minflt cminflt
     //  majflt cmajflt utime stime cutime cstime priority nice num_threads
