@@ -12,6 +12,7 @@
 //! | status | code |
 //! |---|---|
 //! | 400 | `bad_deadline` (header `X-Gshare-Deadline-Ms` not a positive integer) |
+//! | 400 | `invalid_idempotency_key` (header `Idempotency-Key` not 1 to 128 printable ASCII characters) |
 //! | 401 | `unauthorized` (missing or unknown token, or another tenant's) |
 //! | 404 | `unknown_function` |
 //! | 429 | `over_capacity` |
@@ -33,6 +34,10 @@ use std::sync::Arc;
 
 /// Header carrying the relative deadline in milliseconds.
 pub const DEADLINE_HEADER: &str = "x-gshare-deadline-ms";
+/// Header carrying an invocation's idempotency key.
+pub const KEY_HEADER: &str = "idempotency-key";
+/// Header marking the stored answer of a repeated key (`1`, or `truncated`).
+pub const REPLAYED_HEADER: &str = "x-gshare-replayed";
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 4 << 20;
 
@@ -54,6 +59,25 @@ pub fn outcome_response(outcome: InvokeOutcome) -> HttpResponse {
             .insert_header(("x-gshare-service-us", service_us.to_string()))
             .body(body),
         InvokeOutcome::Failed(e) => failed(&e),
+        InvokeOutcome::Replayed {
+            body,
+            body_len,
+            truncated,
+        } => replayed(body, body_len, truncated),
+    }
+}
+
+/// The answer to a repeated idempotency key: the stored body, or (past
+/// [`gshare_core::protocol::MAX_REPLAY_BODY`]) `{"replayed_truncated": true, "body_len"}`.
+pub fn replayed(body: Vec<u8>, body_len: u64, truncated: bool) -> HttpResponse {
+    if truncated {
+        HttpResponse::Ok()
+            .insert_header((REPLAYED_HEADER, "truncated"))
+            .json(serde_json::json!({"replayed_truncated": true, "body_len": body_len}))
+    } else {
+        HttpResponse::Ok()
+            .insert_header((REPLAYED_HEADER, "1"))
+            .body(body)
     }
 }
 
@@ -91,6 +115,23 @@ async fn invoke(
             }
         },
     };
+    let idempotency_key = match req.headers().get(KEY_HEADER) {
+        None => None,
+        Some(v) => match v
+            .to_str()
+            .ok()
+            .filter(|k| gshare_core::state::is_valid_key(k))
+        {
+            Some(k) => Some(k.to_string()),
+            None => {
+                return error(
+                    400,
+                    "invalid_idempotency_key",
+                    "Idempotency-Key must be 1 to 128 printable ASCII characters",
+                )
+            }
+        },
+    };
     let (tenant, function) = path.into_inner();
     let msg = Invoke {
         tenant: TenantId(tenant),
@@ -98,6 +139,7 @@ async fn invoke(
         token_digest: Some(token_digest(token)),
         deadline_ms,
         body: body.to_vec(),
+        idempotency_key,
     };
     match agent.send(msg).await {
         Ok(Admission::Accepted(rx)) => match rx.await {
@@ -171,6 +213,7 @@ async fn metrics(agent: web::Data<Addr<NodeAgent>>) -> HttpResponse {
     line("functions", s.functions as u64);
     line("invocations_served_total", s.served);
     line("invocations_failed_total", s.failed);
+    line("invocations_replayed_total", s.replayed);
     line("swap_ins_total", s.swap_ins);
     line("swap_outs_total", s.swap_outs);
     line("cold_starts_total", s.cold_starts);

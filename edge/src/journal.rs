@@ -24,6 +24,13 @@
 //! handed out, even when every record was acknowledged and removed, and the
 //! totals are exactly the sum of the records that made it to disk.
 //!
+//! Invocation idempotency keys: `k` ‖ tenant ‖ 0 ‖ key holds the
+//! [`KeyedOutcome`] of an invocation completed under that key, written in
+//! the same atomic batch as the usage record that bills it (so a key is on
+//! disk exactly when its invocation is billed), and `x` ‖ at (u64 ms,
+//! big-endian) ‖ tenant ‖ 0 ‖ key indexes it by age. Appends remove keys
+//! older than the key window (agent config `invoke_key_window_s`).
+//!
 //! Guarantees: a record whose `append` returned is on disk; records come
 //! back from [`UsageJournal::batch_after`] in sequence order until they are
 //! acknowledged, across drops, restarts and `kill -9`. An `append` that did
@@ -44,6 +51,12 @@ const KEY_NEXT_SEQ: &[u8] = b"m:next_seq";
 const KEY_AGENT: &[u8] = b"m:agent";
 const RECORD_PREFIX: u8 = b'r';
 const TOTALS_PREFIX: u8 = b't';
+const KEY_PREFIX: u8 = b'k';
+const KEY_AGE_PREFIX: u8 = b'x';
+/// How long an invocation's outcome is kept under its key by default (10 min).
+pub const DEFAULT_KEY_WINDOW_MS: u64 = 10 * 60 * 1000;
+/// Largest stored keyed outcome accepted when decoding.
+const KEYED_LIMIT: usize = 2 * gshare_core::protocol::MAX_REPLAY_BODY;
 /// Largest encoded record accepted when decoding (a record is ~100 bytes).
 const RECORD_LIMIT: usize = 64 * 1024;
 
@@ -134,6 +147,72 @@ impl TenantTotals {
     }
 }
 
+/// The stored answer of an invocation completed under an idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyedOutcome {
+    /// The tenant.
+    pub tenant: TenantId,
+    /// The key.
+    pub key: String,
+    /// When it completed (Unix ms).
+    pub at_ms: u64,
+    /// The first [`gshare_core::protocol::MAX_REPLAY_BODY`] bytes of the body.
+    pub body: Vec<u8>,
+    /// The original body's length.
+    pub body_len: u64,
+}
+
+impl KeyedOutcome {
+    /// The record of a completed invocation's `body` (kept up to the replay size).
+    pub fn new(tenant: TenantId, key: String, at_ms: u64, body: &[u8]) -> Self {
+        let keep = body.len().min(gshare_core::protocol::MAX_REPLAY_BODY);
+        Self {
+            tenant,
+            key,
+            at_ms,
+            body: body[..keep].to_vec(),
+            body_len: body.len() as u64,
+        }
+    }
+
+    /// Whether the stored body is shorter than the original.
+    pub fn truncated(&self) -> bool {
+        self.body_len > self.body.len() as u64
+    }
+
+    /// The outcome a replay of the key answers.
+    pub fn replay(&self) -> gshare_core::protocol::InvokeOutcome {
+        gshare_core::protocol::InvokeOutcome::Replayed {
+            body: if self.truncated() {
+                Vec::new()
+            } else {
+                self.body.clone()
+            },
+            body_len: self.body_len,
+            truncated: self.truncated(),
+        }
+    }
+}
+
+fn keyed_key(tenant: &TenantId, key: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(2 + tenant.0.len() + key.len());
+    k.push(KEY_PREFIX);
+    k.extend_from_slice(tenant.0.as_bytes());
+    k.push(0);
+    k.extend_from_slice(key.as_bytes());
+    k
+}
+
+fn age_key(at_ms: u64, tenant: &TenantId, key: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(10 + tenant.0.len() + key.len());
+    k.push(KEY_AGE_PREFIX);
+    k.extend_from_slice(&at_ms.to_be_bytes());
+    k.extend_from_slice(tenant.0.as_bytes());
+    k.push(0);
+    k.extend_from_slice(key.as_bytes());
+    k
+}
+
 /// Where the journal stands (for `GET /v1/agent/journal`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JournalStatus {
@@ -167,6 +246,7 @@ pub struct UsageJournal {
     next_seq: Mutex<u64>,
     acked_through: AtomicU64,
     region_next_seq: AtomicU64,
+    key_window_ms: AtomicU64,
 }
 
 impl std::fmt::Debug for UsageJournal {
@@ -298,6 +378,7 @@ impl UsageJournal {
             next_seq: Mutex::new(stored_next.max(after_last)),
             acked_through: AtomicU64::new(0),
             region_next_seq: AtomicU64::new(0),
+            key_window_ms: AtomicU64::new(DEFAULT_KEY_WINDOW_MS),
         })
     }
 
@@ -316,9 +397,48 @@ impl UsageJournal {
     /// the new next number, and the journal is flushed to disk before this
     /// returns. Returns the numbers assigned.
     pub fn append(&self, records: Vec<UsageRecord>) -> Result<Range<u64>, JournalError> {
+        self.append_keyed(records, Vec::new(), 0)
+    }
+
+    /// How long invocation outcomes are kept under their keys.
+    pub fn set_key_window(&self, window: std::time::Duration) {
+        self.key_window_ms
+            .store(window.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// The stored outcome of `tenant`'s invocation under `key`, if it
+    /// completed within the key window before `now_ms`.
+    pub fn keyed(
+        &self,
+        tenant: &TenantId,
+        key: &str,
+        now_ms: u64,
+    ) -> Result<Option<KeyedOutcome>, JournalError> {
+        let Some(bytes) = self.tree.get(keyed_key(tenant, key))? else {
+            return Ok(None);
+        };
+        let cfg = bincode::config::standard().with_limit::<KEYED_LIMIT>();
+        let (o, _): (KeyedOutcome, usize) = bincode::serde::decode_from_slice(&bytes, cfg)
+            .map_err(|e| JournalError::Corrupt {
+                key: format!("invocation key {key:?}"),
+                reason: e.to_string(),
+            })?;
+        let window = self.key_window_ms.load(Ordering::Relaxed);
+        Ok((o.at_ms.saturating_add(window) >= now_ms).then_some(o))
+    }
+
+    /// [`UsageJournal::append`], with the outcomes of the keyed invocations
+    /// the records bill, in the same atomic batch; keys older than the
+    /// window before `now_ms` are removed in it too.
+    pub fn append_keyed(
+        &self,
+        records: Vec<UsageRecord>,
+        keyed: Vec<KeyedOutcome>,
+        now_ms: u64,
+    ) -> Result<Range<u64>, JournalError> {
         let mut next = self.next_seq.lock().unwrap_or_else(|p| p.into_inner());
         let first = *next;
-        if records.is_empty() {
+        if records.is_empty() && keyed.is_empty() {
             return Ok(first..first);
         }
         let end = first
@@ -337,6 +457,31 @@ impl UsageJournal {
         }
         for (tenant, t) in &totals {
             batch.insert(totals_key(tenant), encode_totals(t)?);
+        }
+        if !keyed.is_empty() {
+            let window = self.key_window_ms.load(Ordering::Relaxed);
+            let horizon = age_key(now_ms.saturating_sub(window), &TenantId(String::new()), "");
+            for kv in self.tree.range(vec![KEY_AGE_PREFIX]..horizon) {
+                let (k, _) = kv?;
+                if let Some(split) = k.get(9..).and_then(|r| r.iter().position(|b| *b == 0)) {
+                    let at = decode_u64(&k, &k[1..9])?;
+                    let tenant = TenantId(String::from_utf8_lossy(&k[9..9 + split]).into_owned());
+                    let key = String::from_utf8_lossy(&k[10 + split..]).into_owned();
+                    // Only the record this age entry was written with (a
+                    // key recorded again later has a newer one).
+                    let stored = self.keyed(&tenant, &key, 0)?;
+                    if stored.is_some_and(|o| o.at_ms == at) {
+                        batch.remove(keyed_key(&tenant, &key));
+                    }
+                }
+                batch.remove(k);
+            }
+        }
+        for o in &keyed {
+            let bytes = bincode::serde::encode_to_vec(o, bincode::config::standard())
+                .map_err(|e| JournalError::Encode(e.to_string()))?;
+            batch.insert(keyed_key(&o.tenant, &o.key), bytes);
+            batch.insert(age_key(o.at_ms, &o.tenant, &o.key), &[][..]);
         }
         batch.insert(KEY_NEXT_SEQ, &end.to_be_bytes()[..]);
         self.tree.apply_batch(batch)?;

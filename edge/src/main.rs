@@ -108,6 +108,7 @@ fn run(
         gshare_core::state::AgentId(config.node.0.clone()),
     )
     .with_context(|| format!("opening the usage journal {}", journal_dir.display()))?;
+    journal.set_key_window(std::time::Duration::from_secs(config.invoke_key_window_s));
     let metering = Metering {
         journal: std::sync::Arc::new(journal),
         appended: std::sync::Arc::default(),

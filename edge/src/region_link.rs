@@ -26,8 +26,8 @@
 //! serving goes on throughout, with the last instances and tokens.
 
 use crate::agent::{
-    Admission, ApplyAssignment, ApplyTokens, Invoke, Metering, NodeAgent, StatusQuery,
-    TakeSwapEvents,
+    Admission, ApplyAssignment, ApplyTokens, Invoke, KeyAnswer, LookupKey, Metering, NodeAgent,
+    StatusQuery, TakeSwapEvents,
 };
 use crate::gpu::{Discovered, GpuMeter};
 use crate::journal::{JournalBatch, UsageJournal};
@@ -336,9 +336,32 @@ async fn invokes(conn: quinn::Connection, agent: Addr<NodeAgent>) -> Result<(), 
             }
             other => other?,
         };
-        let RegionMessage::V1(RegionMessageV1::Invoke(req)) = msg else {
-            tracing::warn!("unexpected request {msg:?}");
-            continue;
+        let (req, key) = match msg {
+            RegionMessage::V1(RegionMessageV1::Invoke(req)) => (req, None),
+            RegionMessage::V1(RegionMessageV1::InvokeKeyed { key, request }) => {
+                if !gshare_core::state::is_valid_key(&key) {
+                    tracing::warn!("invocation with a malformed idempotency key refused");
+                    continue;
+                }
+                (request, Some(key))
+            }
+            RegionMessage::V1(RegionMessageV1::InvokeLookup { id, tenant, key }) => {
+                let agent = agent.clone();
+                actix_rt::spawn(async move {
+                    let outcome = match agent.send(LookupKey { tenant, key }).await {
+                        Ok(KeyAnswer::Known(o)) => Some(o),
+                        Ok(KeyAnswer::Running(rx)) => rx.await.ok(),
+                        Ok(KeyAnswer::Unknown) | Err(_) => None,
+                    };
+                    let reply = AgentMessage::v1(AgentMessageV1::InvokeLookupReply { id, outcome });
+                    let _ = write_frame(&mut send, &reply).await;
+                });
+                continue;
+            }
+            other => {
+                tracing::warn!("unexpected request {other:?}");
+                continue;
+            }
         };
         let agent = agent.clone();
         actix_rt::spawn(async move {
@@ -350,6 +373,7 @@ async fn invokes(conn: quinn::Connection, agent: Addr<NodeAgent>) -> Result<(), 
                     token_digest: None,
                     deadline_ms: req.deadline_ms,
                     body: req.body,
+                    idempotency_key: key,
                 })
                 .await
             {

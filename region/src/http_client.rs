@@ -46,6 +46,20 @@ pub fn request(
     json_body: Option<&str>,
     timeout: Duration,
 ) -> Result<HttpReply, HttpClientError> {
+    request_with(addr, method, path, token, &[], json_body, timeout).map(|(r, _)| r)
+}
+
+/// [`request`] with extra request headers; also returns the answer's
+/// headers (names in lower case).
+pub fn request_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    headers: &[(&str, &str)],
+    json_body: Option<&str>,
+    timeout: Duration,
+) -> Result<(HttpReply, Vec<(String, String)>), HttpClientError> {
     let io = |source| HttpClientError::Io { addr, source };
     let mut stream = TcpStream::connect_timeout(&addr, timeout).map_err(io)?;
     stream.set_read_timeout(Some(timeout)).map_err(io)?;
@@ -55,6 +69,9 @@ pub fn request(
     if let Some(t) = token {
         head.push_str(&format!("Authorization: Bearer {t}\r\n"));
     }
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
     if json_body.is_some() {
         head.push_str("Content-Type: application/json\r\n");
     }
@@ -63,7 +80,20 @@ pub fn request(
     stream.write_all(body.as_bytes()).map_err(io)?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).map_err(io)?;
-    parse(addr, &raw)
+    let reply = parse(addr, &raw)?;
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or(raw.len());
+    let answer_headers = String::from_utf8_lossy(&raw[..end])
+        .split("\r\n")
+        .skip(1)
+        .filter_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            Some((n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        })
+        .collect();
+    Ok((reply, answer_headers))
 }
 
 fn parse(addr: SocketAddr, raw: &[u8]) -> Result<HttpReply, HttpClientError> {

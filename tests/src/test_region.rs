@@ -182,6 +182,25 @@ impl TestRegion {
         Ok(())
     }
 
+    /// Sends replica `id` a signal by name (`STOP` pauses it, `CONT` resumes it).
+    pub fn signal(&self, id: u64, signal: &str) -> anyhow::Result<()> {
+        let pid = self
+            .replicas
+            .get(&id)
+            .and_then(|r| r.child.as_ref())
+            .map(|c| c.id())
+            .ok_or_else(|| anyhow!("replica {id} is not running"))?;
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .context("kill")?;
+        if !status.success() {
+            bail!("kill -{signal} {pid} failed");
+        }
+        Ok(())
+    }
+
     /// Whether replica `id`'s process is still running.
     pub fn alive(&mut self, id: u64) -> bool {
         match self.replicas.get_mut(&id).and_then(|r| r.child.as_mut()) {

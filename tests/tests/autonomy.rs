@@ -578,3 +578,167 @@ fn kill9_agent_mid_load_loses_no_journaled_record() {
     );
     assert_eq!(stand.region_bill_total(1), stand.price(&want));
 }
+
+/// One invocation through replica `id` under `key`; the answer and its headers.
+fn invoke_keyed(stand: &Stand, id: u64, key: &str) -> (HttpReply, Vec<(String, String)>) {
+    gshare_region::http_client::request_with(
+        stand.region.http(id),
+        "POST",
+        &format!("/v1/invoke/acme/{FUNCTION}"),
+        Some(&stand.acme),
+        &[("Idempotency-Key", key)],
+        Some("{\"n\": 1}"),
+        Duration::from_secs(10),
+    )
+    .unwrap_or_else(|e| {
+        (
+            HttpReply {
+                status: 0,
+                body: e.to_string(),
+            },
+            Vec::new(),
+        )
+    })
+}
+
+#[test]
+fn invocations_through_replicas_across_agent_and_leader_kills_are_billed_as_answered() {
+    let mut stand = Stand::new(31);
+    until("served through a replica", 60, || {
+        (invoke_keyed(&stand, 1, "warm-up").0.status == 200).then_some(())
+    });
+    // Clients invoke through the replicas, each invocation under its own
+    // key, retrying with the same key on no answer, 502 and 503.
+    let stop = Arc::new(AtomicBool::new(false));
+    let ok = Arc::new(AtomicU64::new(1)); // the warm-up
+    let unknown = Arc::new(AtomicU64::new(0));
+    let refused = Arc::new(AtomicU64::new(0));
+    let replayed_key: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+    let addrs: Vec<SocketAddr> = (1..=3).map(|i| stand.region.http(i)).collect();
+    let threads: Vec<_> = (0..6)
+        .map(|c| {
+            let (stop, ok, unknown, refused) =
+                (stop.clone(), ok.clone(), unknown.clone(), refused.clone());
+            let (addrs, acme, replayed_key) =
+                (addrs.clone(), stand.acme.clone(), replayed_key.clone());
+            std::thread::spawn(move || {
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let key = format!("c{c}-{i}");
+                    let deadline = Instant::now() + Duration::from_secs(30);
+                    let mut ambiguous = false;
+                    let mut k = c as usize + i as usize;
+                    let heard = loop {
+                        let (r, h) = gshare_region::http_client::request_with(
+                            addrs[k % addrs.len()],
+                            "POST",
+                            &format!("/v1/invoke/acme/{FUNCTION}"),
+                            Some(&acme),
+                            &[("Idempotency-Key", &key)],
+                            Some("{\"n\": 1}"),
+                            Duration::from_secs(10),
+                        )
+                        .unwrap_or_else(|e| {
+                            (
+                                HttpReply {
+                                    status: 0,
+                                    body: e.to_string(),
+                                },
+                                Vec::new(),
+                            )
+                        });
+                        let code = json_of(&r)["error"]["code"]
+                            .as_str()
+                            .unwrap_or("")
+                            .to_string();
+                        if r.status == 502 && code == "outcome_unknown" {
+                            assert_eq!(json_of(&r)["error"]["retryable"], json!(true), "{r:?}");
+                            assert_eq!(json_of(&r)["error"]["idempotency_key"], json!(key));
+                            assert!(h.iter().any(|(n, v)| n == "idempotency-key" && *v == key));
+                        }
+                        match r.status {
+                            200 => break Some(true),
+                            0 | 502 | 503 if Instant::now() < deadline => {
+                                // No answer, or an outcome not known: it may have run.
+                                ambiguous |= r.status == 0 || code == "outcome_unknown";
+                                k += 1;
+                                std::thread::sleep(Duration::from_millis(100));
+                            }
+                            0 | 502 | 503 => break None,
+                            _ => break Some(false),
+                        }
+                    };
+                    match heard {
+                        Some(true) => {
+                            ok.fetch_add(1, Ordering::Relaxed);
+                            replayed_key.lock().unwrap().get_or_insert(key);
+                        }
+                        Some(false) if !ambiguous => {
+                            refused.fetch_add(1, Ordering::Relaxed);
+                        }
+                        _ => {
+                            unknown.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(3));
+    stand.kill9_agent();
+    std::thread::sleep(Duration::from_millis(1_500));
+    stand.start_agent();
+    std::thread::sleep(Duration::from_secs(4));
+    let leader = stand
+        .region
+        .wait_leader(&[1, 2, 3], Duration::from_secs(15))
+        .expect("leader");
+    stand.region.kill9(leader).expect("kill leader");
+    std::thread::sleep(Duration::from_secs(4));
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().expect("client");
+    }
+    let survivor = (1..=3).find(|i| *i != leader).unwrap();
+    // A key that succeeded, sent again: the stored answer, not a second run.
+    let key = replayed_key.lock().unwrap().clone().expect("a success");
+    let before = stand.agent_totals().expect("agent totals").invocations;
+    let (again, h) = invoke_keyed(&stand, survivor, &key);
+    assert_eq!(again.status, 200, "{again:?}");
+    assert_eq!(again.body, "{\"n\": 1}");
+    assert!(
+        h.iter().any(|(n, v)| n == "x-gshare-replayed" && v == "1"),
+        "{h:?}"
+    );
+    let (ok, unknown, refused) = (
+        ok.load(Ordering::Relaxed),
+        unknown.load(Ordering::Relaxed),
+        refused.load(Ordering::Relaxed),
+    );
+    until("function deleted", 30, || {
+        let r = call(
+            stand.region.http(survivor),
+            "DELETE",
+            &format!("/v1/functions/{FUNCTION}"),
+            &stand.acme,
+            None,
+        );
+        (r.status == 200 || r.status == 404).then_some(())
+    });
+    let journal = stand.wait_quiescent();
+    let after = stand.agent_totals().expect("agent totals");
+    assert_eq!(after.invocations, before, "the replay ran nothing");
+    let want = usage_of(&after);
+    let billed = stand.region_usage_converged(survivor, &want).invocations;
+    println!(
+        "invocations through replicas across an agent kill and a leader kill: \
+         successes {ok}, unknown {unknown}, refused {refused}; region bills {billed}; \
+         journal {journal}"
+    );
+    assert!(
+        ok <= billed && billed <= ok + unknown,
+        "successes {ok} <= billed {billed} <= successes + unknown {}",
+        ok + unknown
+    );
+}

@@ -96,6 +96,10 @@ pub struct AgentConfig {
     /// How often resident GPU memory is metered and journaled, ms
     /// (`[metering] interval_ms`, default 1000).
     pub metering_interval_ms: u64,
+    /// How long an invocation's outcome is kept under its idempotency key
+    /// in the usage journal, s (`[metering] invoke_key_window_s`, 60 to
+    /// 604,800, default 600).
+    pub invoke_key_window_s: u64,
 }
 
 impl AgentConfig {
@@ -137,6 +141,19 @@ key = "c.key"
         assert_eq!(c.node, NodeId("n1".into()));
         assert_eq!(c.heartbeat_ms, 1000);
         assert_eq!(c.metering_interval_ms, 1000);
+        assert_eq!(c.invoke_key_window_s, 600);
+        let w = format!("{GOOD}[metering]\ninvoke_key_window_s = 3600\n");
+        assert_eq!(
+            AgentConfig::from_toml("a.toml", &w)
+                .unwrap()
+                .invoke_key_window_s,
+            3600
+        );
+        let w = format!("{GOOD}[metering]\ninvoke_key_window_s = 5\n");
+        let e = AgentConfig::from_toml("a.toml", &w)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("metering.invoke_key_window_s"), "{e}");
         let m = format!("{GOOD}[metering]\ninterval_ms = 250\n");
         assert_eq!(
             AgentConfig::from_toml("a.toml", &m)

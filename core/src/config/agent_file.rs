@@ -15,6 +15,8 @@ const DEFAULT_STORAGE_MIB_PER_S: u64 = 2_000;
 const DEFAULT_H2D_MIB_PER_S: u64 = 12_000;
 const DEFAULT_HEARTBEAT_MS: u64 = 1_000;
 const DEFAULT_METERING_INTERVAL_MS: u64 = 1_000;
+/// How long an invocation's outcome is kept under its idempotency key, s.
+pub const DEFAULT_INVOKE_KEY_WINDOW_S: u64 = 600;
 
 fn addr(is: &mut Issues<'_>, f: &Field<String>) -> Option<SocketAddr> {
     let s = f.v.as_ref()?;
@@ -153,17 +155,27 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
         }),
     };
 
-    let metering_interval = match root.table(&mut is, "metering", false) {
+    let (metering_interval, invoke_key_window) = match root.table(&mut is, "metering", false) {
         Some(mut t) => {
             let f = t.uint::<u64>(&mut is, "interval_ms", false);
+            let w = t.uint::<u64>(&mut is, "invoke_key_window_s", false);
             t.finish(&mut is);
-            if f.v.is_some() {
+            let interval = if f.v.is_some() {
                 check_range(&mut is, &f, 10, 3_600_000)
             } else {
                 Some(DEFAULT_METERING_INTERVAL_MS)
-            }
+            };
+            let window = if w.v.is_some() {
+                check_range(&mut is, &w, 60, 7 * 86_400)
+            } else {
+                Some(DEFAULT_INVOKE_KEY_WINDOW_S)
+            };
+            (interval, window)
         }
-        None => Some(DEFAULT_METERING_INTERVAL_MS),
+        None => (
+            Some(DEFAULT_METERING_INTERVAL_MS),
+            Some(DEFAULT_INVOKE_KEY_WINDOW_S),
+        ),
     };
 
     let gpus = root.table(&mut is, "gpus", true).and_then(|mut t| {
@@ -274,7 +286,9 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
     if !is.is_empty() {
         return Err(is.into_error(file));
     }
-    let Some(metering_interval_ms) = metering_interval else {
+    let (Some(metering_interval_ms), Some(invoke_key_window_s)) =
+        (metering_interval, invoke_key_window)
+    else {
         return Err(is.into_error(file));
     };
     match (
@@ -306,6 +320,7 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
             heartbeat_ms,
             runtimes,
             metering_interval_ms,
+            invoke_key_window_s,
         }),
         _ => Err(is.into_error(file)),
     }

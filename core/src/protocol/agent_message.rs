@@ -35,6 +35,15 @@ pub enum AgentMessageV1 {
     },
     /// The answer to a forwarded [`super::InvokeRequest`].
     InvokeReply(InvokeReply),
+    /// The answer to [`super::RegionMessageV1::InvokeLookup`]: the
+    /// invocation's outcome, or `None` when the agent knows nothing of the
+    /// key (it never ran to completion here, or its record expired).
+    InvokeLookupReply {
+        /// The lookup's correlation id.
+        id: u64,
+        /// What became of it.
+        outcome: Option<super::InvokeOutcome>,
+    },
 }
 
 /// An agent registers its node and GPUs.

@@ -120,7 +120,21 @@ pub enum InvokeOutcome {
     },
     /// An explicit error.
     Failed(InvokeError),
+    /// The stored answer of an invocation already completed under the same
+    /// idempotency key (it ran once and was billed once).
+    Replayed {
+        /// The stored body: the first [`MAX_REPLAY_BODY`] bytes.
+        body: Vec<u8>,
+        /// The length of the original body.
+        body_len: u64,
+        /// Whether the original body was longer than what was stored.
+        truncated: bool,
+    },
 }
+
+/// Most body bytes stored per invocation idempotency key (64 KiB); a longer
+/// answer is replayed as its status and a `replayed_truncated` marker.
+pub const MAX_REPLAY_BODY: usize = 64 * 1024;
 
 /// The agent's answer to an [`InvokeRequest`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

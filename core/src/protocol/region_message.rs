@@ -44,6 +44,27 @@ pub enum RegionMessageV1 {
     Invoke(InvokeRequest),
     /// Nothing to report (answer to heartbeats and swap reports).
     Ack,
+    /// An invocation forwarded under an idempotency key: the agent runs it
+    /// at most once per key (a second request joins the first while it
+    /// runs, and gets the stored answer after); the agent answers with
+    /// [`super::AgentMessageV1::InvokeReply`].
+    InvokeKeyed {
+        /// The key (printable ASCII, at most 128 bytes).
+        key: String,
+        /// The invocation.
+        request: InvokeRequest,
+    },
+    /// What became of the invocation under `key` (asked after a forward
+    /// lost its answer); the agent answers with
+    /// [`super::AgentMessageV1::InvokeLookupReply`], waiting while it runs.
+    InvokeLookup {
+        /// Correlation id chosen by the replica.
+        id: u64,
+        /// The tenant.
+        tenant: crate::model::TenantId,
+        /// The key.
+        key: String,
+    },
 }
 
 impl RegionMessage {

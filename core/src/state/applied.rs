@@ -113,4 +113,24 @@ pub enum Applied {
         /// Records already applied before (ignored).
         duplicates: u32,
     },
+    /// A function was deployed with its first instances.
+    FunctionCreated {
+        /// Owner.
+        tenant: TenantId,
+        /// Name.
+        name: String,
+        /// Its version (1).
+        version: u64,
+        /// The instances placed, in the order of the command's placements.
+        instances: Vec<PlacedInstance>,
+    },
+}
+
+/// One instance placed by a [`Applied::FunctionCreated`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlacedInstance {
+    /// Its id.
+    pub instance: InstanceId,
+    /// Its slices.
+    pub slices: Vec<Slice>,
 }

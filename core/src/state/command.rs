@@ -126,6 +126,30 @@ pub enum DomainCommand {
         /// The records (at most [`MAX_USAGE_BATCH`]).
         records: Vec<UsageRecord>,
     },
+    /// Deploys a function and places its first instances in one step: the
+    /// deploy and every placement take effect, or none does (each placement
+    /// is re-checked like an [`DomainCommand::InstancePlace`]).
+    FunctionCreate {
+        /// The spec; `spec.tenant` is the owner.
+        spec: FunctionSpec,
+        /// The slices of each instance to place.
+        placements: Vec<Vec<Slice>>,
+    },
+    /// Applies `command` at most once per `(tenant, key)`: under a key
+    /// already recorded it returns the recorded outcome and changes nothing
+    /// (see [`super::IdempotencyTable`]). Only a tenant's function commands
+    /// (`FunctionCreate`, `FunctionDeploy`, `FunctionUpdate`,
+    /// `FunctionDelete`) of that tenant take a key.
+    Keyed {
+        /// The tenant the key belongs to.
+        tenant: TenantId,
+        /// The idempotency key (see [`super::is_valid_key`]).
+        key: String,
+        /// What the request was (same key, other fingerprint: refused).
+        fingerprint: String,
+        /// The command.
+        command: Box<DomainCommand>,
+    },
 }
 
 impl DomainCommand {
@@ -146,6 +170,8 @@ impl DomainCommand {
             DomainCommand::InstanceRelease { .. } => "instance_release",
             DomainCommand::AgentRegister { .. } => "agent_register",
             DomainCommand::UsageBatch { .. } => "usage_batch",
+            DomainCommand::FunctionCreate { .. } => "function_create",
+            DomainCommand::Keyed { .. } => "keyed",
         }
     }
 

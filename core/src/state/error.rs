@@ -213,6 +213,18 @@ pub enum ApplyError {
     /// A metered sum would overflow.
     #[error("metered usage overflows")]
     Overflow,
+    /// The idempotency key was already used for another request.
+    #[error("idempotency key {key:?} was used for another request")]
+    IdempotencyKeyReused {
+        /// The key.
+        key: String,
+    },
+    /// An idempotency key (or the command it is attached to) is not acceptable.
+    #[error("invalid idempotency key: {reason}")]
+    InvalidIdempotencyKey {
+        /// What is wrong.
+        reason: String,
+    },
 }
 
 impl ApplyError {
@@ -243,6 +255,8 @@ impl ApplyError {
             ApplyError::InvalidUsage { .. } => "invalid_usage",
             ApplyError::SequenceOutOfWindow { .. } => "sequence_out_of_window",
             ApplyError::Overflow => "overflow",
+            ApplyError::IdempotencyKeyReused { .. } => "idempotency_key_reused",
+            ApplyError::InvalidIdempotencyKey { .. } => "invalid_idempotency_key",
         }
     }
 
@@ -272,7 +286,9 @@ impl ApplyError {
             | ApplyError::NoPrice { .. }
             | ApplyError::InvalidUsage { .. }
             | ApplyError::SequenceOutOfWindow { .. }
-            | ApplyError::Overflow => ErrorClass::Invalid,
+            | ApplyError::Overflow
+            | ApplyError::IdempotencyKeyReused { .. }
+            | ApplyError::InvalidIdempotencyKey { .. } => ErrorClass::Invalid,
         }
     }
 }

@@ -13,7 +13,8 @@
 //!   burstable, oversubscribed) with the oversubscription caps.
 //! - [`RegionState`]: tenants and token digests, quotas, price history,
 //!   topology and drained nodes, functions, instances, agents, usage
-//!   dedupe and the meter. Serializable for snapshots.
+//!   dedupe, the tenants' idempotency keys and the meter. Serializable for
+//!   snapshots.
 //! - [`plan()`]: the leader's placement proposal, or why there is none.
 //! - [`Bill`]: metered usage × price, integers only.
 //!
@@ -27,6 +28,7 @@ mod drained_node;
 mod error;
 mod fit;
 mod function_record;
+mod idempotency;
 mod index;
 mod instance;
 mod meter;
@@ -43,7 +45,7 @@ mod tenant_record;
 mod tests;
 
 pub use agent::{AgentId, AgentRecord};
-pub use applied::Applied;
+pub use applied::{Applied, PlacedInstance};
 pub use bill::{Bill, BillLine, FunctionUsage};
 pub use command::{DomainCommand, UsageRecord, MAX_USAGE_BATCH};
 pub use drained_node::DrainedNode;
@@ -53,6 +55,10 @@ pub use fit::{
     NodeLoad, SharingCaps,
 };
 pub use function_record::FunctionRecord;
+pub use idempotency::{
+    is_valid_key, IdempotencyTable, KeyLookup, KeyRecord, TenantKeys, KEY_WINDOW_MS,
+    MAX_FINGERPRINT_LEN, MAX_KEYS_PER_TENANT, MAX_KEY_LEN,
+};
 pub use instance::{Instance, InstanceId};
 pub use meter::{Meter, MeterKey, MeterLine, HOUR_MS};
 pub use plan::{plan, plan_spec, plan_spec_with, PlanOptions, Proposal};

@@ -7,13 +7,14 @@
 //! the state exactly as it was.
 
 use super::agent::{AgentId, AgentRecord};
-use super::applied::Applied;
+use super::applied::{Applied, PlacedInstance};
 use super::bill::Bill;
 use super::command::{DomainCommand, UsageRecord, MAX_USAGE_BATCH};
 use super::drained_node::DrainedNode;
 use super::error::{ApplyError, ObjectKind};
 use super::fit::{check_node, fit, Demand, NodeLoad, SharingCaps};
 use super::function_record::FunctionRecord;
+use super::idempotency::{is_valid_key, IdempotencyTable, KeyLookup, MAX_FINGERPRINT_LEN};
 use super::index::Index;
 use super::instance::{held, Instance, InstanceId};
 use super::meter::{Meter, MeterKey, HOUR_MS};
@@ -73,6 +74,7 @@ struct StateData {
     agents: BTreeMap<AgentId, AgentRecord>,
     prices: PriceHistory,
     meter: Meter,
+    idempotency: IdempotencyTable,
 }
 
 impl From<StateData> for RegionState {
@@ -313,6 +315,7 @@ impl RegionState {
                 ));
             }
         }
+        self.data.idempotency.check()?;
         let rebuilt = Index::build(
             self.data.topology.as_ref(),
             &self.data.tenants,
@@ -368,7 +371,103 @@ impl RegionState {
                 version,
             } => self.agent_register(agent, node, version, now),
             DomainCommand::UsageBatch { agent, records } => self.usage_batch(agent, records),
+            DomainCommand::FunctionCreate { spec, placements } => {
+                self.function_create(spec, placements, now)
+            }
+            DomainCommand::Keyed {
+                tenant,
+                key,
+                fingerprint,
+                command,
+            } => self.keyed(tenant, key, fingerprint, *command, now),
         }
+    }
+
+    /// The tenants' recorded idempotency keys.
+    pub fn idempotency(&self) -> &IdempotencyTable {
+        &self.data.idempotency
+    }
+
+    fn keyed(
+        &mut self,
+        tenant: TenantId,
+        key: String,
+        fingerprint: String,
+        command: DomainCommand,
+        now: UnixMillis,
+    ) -> Result<Applied, ApplyError> {
+        let bad = |reason: String| Err(ApplyError::InvalidIdempotencyKey { reason });
+        if !is_valid_key(&key) {
+            return bad(format!(
+                "1 to {} printable ASCII characters",
+                super::idempotency::MAX_KEY_LEN
+            ));
+        }
+        if fingerprint.len() > MAX_FINGERPRINT_LEN {
+            return bad(format!("fingerprint over {MAX_FINGERPRINT_LEN} bytes"));
+        }
+        let owner = match &command {
+            DomainCommand::FunctionCreate { spec, .. }
+            | DomainCommand::FunctionDeploy { spec }
+            | DomainCommand::FunctionUpdate { spec } => &spec.tenant,
+            DomainCommand::FunctionDelete { tenant, .. } => tenant,
+            other => return bad(format!("{} takes no idempotency key", other.kind())),
+        };
+        if *owner != tenant {
+            return bad(format!("the command is not tenant {tenant}'s"));
+        }
+        match self
+            .data
+            .idempotency
+            .lookup(&tenant, &key, &fingerprint, now)
+        {
+            KeyLookup::Replay(outcome) => return Ok(outcome),
+            KeyLookup::Reused => return Err(ApplyError::IdempotencyKeyReused { key }),
+            KeyLookup::New => {}
+        }
+        let outcome = self.apply(command, now)?;
+        self.data
+            .idempotency
+            .record(&tenant, key, fingerprint, outcome.clone(), now);
+        Ok(outcome)
+    }
+
+    /// Deploy and placements as one: on the first refusal everything the
+    /// command did is undone (the function deleted, its instances released,
+    /// the instance counter restored), so a refused create changes nothing.
+    fn function_create(
+        &mut self,
+        spec: FunctionSpec,
+        placements: Vec<Vec<Slice>>,
+        now: UnixMillis,
+    ) -> Result<Applied, ApplyError> {
+        let (tenant, name) = (spec.tenant.clone(), spec.name.clone());
+        let version = match self.function_deploy(spec, now)? {
+            Applied::FunctionDeployed { version, .. } => version,
+            _ => 1,
+        };
+        let next_instance = self.data.next_instance;
+        let mut instances = Vec::with_capacity(placements.len().min(64));
+        for slices in placements {
+            match self.instance_place(tenant.clone(), name.clone(), slices, now) {
+                Ok(Applied::InstancePlaced { instance, slices }) => {
+                    instances.push(PlacedInstance { instance, slices })
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    // Just deployed above, so the delete cannot be refused.
+                    let _ = self.function_delete(tenant, name);
+                    self.data.next_instance = next_instance;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Applied::FunctionCreated {
+            tenant,
+            name,
+            version,
+            instances,
+        })
     }
 
     fn known_tenant(&self, tenant: &TenantId) -> Result<&TenantRecord, ApplyError> {

@@ -94,6 +94,8 @@ gpu_hour = 625_000
 memory_gib_hour = 12_500
 "#;
 
+mod keyed;
+
 const T0: u64 = 1_800_000_000_000;
 
 fn topology(text: &str) -> Topology {

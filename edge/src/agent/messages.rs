@@ -24,6 +24,32 @@ pub struct Invoke {
     pub deadline_ms: Option<u64>,
     /// Body.
     pub body: Vec<u8>,
+    /// Idempotency key: the invocation runs at most once per key within the
+    /// journal's key window (a repeat joins the running one, or gets the
+    /// stored answer).
+    pub idempotency_key: Option<String>,
+}
+
+/// What became of the invocation under a key (asked by a replica whose
+/// forward lost its answer).
+#[derive(Debug, Message)]
+#[rtype(result = "KeyAnswer")]
+pub struct LookupKey {
+    /// The tenant.
+    pub tenant: TenantId,
+    /// The key.
+    pub key: String,
+}
+
+/// The answer to [`LookupKey`].
+#[derive(Debug, actix::MessageResponse)]
+pub enum KeyAnswer {
+    /// It completed: its stored answer.
+    Known(InvokeOutcome),
+    /// It is running: its outcome arrives on this channel.
+    Running(oneshot::Receiver<InvokeOutcome>),
+    /// Nothing is known of the key here.
+    Unknown,
 }
 
 /// Whether an invocation was accepted.

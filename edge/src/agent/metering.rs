@@ -40,8 +40,16 @@ pub struct Metering {
     pub pool_kind: PoolKind,
 }
 
-/// A reply held until its usage is journaled.
-pub(super) type HeldReply = (oneshot::Sender<InvokeOutcome>, InvokeOutcome);
+/// The (tenant, idempotency key) of a keyed invocation.
+pub(super) type InvocationKey = (gshare_core::model::TenantId, String);
+
+/// A reply held until its usage (and, when keyed, its outcome under the
+/// key) is journaled.
+pub(super) type HeldReply = (
+    oneshot::Sender<InvokeOutcome>,
+    InvokeOutcome,
+    Option<InvocationKey>,
+);
 
 /// The agent's metering state.
 pub(super) struct MeterState {

@@ -25,9 +25,9 @@ mod node_status;
 pub use gpu_actor::GpuActor;
 pub use instance_actor::InstanceActor;
 pub use messages::{
-    Admission, ApplyAssignment, ApplyTokens, CheckToken, FlushUsage, Invoke, LoadDone, LoadWeights,
-    ReleaseInstance, ReleaseWeights, RequestDone, Residency, RunRequest, StatusQuery, StopNow,
-    StopRuntimes, TakeSwapEvents,
+    Admission, ApplyAssignment, ApplyTokens, CheckToken, FlushUsage, Invoke, KeyAnswer, LoadDone,
+    LoadWeights, LookupKey, ReleaseInstance, ReleaseWeights, RequestDone, Residency, RunRequest,
+    StatusQuery, StopNow, StopRuntimes, TakeSwapEvents,
 };
 pub use metering::Metering;
 pub use node_agent::{DriverFactory, NodeAgent, NodeSetup};

@@ -1,10 +1,11 @@
 //! The supervisor: owns the node's executor and carries out its commands.
 
-use super::metering::{HeldReply, MeterState, Metering};
+use super::metering::{HeldReply, InvocationKey, MeterState, Metering};
 use super::{
     Admission, ApplyAssignment, ApplyTokens, CheckToken, FlushUsage, GpuActor, InstanceActor,
-    Invoke, LoadDone, LoadWeights, NodeStatus, ReleaseInstance, ReleaseWeights, RequestDone,
-    Residency, RunRequest, StatusQuery, StopNow, StopRuntimes, TakeSwapEvents,
+    Invoke, KeyAnswer, LoadDone, LoadWeights, LookupKey, NodeStatus, ReleaseInstance,
+    ReleaseWeights, RequestDone, Residency, RunRequest, StatusQuery, StopNow, StopRuntimes,
+    TakeSwapEvents,
 };
 use crate::gpu::{GpuInfo, SimulatedGpu};
 use crate::runtime::{Invocation, Placement, ProcessCounters, RuntimeDriver, RuntimeError};
@@ -67,6 +68,8 @@ struct Pending {
     started: Option<(Micros, u32, MilliGpu)>,
     /// What its usage is metered under (set when it starts on a GPU).
     usage: Option<UsageKey>,
+    /// Its idempotency key.
+    key: Option<InvocationKey>,
 }
 
 /// A journal write ended (the blocking task → NodeAgent).
@@ -96,6 +99,8 @@ pub struct NodeAgent {
     swap_events: Vec<SwapEvent>,
     metering: Option<MeterState>,
     me: Option<Addr<NodeAgent>>,
+    /// Keyed invocations running here, with the repeats waiting on them.
+    running_keys: HashMap<InvocationKey, Vec<oneshot::Sender<InvokeOutcome>>>,
 }
 
 impl NodeAgent {
@@ -139,6 +144,7 @@ impl NodeAgent {
             swap_events: Vec::new(),
             metering: None,
             me: None,
+            running_keys: HashMap::new(),
         }
     }
 
@@ -218,9 +224,11 @@ impl NodeAgent {
         }
         m.writing = true;
         let records: Vec<_> = drafts.into_iter().map(|d| d.into_record()).collect();
+        let (keyed, now_ms) = keyed_outcomes(&replies);
         let journal = m.setup.journal.clone();
         actix::spawn(async move {
-            let result = match tokio::task::spawn_blocking(move || journal.append(records)).await {
+            let append = move || journal.append_keyed(records, keyed, now_ms);
+            let result = match tokio::task::spawn_blocking(append).await {
                 Ok(Ok(seqs)) => Ok(seqs.end - seqs.start),
                 Ok(Err(e)) => Err(e.to_string()),
                 Err(e) => Err(format!("journal task: {e}")),
@@ -229,8 +237,18 @@ impl NodeAgent {
         });
     }
 
-    fn release(&mut self, tx: oneshot::Sender<InvokeOutcome>, outcome: InvokeOutcome) {
+    fn release(
+        &mut self,
+        tx: oneshot::Sender<InvokeOutcome>,
+        outcome: InvokeOutcome,
+        key: Option<InvocationKey>,
+    ) {
         self.count(&outcome);
+        if let Some(waiting) = key.and_then(|k| self.running_keys.remove(&k)) {
+            for w in waiting {
+                let _ = w.send(outcome.clone());
+            }
+        }
         let _ = tx.send(outcome);
     }
 
@@ -258,10 +276,10 @@ impl NodeAgent {
                     m.unix_base_us + started,
                     m.unix_base_us + now,
                 );
-                m.waiting.push((p.tx, outcome));
+                m.waiting.push((p.tx, outcome, p.key));
                 self.journal_usage();
             }
-            _ => self.release(p.tx, outcome),
+            _ => self.release(p.tx, outcome, p.key),
         }
     }
 
@@ -269,6 +287,7 @@ impl NodeAgent {
         match outcome {
             InvokeOutcome::Done { .. } => self.status.served += 1,
             InvokeOutcome::Failed(_) => self.status.failed += 1,
+            InvokeOutcome::Replayed { .. } => self.status.replayed += 1,
         }
     }
 
@@ -538,7 +557,12 @@ impl Actor for NodeAgent {
             let _ = p.tx.send(InvokeOutcome::Failed(InvokeError::ShuttingDown));
         }
         if let Some(m) = self.metering.as_mut() {
-            for (tx, _) in m.waiting.drain(..) {
+            for (tx, _, _) in m.waiting.drain(..) {
+                let _ = tx.send(InvokeOutcome::Failed(InvokeError::ShuttingDown));
+            }
+        }
+        for (_, waiting) in self.running_keys.drain() {
+            for tx in waiting {
                 let _ = tx.send(InvokeOutcome::Failed(InvokeError::ShuttingDown));
             }
         }
@@ -573,10 +597,11 @@ impl Handler<FlushUsage> for NodeAgent {
             .collect();
         m.flushed = true;
         let replies = std::mem::take(&mut m.waiting);
+        let (keyed, now_ms) = keyed_outcomes(&replies);
         let result = m
             .setup
             .journal
-            .append(records)
+            .append_keyed(records, keyed, now_ms)
             .map(|seqs| seqs.end - seqs.start)
             .map_err(|e| e.to_string());
         self.written(Written { result, replies });
@@ -594,8 +619,8 @@ impl NodeAgent {
                 self.status.usage_writes += 1;
                 self.status.usage_records += records;
                 m.setup.appended.notify_one();
-                for (tx, outcome) in msg.replies {
-                    self.release(tx, outcome);
+                for (tx, outcome, key) in msg.replies {
+                    self.release(tx, outcome, key);
                 }
             }
             Err(e) => {
@@ -605,9 +630,9 @@ impl NodeAgent {
                     withheld = msg.replies.len(),
                     "usage journal append failed, results withheld: {e}"
                 );
-                for (tx, _) in msg.replies {
+                for (tx, _, key) in msg.replies {
                     let err = InvokeError::UsageNotRecorded { detail: e.clone() };
-                    self.release(tx, InvokeOutcome::Failed(err));
+                    self.release(tx, InvokeOutcome::Failed(err), key);
                 }
             }
         }
@@ -633,6 +658,18 @@ impl Handler<Invoke> for NodeAgent {
             }
         }
         let (tx, rx) = oneshot::channel();
+        let invocation_key = msg.idempotency_key.map(|k| (msg.tenant.clone(), k));
+        if let Some(k) = &invocation_key {
+            match self.key_answer(k) {
+                KeyAnswer::Known(outcome) => {
+                    self.count(&outcome);
+                    let _ = tx.send(outcome);
+                    return Admission::Accepted(rx);
+                }
+                KeyAnswer::Running(joined) => return Admission::Accepted(joined),
+                KeyAnswer::Unknown => {}
+            }
+        }
         let key = (msg.tenant, msg.function);
         let Some(&function) = self.names.get(&key) else {
             let outcome = InvokeOutcome::Failed(InvokeError::UnknownFunction);
@@ -656,8 +693,12 @@ impl Handler<Invoke> for NodeAgent {
                 body: msg.body,
                 started: None,
                 usage: None,
+                key: invocation_key.clone(),
             },
         );
+        if let Some(k) = invocation_key {
+            self.running_keys.insert(k, Vec::new());
+        }
         self.step(
             now,
             Event::RequestArrived {
@@ -669,6 +710,58 @@ impl Handler<Invoke> for NodeAgent {
         );
         Admission::Accepted(rx)
     }
+}
+
+impl NodeAgent {
+    /// What is known here of the invocation under `key`: running (a
+    /// channel for its outcome), completed (its stored answer), or nothing.
+    fn key_answer(&mut self, key: &InvocationKey) -> KeyAnswer {
+        if let Some(waiting) = self.running_keys.get_mut(key) {
+            let (tx, rx) = oneshot::channel();
+            waiting.push(tx);
+            return KeyAnswer::Running(rx);
+        }
+        let Some(m) = &self.metering else {
+            return KeyAnswer::Unknown;
+        };
+        match m.setup.journal.keyed(&key.0, &key.1, unix_ms()) {
+            Ok(Some(stored)) => KeyAnswer::Known(stored.replay()),
+            Ok(None) => KeyAnswer::Unknown,
+            // Running it again could bill it twice: refuse instead.
+            Err(e) => KeyAnswer::Known(InvokeOutcome::Failed(InvokeError::InstanceFailed {
+                detail: format!("idempotency key lookup: {e}"),
+            })),
+        }
+    }
+}
+
+impl Handler<LookupKey> for NodeAgent {
+    type Result = KeyAnswer;
+
+    fn handle(&mut self, msg: LookupKey, _: &mut Context<Self>) -> KeyAnswer {
+        self.key_answer(&(msg.tenant, msg.key))
+    }
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The outcomes to store under their keys with the usage being journaled.
+fn keyed_outcomes(replies: &[HeldReply]) -> (Vec<crate::journal::KeyedOutcome>, u64) {
+    let now_ms = unix_ms();
+    let keyed = replies
+        .iter()
+        .filter_map(|(_, outcome, key)| match (outcome, key) {
+            (InvokeOutcome::Done { body, .. }, Some((tenant, key))) => Some(
+                crate::journal::KeyedOutcome::new(tenant.clone(), key.clone(), now_ms, body),
+            ),
+            _ => None,
+        })
+        .collect();
+    (keyed, now_ms)
 }
 
 impl Handler<RequestDone> for NodeAgent {

@@ -15,6 +15,8 @@ pub struct NodeStatus {
     pub served: u64,
     /// Invocations answered with an explicit error.
     pub failed: u64,
+    /// Invocations answered with the stored answer of their idempotency key.
+    pub replayed: u64,
     /// Swap-ins from host memory.
     pub swap_ins: u64,
     /// Swap-outs to host memory.

@@ -1,4 +1,6 @@
-//! The one error answer of the API: `{"error": {"code", "message", "retryable"}}`.
+//! The one error answer of the API: `{"error": {"code", "message", "retryable"}}`,
+//! with `"idempotency_key"` added (and the `Idempotency-Key` header) on the
+//! answers of writes that carry one.
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
@@ -16,6 +18,8 @@ pub struct ApiError {
     pub code: &'static str,
     /// For humans.
     pub message: String,
+    /// The idempotency key the write ran under (retry with it).
+    pub idempotency_key: Option<String>,
 }
 
 impl ApiError {
@@ -25,7 +29,20 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            idempotency_key: None,
         }
+    }
+
+    /// The same error, naming the idempotency key of the write.
+    pub fn with_key(mut self, key: &str) -> Self {
+        self.idempotency_key = Some(key.to_string());
+        self
+    }
+
+    /// 502 `outcome_unknown`: whether the write took effect is not known
+    /// (the replica tried to learn it); retry with the same key.
+    pub fn outcome_unknown(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_GATEWAY, "outcome_unknown", message)
     }
 
     /// 400 `bad_request`.
@@ -80,20 +97,17 @@ impl ApiError {
             WriteError::NoLeader => {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "no_leader", e.to_string())
             }
-            WriteError::Unknown(_) => Self::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "outcome_unknown",
-                e.to_string(),
-            ),
+            WriteError::Unknown(_) => Self::outcome_unknown(e.to_string()),
             WriteError::Stopped => {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "stopping", e.to_string())
             }
         }
     }
 
-    /// Whether the same request may succeed later.
+    /// Whether the same request may succeed later (for `outcome_unknown`:
+    /// with the same idempotency key).
     pub fn retryable(&self) -> bool {
-        self.status == StatusCode::SERVICE_UNAVAILABLE
+        self.status == StatusCode::SERVICE_UNAVAILABLE || self.code == "outcome_unknown"
     }
 }
 
@@ -103,8 +117,14 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        HttpResponse::build(self.status).json(serde_json::json!({
-            "error": { "code": self.code, "message": self.message, "retryable": self.retryable() }
-        }))
+        let mut error = serde_json::json!({
+            "code": self.code, "message": self.message, "retryable": self.retryable()
+        });
+        let mut answer = HttpResponse::build(self.status);
+        if let Some(key) = &self.idempotency_key {
+            error["idempotency_key"] = serde_json::Value::String(key.clone());
+            answer.insert_header((super::idempotency::HEADER, key.as_str()));
+        }
+        answer.json(serde_json::json!({ "error": error }))
     }
 }

@@ -2,16 +2,18 @@
 //! show, delete. Names are per tenant; another tenant's function answers
 //! 404 exactly like a name nobody uses.
 //!
-//! Placement: the replica that takes the deploy plans each instance on its
-//! applied view with core's planner (`plan_spec_with`, fragmentation-aware
-//! ranking, a limited scan of [`FEASIBLE_LIMIT`] feasible candidates from a
-//! rotating start) and proposes `InstancePlace`; the state machine re-checks
-//! fit and quota on apply. A refusal there (another placement landed first:
-//! a stale view) re-plans, up to [`PLACE_ATTEMPTS`] times. If the
-//! function's `min_instances` cannot all be placed the deploy is rolled
-//! back (the function is deleted, releasing what was placed) and the answer
-//! names the resource or quota that ran out. Instances the leader's
-//! placement loop (`placement_loop.rs`) placed meanwhile count.
+//! Placement: the replica that takes the deploy plans its `min_instances`
+//! instances on its applied view with core's planner (`plan_spec_with`,
+//! fragmentation-aware ranking, a limited scan of [`FEASIBLE_LIMIT`]
+//! feasible candidates from a rotating start) and proposes one
+//! `FunctionCreate` (deploy and placements together) under the request's
+//! idempotency key (`idempotency.rs`); the state machine re-checks fit and
+//! quota on apply and takes all of it or none of it. A refusal there
+//! (another placement landed first: a stale view) re-plans, up to
+//! [`PLACE_ATTEMPTS`] times. A refused deploy left nothing behind; its
+//! answer names the resource or quota that ran out. The leader's placement
+//! loop (`placement_loop.rs`) uses [`place_one`] for functions below
+//! `min_instances` later (a drained node, a reshaping update).
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -21,10 +23,13 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use gshare_core::model::{
     FunctionSpec, LatencyProfile, PoolPreference, Runtime, Slice, TenantId, Tier,
 };
-use gshare_core::state::{plan_spec_with, Applied, DomainCommand, InstanceId, PlanOptions};
+use gshare_core::state::{
+    plan_spec_with, Applied, ApplyError, DomainCommand, InstanceId, KeyLookup, PlanOptions,
+    RegionState,
+};
 use serde::{Deserialize, Serialize};
 
-use super::{auth, parse_json, propose, read_body, ApiError};
+use super::{auth, idempotency, parse_json, propose, read_body, ApiError};
 use crate::http::HttpContext;
 
 /// Feasible candidates a plan ranks before it stops (Nomad ranks about
@@ -187,59 +192,148 @@ pub async fn place_one(ctx: &HttpContext, spec: &FunctionSpec) -> Result<Instanc
     Err(e)
 }
 
+/// The slices of `spec.min_instances` instances planned on this replica's
+/// view, each planned with the ones before it counted.
+fn plan_all(ctx: &HttpContext, spec: &FunctionSpec) -> Result<Vec<Vec<Slice>>, ApiError> {
+    let st = ctx.replica.state.read();
+    let d = st.region.domain();
+    let ranking = ctx.api.ranking(d);
+    let plan = |view: &RegionState| {
+        let options = PlanOptions {
+            feasible_limit: Some(FEASIBLE_LIMIT),
+            start: ctx.api.plan_start.fetch_add(7, Ordering::Relaxed),
+        };
+        plan_spec_with(view, spec, &*ranking, &options).map_err(|r| {
+            ctx.api.reject(r.code());
+            ApiError::from_rejection(&r)
+        })
+    };
+    match spec.min_instances {
+        0 => Ok(Vec::new()),
+        1 => Ok(vec![plan(d)?.slices]),
+        n => {
+            // Later instances are planned on a copy holding the earlier ones.
+            let now = crate::proposer::unix_ms();
+            let mut view = d.clone();
+            view.apply(DomainCommand::FunctionDeploy { spec: spec.clone() }, now)
+                .map_err(|e| ApiError::from_apply(&e))?;
+            let mut out = Vec::new();
+            for _ in 0..n {
+                let p = plan(&view)?;
+                view.apply(p.command(), now)
+                    .map_err(|e| ApiError::from_apply(&e))?;
+                out.push(p.slices);
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// The answer to an applied create (a replay of its key answers the same).
+fn created(
+    ctx: &HttpContext,
+    spec: FunctionSpec,
+    applied: Applied,
+) -> Result<FunctionView, ApiError> {
+    let Applied::FunctionCreated {
+        version, instances, ..
+    } = applied
+    else {
+        return Err(ApiError::internal(format!("unexpected {applied:?}")));
+    };
+    let st = ctx.replica.state.read();
+    let topology = st.region.domain().topology();
+    let pool_of = |slices: &[Slice]| {
+        slices
+            .first()
+            .and_then(|s| topology?.node(&s.gpu.node.0))
+            .map(|n| n.pool.clone())
+            .unwrap_or_default()
+    };
+    Ok(FunctionView {
+        spec,
+        version,
+        instances: instances
+            .into_iter()
+            .map(|i| InstanceView {
+                instance: i.instance,
+                pool: pool_of(&i.slices),
+                slices: i.slices,
+            })
+            .collect(),
+    })
+}
+
+/// `POST /v1/functions`: the deploy and the placement of `min_instances`
+/// are one replicated command (all of it or nothing), under the request's
+/// idempotency key. A refusal because the plan's view was stale (another
+/// placement landed first) re-plans, up to [`PLACE_ATTEMPTS`] times.
 async fn deploy(
     req: HttpRequest,
     ctx: web::Data<HttpContext>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let tenant = auth::tenant(&req, &ctx)?;
-    let body: FunctionBody = parse_json(&read_body(&req, payload).await?)?;
+    let raw = read_body(&req, payload).await?;
+    let key = idempotency::write_key(&req, &ctx, &raw)?;
+    let body: FunctionBody = parse_json(&raw).map_err(|e| e.with_key(&key.key))?;
     let spec = body.into_spec(tenant.clone());
-    let version = match propose(&ctx, DomainCommand::FunctionDeploy { spec: spec.clone() }).await? {
-        Applied::FunctionDeployed { version, .. } => version,
-        other => return Err(ApiError::internal(format!("unexpected {other:?}"))),
+    let answer = |view: FunctionView| {
+        HttpResponse::Created()
+            .insert_header((idempotency::HEADER, key.key.as_str()))
+            .json(view)
     };
-    let mut instances = Vec::new();
-    let mut races = 0;
-    loop {
-        let have = {
-            let st = ctx.replica.state.read();
-            st.region.domain().instance_count(&tenant, &spec.name)
-        };
-        if have >= spec.min_instances || instances.len() as u32 >= spec.min_instances {
-            break;
+    let mut last = None;
+    for attempt in 0..PLACE_ATTEMPTS {
+        match idempotency::local_lookup(&ctx, &tenant, &key) {
+            KeyLookup::Replay(applied) => return Ok(answer(created(&ctx, spec, applied)?)),
+            KeyLookup::Reused => {
+                return Err(ApiError::from_apply(&ApplyError::IdempotencyKeyReused {
+                    key: key.key.clone(),
+                })
+                .with_key(&key.key))
+            }
+            KeyLookup::New => {}
         }
-        match place_one(&ctx, &spec).await {
-            Ok(i) => instances.push(i),
-            // The leader's placement loop placed one meanwhile (this view lags).
-            Err(e) if e.code == "max_instances" && races < 5 => {
-                races += 1;
-                tokio::time::sleep(Duration::from_millis(50)).await;
+        let placements = match plan_all(&ctx, &spec) {
+            Ok(p) => p,
+            // A key the client sent may already be applied at the leader and
+            // not yet here: give the view a moment before refusing.
+            Err(e) if key.from_client && attempt + 1 < PLACE_ATTEMPTS => {
+                last = Some(e);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+            Err(e) => return Err(e.with_key(&key.key)),
+        };
+        let command = DomainCommand::FunctionCreate {
+            spec: spec.clone(),
+            placements,
+        };
+        match idempotency::propose_keyed(&ctx, &tenant, &key, command).await {
+            Ok(applied) => {
+                if let Applied::FunctionCreated { instances, .. } = &applied {
+                    ctx.api
+                        .placements
+                        .fetch_add(instances.len() as u64, Ordering::Relaxed);
+                }
+                return Ok(answer(created(&ctx, spec, applied)?));
+            }
+            Err(e) if matches!(e.code, "gpu_full" | "quota_exceeded" | "max_instances") => {
+                // Planned on a view another placement has since changed.
+                ctx.api.replans.fetch_add(1, Ordering::Relaxed);
+                last = Some(e);
+                tokio::time::sleep(Duration::from_millis(2 << attempt.min(5))).await;
             }
             Err(e) => {
-                // Roll back: a deploy places all of min_instances or nothing.
-                let _ = propose(
-                    &ctx,
-                    DomainCommand::FunctionDelete {
-                        tenant,
-                        name: spec.name.clone(),
-                    },
-                )
-                .await;
+                ctx.api.reject(e.code);
                 return Err(e);
             }
         }
     }
-    if (instances.len() as u32) < spec.min_instances {
-        if let Ok(v) = view(&ctx, &tenant, &spec.name) {
-            instances = v.instances;
-        }
-    }
-    Ok(HttpResponse::Created().json(FunctionView {
-        spec,
-        version,
-        instances,
-    }))
+    let e = last.unwrap_or_else(|| ApiError::internal("no placement attempt"));
+    ctx.api.reject(e.code);
+    Err(e.with_key(&key.key))
 }
 
 fn view(ctx: &HttpContext, tenant: &TenantId, name: &str) -> Result<FunctionView, ApiError> {
@@ -288,21 +382,28 @@ async fn show(
     Ok(HttpResponse::Ok().json(view(&ctx, &tenant, &path)?))
 }
 
+/// `DELETE /v1/functions/{name}` under the request's idempotency key: a
+/// retried delete answers as the first did.
 async fn delete(
     req: HttpRequest,
     ctx: web::Data<HttpContext>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let tenant = auth::tenant(&req, &ctx)?;
-    let applied = propose(
+    let key = idempotency::write_key(&req, &ctx, b"")?;
+    let applied = idempotency::propose_keyed(
         &ctx,
+        &tenant,
+        &key,
         DomainCommand::FunctionDelete {
-            tenant,
+            tenant: tenant.clone(),
             name: path.into_inner(),
         },
     )
     .await?;
-    Ok(HttpResponse::build(StatusCode::OK).json(applied))
+    Ok(HttpResponse::build(StatusCode::OK)
+        .insert_header((idempotency::HEADER, key.key.as_str()))
+        .json(applied))
 }
 
 pub(super) fn routes(cfg: &mut web::ServiceConfig) {

@@ -23,6 +23,7 @@ mod bill;
 mod cluster_view;
 pub mod error;
 pub mod functions;
+pub mod idempotency;
 pub mod metrics;
 pub mod placement_loop;
 mod prices;

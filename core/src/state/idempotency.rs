@@ -1,0 +1,223 @@
+//! Idempotency keys of tenants' writes: a command applied under a key is
+//! applied once; applying it again under the same key returns the outcome
+//! of the first application instead of acting again.
+//!
+//! ```text
+//!   Keyed { tenant, key, fingerprint, command }
+//!     key recorded, same fingerprint ─▶ the stored Applied (nothing changes)
+//!     key recorded, other fingerprint ─▶ idempotency_key_reused (nothing changes)
+//!     key not recorded (or expired)   ─▶ apply(command) ─▶ Ok: record (key, fingerprint, Applied)
+//!                                                        └ Err: nothing recorded (nothing happened)
+//! ```
+//!
+//! Only successes are recorded: a refused command changed nothing, so the
+//! same request under the same key may simply be tried again. The table is
+//! bounded per tenant: a record lives [`KEY_WINDOW_MS`] (by the leader's
+//! stamped clock, so every replica evicts the same records) and a tenant
+//! holds at most [`MAX_KEYS_PER_TENANT`] records (the oldest go first).
+//! Plain serde types (a map and a queue), so they encode with bincode 2.
+
+use super::applied::Applied;
+use crate::model::TenantId;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, VecDeque};
+
+/// How long a key's outcome is kept, ms (one hour).
+pub const KEY_WINDOW_MS: u64 = 60 * 60 * 1000;
+/// Most keys recorded per tenant; beyond it the oldest is forgotten.
+pub const MAX_KEYS_PER_TENANT: usize = 4096;
+/// Longest idempotency key, bytes (printable ASCII).
+pub const MAX_KEY_LEN: usize = 128;
+/// Longest request fingerprint, bytes.
+pub const MAX_FINGERPRINT_LEN: usize = 128;
+
+/// Whether `key` is an acceptable idempotency key: 1 to [`MAX_KEY_LEN`]
+/// printable ASCII characters (no spaces).
+pub fn is_valid_key(key: &str) -> bool {
+    !key.is_empty() && key.len() <= MAX_KEY_LEN && key.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// The outcome recorded under one key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyRecord {
+    /// What the request was (the API's digest of method, path and body):
+    /// the same key with another request is refused.
+    pub fingerprint: String,
+    /// When the command was applied (the leader's stamp, Unix ms).
+    pub at_ms: u64,
+    /// What applying it did.
+    pub outcome: Applied,
+}
+
+/// One tenant's recorded keys, in the order they were recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct TenantKeys {
+    /// Records by key.
+    pub records: BTreeMap<String, KeyRecord>,
+    /// Keys, oldest first.
+    pub order: VecDeque<String>,
+}
+
+/// What a key says about a command about to be applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyLookup {
+    /// The key is not recorded (or its record expired): apply the command.
+    New,
+    /// The same request was applied under this key: its outcome.
+    Replay(Applied),
+    /// The key was used for another request.
+    Reused,
+}
+
+/// Every tenant's recorded keys (part of the replicated state).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct IdempotencyTable {
+    tenants: BTreeMap<TenantId, TenantKeys>,
+}
+
+fn live(r: &KeyRecord, now: u64) -> bool {
+    r.at_ms.saturating_add(KEY_WINDOW_MS) >= now
+}
+
+impl IdempotencyTable {
+    /// What `key` of `tenant` holds at `now` for a request with `fingerprint`.
+    pub fn lookup(&self, tenant: &TenantId, key: &str, fingerprint: &str, now: u64) -> KeyLookup {
+        match self
+            .tenants
+            .get(tenant)
+            .and_then(|t| t.records.get(key))
+            .filter(|r| live(r, now))
+        {
+            None => KeyLookup::New,
+            Some(r) if r.fingerprint == fingerprint => KeyLookup::Replay(r.outcome.clone()),
+            Some(_) => KeyLookup::Reused,
+        }
+    }
+
+    /// Records `outcome` under `key`, first forgetting `tenant`'s expired
+    /// records and, at the cap, its oldest.
+    pub fn record(
+        &mut self,
+        tenant: &TenantId,
+        key: String,
+        fingerprint: String,
+        outcome: Applied,
+        now: u64,
+    ) {
+        let t = self.tenants.entry(tenant.clone()).or_default();
+        if t.records.remove(&key).is_some() {
+            t.order.retain(|k| *k != key);
+        }
+        while let Some(oldest) = t.order.front() {
+            let expired = t.records.get(oldest).is_none_or(|r| !live(r, now));
+            if !expired && t.order.len() < MAX_KEYS_PER_TENANT {
+                break;
+            }
+            if let Some(k) = t.order.pop_front() {
+                t.records.remove(&k);
+            }
+        }
+        t.records.insert(
+            key.clone(),
+            KeyRecord {
+                fingerprint,
+                at_ms: now,
+                outcome,
+            },
+        );
+        t.order.push_back(key);
+    }
+
+    /// Keys recorded for `tenant` (expired ones included until evicted).
+    pub fn len(&self, tenant: &TenantId) -> usize {
+        self.tenants.get(tenant).map_or(0, |t| t.records.len())
+    }
+
+    /// Whether no key is recorded.
+    pub fn is_empty(&self) -> bool {
+        self.tenants.values().all(|t| t.records.is_empty())
+    }
+
+    /// Checks that each tenant's queue and map name the same keys and stay
+    /// within the cap.
+    pub fn check(&self) -> Result<(), String> {
+        for (tenant, t) in &self.tenants {
+            if t.order.len() != t.records.len()
+                || t.order.iter().any(|k| !t.records.contains_key(k))
+            {
+                return Err(format!(
+                    "idempotency keys of {tenant}: queue and map differ"
+                ));
+            }
+            if t.records.len() > MAX_KEYS_PER_TENANT {
+                return Err(format!(
+                    "tenant {tenant} holds {} idempotency keys, cap {MAX_KEYS_PER_TENANT}",
+                    t.records.len()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn applied(i: u64) -> Applied {
+        Applied::InstanceReleased {
+            instance: super::super::InstanceId(i),
+        }
+    }
+
+    #[test]
+    fn records_replay_refuse_reuse_and_expire() {
+        let t = TenantId("acme".into());
+        let mut table = IdempotencyTable::default();
+        assert_eq!(table.lookup(&t, "k1", "f", 0), KeyLookup::New);
+        table.record(&t, "k1".into(), "f".into(), applied(1), 1_000);
+        assert_eq!(
+            table.lookup(&t, "k1", "f", 2_000),
+            KeyLookup::Replay(applied(1))
+        );
+        assert_eq!(table.lookup(&t, "k1", "g", 2_000), KeyLookup::Reused);
+        // Another tenant's key of the same name is its own.
+        assert_eq!(
+            table.lookup(&TenantId("globex".into()), "k1", "f", 2_000),
+            KeyLookup::New
+        );
+        // Past the window the key is free again and is evicted on the next record.
+        let later = 1_000 + KEY_WINDOW_MS + 1;
+        assert_eq!(table.lookup(&t, "k1", "f", later), KeyLookup::New);
+        table.record(&t, "k2".into(), "f".into(), applied(2), later);
+        assert_eq!(table.len(&t), 1);
+        table.check().unwrap();
+    }
+
+    #[test]
+    fn a_tenant_holds_at_most_the_cap_and_the_oldest_go_first() {
+        let t = TenantId("acme".into());
+        let mut table = IdempotencyTable::default();
+        for i in 0..(MAX_KEYS_PER_TENANT as u64 + 10) {
+            table.record(&t, format!("k{i}"), "f".into(), applied(i), 5);
+        }
+        assert_eq!(table.len(&t), MAX_KEYS_PER_TENANT);
+        assert_eq!(table.lookup(&t, "k0", "f", 5), KeyLookup::New);
+        assert_eq!(table.lookup(&t, "k9", "f", 5), KeyLookup::New);
+        assert_eq!(
+            table.lookup(&t, "k10", "f", 5),
+            KeyLookup::Replay(applied(10))
+        );
+        table.check().unwrap();
+    }
+
+    #[test]
+    fn keys_are_printable_ascii_and_bounded() {
+        assert!(is_valid_key("3f1c-a9_b.Z"));
+        assert!(!is_valid_key(""));
+        assert!(!is_valid_key("has space"));
+        assert!(!is_valid_key("ünïcode"));
+        assert!(!is_valid_key(&"k".repeat(MAX_KEY_LEN + 1)));
+        assert!(is_valid_key(&"k".repeat(MAX_KEY_LEN)));
+    }
+}
