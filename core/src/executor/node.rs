@@ -61,10 +61,19 @@ struct Choice {
     load: bool,
     /// The load needs victims evicted first.
     evicts: bool,
+    /// Slotted rules, a load that evicts: the eviction key of the GPU's
+    /// first victim, so that the victim is chosen across all GPUs (true
+    /// LRU without a host cache); zero otherwise.
+    victim: VictimKey,
     /// Memory in use on the GPU (loads spread to the emptiest GPU).
     used_mib: Mib,
     gpu: u32,
 }
+
+/// Eviction order of an idle instance, smallest first: weakest tier,
+/// farthest predicted next use, longest idle (host cache); least recently
+/// used (no host cache).
+type VictimKey = (u8, Micros, Micros);
 
 /// A request that waits on the node for GPU memory to become evictable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -345,6 +354,7 @@ impl NodeExecutor {
                     finish: g.compute_start(now, compute) + service,
                     load: false,
                     evicts: false,
+                    victim: (0, 0, 0),
                     used_mib: 0,
                     gpu: g.index,
                 }
@@ -360,6 +370,7 @@ impl NodeExecutor {
                     finish: start + service,
                     load: false,
                     evicts: false,
+                    victim: (0, 0, 0),
                     used_mib: 0,
                     gpu: g.index,
                 }
@@ -373,10 +384,22 @@ impl NodeExecutor {
                 } else {
                     ready.max(g.compute_start(now, compute))
                 };
+                let evicts = g.free_mib < mem_cost;
+                let victim = if evicts && slotted {
+                    g.instances
+                        .iter()
+                        .filter(|i| evictable(i, &rules))
+                        .map(|i| self.victim_key(i))
+                        .min()
+                        .unwrap_or((0, 0, 0))
+                } else {
+                    (0, 0, 0)
+                };
                 Choice {
                     finish: start + service,
                     load: true,
-                    evicts: g.free_mib < mem_cost,
+                    evicts,
+                    victim,
                     used_mib: self.config.gpu_memory_mib - g.free_mib,
                     gpu: g.index,
                 }
@@ -461,7 +484,7 @@ impl NodeExecutor {
         let useful = now + service <= deadline;
         let warm = match best_load.filter(|_| useful) {
             Some(c) if fs.copies == 0 => Some(c),
-            Some(c) if fs.loading == 0 && !c.evicts => Some(c),
+            Some(c) if fs.loading == 0 && (rules.scale_out_evicts || !c.evicts) => Some(c),
             _ => None,
         };
         if let Some(c) = warm.filter(|_| !rules.all_resident) {
@@ -513,6 +536,18 @@ impl NodeExecutor {
         best
     }
 
+    /// Where an idle instance comes in the eviction order (see [`VictimKey`]).
+    fn victim_key(&self, i: &Instance) -> VictimKey {
+        if self.config.rules.host_cache {
+            let next = self.functions[i.function.0 as usize]
+                .as_ref()
+                .map_or(Micros::MAX, |f| f.next_use());
+            (tier_keep_rank(i.tier), Micros::MAX - next, i.last_used)
+        } else {
+            (0, 0, i.last_used)
+        }
+    }
+
     /// Make room on GPU `g` and start loading `function` there; returns the
     /// new instance's index on that GPU.
     fn load(
@@ -536,16 +571,7 @@ impl NodeExecutor {
                 .iter()
                 .enumerate()
                 .filter(|(_, i)| evictable(i, &rules))
-                .min_by_key(|(_, i)| {
-                    if rules.host_cache {
-                        let next = self.functions[i.function.0 as usize]
-                            .as_ref()
-                            .map_or(Micros::MAX, |f| f.next_use());
-                        (tier_keep_rank(i.tier), Micros::MAX - next, i.last_used)
-                    } else {
-                        (0, 0, i.last_used)
-                    }
-                })
+                .min_by_key(|(_, i)| self.victim_key(i))
                 .map(|(k, _)| k);
             let Some(k) = victim else { break };
             let gone = self.gpus[g].remove_instance(k);

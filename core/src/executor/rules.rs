@@ -5,10 +5,16 @@
 //!
 //! | policy      | memory          | compute per request      | evicted weights | remap | waits on resident copy | waits for memory      |
 //! |-------------|-----------------|--------------------------|-----------------|-------|------------------------|-----------------------|
-//! | `exclusive` | 1 slot = 1 GPU  | whole GPU (reserved)     | dropped (LRU)   | no    | no (earliest finish)   | yes, within deadline  |
-//! | `static`    | k fixed slots   | 1000/k per slot          | dropped (LRU)   | no    | no (earliest finish)   | yes, within deadline  |
-//! | `gshare`    | packed by MiB   | saturation share, shared | kept in host    | yes   | yes, within deadline   | yes, within deadline  |
-//! | `oracle`    | unbounded       | saturation share, shared | never loaded    | n/a   | no (earliest finish)   | n/a                   |
+//! | `exclusive`      | 1 slot = 1 GPU  | whole GPU (reserved)     | dropped (LRU)   | no    | no (earliest finish)   | yes, within deadline  |
+//! | `exclusive-swap` | 1 slot = 1 GPU  | whole GPU (reserved)     | kept in host    | no    | no (earliest finish)   | yes, within deadline  |
+//! | `static`         | k fixed slots   | 1000/k per slot          | dropped (LRU)   | no    | no (earliest finish)   | yes, within deadline  |
+//! | `gshare`         | packed by MiB   | saturation share, shared | kept in host    | yes   | yes, within deadline   | yes, within deadline  |
+//!
+//! Slotted rules (`exclusive`, `exclusive-swap`, `static`) pick the victim
+//! across all GPUs: among GPUs that would finish a request equally early,
+//! the load goes to the one whose victim comes first in the eviction order
+//! (least recently used without a host cache), and a rejected request's
+//! scale-out copy may evict that victim (`scale_out_evicts`).
 //!
 //! [`NodeExecutor`]: super::NodeExecutor
 
@@ -40,6 +46,9 @@ pub struct ExecutorRules {
     /// it is placed on the events that free memory. `false`: it is rejected
     /// with `NoCapacity` at once.
     pub wait_for_memory: bool,
+    /// The extra copy a rejected request starts (scale-out) may evict idle
+    /// instances, the eviction order's first; `false`: only free memory.
+    pub scale_out_evicts: bool,
 }
 
 impl ExecutorRules {
@@ -52,6 +61,18 @@ impl ExecutorRules {
             remap: false,
             wait_within_deadline: false,
             wait_for_memory: true,
+            scale_out_evicts: true,
+        }
+    }
+
+    /// Whole GPUs, one instance each, with a host-memory weight cache: an
+    /// evicted model's weights stay in host memory and come back by a
+    /// swap-in over the host-to-device link (Torpor/FaaSwap-like dedicated
+    /// serving), the strongest dedicated baseline.
+    pub fn exclusive_swap() -> Self {
+        Self {
+            host_cache: true,
+            ..Self::exclusive()
         }
     }
 
@@ -73,6 +94,7 @@ impl ExecutorRules {
             remap: true,
             wait_within_deadline: true,
             wait_for_memory: true,
+            scale_out_evicts: false,
         }
     }
 
@@ -85,6 +107,7 @@ impl ExecutorRules {
             remap: false,
             wait_within_deadline: false,
             wait_for_memory: false,
+            scale_out_evicts: false,
         }
     }
 }

@@ -600,6 +600,118 @@ fn exclusive_baseline_drops_the_lru_instance_and_cold_starts() {
     assert!(!n.in_host(FunctionId(0)));
 }
 
+/// Two exclusive GPUs: function 0 on GPU 0 used at 20 s, function 1 on
+/// GPU 1 last used at 14.6 s; both idle at 30 s.
+fn two_exclusive(rules: ExecutorRules) -> NodeExecutor {
+    let ovs = Tier::Oversubscribed;
+    let mut n = node(2, rules, &[ovs, ovs, ovs]);
+    assert_eq!(
+        step(&mut n, 0, arrive(1, 0, 100 * MS, FAR)),
+        vec![cold(0, 0, COLD)]
+    );
+    step(&mut n, COLD, loaded(0, 0));
+    step(&mut n, COLD + 100 * MS, finished(1, 0));
+    let t = 10 * S;
+    assert_eq!(
+        step(&mut n, t, arrive(2, 1, 100 * MS, FAR)),
+        vec![cold(1, 1, t + COLD)]
+    );
+    step(&mut n, t + COLD, loaded(1, 1));
+    step(&mut n, t + COLD + 100 * MS, finished(2, 1));
+    assert_eq!(
+        step(&mut n, 20 * S, arrive(3, 0, 100 * MS, FAR)),
+        vec![run(3, 0, 0, 1000, 20 * S + 100 * MS)]
+    );
+    step(&mut n, 20 * S + 100 * MS, finished(3, 0));
+    n
+}
+
+#[test]
+fn exclusive_evicts_the_least_recently_used_model_across_gpus() {
+    // Function 1 on GPU 1 is the least recently used: it goes, not GPU 0's
+    // function 0 (the lowest-index idle GPU).
+    let mut n = two_exclusive(ExecutorRules::exclusive());
+    let t = 30 * S;
+    assert_eq!(
+        step(&mut n, t, arrive(4, 2, 100 * MS, FAR)),
+        vec![
+            Command::Unload {
+                function: FunctionId(1),
+                gpu: 1
+            },
+            cold(2, 1, t + COLD),
+        ]
+    );
+}
+
+#[test]
+fn exclusive_scale_out_evicts_the_lru_model_for_a_second_copy() {
+    let mut n = two_exclusive(ExecutorRules::exclusive());
+    let t = 30 * S;
+    // Function 0 is busy on GPU 0 for 10 s.
+    assert_eq!(
+        step(&mut n, t, arrive(4, 0, 10 * S, FAR)),
+        vec![run(4, 0, 0, 1000, t + 10 * S)]
+    );
+    // A 1 s request with a 6 s deadline: neither the wait (10 s) nor a cold
+    // start (4.5 s + 1 s) on GPU 1 meets it. It is rejected, and a second
+    // copy of function 0 replaces the idle function 1 on GPU 1.
+    assert_eq!(
+        step(&mut n, t, arrive(5, 0, S, t + 5 * S)),
+        vec![
+            Command::Reject {
+                request: RequestId(5),
+                reason: RejectReason::DeadlineUnreachable {
+                    predicted_finish: t + COLD + S,
+                    deadline: t + 5 * S,
+                },
+            },
+            Command::Unload {
+                function: FunctionId(1),
+                gpu: 1
+            },
+            cold(0, 1, t + COLD),
+        ]
+    );
+}
+
+#[test]
+fn exclusive_swap_keeps_evicted_weights_in_host_memory() {
+    let mut n = two_exclusive(ExecutorRules::exclusive_swap());
+    let t = 30 * S;
+    assert_eq!(
+        step(&mut n, t, arrive(4, 2, 100 * MS, FAR)),
+        vec![
+            Command::SwapOut {
+                function: FunctionId(1),
+                gpu: 1
+            },
+            cold(2, 1, t + COLD),
+        ]
+    );
+    assert!(n.in_host(FunctionId(1)));
+    step(&mut n, t + COLD, loaded(2, 1));
+    step(&mut n, t + COLD + 100 * MS, finished(4, 1));
+    // Function 1 comes back by a swap-in, one model per GPU: function 2
+    // (one request so far, so no next use predicted) makes room, not
+    // function 0 (requests 20 s apart, next one predicted at 40 s).
+    let t = 40 * S;
+    assert_eq!(
+        step(&mut n, t, arrive(5, 1, 100 * MS, FAR)),
+        vec![
+            Command::SwapOut {
+                function: FunctionId(2),
+                gpu: 1
+            },
+            Command::SwapIn {
+                function: FunctionId(1),
+                gpu: 1,
+                ready_at: t + SWAP_IN,
+            },
+        ]
+    );
+}
+
 #[test]
 fn static_slices_slow_requests_by_the_latency_model() {
     // Two slots of 6 000 MiB and 500 milli each; saturation 1000 → twice as slow.

@@ -5,7 +5,9 @@
 //! policy has `policy`, `gpus`, `deadline_attainment`, `p50_ms`, `p99_ms`,
 //! `gpu_hours`, `utilization`, `swaps`, `cold_starts`, `cost`, `min_gpus`,
 //! and the extra keys `requests`, `met`, `rejected`, `swap_outs`, `remaps`,
-//! `unloads`, `static_slices`, `runs`, `events`. `events` at the top counts
+//! `unloads`, `static_slices`, `runs`, `events`; `bound` also has
+//! `bound_kind`, `bound_min_gpus` and, searched, `edf_min_gpus` (its
+//! `min_gpus` is the proven bound). `events` at the top counts
 //! every simulated event of every run (searches included); `wall_s` is the
 //! wall time of those runs, without loading the trace.
 
@@ -51,11 +53,14 @@ pub struct Args {
     /// Synthetic: mean inter-arrival time, ms.
     #[arg(long, default_value_t = 100.0, requires = "synthetic")]
     pub interarrival_ms: f64,
-    /// Policies to compare, comma-separated.
+    /// Policies to compare, comma-separated: exclusive (whole GPUs, cold
+    /// starts), exclusive-swap (whole GPUs, host-memory weight cache),
+    /// static (fixed slices), gshare, bound (proven lower bound on GPUs,
+    /// with the central-queue EDF estimate).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "exclusive,static,gshare,oracle"
+        default_value = "exclusive,exclusive-swap,static,gshare,bound"
     )]
     pub policy: Vec<String>,
     /// Simulate exactly this many GPUs.
@@ -165,15 +170,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     for o in &outcomes {
         let r = &o.report;
+        let searched = match o.min_gpus {
+            Some(Some(n)) => n.to_string(),
+            Some(None) => "null".into(),
+            None => "-".into(),
+        };
+        if let Some((bound, kind)) = o.bound {
+            eprintln!(
+                "bound     min_gpus {bound:>6} ({}); EDF estimate (not a bound) min_gpus {searched}",
+                kind.as_str()
+            );
+        }
         eprintln!(
-            "{:<9} gpus {:>5} min_gpus {:>6} attainment {:.4} p99 {:>9.1} ms cost {:>10.2} swaps {} cold {}",
-            r.policy.as_str(),
+            "{:<14} gpus {:>5} min_gpus {:>6} attainment {:.4} p99 {:>9.1} ms cost {:>10.2} swaps {} cold {}",
+            if o.bound.is_some() { "edf-estimate" } else { r.policy.as_str() },
             r.gpus,
-            match o.min_gpus {
-                Some(Some(n)) => n.to_string(),
-                Some(None) => "null".into(),
-                None => "-".into(),
-            },
+            searched,
             r.attainment(),
             r.p99_us as f64 / 1e3,
             r.cost(),
@@ -190,7 +202,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 fn policy_json(o: &PolicyOutcome) -> Value {
     let r = &o.report;
-    json!({
+    let mut v = json!({
         "policy": r.policy.as_str(),
         "gpus": r.gpus,
         "deadline_attainment": r.attainment(),
@@ -211,7 +223,17 @@ fn policy_json(o: &PolicyOutcome) -> Value {
         "static_slices": r.static_slices,
         "runs": o.runs,
         "events": o.events,
-    })
+    });
+    if let Some((bound, kind)) = o.bound {
+        // `min_gpus` is the proven bound; the runs are the EDF estimate's.
+        if o.min_gpus.is_some() {
+            v["edf_min_gpus"] = json!(o.min_gpus.flatten());
+            v["min_gpus"] = json!(bound);
+        }
+        v["bound_min_gpus"] = json!(bound);
+        v["bound_kind"] = json!(kind.as_str());
+    }
+    v
 }
 
 /// A bar chart: GPUs used (min_gpus when searched) and attainment per policy.

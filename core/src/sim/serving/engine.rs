@@ -20,9 +20,7 @@
 
 use super::{RunReport, ServingParams, ServingPolicy, ServingTrace};
 use crate::config::Usage;
-use crate::executor::{
-    footprint, Command, Event, ExecutorRules, FunctionId, NodeConfig, NodeExecutor, RequestId,
-};
+use crate::executor::{footprint, Command, Event, FunctionId, NodeConfig, NodeExecutor, RequestId};
 use crate::model::Micros;
 use crate::model::Tier;
 use std::cmp::Reverse;
@@ -61,8 +59,10 @@ pub fn deadline(arrival_us: Micros, full_gpu_us: Micros, slack: f64) -> Micros {
 
 /// Run `trace` under `spec` and measure it.
 pub fn simulate(trace: &ServingTrace, params: &ServingParams, spec: RunSpec) -> RunReport {
+    let Some(rules) = spec.policy.rules(spec.static_slices) else {
+        return super::bound::edf_simulate(trace, params, spec);
+    };
     let gpus = spec.gpus.max(1);
-    let rules: ExecutorRules = spec.policy.rules(spec.static_slices);
     let config = NodeConfig {
         gpus,
         gpu_memory_mib: params.gpu_memory_mib,
@@ -89,42 +89,11 @@ pub fn simulate(trace: &ServingTrace, params: &ServingParams, spec: RunSpec) -> 
         popularity[r.function as usize].0 += 1;
     }
     popularity.sort_by_key(|&(count, f)| (std::cmp::Reverse(count), f));
-    // Per function: the tier it is billed at and the GPU memory its instance holds.
-    let billing: Vec<(usize, u128)> = trace
-        .functions
-        .iter()
-        .map(|f| {
-            let tier = spec.policy.billed_tier(f.profile.tier);
-            let tier = Tier::ALL.iter().position(|t| *t == tier).unwrap_or(0);
-            let mem = footprint(&config, &f.profile).map_or(f.profile.memory_mib, |fp| fp.0);
-            (tier, mem as u128)
-        })
-        .collect();
-    // Σ compute × µs and Σ MiB × µs per billed tier.
-    let mut compute_us = [0u128; 4];
-    let mut memory_us = [0u128; 4];
+    let mut billing = Billing::new(trace, &config, spec.policy);
 
     let n = trace.requests.len();
-    let mut report = RunReport {
-        policy: spec.policy,
-        static_slices: (spec.policy == ServingPolicy::Static).then_some(spec.static_slices),
-        gpus,
-        requests: n as u64,
-        met: 0,
-        rejected: 0,
-        events: 0,
-        p50_us: 0,
-        p99_us: 0,
-        span_us: 0,
-        busy_us_milli: 0,
-        swaps: 0,
-        swap_outs: 0,
-        remaps: 0,
-        cold_starts: 0,
-        unloads: 0,
-        billed_units: 0,
-        units_per_currency: params.pricing.units_per_currency,
-    };
+    let mut report = RunReport::empty(spec.policy, gpus, n as u64, params);
+    report.static_slices = (spec.policy == ServingPolicy::Static).then_some(spec.static_slices);
     let mut latencies: Vec<Micros> = Vec::with_capacity(n);
     // (time, sequence, kind, a, b): finish (gpu, request) or loaded (gpu, function).
     let mut heap: EventHeap = BinaryHeap::with_capacity(4 * gpus as usize + 1024);
@@ -184,12 +153,10 @@ pub fn simulate(trace: &ServingTrace, params: &ServingParams, spec: RunSpec) -> 
                         report.met += 1;
                     }
                     latencies.push(finish_at - (t0 + r.arrival_us));
-                    let service = (finish_at - now) as u128;
-                    let work = service * compute_milli as u128;
+                    let service = finish_at - now;
+                    let work = service as u128 * compute_milli as u128;
                     report.busy_us_milli += work;
-                    let (tier, mem) = billing[function.0 as usize];
-                    compute_us[tier] += work;
-                    memory_us[tier] += service * mem;
+                    billing.add(function.0, service, compute_milli);
                     seq += 1;
                     heap.push(Reverse((finish_at, seq, FINISH, gpu, request.0)));
                 }
@@ -229,17 +196,56 @@ pub fn simulate(trace: &ServingTrace, params: &ServingParams, spec: RunSpec) -> 
         }
     }
     report.span_us = now.saturating_sub(t0);
-    let mut usage = [Usage::default(); 4];
-    for (i, u) in usage.iter_mut().enumerate() {
-        u.compute_milli_gpu_ms = u64::try_from(compute_us[i] / 1000).unwrap_or(u64::MAX);
-        u.memory_mib_ms = u64::try_from(memory_us[i] / 1000).unwrap_or(u64::MAX);
-    }
-    report.billed_units = params.bill(&usage);
-    if !latencies.is_empty() {
-        report.p50_us = percentile(&mut latencies, 0.50);
-        report.p99_us = percentile(&mut latencies, 0.99);
-    }
+    report.billed_units = billing.bill(params);
+    report.set_percentiles(&mut latencies);
     report
+}
+
+/// What tenants are billed for the runs of a simulation: Σ compute × µs
+/// and Σ MiB × µs per billed tier, each tier's line charged once.
+pub(super) struct Billing {
+    /// Per function: the tier it is billed at (index into [`Tier::ALL`])
+    /// and the GPU memory its instance holds.
+    functions: Vec<(usize, u128)>,
+    compute_us: [u128; 4],
+    memory_us: [u128; 4],
+}
+
+impl Billing {
+    pub(super) fn new(trace: &ServingTrace, config: &NodeConfig, policy: ServingPolicy) -> Self {
+        let functions = trace
+            .functions
+            .iter()
+            .map(|f| {
+                let tier = policy.billed_tier(f.profile.tier);
+                let tier = Tier::ALL.iter().position(|t| *t == tier).unwrap_or(0);
+                let mem = footprint(config, &f.profile).map_or(f.profile.memory_mib, |fp| fp.0);
+                (tier, mem as u128)
+            })
+            .collect();
+        Self {
+            functions,
+            compute_us: [0; 4],
+            memory_us: [0; 4],
+        }
+    }
+
+    /// A run of `function` for `service_us` on `compute_milli`.
+    pub(super) fn add(&mut self, function: u32, service_us: Micros, compute_milli: u32) {
+        let (tier, mem) = self.functions[function as usize];
+        self.compute_us[tier] += service_us as u128 * compute_milli as u128;
+        self.memory_us[tier] += service_us as u128 * mem;
+    }
+
+    /// The bill, in units of the price list.
+    pub(super) fn bill(&self, params: &ServingParams) -> u64 {
+        let mut usage = [Usage::default(); 4];
+        for (i, u) in usage.iter_mut().enumerate() {
+            u.compute_milli_gpu_ms = u64::try_from(self.compute_us[i] / 1000).unwrap_or(u64::MAX);
+            u.memory_mib_ms = u64::try_from(self.memory_us[i] / 1000).unwrap_or(u64::MAX);
+        }
+        params.bill(&usage)
+    }
 }
 
 fn heap_event(heap: &mut EventHeap) -> (Micros, Event) {
@@ -256,10 +262,4 @@ fn heap_event(heap: &mut EventHeap) -> (Micros, Event) {
         }
     };
     (t, event)
-}
-
-/// Nearest-rank percentile (reorders `xs`).
-fn percentile(xs: &mut [Micros], q: f64) -> Micros {
-    let rank = ((q * xs.len() as f64).ceil() as usize).clamp(1, xs.len());
-    *xs.select_nth_unstable(rank - 1).1
 }

@@ -8,12 +8,14 @@
 //!   ServingTrace ──┐
 //!   ServingParams ─┼─▶ evaluate(policy, gpus | min-gpus) ─▶ simulate (engine) ─▶ RunReport
 //!   RunSpec ───────┘          │ search_min_gpus: exponential + binary + verify
+//!                             └─ bound: mandatory-part lower bound + central EDF estimate
 //! ```
 //!
 //! Rules fixed so that no policy is favoured: a request's deadline is its
 //! arrival + slack × its service time on a whole GPU; attainment is the
 //! requests finished by their deadline ÷ all requests (rejected ones miss).
 
+mod bound;
 mod engine;
 mod params;
 mod policy;
@@ -22,6 +24,7 @@ mod search;
 mod synthetic;
 mod trace;
 
+pub use bound::{edf_simulate, mandatory_min_gpus, miss_budget, BoundKind};
 pub use engine::{deadline, simulate, RunSpec};
 pub use params::{ServingParams, ServingParamsError};
 pub use policy::ServingPolicy;

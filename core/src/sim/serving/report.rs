@@ -1,6 +1,6 @@
 //! What one simulated run measured.
 
-use super::ServingPolicy;
+use super::{ServingParams, ServingPolicy};
 use crate::model::Micros;
 
 const US_PER_HOUR: f64 = 3.6e9;
@@ -47,6 +47,39 @@ pub struct RunReport {
 }
 
 impl RunReport {
+    /// A report of a run that has not started: every counter zero.
+    pub fn empty(policy: ServingPolicy, gpus: u32, requests: u64, params: &ServingParams) -> Self {
+        Self {
+            policy,
+            static_slices: None,
+            gpus,
+            requests,
+            met: 0,
+            rejected: 0,
+            events: 0,
+            p50_us: 0,
+            p99_us: 0,
+            span_us: 0,
+            busy_us_milli: 0,
+            swaps: 0,
+            swap_outs: 0,
+            remaps: 0,
+            cold_starts: 0,
+            unloads: 0,
+            billed_units: 0,
+            units_per_currency: params.pricing.units_per_currency,
+        }
+    }
+
+    /// Set p50 and p99 from the response times of the finished requests
+    /// (reorders them; nearest rank).
+    pub fn set_percentiles(&mut self, latencies: &mut [Micros]) {
+        if !latencies.is_empty() {
+            self.p50_us = percentile(latencies, 0.50);
+            self.p99_us = percentile(latencies, 0.99);
+        }
+    }
+
     /// Requests finished by their deadline ÷ all requests (0–1).
     pub fn attainment(&self) -> f64 {
         if self.requests == 0 {
@@ -75,4 +108,10 @@ impl RunReport {
     pub fn cost(&self) -> f64 {
         self.billed_units as f64 / self.units_per_currency.max(1) as f64
     }
+}
+
+/// Nearest-rank percentile (reorders `xs`, not empty).
+fn percentile(xs: &mut [Micros], q: f64) -> Micros {
+    let rank = ((q * xs.len() as f64).ceil() as usize).clamp(1, xs.len());
+    *xs.select_nth_unstable(rank - 1).1
 }

@@ -15,7 +15,10 @@
 //! [`VERIFY_WINDOW`] smaller counts (or all down to 1) failing. Every run is
 //! counted in the events total.
 
-use super::{simulate, RunReport, RunSpec, ServingParams, ServingPolicy, ServingTrace};
+use super::{
+    mandatory_min_gpus, simulate, BoundKind, RunReport, RunSpec, ServingParams, ServingPolicy,
+    ServingTrace,
+};
 
 /// Attainment a GPU count must reach in `--min-gpus`.
 pub const TARGET_ATTAINMENT: f64 = 0.99;
@@ -117,6 +120,9 @@ pub struct PolicyOutcome {
     pub runs: u32,
     /// Events of all those runs.
     pub events: u64,
+    /// `bound` only: the proven lower bound on GPUs and its argument (the
+    /// runs and `min_gpus` above are the EDF estimate's).
+    pub bound: Option<(u32, BoundKind)>,
 }
 
 /// Run one policy on a trace, at a fixed GPU count or searching the
@@ -151,6 +157,7 @@ pub fn evaluate(
                     events: report.events,
                     report,
                     min_gpus: None,
+                    bound: None,
                 }
             }
             GpuCount::Min { max } => {
@@ -161,6 +168,7 @@ pub fn evaluate(
                     min_gpus: Some(s.min_gpus),
                     runs: s.runs,
                     events: s.events,
+                    bound: None,
                 }
             }
         };
@@ -185,6 +193,9 @@ pub fn evaluate(
     let mut best = best.expect("at least one slice count");
     best.runs = runs;
     best.events = events;
+    if policy == ServingPolicy::Bound {
+        best.bound = Some(mandatory_min_gpus(trace, slack, TARGET_ATTAINMENT));
+    }
     best
 }
 
