@@ -3,6 +3,8 @@
 //! No sockets, no clocks, no threads: time comes in as `now`, randomness
 //! through a seeded [`rng::Rng`]. Everything here is data in, decisions out,
 //! so the region, the node agent and the simulators run the very same code.
+//! The one exception is [`net`] (cargo feature `net`, off by default): the
+//! protocol's frames on QUIC streams, shared by both binaries.
 //!
 //! ```text
 //!   operator TOML ──▶ config (parse strictly, validate, every error at once)
@@ -17,6 +19,8 @@ pub mod config;
 pub mod executor;
 pub mod metering;
 pub mod model;
+#[cfg(feature = "net")]
+pub mod net;
 pub mod placement;
 pub mod protocol;
 pub mod rng;

@@ -53,6 +53,27 @@ pub const USAGE_BATCH: usize = 2_000;
 /// How often the usage sender looks at the journal without being woken.
 const USAGE_POLL: Duration = Duration::from_secs(1);
 
+/// Largest answer body sent back to a replica in an `InvokeReply` (the
+/// agent wire's frame limit, less room for the reply's other fields).
+pub const MAX_FORWARDED_BODY: usize = gshare_core::protocol::AGENT_FRAME_BYTES - 1024;
+
+/// `outcome`, or an explicit failure when its body would not fit in a
+/// frame: the replica gets an answer, not a stream that ends without one.
+fn fit_to_frame(outcome: InvokeOutcome) -> InvokeOutcome {
+    match outcome {
+        InvokeOutcome::Done { body, .. } if body.len() > MAX_FORWARDED_BODY => {
+            InvokeOutcome::Failed(InvokeError::InstanceFailed {
+                detail: format!(
+                    "the function's answer of {} bytes is over the {MAX_FORWARDED_BODY} bytes \
+                     a replica can forward; call the agent's ingress for answers this large",
+                    body.len()
+                ),
+            })
+        }
+        other => other,
+    }
+}
+
 /// Why a session with one replica ended.
 #[derive(Debug, thiserror::Error)]
 enum SessionEnd {
@@ -382,6 +403,7 @@ async fn invokes(conn: quinn::Connection, agent: Addr<NodeAgent>) -> Result<(), 
                     .unwrap_or(InvokeOutcome::Failed(InvokeError::ShuttingDown)),
                 _ => InvokeOutcome::Failed(InvokeError::ShuttingDown),
             };
+            let outcome = fit_to_frame(outcome);
             let reply = AgentMessage::v1(AgentMessageV1::InvokeReply(InvokeReply { id, outcome }));
             let _ = write_frame(&mut send, &reply).await;
         });
@@ -438,5 +460,45 @@ async fn heartbeats(conn: quinn::Connection, setup: &LinkSetup) -> Result<(), Se
             });
             request(&conn, swaps).await?;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gshare_core::protocol::encode_frame;
+
+    fn done(len: usize) -> InvokeOutcome {
+        InvokeOutcome::Done {
+            body: vec![7; len],
+            queued_us: u64::MAX,
+            service_us: u64::MAX,
+        }
+    }
+
+    #[test]
+    fn a_forwarded_answer_always_fits_in_a_frame() {
+        // The largest body kept, with the widest other fields, encodes.
+        let kept = fit_to_frame(done(MAX_FORWARDED_BODY));
+        assert_eq!(kept, done(MAX_FORWARDED_BODY));
+        let reply = AgentMessage::v1(AgentMessageV1::InvokeReply(InvokeReply {
+            id: u64::MAX,
+            outcome: kept,
+        }));
+        assert!(encode_frame(&reply).is_ok());
+        // One byte more becomes an explicit failure (which encodes too).
+        let failed = fit_to_frame(done(MAX_FORWARDED_BODY + 1));
+        match &failed {
+            InvokeOutcome::Failed(e @ InvokeError::InstanceFailed { detail }) => {
+                assert_eq!(e.http_status(), 502);
+                assert!(detail.contains("over the"), "{detail}");
+            }
+            other => panic!("expected InstanceFailed, got {other:?}"),
+        }
+        let reply = AgentMessage::v1(AgentMessageV1::InvokeReply(InvokeReply {
+            id: 1,
+            outcome: failed,
+        }));
+        assert!(encode_frame(&reply).is_ok());
     }
 }

@@ -6,8 +6,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// ALPN of the agent protocol (replicas accept it beside `gshare-raft/1`).
-pub const AGENT_ALPN: &[u8] = b"gshare-agent/1";
+use gshare_core::protocol::AGENT_ALPN;
 
 /// Certificates could not be loaded.
 #[derive(Debug, thiserror::Error)]

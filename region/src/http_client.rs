@@ -2,10 +2,16 @@
 //!
 //! One request per connection (`Connection: close`), JSON bodies, bearer
 //! token. Enough to talk to a replica without pulling in a client stack.
+//! An answer is read up to [`MAX_REPLY_BYTES`]; a server that sends more
+//! (or never stops) gets [`HttpClientError::TooLarge`], not all our memory.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
+
+/// Largest answer read, head and body (a `GET /v1/cluster/state` of a
+/// 1,000-node region is a few MiB).
+pub const MAX_REPLY_BYTES: usize = 64 << 20;
 
 /// A request that got no HTTP answer.
 #[derive(Debug, thiserror::Error)]
@@ -17,6 +23,14 @@ pub enum HttpClientError {
         addr: SocketAddr,
         /// The socket error.
         source: std::io::Error,
+    },
+    /// The answer is longer than the limit.
+    #[error("{addr}: answer over {limit} bytes")]
+    TooLarge {
+        /// The server.
+        addr: SocketAddr,
+        /// The limit, bytes.
+        limit: usize,
     },
     /// The answer is not HTTP/1.x.
     #[error("{addr}: malformed response: {detail}")]
@@ -78,8 +92,15 @@ pub fn request_with(
     head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
     stream.write_all(head.as_bytes()).map_err(io)?;
     stream.write_all(body.as_bytes()).map_err(io)?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).map_err(io)?;
+    let raw = match read_bounded(&mut stream, MAX_REPLY_BYTES).map_err(io)? {
+        Some(raw) => raw,
+        None => {
+            return Err(HttpClientError::TooLarge {
+                addr,
+                limit: MAX_REPLY_BYTES,
+            })
+        }
+    };
     let reply = parse(addr, &raw)?;
     let end = raw
         .windows(4)
@@ -94,6 +115,15 @@ pub fn request_with(
         })
         .collect();
     Ok((reply, answer_headers))
+}
+
+/// Reads `r` to its end if that is at most `limit` bytes; `None` (after
+/// reading `limit + 1` bytes, no more) if it is longer.
+pub fn read_bounded(r: &mut impl Read, limit: usize) -> std::io::Result<Option<Vec<u8>>> {
+    let mut raw = Vec::new();
+    r.take(u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1))
+        .read_to_end(&mut raw)?;
+    Ok((raw.len() <= limit).then_some(raw))
 }
 
 fn parse(addr: SocketAddr, raw: &[u8]) -> Result<HttpReply, HttpClientError> {
@@ -136,12 +166,12 @@ fn dechunk(mut data: &[u8]) -> Option<Vec<u8>> {
         let eol = data.windows(2).position(|w| w == b"\r\n")?;
         let size_text = std::str::from_utf8(&data[..eol]).ok()?;
         let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
-        data = &data[eol + 2..];
+        data = data.get(eol.checked_add(2)?..)?;
         if size == 0 {
             return Some(out);
         }
         out.extend_from_slice(data.get(..size)?);
-        data = data.get(size + 2..)?;
+        data = data.get(size..)?.strip_prefix(b"\r\n")?;
     }
 }
 
@@ -157,5 +187,63 @@ mod tests {
         let r = parse(a, b"HTTP/1.1 404 Not Found\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n").unwrap();
         assert_eq!((r.status, r.body.as_str()), (404, "abcde"));
         assert!(parse(a, b"garbage").is_err());
+        // Sizes that would wrap an end offset, and a chunk without its CRLF.
+        for bad in [
+            &b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nffffffffffffffff\r\nx\r\n0\r\n\r\n"[..],
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nfffffffffffffffe\r\nx\r\n0\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1\r\nxyz0\r\n\r\n",
+        ] {
+            assert!(parse(a, bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn an_answer_that_never_ends_is_cut_at_the_limit() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut head = [0u8; 1024];
+            let _ = s.read(&mut head);
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\n\r\n");
+            let chunk = vec![b'x'; 64 * 1024];
+            while s.write_all(&chunk).is_ok() {}
+        });
+        // A hang guard, not a timing assert.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(request(
+                addr,
+                "GET",
+                "/",
+                None,
+                None,
+                Duration::from_secs(30),
+            ));
+        });
+        let got = rx
+            .recv_timeout(Duration::from_secs(120))
+            .expect("the client kept reading an endless answer");
+        assert!(
+            matches!(
+                got,
+                Err(HttpClientError::TooLarge {
+                    limit: MAX_REPLY_BYTES,
+                    ..
+                })
+            ),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn read_bounded_stops_after_the_limit() {
+        let data = vec![1u8; 10];
+        assert_eq!(
+            read_bounded(&mut &data[..], 10).unwrap(),
+            Some(data.clone())
+        );
+        assert_eq!(read_bounded(&mut &data[..], 9).unwrap(), None);
+        assert_eq!(read_bounded(&mut &data[..0], 0).unwrap(), Some(Vec::new()));
     }
 }

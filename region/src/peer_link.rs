@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::wire::{read_frame, write_frame, FrameError, PeerReply, PeerRequest};
+use crate::wire::{read_frame, write_frame, PeerReply, PeerRequest, WireError};
 
 /// Why a call to a peer failed.
 #[derive(Debug, thiserror::Error)]
@@ -29,7 +29,7 @@ pub enum LinkError {
         /// The peer's address.
         addr: String,
         /// The frame or stream error.
-        source: FrameError,
+        source: WireError,
     },
     /// No reply within the deadline.
     #[error("call to {addr} timed out")]
@@ -109,7 +109,7 @@ impl PeerLinks {
             let (mut send, mut recv) = conn
                 .open_bi()
                 .await
-                .map_err(|e| call_err(FrameError::Stream(e.to_string())))?;
+                .map_err(|e| call_err(WireError::Stream(e.to_string())))?;
             write_frame(&mut send, req).await.map_err(call_err)?;
             read_frame::<PeerReply>(&mut recv).await.map_err(call_err)
         };

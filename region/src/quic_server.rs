@@ -14,10 +14,9 @@ use gshare_raft_store::TypeConfig;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::Raft;
 
-use crate::wire::{read_frame, write_frame, FrameError, PeerReply, PeerRequest, WriteRefusal};
-
-/// QUIC application error code sent when a bad frame closes a connection.
-pub const BAD_FRAME_CODE: u32 = 0x10;
+use crate::wire::{
+    read_frame, write_frame, PeerReply, PeerRequest, WireError, WriteRefusal, BAD_FRAME,
+};
 
 /// Counters of the QUIC server, shown in `/metrics`.
 #[derive(Debug, Default)]
@@ -57,7 +56,7 @@ pub async fn serve(
                 .handshake_data()
                 .and_then(|h| h.downcast::<quinn::crypto::rustls::HandshakeData>().ok())
                 .and_then(|h| h.protocol);
-            if alpn.as_deref() == Some(crate::agents::AGENT_ALPN) {
+            if alpn.as_deref() == Some(gshare_core::protocol::AGENT_ALPN) {
                 crate::agents::serve_agent(conn, agents).await;
                 return;
             }
@@ -83,13 +82,13 @@ async fn answer(
 ) {
     let req = match read_frame::<PeerRequest>(&mut recv).await {
         Ok(r) => r,
-        Err(e @ (FrameError::Oversized { .. } | FrameError::Malformed(_))) => {
+        Err(e @ WireError::Frame(_)) => {
             counters.bad_frames.fetch_add(1, Ordering::Relaxed);
             tracing::warn!("closing connection from {}: {e}", conn.remote_address());
-            conn.close(quinn::VarInt::from_u32(BAD_FRAME_CODE), b"bad frame");
+            conn.close(quinn::VarInt::from_u32(BAD_FRAME), b"bad frame");
             return;
         }
-        Err(FrameError::Stream(_)) => return,
+        Err(WireError::Stream(_)) => return,
     };
     let reply = match req {
         PeerRequest::Append(rpc) => PeerReply::Append(raft.append_entries(rpc).await),

@@ -238,7 +238,7 @@ pub fn server_config(paths: &TlsPaths) -> Result<quinn::ServerConfig, TlsError> 
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .with_client_cert_verifier(verifier)
         .with_single_cert(l.chain, l.key)?;
-    tls.alpn_protocols = vec![ALPN.to_vec(), crate::agents::AGENT_ALPN.to_vec()];
+    tls.alpn_protocols = vec![ALPN.to_vec(), gshare_core::protocol::AGENT_ALPN.to_vec()];
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(tls)
         .map_err(|e| TlsError::Quic(e.to_string()))?;
     Ok(quinn::ServerConfig::with_crypto(Arc::new(crypto)))

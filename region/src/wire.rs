@@ -1,16 +1,21 @@
 //! Replica-to-replica messages and their frames on QUIC streams.
 //!
-//! One request and one reply per bidirectional stream, each a frame:
+//! One request and one reply per bidirectional stream, each a frame of
+//! core's codec ([`gshare_core::protocol::codec`]) at the peer wire's
+//! limit, [`PEER_FRAME_BYTES`] (Raft batches and snapshot chunks are bigger
+//! than any agent message). The functions here are that wire's; agent
+//! messages go through `gshare_core::net::{read_frame, write_frame}` at
+//! the agent wire's limit, the same one the agent uses.
 //!
 //! ```text
 //!   ┌──────────────┬──────────────────────────────────┐
-//!   │ length: u32  │ bincode 2 (serde) of the message │   length ≤ MAX_FRAME_BYTES
+//!   │ length: u32  │ bincode 2 (serde) of the message │   length ≤ PEER_FRAME_BYTES
 //!   │ big endian   │                                  │
 //!   └──────────────┴──────────────────────────────────┘
 //! ```
 //!
-//! A frame that is oversized or does not decode is a [`FrameError`]; the
-//! receiver closes that connection and nothing else.
+//! A frame that is oversized or does not decode is a [`WireError::Frame`];
+//! the receiver closes that connection (code [`BAD_FRAME`]) and nothing else.
 
 use gshare_raft_store::{BatchOutcome, CommandBatch, TypeConfig};
 use openraft::error::{InstallSnapshotError, RaftError};
@@ -64,84 +69,32 @@ pub enum PeerReply {
     Write(Result<BatchOutcome, WriteRefusal>),
 }
 
-/// A frame that could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum FrameError {
-    /// The announced length is over [`MAX_FRAME_BYTES`].
-    #[error("frame of {len} bytes is over the {MAX_FRAME_BYTES}-byte limit")]
-    Oversized {
-        /// The announced length.
-        len: usize,
-    },
-    /// The payload does not decode as the expected message.
-    #[error("malformed frame: {0}")]
-    Malformed(String),
-    /// The stream ended or failed.
-    #[error("stream: {0}")]
-    Stream(String),
-}
+pub use gshare_core::net::{WireError, BAD_FRAME};
+pub use gshare_core::protocol::{FrameError, PeerFrames, PEER_FRAME_BYTES};
 
-fn config() -> impl bincode::config::Config {
-    bincode::config::standard().with_limit::<MAX_FRAME_BYTES>()
-}
-
-/// Encodes `msg` as one frame (length prefix included).
+/// Encodes `msg` as one peer-wire frame (length prefix included).
 pub fn encode_frame<T: Serialize>(msg: &T) -> Result<Vec<u8>, FrameError> {
-    let mut out = vec![0u8; 4];
-    bincode::serde::encode_into_std_write(msg, &mut out, config())
-        .map_err(|e| FrameError::Malformed(e.to_string()))?;
-    let len = out.len() - 4;
-    if len > MAX_FRAME_BYTES {
-        return Err(FrameError::Oversized { len });
-    }
-    out[..4].copy_from_slice(&(len as u32).to_be_bytes());
-    Ok(out)
+    PeerFrames::encode(msg)
 }
 
-/// Decodes a frame's payload (without the length prefix); trailing bytes are malformed.
+/// Decodes a peer-wire frame's payload (without the length prefix);
+/// trailing bytes are malformed.
 pub fn decode_payload<T: DeserializeOwned>(payload: &[u8]) -> Result<T, FrameError> {
-    let (msg, used) = bincode::serde::decode_from_slice(payload, config())
-        .map_err(|e| FrameError::Malformed(e.to_string()))?;
-    if used != payload.len() {
-        return Err(FrameError::Malformed(format!(
-            "{} trailing bytes",
-            payload.len() - used
-        )));
-    }
-    Ok(msg)
+    PeerFrames::decode_payload(payload)
 }
 
-/// Writes one frame and finishes the sending side of the stream.
+/// Writes one peer-wire frame and finishes the sending side of the stream.
 pub async fn write_frame<T: Serialize>(
     send: &mut quinn::SendStream,
     msg: &T,
-) -> Result<(), FrameError> {
-    let bytes = encode_frame(msg)?;
-    send.write_all(&bytes)
-        .await
-        .map_err(|e| FrameError::Stream(e.to_string()))?;
-    send.finish()
-        .map_err(|e| FrameError::Stream(e.to_string()))?;
-    Ok(())
+) -> Result<(), WireError> {
+    PeerFrames::write(send, msg).await
 }
 
-/// Reads one frame, refusing lengths over the cap before reading the payload.
-pub async fn read_frame<T: DeserializeOwned>(
-    recv: &mut quinn::RecvStream,
-) -> Result<T, FrameError> {
-    let mut len = [0u8; 4];
-    recv.read_exact(&mut len)
-        .await
-        .map_err(|e| FrameError::Stream(e.to_string()))?;
-    let len = u32::from_be_bytes(len) as usize;
-    if len > MAX_FRAME_BYTES {
-        return Err(FrameError::Oversized { len });
-    }
-    let mut payload = vec![0u8; len];
-    recv.read_exact(&mut payload)
-        .await
-        .map_err(|e| FrameError::Stream(e.to_string()))?;
-    decode_payload(&payload)
+/// Reads one peer-wire frame, refusing lengths over [`PEER_FRAME_BYTES`]
+/// before reading the payload.
+pub async fn read_frame<T: DeserializeOwned>(recv: &mut quinn::RecvStream) -> Result<T, WireError> {
+    PeerFrames::read(recv).await
 }
 
 #[cfg(test)]
@@ -161,13 +114,13 @@ mod tests {
         }
         assert!(matches!(
             decode_payload::<PeerRequest>(&[0xff, 0xff, 0xff]),
-            Err(FrameError::Malformed(_))
+            Err(FrameError::Malformed { .. })
         ));
         let mut trailing = frame[4..].to_vec();
         trailing.push(0);
         assert!(matches!(
             decode_payload::<PeerRequest>(&trailing),
-            Err(FrameError::Malformed(_))
+            Err(FrameError::Malformed { .. })
         ));
     }
 }

@@ -17,6 +17,7 @@
 
 pub mod binaries;
 pub mod fault_proxy;
+pub mod fuzz;
 pub mod stand_in_region;
 pub mod test_region;
 

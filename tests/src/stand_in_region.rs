@@ -6,8 +6,9 @@
 //! counts), and hands each registered connection to the test, which pushes
 //! assignments and tokens or forwards invocations on it.
 
-use gshare_core::protocol::{AgentMessage, AgentMessageV1, RegionMessage, RegionMessageV1};
-use gshare_edge::tls::AGENT_ALPN;
+use gshare_core::protocol::{
+    AgentMessage, AgentMessageV1, RegionMessage, RegionMessageV1, AGENT_ALPN,
+};
 use gshare_edge::wire::{read_frame, write_frame};
 use gshare_region::agents::AgentReports;
 use rcgen::{CertificateParams, DnType, IsCa, Issuer, KeyPair};

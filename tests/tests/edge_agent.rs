@@ -513,3 +513,89 @@ fn agent_process_refuses_a_bad_config_listing_every_error() {
         assert!(err.contains(needle), "{needle:?} missing in {err}");
     }
 }
+
+/// Token digests padded so that their frame is `payload` bytes long.
+fn tokens_of_frame_size(payload: usize) -> RegionMessage {
+    let with_pad = |n: usize| {
+        RegionMessage::v1(RegionMessageV1::Tokens(TokenDigests {
+            applied_index: 2,
+            tenants: vec![
+                TenantTokens {
+                    tenant: TenantId("acme".into()),
+                    digests: vec![token_digest(TOKEN)],
+                },
+                TenantTokens {
+                    tenant: TenantId("padding".into()),
+                    digests: vec!["0".repeat(n)],
+                },
+            ],
+        }))
+    };
+    let probe = payload - 1024;
+    let overhead = gshare_core::protocol::encode_frame(&with_pad(probe))
+        .unwrap()
+        .len()
+        - 4
+        - probe;
+    with_pad(payload - overhead)
+}
+
+#[actix_rt::test]
+async fn a_push_at_the_agent_wire_limit_is_accepted_and_one_byte_more_is_never_sent() {
+    use gshare_core::protocol::{FrameError, AGENT_FRAME_BYTES};
+    let ca = new_ca();
+    let mut region = fake_region(&ca);
+    let agent = start_agent(&ca, &ca.pem, &[region.addr], 1, 16_384);
+    let conn = next_registration(&mut region).await;
+    push(
+        &conn,
+        RegionMessageV1::Assignment(Assignment {
+            applied_index: 1,
+            instances: vec![AssignedInstance {
+                instance: InstanceId(1),
+                spec: spec("echo", Tier::Guaranteed, 1024, 1_000),
+                version: 1,
+                slices: vec![Slice {
+                    gpu: GpuId {
+                        node: NodeId("n1".into()),
+                        index: 0,
+                    },
+                    compute_milli: 500,
+                    memory_mib: 1024,
+                }],
+            }],
+        }),
+    )
+    .await;
+    // No tokens yet: refused.
+    assert_eq!(invoke(agent.ingress, "echo").await.0, 401);
+
+    // The region's agent-wire writer (the one `gshare-region` uses) at
+    // exactly the limit: the agent takes it.
+    let at_limit = tokens_of_frame_size(AGENT_FRAME_BYTES);
+    assert_eq!(
+        gshare_core::protocol::encode_frame(&at_limit)
+            .unwrap()
+            .len(),
+        4 + AGENT_FRAME_BYTES
+    );
+    let mut send = conn.open_uni().await.unwrap();
+    gshare_core::net::write_frame(&mut send, &at_limit)
+        .await
+        .unwrap();
+    wait_until_served(agent.ingress, "echo").await;
+
+    // One byte more is refused by the writer, before anything is sent,
+    // and the connection stays up.
+    let mut send = conn.open_uni().await.unwrap();
+    match gshare_core::net::write_frame(&mut send, &tokens_of_frame_size(AGENT_FRAME_BYTES + 1))
+        .await
+    {
+        Err(gshare_core::net::WireError::Frame(FrameError::Oversized { len, limit })) => {
+            assert_eq!((len, limit), (AGENT_FRAME_BYTES + 1, AGENT_FRAME_BYTES));
+        }
+        other => panic!("expected Oversized, got {other:?}"),
+    }
+    assert_eq!(invoke(agent.ingress, "echo").await.0, 200);
+    assert!(conn.close_reason().is_none());
+}

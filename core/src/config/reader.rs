@@ -135,9 +135,14 @@ where
     Some(v)
 }
 
-/// 1-based line and column (in characters) of byte `offset` in `src`.
+/// 1-based line and column (in characters) of byte `offset` in `src`; an
+/// offset past the end or inside a character counts from the character's
+/// start.
 pub(crate) fn line_col(src: &str, offset: usize) -> (u32, u32) {
-    let offset = offset.min(src.len());
+    let mut offset = offset.min(src.len());
+    while !src.is_char_boundary(offset) {
+        offset = offset.saturating_sub(1);
+    }
     let before = src.get(..offset).unwrap_or(src);
     let line = before.matches('\n').count() + 1;
     let line_start = before.rfind('\n').map_or(0, |i| i + 1);
@@ -470,6 +475,15 @@ mod tests {
             line_col(src, src[eq + 1..].find('=').unwrap() + eq + 1),
             (2, 4)
         );
+    }
+
+    #[test]
+    fn an_offset_inside_a_character_or_past_the_end_points_at_that_character() {
+        let src = "a\nbé\n";
+        // 'é' is bytes 3..5; byte 4 is inside it.
+        assert_eq!(line_col(src, 3), (2, 2));
+        assert_eq!(line_col(src, 4), (2, 2));
+        assert_eq!(line_col(src, usize::MAX), (3, 1));
     }
 
     #[test]

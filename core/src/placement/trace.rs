@@ -80,6 +80,9 @@ impl<'a> Table<'a> {
     }
 }
 
+/// 2^64 as a float: the first whole number a `u64` does not hold.
+const U64_END: f64 = 18_446_744_073_709_551_616.0;
+
 fn cell<'a>(row: &[&'a str], ix: usize) -> &'a str {
     row.get(ix).copied().unwrap_or("")
 }
@@ -91,11 +94,13 @@ fn num<T: std::str::FromStr>(
     column: &'static str,
 ) -> Result<T, TraceError> {
     let v = cell(row, ix);
-    // Accept "8" and "8.0" (pandas writes floats for columns with gaps).
+    // Accept "8" and "8.0" (pandas writes floats for columns with gaps),
+    // but only whole numbers a u64 holds: `1e30 as u64` would saturate to
+    // u64::MAX and pass as a real quantity.
     let parsed = v.parse::<T>().ok().or_else(|| {
         v.parse::<f64>()
             .ok()
-            .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+            .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < U64_END)
             .and_then(|f| format!("{}", f as u64).parse::<T>().ok())
     });
     parsed.ok_or_else(|| TraceError::BadValue {
@@ -212,4 +217,28 @@ pub fn parse_pod_csv(text: &str, models: &GpuModels) -> Result<Vec<PodRequest>, 
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_float_cell_beyond_u64_is_refused_not_saturated() {
+        let mut models = GpuModels::default();
+        let csv = "sn,cpu_milli,memory_mib,gpu,model\nn1,1000,1e30,0,\n";
+        assert_eq!(
+            parse_node_csv(csv, &mut models),
+            Err(TraceError::BadValue {
+                line: 2,
+                column: "memory_mib",
+                value: "1e30".into()
+            })
+        );
+        let csv = "sn,cpu_milli,memory_mib,gpu,model\nn1,1000,2048.0,0,\n";
+        assert_eq!(
+            parse_node_csv(csv, &mut models).unwrap()[0].memory_mib,
+            2048
+        );
+    }
 }

@@ -15,9 +15,12 @@
 //! ```
 //!
 //! On the wire every message is one frame ([`codec`]): a big-endian `u32`
-//! length, then the bincode payload, refused above [`MAX_FRAME_BYTES`]
-//! before the payload is read. The codec is pure (bytes in, messages out);
-//! the transports (QUIC streams) live in the binaries.
+//! length, then the bincode payload, refused above [`AGENT_FRAME_BYTES`]
+//! before the payload is read, by both sides. The codec is pure (bytes in,
+//! messages out); reading and writing frames on QUIC streams is
+//! `gshare_core::net` (cargo feature `net`), which both binaries use. The
+//! connection's ALPN is [`AGENT_ALPN`]; tenant tokens travel only as
+//! [`token_digest`]s.
 
 mod agent_counters;
 mod agent_message;
@@ -31,16 +34,22 @@ mod token_digests;
 
 pub use agent_counters::AgentCounters;
 pub use agent_message::{AgentMessage, AgentMessageV1, Heartbeat, Register};
-pub use codec::{decode_payload, encode_frame, FrameDecoder, FrameError, MAX_FRAME_BYTES};
+pub use codec::{
+    decode_payload, encode_frame, AgentFrames, AgentWire, FrameDecoder, FrameError, Frames,
+    PeerFrames, PeerWire, Wire, AGENT_FRAME_BYTES, PEER_FRAME_BYTES,
+};
 pub use gpu_report::{GpuStatus, NodeGpu};
 pub use instance_assignment::{AssignedInstance, Assignment};
 pub use invoke::{InvokeError, InvokeOutcome, InvokeReply, InvokeRequest, MAX_REPLAY_BODY};
 pub use region_message::{RegionMessage, RegionMessageV1};
 pub use swap_report::{SwapEvent, SwapKind};
-pub use token_digests::{TenantTokens, TokenDigests};
+pub use token_digests::{token_digest, TenantTokens, TokenDigests};
 
 /// The protocol version this build speaks (the envelope variant it sends).
 pub const PROTOCOL_VERSION: u32 = 1;
+
+/// ALPN of the agent protocol (replicas accept it beside their own Raft ALPN).
+pub const AGENT_ALPN: &[u8] = b"gshare-agent/1";
 
 #[cfg(test)]
 mod tests;

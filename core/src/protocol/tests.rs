@@ -190,11 +190,12 @@ fn decoder_reassembles_frames_split_anywhere() {
 #[test]
 fn oversized_length_is_refused_before_the_payload() {
     let mut dec = FrameDecoder::new();
-    let len = (MAX_FRAME_BYTES as u32 + 1).to_be_bytes();
+    let len = (AGENT_FRAME_BYTES as u32 + 1).to_be_bytes();
     assert_eq!(
         dec.push(&len),
         Err(FrameError::Oversized {
-            len: MAX_FRAME_BYTES + 1
+            len: AGENT_FRAME_BYTES + 1,
+            limit: AGENT_FRAME_BYTES
         })
     );
     assert_eq!(dec.buffered(), 0);
@@ -232,7 +233,83 @@ fn encoding_refuses_a_message_over_the_cap() {
         tenant: TenantId("t".into()),
         function: "f".into(),
         deadline_ms: None,
-        body: vec![0; MAX_FRAME_BYTES + 1],
+        body: vec![0; AGENT_FRAME_BYTES + 1],
     }));
     assert!(encode_frame(&big).is_err());
+}
+
+#[test]
+fn token_digest_is_lower_case_sha256_hex() {
+    assert_eq!(
+        token_digest("abc"),
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    );
+    assert_eq!(
+        token_digest(""),
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    );
+}
+
+#[test]
+fn a_frame_at_the_agent_limit_round_trips_and_one_byte_more_is_refused() {
+    // The largest invoke body whose frame is exactly AGENT_FRAME_BYTES.
+    let with_body = |n: usize| {
+        RegionMessage::v1(RegionMessageV1::Invoke(InvokeRequest {
+            id: 1,
+            tenant: TenantId("t".into()),
+            function: "f".into(),
+            deadline_ms: None,
+            body: vec![7; n],
+        }))
+    };
+    let overhead = encode_frame(&with_body(AGENT_FRAME_BYTES - 64))
+        .unwrap()
+        .len()
+        - 4
+        - (AGENT_FRAME_BYTES - 64);
+    let at_limit = with_body(AGENT_FRAME_BYTES - overhead);
+    let f = encode_frame(&at_limit).unwrap();
+    assert_eq!(f.len() - 4, AGENT_FRAME_BYTES);
+    let mut dec = FrameDecoder::new();
+    dec.push(&f).unwrap();
+    assert_eq!(dec.next_message::<RegionMessage>().unwrap(), Some(at_limit));
+    assert_eq!(
+        encode_frame(&with_body(AGENT_FRAME_BYTES - overhead + 1)),
+        Err(FrameError::Oversized {
+            len: AGENT_FRAME_BYTES + 1,
+            limit: AGENT_FRAME_BYTES
+        })
+    );
+    // The peer wire is explicitly bigger, and its frames are refused by agents.
+    let big = PeerFrames::encode(&with_body(AGENT_FRAME_BYTES)).unwrap();
+    assert!(matches!(
+        AgentFrames::frame_len(&big),
+        Err(FrameError::Oversized { .. })
+    ));
+    assert!(PeerFrames::decode_payload::<RegionMessage>(&big[4..]).is_ok());
+}
+
+#[test]
+fn a_length_inside_the_payload_over_the_limit_is_malformed_not_allocated() {
+    // Envelope V1 (0), Invoke variant, then a body `Vec<u8>` claiming 2^40 bytes.
+    let m = RegionMessage::v1(RegionMessageV1::Invoke(InvokeRequest {
+        id: 1,
+        tenant: TenantId("t".into()),
+        function: "f".into(),
+        deadline_ms: None,
+        body: vec![1, 2, 3],
+    }));
+    let f = encode_frame(&m).unwrap();
+    let payload = &f[4..];
+    // The body's length (3) is the byte before its three bytes at the end.
+    let at = payload.len() - 4;
+    assert_eq!(payload[at], 3);
+    let mut forged = payload[..at].to_vec();
+    forged.push(253); // bincode varint: a u64 follows
+    forged.extend_from_slice(&(1u64 << 40).to_le_bytes());
+    forged.extend_from_slice(&[1, 2, 3]);
+    assert!(matches!(
+        decode_payload::<RegionMessage>(&forged),
+        Err(FrameError::Malformed { .. })
+    ));
 }

@@ -43,7 +43,7 @@ mod template;
 mod tests;
 
 pub use error::{InvokeError, ProcessError};
-pub use http::{request as http_request, HttpError, HttpResponse};
+pub use http::{read_response, request as http_request, HttpError, HttpResponse};
 pub use ledger::{ProcessLedger, Reaped};
 pub use spec::{free_port, Backoff, ProcessSpec, SliceLimits};
 pub use template::{render, MpsOrdinals, RuntimeTemplate, TemplateError, TemplateVars};

@@ -15,14 +15,14 @@
 //! agent cannot tell, answers `502 outcome_unknown` with `retryable` and the
 //! key; a retry with the key gets the stored answer if it ran.
 
-use crate::api::auth::sha256_hex;
 use crate::http::HttpContext;
-use crate::wire::{read_frame, write_frame};
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use gshare_core::model::{NodeId, TenantId};
+use gshare_core::net::{read_frame, write_frame};
 use gshare_core::protocol::{
-    AgentMessage, AgentMessageV1, InvokeOutcome, InvokeRequest, RegionMessage, RegionMessageV1,
+    token_digest, AgentMessage, AgentMessageV1, InvokeOutcome, InvokeRequest, RegionMessage,
+    RegionMessageV1, AGENT_FRAME_BYTES,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -37,6 +37,9 @@ const RELEARN: Duration = Duration::from_secs(3);
 /// Longest wait for an invocation still running when asked about its key.
 const LOOKUP_WAIT: Duration = Duration::from_secs(60);
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+/// Largest answer read from a peer replica: an agent-wire frame (the
+/// largest outcome an agent can send) and a head.
+const MAX_FORWARDED_ANSWER: usize = AGENT_FRAME_BYTES + 64 * 1024;
 
 fn error(status: u16, code: &str, message: &str) -> HttpResponse {
     HttpResponse::build(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY))
@@ -182,10 +185,24 @@ async fn forward_http(
     s.write_all(head.as_bytes()).await.map_err(|_| true)?;
     s.write_all(body).await.map_err(|_| true)?;
     let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(60), s.read_to_end(&mut out))
-        .await
-        .map_err(|_| true)?
-        .map_err(|_| true)?;
+    // A peer's answer carries at most an agent-wire frame's body; reading
+    // stops one byte past the limit, whatever the peer sends.
+    let limit = MAX_FORWARDED_ANSWER as u64;
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        (&mut s).take(limit.saturating_add(1)).read_to_end(&mut out),
+    )
+    .await
+    .map_err(|_| true)?
+    .map_err(|_| true)?;
+    if out.len() > MAX_FORWARDED_ANSWER {
+        let e = serde_json::json!({"error": {
+            "code": "answer_too_large",
+            "message": format!("the replica that served the invocation answered over {MAX_FORWARDED_ANSWER} bytes"),
+            "retryable": false,
+        }});
+        return Ok((502, e.to_string().into_bytes()));
+    }
     let split = out.windows(4).position(|w| w == b"\r\n\r\n").ok_or(true)?;
     let status = std::str::from_utf8(&out[..split])
         .ok()
@@ -212,7 +229,7 @@ pub async fn invoke_route(
     else {
         return error(401, "unauthorized", "missing bearer token");
     };
-    let digest = sha256_hex(auth.strip_prefix("Bearer ").unwrap_or("").trim());
+    let digest = token_digest(auth.strip_prefix("Bearer ").unwrap_or("").trim());
     let deadline = req
         .headers()
         .get(DEADLINE)
@@ -345,4 +362,33 @@ pub async fn invoke_route(
         "no_agent",
         "no agent hosting the function is connected to the region",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_endless_peer_answer_is_cut_at_the_limit() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut head = [0u8; 1024];
+            let _ = s.read(&mut head).await;
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await;
+            let chunk = vec![b'x'; 64 * 1024];
+            while s.write_all(&chunk).await.is_ok() {}
+        });
+        // A hang guard, not a timing assert (the forward's own timeout is 60 s).
+        let got = tokio::time::timeout(
+            Duration::from_secs(30),
+            forward_http(&addr, "/v1/invoke/t/f", "Bearer x", None, b"{}"),
+        )
+        .await
+        .expect("the forward kept reading an endless answer");
+        let (status, body) = got.expect("an answer");
+        assert_eq!(status, 502);
+        assert!(String::from_utf8_lossy(&body).contains("answer_too_large"));
+    }
 }

@@ -34,21 +34,18 @@ pub use invoke::invoke_route;
 pub use reports::{AgentReport, AgentReports, SwapCounts};
 
 use crate::proposer::{Proposer, WriteError};
-use crate::wire::{read_frame, write_frame, FrameError};
 use gshare_core::command::{CommandOutcome, RegionCommand};
 use gshare_core::model::NodeId;
+use gshare_core::net::{read_frame, write_encoded, write_frame, WireError, BAD_FRAME};
 use gshare_core::protocol::{
-    AgentMessage, AgentMessageV1, AssignedInstance, Assignment, RegionMessage, RegionMessageV1,
-    TenantTokens, TokenDigests,
+    AgentFrames, AgentMessage, AgentMessageV1, AssignedInstance, Assignment, RegionMessage,
+    RegionMessageV1, TenantTokens, TokenDigests,
 };
 use gshare_core::state::{AgentId, Applied, DomainCommand, UsageRecord};
 use gshare_raft_store::StateReader;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// ALPN of the agent protocol.
-pub const AGENT_ALPN: &[u8] = b"gshare-agent/1";
 
 const PUSH_EVERY: Duration = Duration::from_millis(200);
 /// The full assignment and tokens are pushed again this often even when
@@ -183,13 +180,30 @@ fn view(hub: &AgentHub, node: &NodeId) -> (Assignment, TokenDigests) {
     )
 }
 
-async fn push(conn: &quinn::Connection, msg: RegionMessageV1) -> bool {
-    let Ok(mut send) = conn.open_uni().await else {
-        return false;
-    };
-    write_frame(&mut send, &RegionMessage::v1(msg))
+/// Pushes one message on its own stream. A message over the agent wire's
+/// limit is refused before a stream is opened (the agent would refuse it
+/// and close the link).
+async fn push(conn: &quinn::Connection, msg: RegionMessageV1) -> Result<(), WireError> {
+    let frame = AgentFrames::encode(&RegionMessage::v1(msg))?;
+    let mut send = conn
+        .open_uni()
         .await
-        .is_ok()
+        .map_err(|e| WireError::Stream(e.to_string()))?;
+    write_encoded(&mut send, &frame).await
+}
+
+/// Whether pushing may go on after `result`: a message that cannot be
+/// framed is logged and skipped (it is pushed again when it changes or at
+/// the next refresh); a broken stream ends the pushes.
+fn pushed(result: Result<(), WireError>, node: &NodeId, what: &str) -> bool {
+    match result {
+        Ok(()) => true,
+        Err(WireError::Frame(e)) => {
+            tracing::error!(node = %node.0, "cannot push the {what} to the agent: {e}");
+            true
+        }
+        Err(WireError::Stream(_)) => false,
+    }
 }
 
 async fn pushes(conn: quinn::Connection, hub: AgentHub, node: NodeId) {
@@ -203,13 +217,21 @@ async fn pushes(conn: quinn::Connection, hub: AgentHub, node: NodeId) {
         let (a, t) = view(&hub, &node);
         if last_a.as_ref() != Some(&a.instances) {
             last_a = Some(a.instances.clone());
-            if !push(&conn, RegionMessageV1::Assignment(a)).await {
+            if !pushed(
+                push(&conn, RegionMessageV1::Assignment(a)).await,
+                &node,
+                "assignment",
+            ) {
                 return;
             }
         }
         if last_t.as_ref() != Some(&t.tenants) {
             last_t = Some(t.tenants.clone());
-            if !push(&conn, RegionMessageV1::Tokens(t)).await {
+            if !pushed(
+                push(&conn, RegionMessageV1::Tokens(t)).await,
+                &node,
+                "token digests",
+            ) {
                 return;
             }
         }
@@ -218,7 +240,7 @@ async fn pushes(conn: quinn::Connection, hub: AgentHub, node: NodeId) {
 }
 
 /// Serves one agent connection until it closes. A bad frame closes it
-/// with code 0x10.
+/// with code [`BAD_FRAME`].
 pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
     let mut pusher: Option<tokio::task::JoinHandle<()>> = None;
     let mut registered: Option<AgentId> = None;
@@ -226,8 +248,8 @@ pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
     while let Ok((mut send, mut recv)) = conn.accept_bi().await {
         let msg: AgentMessage = match read_frame(&mut recv).await {
             Ok(m) => m,
-            Err(FrameError::Oversized { .. } | FrameError::Malformed(_)) => {
-                conn.close(0x10u32.into(), b"bad frame");
+            Err(WireError::Frame(_)) => {
+                conn.close(BAD_FRAME.into(), b"bad frame");
                 break;
             }
             Err(_) => continue,

@@ -1,12 +1,14 @@
 //! Who is calling: `Authorization: Bearer <token>`.
 //!
 //! The operator's token comes from the replica config (a file); a tenant's
-//! token is looked up by its SHA-256 digest in the replicated state, so the
+//! token is looked up by its digest (`gshare_core::protocol::token_digest`,
+//! the agents' too) in the replicated state, so the
 //! plaintext exists only in the answer that issued it.
 
 use actix_web::http::StatusCode;
 use actix_web::HttpRequest;
 use gshare_core::model::TenantId;
+use gshare_core::protocol::token_digest;
 
 use super::error::ApiError;
 use crate::http::HttpContext;
@@ -18,12 +20,6 @@ pub enum Caller {
     Operator,
     /// A tenant, by one of its tokens.
     Tenant(TenantId),
-}
-
-/// SHA-256 of `text`, lower-case hex (how token digests are stored).
-pub fn sha256_hex(text: &str) -> String {
-    let d = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
-    d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A fresh random secret: `gst_` and 64 hex digits (256 bits).
@@ -55,9 +51,9 @@ pub fn caller(req: &HttpRequest, ctx: &HttpContext) -> Result<Caller, ApiError> 
         .map(str::trim)
         .filter(|t| !t.is_empty())
         .ok_or_else(|| unauthorized("expected Authorization: Bearer <token>"))?;
-    let digest = sha256_hex(token);
+    let digest = token_digest(token);
     // Compare digests, not secrets: equal-length strings, no early exit on a prefix.
-    if digest == sha256_hex(&ctx.operator_token) {
+    if digest == token_digest(&ctx.operator_token) {
         return Ok(Caller::Operator);
     }
     let st = ctx.replica.state.read();

@@ -3,6 +3,7 @@
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use gshare_core::model::TenantId;
+use gshare_core::protocol::token_digest;
 use gshare_core::state::DomainCommand;
 use serde::{Deserialize, Serialize};
 
@@ -44,7 +45,7 @@ async fn issue(
     let secret = auth::new_secret()?;
     let token_id = match body.token_id {
         Some(id) => id,
-        None => format!("t-{}", &auth::sha256_hex(&secret)[..12]),
+        None => format!("t-{}", &token_digest(&secret)[..12]),
     };
     let tenant = path.into_inner();
     propose(
@@ -52,7 +53,7 @@ async fn issue(
         DomainCommand::TokenIssue {
             tenant: TenantId(tenant.clone()),
             token_id: token_id.clone(),
-            digest: auth::sha256_hex(&secret),
+            digest: token_digest(&secret),
         },
     )
     .await?;

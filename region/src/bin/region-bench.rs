@@ -103,7 +103,7 @@ async fn load_domain(r: &Running) -> anyhow::Result<()> {
         DomainCommand::TokenIssue {
             tenant,
             token_id: "bench".into(),
-            digest: gshare_region::api::auth::sha256_hex(TENANT_TOKEN),
+            digest: gshare_core::protocol::token_digest(TENANT_TOKEN),
         },
     ];
     for c in commands {

@@ -41,8 +41,12 @@ enum FunctionCommand {
 /// Reads and checks a function file.
 pub fn load(file: &Path) -> anyhow::Result<FunctionBody> {
     let text = std::fs::read_to_string(file).with_context(|| file.display().to_string())?;
-    toml::from_str(&text)
-        .map_err(|e| anyhow::anyhow!("{}: {}", file.display(), e.to_string().trim()))
+    parse(&file.display().to_string(), &text)
+}
+
+/// Parses the text of function file `file` (the body of `POST /v1/functions`).
+pub fn parse(file: &str, text: &str) -> anyhow::Result<FunctionBody> {
+    toml::from_str(text).map_err(|e| anyhow::anyhow!("{file}: {}", e.to_string().trim()))
 }
 
 /// Runs `gsharectl function …`.

@@ -80,6 +80,15 @@ pub enum TraceError {
     Empty,
 }
 
+/// Longest service time a row may ask for, s (a day; the traces' longest
+/// requests take minutes). Beyond it a row is refused, so that every sum
+/// of arrival and service times in the simulator stays far from overflow.
+const MAX_SERVICE_S: f64 = 86_400.0;
+/// [`MAX_SERVICE_S`] in µs.
+const MAX_SERVICE_US: Micros = 86_400_000_000;
+/// Years a timestamp may have (four digits, as the traces write them).
+const YEARS: std::ops::RangeInclusive<i64> = 1970..=9999;
+
 /// Azure LLM: fixed cost per request, µs.
 const LLM_FIXED_US: Micros = 20_000;
 /// Azure LLM: prefill cost per context token, µs.
@@ -170,6 +179,11 @@ impl ServingTrace {
                     if !(secs >= 0.0 && secs.is_finite()) {
                         return Err(bad(format!("negative exec_time_seconds {secs}")));
                     }
+                    if secs > MAX_SERVICE_S {
+                        return Err(bad(format!(
+                            "exec_time_seconds {secs} is over {MAX_SERVICE_S}"
+                        )));
+                    }
                     let model = get(c_b)?;
                     let next = functions.len() as u32;
                     let f = *ids.entry(model.to_string()).or_insert_with(|| {
@@ -188,9 +202,16 @@ impl ServingTrace {
                             .map_err(|_| bad(format!("bad token count {:?}", fields[i])))
                     };
                     let (ctx, gen) = (tokens(c_a)?, tokens(c_b)?);
-                    let us = LLM_FIXED_US
-                        + ctx * LLM_PREFILL_US_PER_TOKEN
-                        + gen * LLM_DECODE_US_PER_TOKEN;
+                    let us = ctx
+                        .checked_mul(LLM_PREFILL_US_PER_TOKEN)
+                        .zip(gen.checked_mul(LLM_DECODE_US_PER_TOKEN))
+                        .and_then(|(p, d)| p.checked_add(d)?.checked_add(LLM_FIXED_US))
+                        .filter(|us| *us <= MAX_SERVICE_US)
+                        .ok_or_else(|| {
+                            bad(format!(
+                                "{ctx} context and {gen} generated tokens take over {MAX_SERVICE_S} s"
+                            ))
+                        })?;
                     rows.push((at, 0, us));
                 }
             }
@@ -232,7 +253,14 @@ fn parse_datetime_us(s: &str) -> Option<Micros> {
     let h: i64 = t.next()?.parse().ok()?;
     let mi: i64 = t.next()?.parse().ok()?;
     let sec: i64 = t.next()?.parse().ok()?;
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || h > 23 || mi > 59 || sec > 60 {
+    // Bounded fields keep the arithmetic below far from i64's limits.
+    if !YEARS.contains(&y)
+        || !(1..=12).contains(&m)
+        || !(1..=31).contains(&day)
+        || !(0..=23).contains(&h)
+        || !(0..=59).contains(&mi)
+        || !(0..=60).contains(&sec)
+    {
         return None;
     }
     let mut micros: i64 = 0;
@@ -275,6 +303,40 @@ mod tests {
             Some(1_700_158_623_979_960)
         );
         assert_eq!(parse_datetime_us("2024-13-01 00:00:00"), None);
+        // Fields that would overflow the day count, or are negative.
+        assert_eq!(
+            parse_datetime_us("9223372036854775807-01-01 00:00:00"),
+            None
+        );
+        assert_eq!(
+            parse_datetime_us("-9223372036854775807-01-01 00:00:00"),
+            None
+        );
+        assert_eq!(parse_datetime_us("2024-01-01 -5:00:00"), None);
+        assert_eq!(
+            parse_datetime_us("9999-12-31 23:59:59"),
+            Some(253_402_300_799_000_000)
+        );
+    }
+
+    #[test]
+    fn rows_whose_service_time_would_overflow_are_refused() {
+        let csv = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03,18446744073709551615,10\n";
+        assert!(matches!(
+            ServingTrace::parse("a", csv, &params()),
+            Err(TraceError::BadRow { line: 2, .. })
+        ));
+        let csv =
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03,1,3074457345618258603\n";
+        assert!(matches!(
+            ServingTrace::parse("a", csv, &params()),
+            Err(TraceError::BadRow { line: 2, .. })
+        ));
+        let csv = "gmt_create,exec_time_seconds,checkpoint_model_version_id\n2024-11-15 16:57:52,1e300,M0\n";
+        assert!(matches!(
+            ServingTrace::parse("g", csv, &params()),
+            Err(TraceError::BadRow { line: 2, .. })
+        ));
     }
 
     #[test]

@@ -3,12 +3,23 @@
 //! Enough to talk to a function server on loopback: `Content-Length`,
 //! `Transfer-Encoding: chunked` or read-to-close bodies, bounded header and
 //! body sizes. Time limits are the caller's (`tokio::time::timeout`).
+//!
+//! The function server is untrusted: every length it announces (a
+//! `Content-Length`, a chunk size) is compared with what is left of the
+//! body limit before anything is read, bytes already parsed are dropped
+//! from the buffer, and the head, a chunk-size line and the trailers are
+//! each bounded, so what the agent holds for one response stays under
+//! `max_body` plus [`MAX_HEAD`] plus one read, whatever the server sends.
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// Largest response head accepted.
-const MAX_HEAD: usize = 64 * 1024;
+/// Largest response head accepted (status line and headers; also the
+/// trailers of a chunked body).
+pub const MAX_HEAD: usize = 64 * 1024;
+
+/// Longest chunk-size line (size and extensions) accepted.
+const MAX_CHUNK_LINE: usize = 1024;
 
 /// An HTTP response.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,17 +59,18 @@ pub enum HttpError {
     TooLarge(usize),
 }
 
-struct Reader {
-    stream: TcpStream,
+struct Reader<S> {
+    stream: S,
     buf: Vec<u8>,
     pos: usize,
     eof: bool,
 }
 
-impl Reader {
+impl<S: AsyncRead + Unpin> Reader<S> {
     async fn fill(&mut self) -> Result<usize, HttpError> {
-        if self.pos > 0 && self.pos == self.buf.len() {
-            self.buf.clear();
+        // Drop what was parsed: the buffer holds only unread bytes.
+        if self.pos > 0 {
+            self.buf.drain(..self.pos);
             self.pos = 0;
         }
         let mut chunk = [0u8; 16 * 1024];
@@ -139,7 +151,16 @@ pub async fn request(
     let mut out = head.into_bytes();
     out.extend_from_slice(body);
     stream.write_all(&out).await?;
+    read_response(stream, method, max_body).await
+}
 
+/// Reads one response to a `method` request from `stream` (body at most
+/// `max_body` bytes).
+pub async fn read_response<S: AsyncRead + Unpin>(
+    stream: S,
+    method: &str,
+    max_body: usize,
+) -> Result<HttpResponse, HttpError> {
     let mut r = Reader {
         stream,
         buf: Vec::new(),
@@ -188,17 +209,29 @@ pub async fn request(
         .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
     if chunked {
         loop {
-            let line = r.line(1024).await?;
+            let line = r.line(MAX_CHUNK_LINE).await?;
             let line = String::from_utf8_lossy(&line);
             let size_hex = line.split(';').next().unwrap_or_default().trim();
             let size = usize::from_str_radix(size_hex, 16)
                 .map_err(|_| HttpError::Malformed(format!("chunk size {line:?}")))?;
             if size == 0 {
-                // Trailers, until an empty line.
-                while !r.line(MAX_HEAD).await?.is_empty() {}
+                // Trailers, until an empty line; all of them within MAX_HEAD.
+                let mut trailers = 0usize;
+                loop {
+                    let line = r.line(MAX_HEAD).await?;
+                    if line.is_empty() {
+                        break;
+                    }
+                    trailers = trailers.saturating_add(line.len().saturating_add(2));
+                    if trailers > MAX_HEAD {
+                        return Err(HttpError::TooLarge(MAX_HEAD));
+                    }
+                }
                 break;
             }
-            if resp.body.len() + size > max_body {
+            // What is left of the limit, not `len + size` (a size near
+            // usize::MAX would wrap that sum and pass).
+            if size > max_body.saturating_sub(resp.body.len()) {
                 return Err(HttpError::TooLarge(max_body));
             }
             r.exact(size, &mut resp.body).await?;
@@ -218,7 +251,7 @@ pub async fn request(
         // Read to close.
         loop {
             let avail = r.available().len();
-            if resp.body.len() + avail > max_body {
+            if avail > max_body.saturating_sub(resp.body.len()) {
                 return Err(HttpError::TooLarge(max_body));
             }
             resp.body.extend_from_slice(r.available());
@@ -229,4 +262,116 @@ pub async fn request(
         }
     }
     Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tokio::net::TcpListener;
+
+    /// A hang guard, not a timing assert: on failure the request would
+    /// otherwise wait for the caller's deadline.
+    const GUARD: Duration = Duration::from_secs(30);
+
+    /// A function server on loopback that answers one request with
+    /// `answer`, then keeps sending `flood` (if any) and holds the
+    /// connection open until the client goes away.
+    async fn server(answer: &'static [u8], flood: Option<&'static [u8]>) -> u16 {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && s.read(&mut byte).await.unwrap_or(0) == 1 {
+                head.push(byte[0]);
+            }
+            if s.write_all(answer).await.is_err() {
+                return;
+            }
+            if let Some(flood) = flood {
+                while s.write_all(flood).await.is_ok() {}
+                return;
+            }
+            let mut sink = [0u8; 1024];
+            while s.read(&mut sink).await.unwrap_or(0) > 0 {}
+        });
+        port
+    }
+
+    async fn ask(port: u16, max_body: usize) -> Result<HttpResponse, HttpError> {
+        tokio::time::timeout(
+            GUARD,
+            request("127.0.0.1", port, "POST", "/", &[], b"{}", max_body),
+        )
+        .await
+        .expect("the client waited on the server instead of refusing the response")
+    }
+
+    #[tokio::test]
+    async fn a_chunk_size_that_would_wrap_the_limit_is_refused_at_once() {
+        let port = server(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\nffffffffffffffff\r\n",
+            None,
+        )
+        .await;
+        match ask(port, 1024).await {
+            Err(HttpError::TooLarge(1024)) => {}
+            other => panic!("expected TooLarge(1024), got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn endless_trailers_are_refused() {
+        let port = server(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n",
+            Some(b"x-trailer: 0123456789abcdef\r\n"),
+        )
+        .await;
+        match ask(port, 1024).await {
+            Err(HttpError::TooLarge(MAX_HEAD)) => {}
+            other => panic!("expected TooLarge({MAX_HEAD}), got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn bodies_within_the_limit_are_read_whole() {
+        let port = server(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=1\r\nabc\r\n2\r\nde\r\n0\r\nx-t: 1\r\n\r\n",
+            None,
+        )
+        .await;
+        let r = ask(port, 5).await.unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"abcde"[..]));
+        let port = server(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nabcdef", None).await;
+        assert!(matches!(ask(port, 5).await, Err(HttpError::TooLarge(5))));
+    }
+
+    #[tokio::test]
+    async fn the_buffer_keeps_only_unparsed_bytes() {
+        // 1-byte chunks with long extensions: parsed lines must not pile up.
+        let mut text = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        let ext = "e".repeat(900);
+        for _ in 0..200 {
+            text.extend_from_slice(format!("1;{ext}\r\nz\r\n").as_bytes());
+        }
+        text.extend_from_slice(b"0\r\n\r\n");
+        let mut r = Reader {
+            stream: &text[..],
+            buf: Vec::new(),
+            pos: 0,
+            eof: false,
+        };
+        let mut most = 0;
+        while r.fill().await.unwrap() > 0 {
+            most = most.max(r.buf.len());
+            // Consume everything but the last partial line, as the parser does.
+            let keep = r.available().len() % 1000;
+            r.pos = r.buf.len() - keep;
+        }
+        assert!(most <= 16 * 1024 + 1000, "buffer grew to {most} bytes");
+        let resp = read_response(&text[..], "POST", 1 << 20).await.unwrap();
+        assert_eq!(resp.body, vec![b'z'; 200]);
+    }
 }

@@ -83,6 +83,13 @@ pub struct RuntimeTemplate {
     pub max_failed_starts: u32,
 }
 
+/// Longest `startup_timeout_s` accepted (a day).
+pub const MAX_STARTUP_TIMEOUT_S: u64 = 86_400;
+/// Longest `stop_grace_s` accepted (an hour).
+pub const MAX_STOP_GRACE_S: u64 = 3_600;
+/// Longest `restart_max_ms` accepted (a day).
+pub const MAX_RESTART_MS: u64 = 86_400_000;
+
 fn default_restart_initial_ms() -> u64 {
     200
 }
@@ -235,8 +242,25 @@ impl RuntimeTemplate {
                 return Err(invalid(key, "must start with `/` and hold no spaces"));
             }
         }
-        if t.startup_timeout_s == 0 {
-            return Err(invalid("startup_timeout_s", "must be at least 1"));
+        // Upper bounds too: these become deadlines (`now + timeout`), and an
+        // instant that far out does not exist (the addition would panic).
+        if !(1..=MAX_STARTUP_TIMEOUT_S).contains(&t.startup_timeout_s) {
+            return Err(invalid(
+                "startup_timeout_s",
+                &format!("must be from 1 to {MAX_STARTUP_TIMEOUT_S}"),
+            ));
+        }
+        if t.stop_grace_s > MAX_STOP_GRACE_S {
+            return Err(invalid(
+                "stop_grace_s",
+                &format!("must be from 0 to {MAX_STOP_GRACE_S}"),
+            ));
+        }
+        if t.restart_max_ms > MAX_RESTART_MS {
+            return Err(invalid(
+                "restart_max_ms",
+                &format!("must be at most {MAX_RESTART_MS}"),
+            ));
         }
         if t.restart_initial_ms == 0 || t.restart_max_ms < t.restart_initial_ms {
             return Err(invalid(

@@ -119,6 +119,26 @@ fn template_placeholders_are_checked() {
 }
 
 #[test]
+fn template_timeouts_no_instant_can_reach_are_refused() {
+    for (key, value) in [
+        ("startup_timeout_s", "18446744073709551615"),
+        ("startup_timeout_s", "86401"),
+        ("stop_grace_s", "18446744073709551615"),
+        ("restart_max_ms", "18446744073709551615"),
+    ] {
+        let text = format!("runtime = \"x\"\ncommand = [\"a\"]\n{key} = {value}\n");
+        let err = RuntimeTemplate::parse(&text, "bad.toml").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with(&format!("bad.toml: {key}: must be")),
+            "{key} = {value}: {err}"
+        );
+    }
+    let ok = "runtime = \"x\"\ncommand = [\"a\"]\nstartup_timeout_s = 86400\nstop_grace_s = 3600\n";
+    assert!(RuntimeTemplate::parse(ok, "ok.toml").is_ok());
+}
+
+#[test]
 fn slice_limits_give_mps_values() {
     let mut s = SliceLimits {
         gpus: vec![1, 3],

@@ -10,7 +10,7 @@
 //! `deadline_unreachable`, 429, …) or a late 200 is a miss.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -29,6 +29,9 @@ pub struct Invocation {
     /// From send to the whole answer.
     pub latency: Duration,
 }
+
+/// Largest answer to one demo invocation read, bytes.
+const MAX_ANSWER_BYTES: usize = 1 << 20;
 
 /// Sends one invocation with a deadline; the socket gives up 5 s after it.
 pub fn invoke(
@@ -53,7 +56,7 @@ fn send(
     token: &str,
     deadline_ms: u64,
 ) -> std::io::Result<u16> {
-    let timeout = Duration::from_millis(deadline_ms) + Duration::from_secs(5);
+    let timeout = Duration::from_millis(deadline_ms).saturating_add(Duration::from_secs(5));
     let mut s = TcpStream::connect_timeout(&addr, timeout)?;
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
@@ -66,8 +69,9 @@ fn send(
         body.len()
     );
     s.write_all(head.as_bytes())?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
+    // The demo's answers are small; an endless one is an error, not a leak.
+    let raw = crate::http_client::read_bounded(&mut s, MAX_ANSWER_BYTES)?
+        .ok_or_else(|| std::io::Error::other("HTTP answer over the limit"))?;
     let line = raw.split(|b| *b == b'\n').next().unwrap_or_default();
     std::str::from_utf8(line)
         .ok()
@@ -251,6 +255,30 @@ fn warm_wave(targets: Vec<Target>, deadline: Instant, stop: &Arc<AtomicBool>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_endless_answer_is_an_error_not_a_leak() {
+        use std::io::Read;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut head = [0u8; 1024];
+            let _ = s.read(&mut head);
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\n\r\n");
+            let chunk = vec![b'x'; 64 * 1024];
+            while s.write_all(&chunk).is_ok() {}
+        });
+        // A hang guard, not a timing assert.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(invoke(addr, "t", "f", "tok", 1_000));
+        });
+        let got = rx
+            .recv_timeout(Duration::from_secs(120))
+            .expect("the load client kept reading an endless answer");
+        assert_eq!(got.status, 0);
+    }
 
     #[test]
     fn attainment_counts_late_and_failed_invocations_as_misses() {
