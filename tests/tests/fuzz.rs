@@ -93,7 +93,7 @@ fn issues_point_into(src: &str, e: &ConfigError) -> Result<(), TestCaseError> {
     for i in &e.issues {
         if let Some(line) = i.line {
             prop_assert!(
-                line >= 1 && line <= lines.saturating_add(1),
+                (1..=lines.saturating_add(1)).contains(&line),
                 "{i:?} in {lines} lines"
             );
         }
@@ -424,7 +424,10 @@ proptest! {
         ],
         max_body in prop_oneof![Just(0usize), Just(16usize), Just(1usize << 20)],
     ) {
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
         let got = rt.block_on(async {
             tokio::time::timeout(Duration::from_secs(10), read_response(&bytes[..], "POST", max_body)).await
         });
@@ -551,6 +554,30 @@ fn api_json_bodies_take_mutations_through_a_real_replica() {
     region.wait_leader(&[1], Duration::from_secs(30)).unwrap();
     let addr = region.http(1);
     let op = gshare_tests::TOKEN;
+    // --init proposes the topology and tenants files once a leader exists.
+    let loaded = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = gshare_region::http_client::request(
+            addr,
+            "GET",
+            "/v1/tenants",
+            Some(op),
+            None,
+            Duration::from_secs(10),
+        );
+        let tenants = r
+            .ok()
+            .and_then(|r| serde_json::from_str::<Value>(&r.body).ok())
+            .and_then(|v| v.as_array().map(Vec::len));
+        if tenants == Some(2) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < loaded,
+            "--init did not load the tenants"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let issued = gshare_region::http_client::request(
         addr,
         "POST",
