@@ -629,6 +629,54 @@ mod tests {
     }
 
     #[test]
+    fn keyed_outcomes_are_stored_with_their_records_survive_reopen_and_expire() {
+        let dir = tempfile::tempdir().unwrap();
+        let acme = TenantId("acme".into());
+        let t0 = 1_700_000_000_000;
+        {
+            let j = UsageJournal::open(dir.path(), agent()).unwrap();
+            let big = vec![7u8; gshare_core::protocol::MAX_REPLAY_BODY + 1];
+            let keyed = vec![
+                KeyedOutcome::new(acme.clone(), "k1".into(), t0, b"hello"),
+                KeyedOutcome::new(acme.clone(), "k2".into(), t0, &big),
+            ];
+            assert_eq!(j.append_keyed(vec![rec(10)], keyed, t0).unwrap(), 1..2);
+            assert_eq!(j.totals(&acme).unwrap().invocations, 1);
+        }
+        // Reopened (as after kill -9: everything was flushed with the record).
+        let j = UsageJournal::open(dir.path(), agent()).unwrap();
+        let k1 = j.keyed(&acme, "k1", t0 + 1).unwrap().expect("k1 stored");
+        assert_eq!(
+            k1.replay(),
+            gshare_core::protocol::InvokeOutcome::Replayed {
+                body: b"hello".to_vec(),
+                body_len: 5,
+                truncated: false
+            }
+        );
+        let k2 = j.keyed(&acme, "k2", t0 + 1).unwrap().expect("k2 stored");
+        assert!(k2.truncated());
+        assert!(matches!(
+            k2.replay(),
+            gshare_core::protocol::InvokeOutcome::Replayed { truncated: true, ref body, body_len }
+                if body.is_empty() && body_len == gshare_core::protocol::MAX_REPLAY_BODY as u64 + 1
+        ));
+        // Another tenant's key of the same name is not the same key.
+        assert_eq!(j.keyed(&TenantId("globex".into()), "k1", t0).unwrap(), None);
+        // Past the window a key is unknown, and the next write removes it.
+        j.set_key_window(std::time::Duration::from_secs(60));
+        let later = t0 + 61_000;
+        assert_eq!(j.keyed(&acme, "k1", later).unwrap(), None);
+        let k3 = KeyedOutcome::new(acme.clone(), "k3".into(), later, b"x");
+        j.append_keyed(vec![rec(20)], vec![k3], later).unwrap();
+        assert_eq!(j.keyed(&acme, "k1", 0).unwrap(), None);
+        assert_eq!(j.keyed(&acme, "k2", 0).unwrap(), None);
+        assert!(j.keyed(&acme, "k3", later).unwrap().is_some());
+        assert_eq!(j.tree.scan_prefix([KEY_PREFIX]).count(), 1);
+        assert_eq!(j.tree.scan_prefix([KEY_AGE_PREFIX]).count(), 1);
+    }
+
+    #[test]
     fn append_assigns_consecutive_numbers_and_batches_in_order() {
         let dir = tempfile::tempdir().unwrap();
         let j = UsageJournal::open(dir.path(), agent()).unwrap();

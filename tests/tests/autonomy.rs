@@ -634,7 +634,7 @@ fn invocations_through_replicas_across_agent_and_leader_kills_are_billed_as_answ
                             "POST",
                             &format!("/v1/invoke/acme/{FUNCTION}"),
                             Some(&acme),
-                            &[("Idempotency-Key", &key)],
+                            &[("Idempotency-Key", key.as_str())],
                             Some("{\"n\": 1}"),
                             Duration::from_secs(10),
                         )

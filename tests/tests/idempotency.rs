@@ -413,7 +413,10 @@ fn deploys_to_paused_and_killed_replicas_answer_what_happened() {
             (Heard::Done(_), Some(Heard::Refused(c))) => {
                 panic!("{name}: a delete of a deployed function was refused: {c}")
             }
-            (Heard::Done(_), Some(Heard::Unknown(_))) | (Heard::Unknown(_), _) => "unknown",
+            (Heard::Done(_), Some(Heard::Unknown(last))) | (Heard::Unknown(last), _) => {
+                println!("{name}: no definite answer; last {last}");
+                "unknown"
+            }
             (Heard::Refused(c), _) => {
                 assert!(
                     !exists,
