@@ -383,7 +383,7 @@ mod tests {
         // A hang guard, not a timing assert (the forward's own timeout is 60 s).
         let got = tokio::time::timeout(
             Duration::from_secs(30),
-            forward_http(&addr, "/v1/invoke/t/f", "Bearer x", None, b"{}"),
+            forward_http(&addr, "/v1/invoke/t/f", "Bearer x", None, "k1", b"{}"),
         )
         .await
         .expect("the forward kept reading an endless answer");
