@@ -192,7 +192,7 @@ fn spec() -> FunctionSpec {
 /// Valid agent-wire frames, both directions.
 fn agent_wire_frames() -> Vec<Vec<u8>> {
     let agent = AgentId("n1".into());
-    let agents = vec![
+    let agents = [
         AgentMessage::v1(AgentMessageV1::Register(Register {
             agent: agent.clone(),
             node: NodeId("n1".into()),
@@ -229,7 +229,7 @@ fn agent_wire_frames() -> Vec<Vec<u8>> {
             },
         })),
     ];
-    let regions = vec![
+    let regions = [
         RegionMessage::v1(RegionMessageV1::Assignment(Assignment {
             applied_index: 42,
             instances: vec![AssignedInstance {
