@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
+use gshare_core::bounds;
 use gshare_core::model::{
     FunctionSpec, LatencyProfile, PoolPreference, Runtime, Slice, TenantId, Tier,
 };
@@ -195,6 +196,8 @@ async fn deploy(
     let tenant = auth::tenant(&req, &ctx)?;
     let body: FunctionBody = parse_json(&read_body(&req, payload).await?)?;
     let spec = body.into_spec(tenant.clone());
+    // The same bounds apply re-checks: refused here before anything is proposed.
+    bounds::check_spec(&spec).map_err(ApiError::from_bounds)?;
     let version = match propose(&ctx, DomainCommand::FunctionDeploy { spec: spec.clone() }).await? {
         Applied::FunctionDeployed { version, .. } => version,
         other => return Err(ApiError::internal(format!("unexpected {other:?}"))),
