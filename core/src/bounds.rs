@@ -123,7 +123,12 @@ pub fn check_spec(spec: &FunctionSpec) -> Result<(), OutOfBounds> {
 
 /// The range checks of a quota; `at` names it (e.g. `quotas.center`).
 pub fn check_quota(at: &str, q: &Quota) -> Result<(), OutOfBounds> {
-    check(format_args!("{at}.compute_milli"), q.compute_milli, 0, MAX_QUOTA)?;
+    check(
+        format_args!("{at}.compute_milli"),
+        q.compute_milli,
+        0,
+        MAX_QUOTA,
+    )?;
     check(format_args!("{at}.memory_mib"), q.memory_mib, 0, MAX_QUOTA)
     // `instances` is a u32 and every count of instances is formed with
     // checked arithmetic: its whole range is accepted.
@@ -138,9 +143,7 @@ pub fn check_price_list(list: &PriceList) -> Result<(), OutOfBounds> {
         MAX_UNITS_PER_CURRENCY,
     )?;
     for (i, bp) in list.discounts_bp.iter().enumerate() {
-        let tier = crate::model::Tier::ALL
-            .get(i)
-            .map_or("?", |t| t.as_str());
+        let tier = crate::model::Tier::ALL.get(i).map_or("?", |t| t.as_str());
         check(
             format_args!("pricing.tiers.{tier}.discount_bp"),
             u64::from(*bp),
@@ -210,7 +213,10 @@ mod tests {
             bad(&mut s);
             let e = check_spec(&s).unwrap_err();
             assert_eq!(e.field, field);
-            assert!(e.to_string().starts_with(&format!("{field}: must be ")), "{e}");
+            assert!(
+                e.to_string().starts_with(&format!("{field}: must be ")),
+                "{e}"
+            );
         }
         let mut s = spec();
         s.memory_mib = MAX_FUNCTION_MEMORY_MIB;

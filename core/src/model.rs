@@ -336,7 +336,10 @@ impl Quota {
         ) {
             return Err(QuotaDimension::Compute);
         }
-        if !within(used.memory_mib.checked_add(extra.memory_mib), self.memory_mib) {
+        if !within(
+            used.memory_mib.checked_add(extra.memory_mib),
+            self.memory_mib,
+        ) {
             return Err(QuotaDimension::Memory);
         }
         if !within(

@@ -182,7 +182,8 @@ pub fn tier_index(tier: Tier) -> usize {
 
 /// `Some(k)` when `n == 10^k`.
 fn decimal_places(n: u64) -> Option<u32> {
-    n.checked_ilog10().filter(|&k| 10u64.checked_pow(k) == Some(n))
+    n.checked_ilog10()
+        .filter(|&k| 10u64.checked_pow(k) == Some(n))
 }
 
 /// The pricing rule (see the module docs): `usage` at `price` with a

@@ -124,8 +124,7 @@ impl GpuLoad {
             Tier::Oversubscribed => {
                 l.oversub_mib = add64(l.oversub_mib, d.memory_mib, GpuDimension::SwapSpace)?;
                 l.oversub_largest_mib = l.oversub_largest_mib.max(d.memory_mib);
-                l.oversub_count =
-                    add32(l.oversub_count, 1, GpuDimension::OversubscribedSlots)?;
+                l.oversub_count = add32(l.oversub_count, 1, GpuDimension::OversubscribedSlots)?;
             }
         }
         Ok(l)
@@ -195,9 +194,9 @@ impl NodeLoad {
     /// Host swap space the node's oversubscribed instances need, MiB
     /// (saturating: a need past `u64` is past every swap space).
     pub fn swap_need(&self) -> Mib {
-        self.gpus
-            .iter()
-            .fold(0, |sum: Mib, g| sum.saturating_add(g.load.swap_need(&g.capacity)))
+        self.gpus.iter().fold(0, |sum: Mib, g| {
+            sum.saturating_add(g.load.swap_need(&g.capacity))
+        })
     }
 
     /// Recomputes the cached [`NodeLoad::swap_need_mib`] after GPU loads changed.

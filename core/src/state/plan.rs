@@ -31,8 +31,8 @@ use super::plan_rejection::{PlanRejection, RejectReason};
 use super::ranking::Ranking;
 use super::region_state::RegionState;
 use crate::model::{
-    FunctionSpec, GpuId, Mib, PoolKind, PoolPreference, QuotaDimension, Slice, TenantId,
-    Tier, WHOLE_GPU,
+    FunctionSpec, GpuId, Mib, PoolKind, PoolPreference, QuotaDimension, Slice, TenantId, Tier,
+    WHOLE_GPU,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -263,8 +263,7 @@ pub fn plan_spec_with(
                 };
                 if spec.tier == Tier::Exclusive {
                     let k = (spec.compute_milli / WHOLE_GPU) as usize;
-                    out.gpus_evaluated =
-                        out.gpus_evaluated.saturating_add(load.gpus.len() as u32);
+                    out.gpus_evaluated = out.gpus_evaluated.saturating_add(load.gpus.len() as u32);
                     let taken: Vec<u32> = (0..load.gpus.len() as u32)
                         .filter(|&i| load.gpus[i as usize].load.instances == 0)
                         .take(k)

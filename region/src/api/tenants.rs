@@ -71,9 +71,7 @@ pub struct TenantView {
 
 /// The quotas of a request, each within the bounds apply re-checks.
 fn quotas(q: BTreeMap<PoolKind, QuotaBody>) -> Result<BTreeMap<PoolKind, Quota>, ApiError> {
-    q.into_iter()
-        .map(|(k, v)| Ok((k, quota(k, v)?)))
-        .collect()
+    q.into_iter().map(|(k, v)| Ok((k, quota(k, v)?))).collect()
 }
 
 /// One pool kind's quota of a request, within its bounds.
