@@ -6,6 +6,12 @@
 //!   Alibaba trace's `gpu_milli`),
 //! - memory in MiB ([`Mib`]),
 //! - simulated time in integer microseconds ([`Micros`]).
+//!
+//! Sums over quantities ([`Quota::admits`]) are checked: a sum past `u64`
+//! exceeds every quota. The ranges a spec's fields must lie in are in
+//! [`crate::bounds`].
+
+#![cfg_attr(not(test), deny(clippy::arithmetic_side_effects))]
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -319,18 +325,50 @@ pub struct Quota {
 }
 
 impl Quota {
-    /// Whether `used + extra` stays within this quota; names the first dimension that does not.
+    /// Whether `used + extra` stays within this quota; names the first
+    /// dimension that does not. A sum that overflows its integer type is
+    /// past every quota.
     pub fn admits(&self, used: &Quota, extra: &Quota) -> Result<(), QuotaDimension> {
-        if used.compute_milli + extra.compute_milli > self.compute_milli {
+        let within = |used: Option<u64>, limit: u64| used.is_some_and(|u| u <= limit);
+        if !within(
+            used.compute_milli.checked_add(extra.compute_milli),
+            self.compute_milli,
+        ) {
             return Err(QuotaDimension::Compute);
         }
-        if used.memory_mib + extra.memory_mib > self.memory_mib {
+        if !within(
+            used.memory_mib.checked_add(extra.memory_mib),
+            self.memory_mib,
+        ) {
             return Err(QuotaDimension::Memory);
         }
-        if used.instances + extra.instances > self.instances {
+        if !within(
+            used.instances.checked_add(extra.instances).map(u64::from),
+            u64::from(self.instances),
+        ) {
             return Err(QuotaDimension::Instances);
         }
         Ok(())
+    }
+
+    /// `self + other` per dimension, saturating: for bookkeeping of
+    /// amounts [`Quota::admits`] has already admitted (a saturated sum is
+    /// past every quota, so it can never pass a check).
+    pub fn saturating_add(&self, other: &Quota) -> Quota {
+        Quota {
+            compute_milli: self.compute_milli.saturating_add(other.compute_milli),
+            memory_mib: self.memory_mib.saturating_add(other.memory_mib),
+            instances: self.instances.saturating_add(other.instances),
+        }
+    }
+
+    /// `self - other` per dimension, stopping at zero.
+    pub fn saturating_sub(&self, other: &Quota) -> Quota {
+        Quota {
+            compute_milli: self.compute_milli.saturating_sub(other.compute_milli),
+            memory_mib: self.memory_mib.saturating_sub(other.memory_mib),
+            instances: self.instances.saturating_sub(other.instances),
+        }
     }
 }
 
@@ -375,15 +413,16 @@ pub struct LatencyProfile {
 }
 
 impl LatencyProfile {
-    /// Service time of one request on a slice of `compute_milli`.
+    /// Service time of one request on a slice of `compute_milli` (past
+    /// `u64::MAX` µs it saturates: a request that never finishes).
     pub fn service_us(&self, compute_milli: MilliGpu) -> Micros {
-        let c = compute_milli.clamp(1, WHOLE_GPU) as u64;
-        let sat = self.saturation_milli.clamp(1, WHOLE_GPU) as u64;
+        let c = u64::from(compute_milli.clamp(1, WHOLE_GPU));
+        let sat = u64::from(self.saturation_milli.clamp(1, WHOLE_GPU));
         if c >= sat {
             self.full_gpu_us
         } else {
             // Round up: a slice never makes a request faster than the model says.
-            (self.full_gpu_us * sat).div_ceil(c)
+            self.full_gpu_us.saturating_mul(sat).div_ceil(c)
         }
     }
 }
@@ -479,5 +518,57 @@ mod tests {
             ..small
         };
         assert_eq!(q.admits(&used, &big), Err(QuotaDimension::Memory));
+    }
+
+    #[test]
+    fn a_sum_past_u64_is_past_every_quota() {
+        // The reported bypass: 12 GiB held, u64::MAX more asked, 16 GiB quota.
+        let q = Quota {
+            compute_milli: 4000,
+            memory_mib: 16_384,
+            instances: 8,
+        };
+        let used = Quota {
+            compute_milli: 400,
+            memory_mib: 12_288,
+            instances: 1,
+        };
+        let huge = Quota {
+            compute_milli: 400,
+            memory_mib: u64::MAX,
+            instances: 1,
+        };
+        assert_eq!(q.admits(&used, &huge), Err(QuotaDimension::Memory));
+        let wide = Quota {
+            compute_milli: u64::MAX,
+            ..huge
+        };
+        assert_eq!(q.admits(&used, &wide), Err(QuotaDimension::Compute));
+        let unlimited = Quota {
+            compute_milli: u64::MAX,
+            memory_mib: u64::MAX,
+            instances: u32::MAX,
+        };
+        let many = Quota {
+            compute_milli: 0,
+            memory_mib: 0,
+            instances: u32::MAX,
+        };
+        assert_eq!(
+            unlimited.admits(&used, &many),
+            Err(QuotaDimension::Instances)
+        );
+        assert_eq!(used.saturating_add(&huge).memory_mib, u64::MAX);
+        assert_eq!(used.saturating_sub(&huge).memory_mib, 0);
+        assert_eq!(used.saturating_add(&used).memory_mib, 24_576);
+    }
+
+    #[test]
+    fn service_time_saturates_instead_of_wrapping() {
+        let p = LatencyProfile {
+            full_gpu_us: u64::MAX,
+            saturation_milli: 1000,
+        };
+        assert_eq!(p.service_us(1), u64::MAX);
     }
 }

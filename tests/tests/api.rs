@@ -305,6 +305,35 @@ fn tenants_are_isolated_bad_input_changes_nothing_usage_is_billed_once_and_reloa
             409,
             "quota_below_held",
         ),
+        // The reported overflow: u64::MAX MiB would wrap the quota and GPU
+        // sums; refused as out of bounds before anything is proposed.
+        (
+            "POST",
+            "/v1/functions",
+            Some(&acme),
+            Some(function("wrap", 1).replace("3000", &u64::MAX.to_string())),
+            422,
+            "invalid_spec",
+        ),
+        (
+            "POST",
+            "/v1/functions",
+            Some(&acme),
+            Some(function("wrap", 1).replace("3000", &(1u64 << 63).to_string())),
+            422,
+            "invalid_spec",
+        ),
+        (
+            "PUT",
+            "/v1/tenants/acme/quotas/center",
+            Some(TOKEN),
+            Some(format!(
+                "{{\"compute_milli\":0,\"memory_mib\":{},\"instances\":0}}",
+                u64::MAX
+            )),
+            422,
+            "invalid_spec",
+        ),
     ];
     for (method, path, token, body, status, want) in &cases {
         let r = call(a, method, path, *token, body.as_deref());

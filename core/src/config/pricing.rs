@@ -17,6 +17,11 @@
 //! unit, halves rounding up. Rounding per call means a bill should price
 //! the *summed* usage of each (tenant, period, GPU model, pool kind, tier)
 //! line, not every usage record on its own.
+//!
+//! Every step is checked: a charge past [`Money`] is
+//! [`PricingError::Overflow`], never a wrapped amount.
+
+#![cfg_attr(not(test), deny(clippy::arithmetic_side_effects))]
 
 use crate::model::{PoolKind, Tier};
 use serde::{Deserialize, Serialize};
@@ -30,9 +35,7 @@ pub const BP_PER_WHOLE: u32 = 10_000;
 pub const MILLI_GPU_MS_PER_GPU_HOUR: u128 = 1_000 * 3_600_000;
 /// MiB milliseconds in one GiB-hour.
 pub const MIB_MS_PER_GIB_HOUR: u128 = 1_024 * 3_600_000;
-/// The largest price a price list accepts, per GPU-hour or GiB-hour
-/// (keeps `usage × price × 10000` inside `u128` for any `u64` usage).
-pub const MAX_PRICE: Money = 1_000_000_000_000;
+pub use crate::bounds::MAX_PRICE;
 
 /// The price of one GPU model in one pool kind, before the tier's discount.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -155,16 +158,14 @@ impl PriceList {
     pub fn format(&self, amount: Money) -> String {
         let per = self.units_per_currency;
         let decimals = decimal_places(per);
-        match decimals {
-            Some(0) => format!("{amount} {}", self.currency),
-            Some(d) => format!(
-                "{}.{:0width$} {}",
-                amount / per,
-                amount % per,
+        match (decimals, amount.checked_div(per), amount.checked_rem(per)) {
+            (Some(0), _, _) => format!("{amount} {}", self.currency),
+            (Some(d), Some(whole), Some(frac)) => format!(
+                "{whole}.{frac:0width$} {}",
                 self.currency,
                 width = d as usize
             ),
-            None => format!("{amount} {}", self.unit),
+            _ => format!("{amount} {}", self.unit),
         }
     }
 }
@@ -181,19 +182,14 @@ pub fn tier_index(tier: Tier) -> usize {
 
 /// `Some(k)` when `n == 10^k`.
 fn decimal_places(n: u64) -> Option<u32> {
-    let mut k = 0;
-    let mut m = n;
-    while m > 1 && m % 10 == 0 {
-        m /= 10;
-        k += 1;
-    }
-    (m == 1).then_some(k)
+    n.checked_ilog10()
+        .filter(|&k| 10u64.checked_pow(k) == Some(n))
 }
 
 /// The pricing rule (see the module docs): `usage` at `price` with a
 /// discount of `discount_bp` basis points (clamped to 0..=10000).
 pub fn charge(price: &Price, discount_bp: u32, usage: &Usage) -> Result<Charge, PricingError> {
-    let keep = u128::from(BP_PER_WHOLE - discount_bp.min(BP_PER_WHOLE));
+    let keep = u128::from(BP_PER_WHOLE.saturating_sub(discount_bp));
     let compute = part(
         usage.compute_milli_gpu_ms,
         price.gpu_hour,
@@ -220,8 +216,10 @@ fn part(quantity: u64, price: Money, keep_bp: u128, per_hour: u128) -> Result<Mo
         .checked_mul(u128::from(price))
         .and_then(|n| n.checked_mul(keep_bp))
         .ok_or(PricingError::Overflow)?;
-    let den = per_hour * u128::from(BP_PER_WHOLE);
-    let rounded = (num + den / 2) / den;
+    let rounded = per_hour
+        .checked_mul(u128::from(BP_PER_WHOLE))
+        .and_then(|den| num.checked_add(den / 2)?.checked_div(den))
+        .ok_or(PricingError::Overflow)?;
     Money::try_from(rounded).map_err(|_| PricingError::Overflow)
 }
 

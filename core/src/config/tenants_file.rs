@@ -5,13 +5,12 @@ use super::error::{ConfigError, IssueKind};
 use super::names::check_name;
 use super::reader::{check_range, parse_document, quote, Field, Issues, TableReader};
 use super::tenants::{Tenant, Tenants};
+use crate::bounds::MAX_QUOTA;
 use crate::model::{PoolKind, Quota, TenantId};
 use std::collections::{BTreeMap, HashMap};
 
 /// Largest display name accepted, in characters.
 const MAX_DISPLAY_NAME: usize = 200;
-/// Largest compute or memory quota accepted (2^48).
-const MAX_QUOTA: u64 = 1 << 48;
 
 struct RawQuota {
     compute_milli: Field<u64>,

@@ -24,11 +24,10 @@ use super::pool::Pool;
 use super::pricing::{Price, PriceList, BP_PER_WHOLE, MAX_PRICE};
 use super::reader::{check_range, parse_document, quote, Field, Issues, Loc, TableReader};
 use super::topology::Topology;
+use crate::bounds::{MAX_GPU_MEMORY_MIB, MAX_UNITS_PER_CURRENCY};
 use crate::model::{Micros, NodeId, PoolKind, Tier};
 use std::collections::{BTreeMap, HashMap};
 
-/// Largest GPU memory accepted, MiB (1 TiB).
-const MAX_GPU_MEMORY_MIB: u64 = 1 << 20;
 /// Largest bandwidth accepted (host-to-device or storage), MiB/s (~1 TiB/s).
 const MAX_BANDWIDTH_MIB_PER_S: u64 = 1 << 20;
 /// Largest fixed setup time accepted, µs (one hour).
@@ -548,7 +547,7 @@ fn validate_pricing(
             );
         }
     }
-    let units_per_currency = check_range(is, &r.units_per_currency, 1, 1_000_000_000_000);
+    let units_per_currency = check_range(is, &r.units_per_currency, 1, MAX_UNITS_PER_CURRENCY);
 
     // Discounts: each within 0..=10000 bp, never smaller than that of a
     // finer tier (compared with the last valid one above it).

@@ -162,8 +162,7 @@ impl GpuExecutor {
         self.instances
             .iter()
             .filter(|i| evictable(i, rules))
-            .map(|i| i.mem_mib)
-            .sum()
+            .fold(0, |sum: Mib, i| sum.saturating_add(i.mem_mib))
     }
 
     /// Earliest predicted time at which free memory plus instances that
@@ -189,8 +188,10 @@ impl GpuExecutor {
                 .filter(|i| i.removing || evictable_tier(i.tier, rules))
                 .map(|i| (i.idle_at(now, drain), i.mem_mib)),
         );
-        let total: Mib = scratch.iter().map(|&(_, mib)| mib).sum();
-        if self.free_mib + total < need_mib {
+        let total = scratch
+            .iter()
+            .fold(0, |sum: Mib, &(_, mib)| sum.saturating_add(mib));
+        if self.free_mib.saturating_add(total) < need_mib {
             return None;
         }
         // Take candidates earliest first until enough is free: usually one
@@ -202,7 +203,7 @@ impl GpuExecutor {
                 .enumerate()
                 .min_by_key(|&(_, e)| e)
                 .expect("not empty");
-            free += mib;
+            free = free.saturating_add(mib);
             if free >= need_mib {
                 return Some(at);
             }
@@ -375,7 +376,8 @@ impl GpuExecutor {
 
     /// Add an instance (loading until `ready_at`) holding `mem_mib`.
     pub(crate) fn add_instance(&mut self, inst: Instance) -> usize {
-        self.free_mib -= inst.mem_mib;
+        // Callers make room first (free ≥ mem_mib); never wrap if not.
+        self.free_mib = self.free_mib.saturating_sub(inst.mem_mib);
         self.instances.push(inst);
         self.instances.len() - 1
     }
@@ -383,7 +385,7 @@ impl GpuExecutor {
     /// Remove instance `i`, releasing its memory.
     pub(crate) fn remove_instance(&mut self, i: usize) -> Instance {
         let inst = self.instances.swap_remove(i);
-        self.free_mib += inst.mem_mib;
+        self.free_mib = self.free_mib.saturating_add(inst.mem_mib);
         inst
     }
 }

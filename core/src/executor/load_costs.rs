@@ -28,17 +28,21 @@ pub struct LoadCosts {
 impl LoadCosts {
     /// Time to bring `memory_mib` of weights from host memory onto the GPU.
     pub fn swap_in_us(&self, memory_mib: Mib) -> Micros {
-        self.swap_setup_us + transfer_us(memory_mib, self.h2d_mib_per_s)
+        self.swap_setup_us
+            .saturating_add(transfer_us(memory_mib, self.h2d_mib_per_s))
     }
 
     /// Time to bring `memory_mib` of weights from storage onto the GPU.
     pub fn cold_start_us(&self, memory_mib: Mib) -> Micros {
-        self.cold_setup_us + transfer_us(memory_mib, self.storage_mib_per_s)
+        self.cold_setup_us
+            .saturating_add(transfer_us(memory_mib, self.storage_mib_per_s))
     }
 }
 
 fn transfer_us(memory_mib: Mib, mib_per_s: u64) -> Micros {
-    (memory_mib * 1_000_000).div_ceil(mib_per_s.max(1))
+    memory_mib
+        .saturating_mul(1_000_000)
+        .div_ceil(mib_per_s.max(1))
 }
 
 #[cfg(test)]

@@ -213,7 +213,7 @@ impl NodeExecutor {
             return;
         };
         if fs.in_host {
-            self.host_used_mib -= fs.profile.memory_mib;
+            self.host_used_mib = self.host_used_mib.saturating_sub(fs.profile.memory_mib);
         }
         let output = &mut self.output;
         self.waiting.retain(|w| {
@@ -375,7 +375,9 @@ impl NodeExecutor {
                     gpu: g.index,
                 }
             } else {
-                if g.free_mib < mem_cost && g.free_mib + g.evictable_mib(&rules) < mem_cost {
+                if g.free_mib < mem_cost
+                    && g.free_mib.saturating_add(g.evictable_mib(&rules)) < mem_cost
+                {
                     continue;
                 }
                 let ready = g.link_free_at.max(now) + load_us;
@@ -400,7 +402,7 @@ impl NodeExecutor {
                     load: true,
                     evicts,
                     victim,
-                    used_mib: self.config.gpu_memory_mib - g.free_mib,
+                    used_mib: self.config.gpu_memory_mib.saturating_sub(g.free_mib),
                     gpu: g.index,
                 }
             };
@@ -627,7 +629,7 @@ impl NodeExecutor {
             });
             if rules.host_cache && !fs.in_host {
                 fs.in_host = true;
-                self.host_used_mib += fs.profile.memory_mib;
+                self.host_used_mib = self.host_used_mib.saturating_add(fs.profile.memory_mib);
             }
         }
         fs.copies += 1;
@@ -674,7 +676,7 @@ impl NodeExecutor {
             }
             let f = self.functions[k as usize].as_mut().expect("listed above");
             f.in_host = false;
-            self.host_used_mib -= f.profile.memory_mib;
+            self.host_used_mib = self.host_used_mib.saturating_sub(f.profile.memory_mib);
         }
         self.host_scratch = candidates;
     }

@@ -18,6 +18,12 @@
 //! (`u128`) and are emitted in whole ms units; the sub-ms remainder of each
 //! key is carried to its next draft, so nothing is lost or counted twice
 //! while the meter lives.
+//!
+//! Arithmetic here is checked or saturating (`clippy::arithmetic_side_effects`
+//! is denied in every non-test file): an accrual past `u128`, or a draft past
+//! `u64`, saturates at the largest value instead of wrapping into a small bill.
+
+#![cfg_attr(not(test), deny(clippy::arithmetic_side_effects))]
 
 mod usage_draft;
 mod usage_key;

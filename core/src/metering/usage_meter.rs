@@ -53,7 +53,7 @@ fn split_hours(from_us: u64, to_us: u64, mut f: impl FnMut(u64, u64, u64)) {
     let mut t = from_us;
     while t < to_us {
         let hour = t / HOUR_US;
-        let end = to_us.min((hour + 1).saturating_mul(HOUR_US));
+        let end = to_us.min(hour.saturating_add(1).saturating_mul(HOUR_US));
         f(hour, t, end);
         t = end;
     }
@@ -103,21 +103,25 @@ impl UsageMeter {
         let start_us = start_us.min(end_us);
         split_hours(start_us, end_us, |hour, from, to| {
             let a = self.busy.entry((key.clone(), hour)).or_default();
-            a.compute_milli_us += u128::from(compute_milli) * u128::from(to - from);
+            a.compute_milli_us = a.compute_milli_us.saturating_add(
+                u128::from(compute_milli).saturating_mul(u128::from(to.saturating_sub(from))),
+            );
             a.end_us = a.end_us.max(to);
         });
         let a = self
             .busy
             .entry((key.clone(), hour_of_end(end_us.max(1))))
             .or_default();
-        a.invocations += 1;
+        a.invocations = a.invocations.saturating_add(1);
         a.end_us = a.end_us.max(end_us);
     }
 
     fn accrue_memory(&mut self, key: &UsageKey, memory_mib: u64, from_us: u64, to_us: u64) {
         split_hours(from_us, to_us, |hour, from, to| {
             let a = self.memory.entry((key.clone(), hour)).or_default();
-            a.memory_mib_us += u128::from(memory_mib) * u128::from(to - from);
+            a.memory_mib_us = a.memory_mib_us.saturating_add(
+                u128::from(memory_mib).saturating_mul(u128::from(to.saturating_sub(from))),
+            );
             a.end_us = a.end_us.max(to);
         });
     }
@@ -147,7 +151,7 @@ impl UsageMeter {
         let mut all = std::mem::take(&mut self.busy);
         for (k, m) in std::mem::take(&mut self.memory) {
             let a = all.entry(k).or_default();
-            a.memory_mib_us += m.memory_mib_us;
+            a.memory_mib_us = a.memory_mib_us.saturating_add(m.memory_mib_us);
             a.end_us = a.end_us.max(m.end_us);
         }
         self.drafts(all)
@@ -157,8 +161,8 @@ impl UsageMeter {
         let mut out = Vec::new();
         for ((key, hour), a) in accrued {
             let carry = self.carry.entry(key.clone()).or_default();
-            let compute = a.compute_milli_us + carry.compute;
-            let memory = a.memory_mib_us + carry.memory;
+            let compute = a.compute_milli_us.saturating_add(carry.compute);
+            let memory = a.memory_mib_us.saturating_add(carry.memory);
             carry.compute = compute % US_PER_MS;
             carry.memory = memory % US_PER_MS;
             let draft = UsageDraft {
@@ -166,7 +170,11 @@ impl UsageMeter {
                 compute_milli_gpu_ms: u64::try_from(compute / US_PER_MS).unwrap_or(u64::MAX),
                 memory_mib_ms: u64::try_from(memory / US_PER_MS).unwrap_or(u64::MAX),
                 invocations: a.invocations,
-                end_ms: (a.end_us / 1_000).min((hour + 1) * HOUR_MS - 1),
+                end_ms: (a.end_us / 1_000).min(
+                    hour.saturating_add(1)
+                        .saturating_mul(HOUR_MS)
+                        .saturating_sub(1),
+                ),
             };
             if draft.compute_milli_gpu_ms > 0 || draft.memory_mib_ms > 0 || draft.invocations > 0 {
                 out.push(draft);

@@ -210,8 +210,8 @@ pub enum ApplyError {
         /// The largest acceptable now.
         limit: u64,
     },
-    /// A metered sum would overflow.
-    #[error("metered usage overflows")]
+    /// A sum over quantities (metered usage, a counter) would overflow.
+    #[error("a sum of quantities overflows")]
     Overflow,
     /// The idempotency key was already used for another request.
     #[error("idempotency key {key:?} was used for another request")]
@@ -225,6 +225,16 @@ pub enum ApplyError {
         /// What is wrong.
         reason: String,
     },
+}
+
+impl From<crate::bounds::OutOfBounds> for ApplyError {
+    /// A value out of its range is an invalid spec naming the field and the bound.
+    fn from(e: crate::bounds::OutOfBounds) -> Self {
+        ApplyError::InvalidSpec {
+            field: e.field,
+            reason: format!("must be {} to {}, got {}", e.min, e.max, e.value),
+        }
+    }
 }
 
 impl ApplyError {

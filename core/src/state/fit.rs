@@ -22,6 +22,10 @@
 //! any moment, either in the GPU memory nobody reserved or in the node's
 //! host swap space; so the edge can always swap them out somewhere.
 //!
+//! Every sum here is checked: a demand whose sum would overflow is refused
+//! naming the dimension (a sum past `u64` is past every GPU), never
+//! wrapped into a small number that fits.
+//!
 //! [`fit`] checks the GPUs a demand touches and the node's swap need; like
 //! Nomad's `AllocsFit` it takes the rest of the node as valid (apply never
 //! lets it be otherwise; [`check_node`] checks a whole node from scratch).
@@ -85,31 +89,52 @@ pub struct GpuLoad {
 }
 
 impl GpuLoad {
-    /// The load with `d` added.
-    pub fn with(&self, d: &Demand) -> GpuLoad {
+    /// A load past every capacity (what [`GpuLoad::with`] gives when a sum
+    /// would overflow): every check of [`check_gpu`] refuses it.
+    pub const SATURATED: GpuLoad = GpuLoad {
+        exclusive: true,
+        reserved_compute: u32::MAX,
+        burst_compute: u32::MAX,
+        resident_mib: Mib::MAX,
+        oversub_mib: Mib::MAX,
+        oversub_largest_mib: Mib::MAX,
+        oversub_count: u32::MAX,
+        instances: u32::MAX,
+    };
+
+    /// The load with `d` added, or the dimension whose sum would overflow
+    /// (the instance count counts as compute).
+    pub fn checked_with(&self, d: &Demand) -> Result<GpuLoad, GpuDimension> {
+        let add32 = |a: u32, b: u32, dim| a.checked_add(b).ok_or(dim);
+        let add64 = |a: Mib, b: Mib, dim| a.checked_add(b).ok_or(dim);
         let mut l = *self;
-        l.instances += 1;
+        l.instances = add32(l.instances, 1, GpuDimension::Compute)?;
         match d.tier {
-            Tier::Exclusive => {
-                l.exclusive = true;
-                l.reserved_compute += d.compute_milli;
-                l.resident_mib += d.memory_mib;
-            }
-            Tier::Guaranteed => {
-                l.reserved_compute += d.compute_milli;
-                l.resident_mib += d.memory_mib;
+            Tier::Exclusive | Tier::Guaranteed => {
+                l.exclusive |= d.tier == Tier::Exclusive;
+                l.reserved_compute =
+                    add32(l.reserved_compute, d.compute_milli, GpuDimension::Compute)?;
+                l.resident_mib = add64(l.resident_mib, d.memory_mib, GpuDimension::Memory)?;
             }
             Tier::Burstable => {
-                l.burst_compute += d.compute_milli;
-                l.resident_mib += d.memory_mib;
+                l.burst_compute =
+                    add32(l.burst_compute, d.compute_milli, GpuDimension::BurstCompute)?;
+                l.resident_mib = add64(l.resident_mib, d.memory_mib, GpuDimension::Memory)?;
             }
             Tier::Oversubscribed => {
-                l.oversub_mib += d.memory_mib;
+                l.oversub_mib = add64(l.oversub_mib, d.memory_mib, GpuDimension::SwapSpace)?;
                 l.oversub_largest_mib = l.oversub_largest_mib.max(d.memory_mib);
-                l.oversub_count += 1;
+                l.oversub_count = add32(l.oversub_count, 1, GpuDimension::OversubscribedSlots)?;
             }
         }
-        l
+        Ok(l)
+    }
+
+    /// The load with `d` added, for a demand [`fit`] has admitted; a sum
+    /// that would overflow gives [`GpuLoad::SATURATED`] instead of wrapping
+    /// (so it can never pass a check).
+    pub fn with(&self, d: &Demand) -> GpuLoad {
+        self.checked_with(d).unwrap_or(GpuLoad::SATURATED)
     }
 
     /// The load of a GPU holding exactly `demands`.
@@ -166,12 +191,12 @@ pub struct NodeLoad {
 }
 
 impl NodeLoad {
-    /// Host swap space the node's oversubscribed instances need, MiB.
+    /// Host swap space the node's oversubscribed instances need, MiB
+    /// (saturating: a need past `u64` is past every swap space).
     pub fn swap_need(&self) -> Mib {
-        self.gpus
-            .iter()
-            .map(|g| g.load.swap_need(&g.capacity))
-            .sum()
+        self.gpus.iter().fold(0, |sum: Mib, g| {
+            sum.saturating_add(g.load.swap_need(&g.capacity))
+        })
     }
 
     /// Recomputes the cached [`NodeLoad::swap_need_mib`] after GPU loads changed.
@@ -258,7 +283,8 @@ pub fn check_gpu(
     if load.reserved_compute > WHOLE_GPU {
         return Err(GpuDimension::Compute);
     }
-    if load.reserved_compute + load.burst_compute > caps.burst_compute_milli.max(WHOLE_GPU) {
+    let committed = load.reserved_compute.checked_add(load.burst_compute);
+    if committed.is_none_or(|c| c > caps.burst_compute_milli.max(WHOLE_GPU)) {
         return Err(GpuDimension::BurstCompute);
     }
     if load.resident_mib > capacity.memory_mib {
@@ -333,8 +359,9 @@ pub fn fit(
     for (i, load) in after {
         let g = &node.gpus[*i as usize];
         let (old, new) = (g.load.swap_need(&g.capacity), load.swap_need(&g.capacity));
-        need = (need + new).saturating_sub(old);
         grew |= new > old;
+        // `need` includes `old`; past `u64` it is past every swap space.
+        need = need.saturating_sub(old).saturating_add(new);
     }
     if grew && need > node.swap_mib {
         return Err(FitFailure {
@@ -369,7 +396,7 @@ fn add_checked(
     if d.tier == Tier::Exclusive && before.instances > 0 {
         return Err(fail(GpuDimension::NotEmpty));
     }
-    let load = before.with(d);
+    let load = before.checked_with(d).map_err(fail)?;
     check_gpu(caps, &slot.capacity, &load).map_err(fail)?;
     Ok(load)
 }

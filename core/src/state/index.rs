@@ -1,6 +1,8 @@
 //! Look-up tables derived from the replicated data: never serialized,
 //! rebuilt from it after a snapshot is installed, and kept in step on
-//! every apply.
+//! every apply. Its sums are of amounts `fit` and `Quota::admits` have
+//! already admitted, so they saturate rather than check (a saturated load
+//! or holding fails every later check and `check_invariants`).
 
 use super::fit::{GpuCapacity, GpuLoad, GpuSlot, NodeLoad};
 use super::instance::{Instance, InstanceId};
@@ -99,10 +101,8 @@ impl Index {
             .held
             .entry((inst.tenant.clone(), inst.pool_kind))
             .or_default();
-        let h = inst.held();
-        held.compute_milli += h.compute_milli;
-        held.memory_mib += h.memory_mib;
-        held.instances += h.instances;
+        // Admitted by `Quota::admits` before apply got here: the sum fits.
+        *held = held.saturating_add(&inst.held());
         self.by_function
             .entry((inst.tenant.clone(), inst.function.clone()))
             .or_default()
@@ -132,10 +132,7 @@ impl Index {
         }
         let key = (inst.tenant.clone(), inst.pool_kind);
         if let Some(held) = self.held.get_mut(&key) {
-            let h = inst.held();
-            held.compute_milli -= h.compute_milli;
-            held.memory_mib -= h.memory_mib;
-            held.instances -= h.instances;
+            *held = held.saturating_sub(&inst.held());
             if *held == Quota::default() {
                 self.held.remove(&key);
             }

@@ -1,7 +1,7 @@
 //! A placed instance of a function: its slices on one node's GPUs.
 
 use super::fit::Demand;
-use crate::model::{PoolKind, Quota, Slice, TenantId, Tier};
+use crate::model::{Mib, MilliGpu, PoolKind, Quota, Slice, TenantId, Tier};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -53,11 +53,26 @@ impl Instance {
     }
 }
 
-/// What an instance made of `slices` holds against a quota.
+/// What an instance made of `slices` holds against a quota. The sums
+/// saturate: a sum past `u64` is past every quota (quotas are at most
+/// [`crate::bounds::MAX_QUOTA`]), so [`Quota::admits`] refuses it.
 pub fn held(slices: &[Slice]) -> Quota {
-    Quota {
-        compute_milli: slices.iter().map(|s| u64::from(s.compute_milli)).sum(),
-        memory_mib: slices.iter().map(|s| s.memory_mib).sum(),
-        instances: 1,
-    }
+    held_of(slices.iter().map(|s| (s.compute_milli, s.memory_mib)))
+}
+
+/// What an instance of these `(compute, memory)` slices holds against a
+/// quota (saturating, as [`held`]).
+pub fn held_of(slices: impl IntoIterator<Item = (MilliGpu, Mib)>) -> Quota {
+    slices.into_iter().fold(
+        Quota {
+            compute_milli: 0,
+            memory_mib: 0,
+            instances: 1,
+        },
+        |q, (c, m)| Quota {
+            compute_milli: q.compute_milli.saturating_add(u64::from(c)),
+            memory_mib: q.memory_mib.saturating_add(m),
+            instances: 1,
+        },
+    )
 }

@@ -19,6 +19,12 @@
 //! - [`Bill`]: metered usage × price, integers only.
 //!
 //! The rules are written out in `docs/domain.md`.
+//!
+//! Arithmetic here is checked (`clippy::arithmetic_side_effects` is denied
+//! in every non-test file of this module): a sum over quantities that would
+//! overflow is refused with a typed error, and `apply` never panics.
+
+#![cfg_attr(not(test), deny(clippy::arithmetic_side_effects))]
 
 mod agent;
 mod applied;
@@ -41,6 +47,8 @@ mod region_state;
 mod sequence;
 mod tenant_record;
 
+#[cfg(test)]
+mod arith_tests;
 #[cfg(test)]
 mod tests;
 

@@ -26,12 +26,13 @@
 
 use super::command::DomainCommand;
 use super::fit::{fit, Demand, FitFailure, GpuDimension};
+use super::instance::held_of;
 use super::plan_rejection::{PlanRejection, RejectReason};
 use super::ranking::Ranking;
 use super::region_state::RegionState;
 use crate::model::{
-    FunctionSpec, GpuId, Mib, PoolKind, PoolPreference, Quota, QuotaDimension, Slice, TenantId,
-    Tier, WHOLE_GPU,
+    FunctionSpec, GpuId, Mib, PoolKind, PoolPreference, QuotaDimension, Slice, TenantId, Tier,
+    WHOLE_GPU,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -174,7 +175,7 @@ pub fn plan_spec_with(
     let mut total = 0usize;
     for p in topology.pools() {
         first_node.push(total);
-        total += p.nodes.len();
+        total = total.saturating_add(p.nodes.len());
     }
     let mut counts = [0u32; GpuDimension::ALL.len()];
     let mut members: Vec<(usize, usize)> = Vec::new();
@@ -192,22 +193,30 @@ pub fn plan_spec_with(
             if options.feasible_limit.is_some_and(|l| feasible >= l) {
                 break;
             }
-            let (p, j) = members[(options.start % m.max(1) + k) % m];
+            // The scan's k-th node from a rotating start: (start + k) mod m.
+            let at = options
+                .start
+                .checked_rem(m)
+                .and_then(|s| s.checked_add(k))
+                .and_then(|i| i.checked_rem(m))
+                .unwrap_or(k);
+            let (p, j) = members[at];
             let pool = &topology.pools()[p];
             let node = &pool.nodes[j];
             let (q, used) = &quotas[kind_index(pool.kind)];
             {
-                let Some(load) = loads.get(first_node[p] + j) else {
+                let Some(load) = first_node[p].checked_add(j).and_then(|i| loads.get(i)) else {
                     continue;
                 };
-                out.nodes_evaluated += 1;
+                out.nodes_evaluated = out.nodes_evaluated.saturating_add(1);
                 let mut try_slices = |demands: &[(u32, Demand)], score: &dyn Fn() -> i64| {
                     if let Err(FitFailure {
                         gpu_index,
                         dimension,
                     }) = fit(caps, load, demands)
                     {
-                        counts[dimension as usize] += 1;
+                        let n = &mut counts[dimension as usize];
+                        *n = n.saturating_add(1);
                         let p = progress(dimension);
                         if furthest.as_ref().is_none_or(|f| p > f.0) {
                             let gpu = GpuId {
@@ -218,20 +227,14 @@ pub fn plan_spec_with(
                         }
                         return;
                     }
-                    let extra = Quota {
-                        compute_milli: demands
-                            .iter()
-                            .map(|(_, d)| u64::from(d.compute_milli))
-                            .sum(),
-                        memory_mib: demands.iter().map(|(_, d)| d.memory_mib).sum(),
-                        instances: 1,
-                    };
+                    let extra =
+                        held_of(demands.iter().map(|(_, d)| (d.compute_milli, d.memory_mib)));
                     if let Err(dim) = q.admits(used, &extra) {
                         out.quota_exhausted.entry(pool.kind).or_insert(dim);
                         quota_blocked.get_or_insert((pool.kind, dim));
                         return;
                     }
-                    feasible += 1;
+                    feasible = feasible.saturating_add(1);
                     let s = score();
                     if best.as_ref().is_none_or(|b| s < b.0) {
                         let slices = demands
@@ -260,7 +263,7 @@ pub fn plan_spec_with(
                 };
                 if spec.tier == Tier::Exclusive {
                     let k = (spec.compute_milli / WHOLE_GPU) as usize;
-                    out.gpus_evaluated += load.gpus.len() as u32;
+                    out.gpus_evaluated = out.gpus_evaluated.saturating_add(load.gpus.len() as u32);
                     let taken: Vec<u32> = (0..load.gpus.len() as u32)
                         .filter(|&i| load.gpus[i as usize].load.instances == 0)
                         .take(k)
@@ -289,16 +292,20 @@ pub fn plan_spec_with(
                                 memory_mib: 0,
                             },
                         ));
-                    } else if demands.iter().map(|(_, d)| d.memory_mib).sum::<Mib>()
+                    } else if demands
+                        .iter()
+                        .fold(0, |m: Mib, (_, d)| m.saturating_add(d.memory_mib))
                         < spec.memory_mib
                     {
-                        counts[GpuDimension::Memory as usize] += 1;
+                        let n = &mut counts[GpuDimension::Memory as usize];
+                        *n = n.saturating_add(1);
                         if furthest.is_none() {
                             furthest = Some((
                                 progress(GpuDimension::Memory),
                                 GpuId {
                                     node: node.name.clone(),
-                                    index: taken[0],
+                                    // (none taken: a spec of zero GPUs)
+                                    index: taken.first().copied().unwrap_or(0),
                                 },
                                 GpuDimension::Memory,
                             ));
@@ -313,7 +320,7 @@ pub fn plan_spec_with(
                         memory_mib: spec.memory_mib,
                     };
                     for (i, slot) in load.gpus.iter().enumerate() {
-                        out.gpus_evaluated += 1;
+                        out.gpus_evaluated = out.gpus_evaluated.saturating_add(1);
                         try_slices(&[(i as u32, d)], &|| {
                             ranking.score_slice(&slot.capacity, &slot.load, &d)
                         });

@@ -58,6 +58,6 @@ impl PriceHistory {
             effective_from_ms: from,
             list,
         });
-        ((self.epochs.len() - 1) as u32, from)
+        (self.epochs.len().saturating_sub(1) as u32, from)
     }
 }

@@ -23,22 +23,29 @@ pub trait Ranking {
     /// whole free nodes stay whole).
     fn score_whole(&self, node: &NodeLoad, taken: &[u32]) -> i64 {
         let empty = node.gpus.iter().filter(|g| g.load.instances == 0).count();
-        (empty - taken.len()) as i64
+        empty.saturating_sub(taken.len()) as i64
     }
 }
 
 /// Unreserved compute plus unreserved memory after the placement, each in
 /// per-mille of the GPU (0..=2000): smaller is tighter.
 fn leftover(capacity: &GpuCapacity, after: &GpuLoad) -> i64 {
-    let mem = after.free_memory(capacity) * 1000 / capacity.memory_mib.max(1);
-    i64::from(after.free_compute()) + mem as i64
+    let mem = per_mille(after.free_memory(capacity), capacity.memory_mib);
+    i64::from(after.free_compute()).saturating_add(mem)
+}
+
+/// `part` in per-mille of `whole` (0 for an empty whole), saturating.
+fn per_mille(part: Mib, whole: Mib) -> i64 {
+    let pm = part.saturating_mul(1000).checked_div(whole).unwrap_or(0);
+    i64::try_from(pm).unwrap_or(i64::MAX)
 }
 
 /// Oversubscribed instances go where their weights most likely stay
 /// resident (least swap need), then where fewer others are mapped.
 fn oversubscribed_score(capacity: &GpuCapacity, after: &GpuLoad) -> i64 {
-    let swap = after.swap_need(capacity) * 1000 / capacity.memory_mib.max(1);
-    swap as i64 * 4096 + i64::from(after.oversub_count)
+    let swap = per_mille(after.swap_need(capacity), capacity.memory_mib);
+    swap.saturating_mul(4096)
+        .saturating_add(i64::from(after.oversub_count))
 }
 
 /// Best fit: the GPU left with the least unreserved compute and memory.
@@ -82,8 +89,10 @@ impl FragmentationAware {
         for f in state.functions() {
             let s = &f.spec;
             if matches!(s.tier, Tier::Guaranteed | Tier::Burstable) {
-                *w.entry((s.compute_milli, s.memory_mib)).or_default() +=
-                    1 + u64::from(state.instance_count(&s.tenant, &s.name));
+                let n = w.entry((s.compute_milli, s.memory_mib)).or_default();
+                *n = n
+                    .saturating_add(1)
+                    .saturating_add(u64::from(state.instance_count(&s.tenant, &s.name)));
             }
         }
         Self::from_shapes(w.into_iter().map(|((c, m), n)| (c, m, n)))
@@ -94,7 +103,7 @@ impl FragmentationAware {
         let mut shapes: Vec<_> = shapes.into_iter().filter(|s| s.2 > 0).collect();
         shapes.sort_by(|a, b| b.2.cmp(&a.2).then((a.0, a.1).cmp(&(b.0, b.1))));
         shapes.truncate(MAX_SHAPES);
-        let total_weight = shapes.iter().map(|s| s.2).sum();
+        let total_weight = shapes.iter().fold(0, |t: u64, s| t.saturating_add(s.2));
         Self {
             shapes,
             total_weight,
@@ -108,13 +117,15 @@ impl FragmentationAware {
         }
         let fc = load.free_compute();
         let fm = load.free_memory(capacity);
-        let stuck: u64 = self
+        let stuck = self
             .shapes
             .iter()
             .filter(|(c, m, _)| *c > fc || *m > fm)
-            .map(|(_, _, w)| w * u64::from(fc))
-            .sum();
-        (stuck / self.total_weight) as i64
+            .fold(0, |sum: u64, (_, _, w)| {
+                sum.saturating_add(w.saturating_mul(u64::from(fc)))
+            });
+        let avg = stuck.checked_div(self.total_weight).unwrap_or(0);
+        i64::try_from(avg).unwrap_or(i64::MAX)
     }
 }
 
@@ -128,7 +139,10 @@ impl Ranking for FragmentationAware {
         if demand.tier == Tier::Oversubscribed {
             return oversubscribed_score(capacity, &after);
         }
-        let grow = self.fragmentation(capacity, &after) - self.fragmentation(capacity, before);
-        grow * 4096 + leftover(capacity, &after)
+        let grow = self
+            .fragmentation(capacity, &after)
+            .saturating_sub(self.fragmentation(capacity, before));
+        grow.saturating_mul(4096)
+            .saturating_add(leftover(capacity, &after))
     }
 }

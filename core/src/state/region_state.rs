@@ -22,6 +22,7 @@ use super::price_history::PriceHistory;
 use super::query_error::QueryError;
 use super::sequence::SequenceCursor;
 use super::tenant_record::{TenantRecord, TokenRecord};
+use crate::bounds;
 use crate::config::{is_valid_name, PriceList, Topology, Usage};
 use crate::model::{
     FunctionSpec, GpuId, NodeId, PoolKind, PoolPreference, Quota, Slice, TenantId, Tier, WHOLE_GPU,
@@ -32,8 +33,7 @@ use std::collections::{BTreeMap, BTreeSet};
 /// Wall-clock time as the leader stamped it on a log entry: Unix milliseconds.
 pub type UnixMillis = u64;
 
-/// Most whole GPUs one exclusive instance may hold.
-pub const MAX_GPUS_PER_INSTANCE: u32 = 16;
+pub use crate::bounds::MAX_GPUS_PER_INSTANCE;
 
 /// Longest display name or agent version string accepted, in bytes.
 pub const MAX_LABEL_LEN: usize = 256;
@@ -48,6 +48,14 @@ fn check_label(field: &str, value: Option<&str>) -> Result<(), ApplyError> {
         }
         _ => Ok(()),
     }
+}
+
+/// The range checks of a tenant's quotas, naming `quotas.<kind>.<field>`.
+fn check_quotas(quotas: &BTreeMap<PoolKind, Quota>) -> Result<(), ApplyError> {
+    for (kind, q) in quotas {
+        bounds::check_quota(&format!("quotas.{kind}"), q)?;
+    }
+    Ok(())
 }
 
 /// The replicated domain state of a region.
@@ -278,7 +286,7 @@ impl RegionState {
                     (
                         f.spec.tenant.clone(),
                         f.spec.name.clone(),
-                        f.spec.min_instances - have,
+                        f.spec.min_instances.saturating_sub(have),
                     )
                 })
             })
@@ -493,6 +501,7 @@ impl RegionState {
             });
         }
         check_label("display_name", display_name.as_deref())?;
+        check_quotas(&quotas)?;
         if self.data.tenants.contains_key(&tenant) {
             return Err(ApplyError::DuplicateName {
                 kind: ObjectKind::Tenant,
@@ -539,6 +548,7 @@ impl RegionState {
         self.known_tenant(&tenant)?;
         check_label("display_name", display_name.as_deref())?;
         if let Some(q) = &quotas {
+            check_quotas(q)?;
             let all: Vec<(PoolKind, Quota)> = [PoolKind::Center, PoolKind::Edge]
                 .into_iter()
                 .map(|k| (k, q.get(&k).copied().unwrap_or_default()))
@@ -621,6 +631,7 @@ impl RegionState {
         quota: Quota,
     ) -> Result<Applied, ApplyError> {
         self.known_tenant(&tenant)?;
+        bounds::check_quota(&format!("quotas.{pool_kind}"), &quota)?;
         self.check_not_below_held(&tenant, &[(pool_kind, quota)])?;
         self.data
             .tenants
@@ -632,6 +643,7 @@ impl RegionState {
     }
 
     fn price_list_set(&mut self, list: PriceList, now: UnixMillis) -> Result<Applied, ApplyError> {
+        bounds::check_price_list(&list)?;
         if let Some(t) = &self.data.topology {
             let missing = t.unpriced(&list);
             if !missing.is_empty() {
@@ -783,25 +795,14 @@ impl RegionState {
                 ),
             ));
         }
-        if spec.memory_mib == 0 {
-            return Err(bad("memory_mib", "must be at least 1".into()));
-        }
-        if spec.deadline_ms == 0 {
-            return Err(bad("deadline_ms", "must be at least 1".into()));
-        }
-        if spec.max_instances == 0 || spec.min_instances > spec.max_instances {
+        bounds::check_spec(spec)?;
+        if spec.min_instances > spec.max_instances {
             return Err(bad(
                 "max_instances",
                 format!(
                     "must be at least 1 and at least min_instances ({}), got {}",
                     spec.min_instances, spec.max_instances
                 ),
-            ));
-        }
-        if !(1..=WHOLE_GPU).contains(&spec.latency.saturation_milli) {
-            return Err(bad(
-                "latency.saturation_milli",
-                format!("must be 1 to 1000, got {}", spec.latency.saturation_milli),
             ));
         }
         if let PoolPreference::Edge(pool) = &spec.pool {
@@ -870,6 +871,7 @@ impl RegionState {
             })?
             .clone();
         self.validate_spec(&spec)?;
+        let version = old.version.checked_add(1).ok_or(ApplyError::Overflow)?;
         let o = &old.spec;
         let reshaped = (o.runtime, o.memory_mib, o.compute_milli, o.tier, &o.pool)
             != (
@@ -895,7 +897,6 @@ impl RegionState {
                 released.push(*id);
             }
         }
-        let version = old.version + 1;
         let rec = self
             .data
             .functions
@@ -987,7 +988,7 @@ impl RegionState {
                     slices.len()
                 )));
             }
-            let mem: u64 = slices.iter().map(|s| s.memory_mib).sum();
+            let mem = held(slices).memory_mib;
             if mem < spec.memory_mib {
                 return Err(mismatch(format!(
                     "needs {} MiB of GPU memory, the GPUs have {mem}",
@@ -1065,7 +1066,8 @@ impl RegionState {
         let tier = spec.tier;
         let (pool, pool_kind) = self.check_placement(spec, &slices)?;
         let id = InstanceId(self.data.next_instance);
-        self.data.next_instance += 1;
+        let next = id.0.checked_add(1).ok_or(ApplyError::Overflow)?;
+        self.data.next_instance = next;
         let inst = Instance {
             id,
             tenant,
@@ -1137,7 +1139,7 @@ impl RegionState {
         rec.registered_at = now;
         Ok(Applied::AgentRegistered {
             first_time,
-            next_seq: rec.cursor.contiguous + 1,
+            next_seq: rec.cursor.contiguous.saturating_add(1),
         })
     }
 
@@ -1172,11 +1174,13 @@ impl RegionState {
                 return Err(ApplyError::SequenceOutOfWindow {
                     agent,
                     seq: r.seq,
-                    limit: cursor.contiguous + super::sequence::MAX_SEQUENCE_AHEAD,
+                    limit: cursor
+                        .contiguous
+                        .saturating_add(super::sequence::MAX_SEQUENCE_AHEAD),
                 });
             }
             if cursor.seen(r.seq) || !fresh.insert(r.seq) {
-                duplicates += 1;
+                duplicates = duplicates.saturating_add(1);
                 continue;
             }
             self.known_tenant(&r.tenant)?;

@@ -42,8 +42,11 @@ impl SequenceCursor {
             return;
         }
         self.ahead.insert(seq);
-        while self.ahead.remove(&(self.contiguous + 1)) {
-            self.contiguous += 1;
+        while let Some(next) = self.contiguous.checked_add(1) {
+            if !self.ahead.remove(&next) {
+                break;
+            }
+            self.contiguous = next;
         }
     }
 }

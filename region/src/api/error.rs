@@ -70,6 +70,12 @@ impl ApiError {
         Self::new(status, e.code(), e.to_string())
     }
 
+    /// The answer to a value out of its range (`invalid_spec`, 422, naming
+    /// the field and the bound), exactly as apply would refuse it.
+    pub fn from_bounds(e: gshare_core::bounds::OutOfBounds) -> Self {
+        Self::from_apply(&ApplyError::from(e))
+    }
+
     /// The answer to a plan that found no place.
     pub fn from_rejection(r: &PlanRejection) -> Self {
         let status = match r.code() {

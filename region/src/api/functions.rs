@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
+use gshare_core::bounds;
 use gshare_core::model::{
     FunctionSpec, LatencyProfile, PoolPreference, Runtime, Slice, TenantId, Tier,
 };
@@ -278,6 +279,8 @@ async fn deploy(
     let key = idempotency::write_key(&req, &ctx, &raw)?;
     let body: FunctionBody = parse_json(&raw).map_err(|e| e.with_key(&key.key))?;
     let spec = body.into_spec(tenant.clone());
+    // The same bounds apply re-checks: refused here before anything is proposed.
+    bounds::check_spec(&spec).map_err(|e| ApiError::from_bounds(e).with_key(&key.key))?;
     let answer = |view: FunctionView| {
         HttpResponse::Created()
             .insert_header((idempotency::HEADER, key.key.as_str()))

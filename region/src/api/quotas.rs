@@ -4,7 +4,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use gshare_core::model::{PoolKind, TenantId};
 use gshare_core::state::DomainCommand;
 
-use super::tenants::QuotaBody;
+use super::tenants::{quota, QuotaBody};
 use super::{auth, parse_json, propose, read_body, ApiError};
 use crate::http::HttpContext;
 
@@ -19,13 +19,14 @@ async fn set(
     let pool_kind: PoolKind = kind
         .parse()
         .map_err(|e| ApiError::bad_request(format!("pool kind: {e}")))?;
-    let quota: QuotaBody = parse_json(&read_body(&req, payload).await?)?;
+    let body: QuotaBody = parse_json(&read_body(&req, payload).await?)?;
+    let quota = quota(pool_kind, body)?;
     let applied = propose(
         &ctx,
         DomainCommand::QuotaSet {
             tenant: TenantId(tenant),
             pool_kind,
-            quota: quota.into(),
+            quota,
         },
     )
     .await?;

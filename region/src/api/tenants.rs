@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use actix_web::{web, HttpRequest, HttpResponse};
+use gshare_core::bounds;
 use gshare_core::model::{PoolKind, Quota, TenantId};
 use gshare_core::state::DomainCommand;
 use serde::{Deserialize, Serialize};
@@ -68,8 +69,16 @@ pub struct TenantView {
     pub tokens: Vec<String>,
 }
 
-fn quotas(q: BTreeMap<PoolKind, QuotaBody>) -> BTreeMap<PoolKind, Quota> {
-    q.into_iter().map(|(k, v)| (k, v.into())).collect()
+/// The quotas of a request, each within the bounds apply re-checks.
+fn quotas(q: BTreeMap<PoolKind, QuotaBody>) -> Result<BTreeMap<PoolKind, Quota>, ApiError> {
+    q.into_iter().map(|(k, v)| Ok((k, quota(k, v)?))).collect()
+}
+
+/// One pool kind's quota of a request, within its bounds.
+pub(super) fn quota(kind: PoolKind, q: QuotaBody) -> Result<Quota, ApiError> {
+    let q = Quota::from(q);
+    bounds::check_quota(&format!("quotas.{kind}"), &q).map_err(ApiError::from_bounds)?;
+    Ok(q)
 }
 
 async fn create(
@@ -84,7 +93,7 @@ async fn create(
         DomainCommand::TenantCreate {
             tenant: TenantId(body.name),
             display_name: body.display_name,
-            quotas: quotas(body.quotas),
+            quotas: quotas(body.quotas)?,
         },
     )
     .await?;
@@ -104,7 +113,7 @@ async fn update(
         DomainCommand::TenantUpdate {
             tenant: TenantId(path.into_inner()),
             display_name: body.display_name,
-            quotas: body.quotas.map(quotas),
+            quotas: body.quotas.map(quotas).transpose()?,
         },
     )
     .await?;

@@ -89,8 +89,8 @@ async fn load_domain(r: &Running) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let tenant = TenantId("bench".into());
     let quota = Quota {
-        compute_milli: u64::MAX / 4,
-        memory_mib: u64::MAX / 4,
+        compute_milli: gshare_core::bounds::MAX_QUOTA,
+        memory_mib: gshare_core::bounds::MAX_QUOTA,
         instances: u32::MAX / 2,
     };
     let commands = vec![
