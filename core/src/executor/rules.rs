@@ -31,7 +31,8 @@ pub struct ExecutorRules {
     /// instance of any tier is dropped least-recently-used first
     /// (scale-to-zero), and every load is a cold start.
     pub host_cache: bool,
-    /// Every function is resident on every GPU at no cost (the oracle).
+    /// Every function is resident on every GPU at no cost (EDF order alone;
+    /// the executor's unit tests use it).
     pub all_resident: bool,
     /// An idle instance may be moved to another GPU of the node instead of
     /// loading a second copy there.
@@ -98,7 +99,9 @@ impl ExecutorRules {
         }
     }
 
-    /// Every model everywhere, free; deadline-aware order on the whole compute.
+    /// Every model everywhere, free; deadline-aware order on the whole
+    /// compute. Used by unit tests of the EDF order; the serving simulator's
+    /// all-resident estimate is the central-queue `sim::serving::edf_simulate`.
     pub fn oracle() -> Self {
         Self {
             slots_per_gpu: None,
