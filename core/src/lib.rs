@@ -17,6 +17,8 @@ pub mod config;
 pub mod executor;
 pub mod metering;
 pub mod model;
+#[cfg(feature = "net")]
+pub mod net;
 pub mod placement;
 pub mod protocol;
 pub mod rng;

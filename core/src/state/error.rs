@@ -213,6 +213,14 @@ pub enum ApplyError {
     /// A metered sum would overflow.
     #[error("metered usage overflows")]
     Overflow,
+    /// An agent's discovered GPUs disagree with the topology's node.
+    #[error("node {node}: the agent's GPUs disagree with the topology: {reason}")]
+    GpuMismatch {
+        /// The node.
+        node: NodeId,
+        /// What differs.
+        reason: String,
+    },
 }
 
 impl ApplyError {
@@ -243,6 +251,7 @@ impl ApplyError {
             ApplyError::InvalidUsage { .. } => "invalid_usage",
             ApplyError::SequenceOutOfWindow { .. } => "sequence_out_of_window",
             ApplyError::Overflow => "overflow",
+            ApplyError::GpuMismatch { .. } => "gpu_mismatch",
         }
     }
 
@@ -259,7 +268,8 @@ impl ApplyError {
             ApplyError::DuplicateName { .. }
             | ApplyError::NoTopology
             | ApplyError::QuotaBelowHeld { .. }
-            | ApplyError::NodeDraining { .. } => ErrorClass::Conflict,
+            | ApplyError::NodeDraining { .. }
+            | ApplyError::GpuMismatch { .. } => ErrorClass::Conflict,
             ApplyError::GpuFull { .. }
             | ApplyError::QuotaExceeded { .. }
             | ApplyError::MaxInstances { .. } => ErrorClass::Exhausted,

@@ -4,6 +4,12 @@
 //! ask the other replicas over HTTP (once: the hop is marked with
 //! `X-Gshare-Forwarded`). The answer is the agent's (same statuses as its
 //! ingress).
+//!
+//! A forward carries the tenant's token, so it goes over TLS when this
+//! replica's API does (`[http_tls]`: the peers' certificates must chain to
+//! its `ca_cert` and name their IP address; the replicas of a region serve
+//! alike), and reads at most [`MAX_FORWARD_REPLY_BYTES`] of the answer (a
+//! larger one is a 502).
 
 use crate::api::auth::sha256_hex;
 use crate::http::HttpContext;
@@ -14,9 +20,14 @@ use gshare_core::model::{NodeId, TenantId};
 use gshare_core::protocol::{
     AgentMessage, AgentMessageV1, InvokeOutcome, InvokeRequest, RegionMessage, RegionMessageV1,
 };
+use crate::http_client::{send, HttpClientError, HttpTarget};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Largest answer read from a peer replica a forward went to: an agent's
+/// answer fits in one frame, plus room for the headers.
+pub const MAX_FORWARD_REPLY_BYTES: usize = gshare_core::protocol::MAX_FRAME_BYTES + (64 << 10);
 
 const FORWARDED: &str = "x-gshare-forwarded";
 const DEADLINE: &str = "x-gshare-deadline-ms";
@@ -58,41 +69,63 @@ async fn forward_quic(
     }
 }
 
-/// One HTTP/1.1 POST to a peer replica; `None` if it gave no answer.
+/// What a forward to a peer replica gave.
+enum Forwarded {
+    /// Its answer.
+    Answer(u16, Vec<u8>),
+    /// No answer (unreachable, TLS refused, timed out, malformed).
+    Nothing,
+    /// An answer past [`MAX_FORWARD_REPLY_BYTES`].
+    TooLarge,
+}
+
+/// One HTTP/1.1 POST to a peer replica, over TLS when `tls` is set.
 async fn forward_http(
     addr: &str,
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     path: &str,
     auth: &str,
     deadline: Option<&str>,
     body: &[u8],
-) -> Option<(u16, Vec<u8>)> {
-    let mut s = tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr))
-        .await
-        .ok()?
-        .ok()?;
-    let mut head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {auth}\r\n{FORWARDED}: 1\r\nContent-Length: {}\r\nConnection: close\r\n",
-        body.len()
+) -> Forwarded {
+    let Ok(addr) = addr.parse::<SocketAddr>() else {
+        return Forwarded::Nothing;
+    };
+    let target = match tls {
+        Some(c) => HttpTarget::tls(addr, c),
+        None => HttpTarget::plain(addr),
+    };
+    let (path, auth, deadline, body) = (
+        path.to_string(),
+        auth.to_string(),
+        deadline.map(str::to_string),
+        body.to_vec(),
     );
-    if let Some(d) = deadline {
-        head.push_str(&format!("{DEADLINE}: {d}\r\n"));
+    let sent = tokio::task::spawn_blocking(move || {
+        let mut headers = vec![("Authorization", auth.as_str()), (FORWARDED, "1")];
+        if let Some(d) = &deadline {
+            headers.push((DEADLINE, d.as_str()));
+        }
+        send(
+            &target,
+            "POST",
+            &path,
+            &headers,
+            &body,
+            Duration::from_secs(60),
+            MAX_FORWARD_REPLY_BYTES,
+        )
+    })
+    .await;
+    match sent {
+        Ok(Ok((status, body))) => Forwarded::Answer(status, body),
+        Ok(Err(HttpClientError::TooLarge { .. })) => Forwarded::TooLarge,
+        Ok(Err(e)) => {
+            tracing::warn!("forward to replica {addr} failed: {e}");
+            Forwarded::Nothing
+        }
+        Err(_) => Forwarded::Nothing,
     }
-    head.push_str("\r\n");
-    s.write_all(head.as_bytes()).await.ok()?;
-    s.write_all(body).await.ok()?;
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(60), s.read_to_end(&mut out))
-        .await
-        .ok()?
-        .ok()?;
-    let split = out.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let status = std::str::from_utf8(&out[..split])
-        .ok()?
-        .split(' ')
-        .nth(1)?
-        .parse()
-        .ok()?;
-    Some((status, out[split + 4..].to_vec()))
 }
 
 /// The route handler.
@@ -190,15 +223,24 @@ pub async fn invoke_route(
     };
     let path = format!("/v1/invoke/{}/{name}", tenant.0);
     for peer in peers {
-        if let Some((status, body)) =
-            forward_http(&peer, &path, &auth, deadline.as_deref(), &body).await
-        {
-            if status != 503 {
+        let tls = ctx.forward_tls.clone();
+        match forward_http(&peer, tls, &path, &auth, deadline.as_deref(), &body).await {
+            Forwarded::Answer(status, body) if status != 503 => {
                 return HttpResponse::build(
                     StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
                 )
                 .body(body);
             }
+            Forwarded::TooLarge => {
+                return error(
+                    502,
+                    "reply_too_large",
+                    &format!(
+                        "the answer forwarded from replica {peer} is larger than {MAX_FORWARD_REPLY_BYTES} bytes"
+                    ),
+                )
+            }
+            _ => {}
         }
     }
     error(
