@@ -75,7 +75,8 @@ pub fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, Tl
 /// certificates (callers authenticate with bearer tokens), ALPN `http/1.1`.
 pub fn http_server_config(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, TlsFileError> {
     let chain = read_certificates(cert)?;
-    let key_der = PrivateKeyDer::from_pem_slice(&read(key)?).map_err(|e| pem(key, "private key", e))?;
+    let key_der =
+        PrivateKeyDer::from_pem_slice(&read(key)?).map_err(|e| pem(key, "private key", e))?;
     let mut tls = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()

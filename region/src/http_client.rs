@@ -138,8 +138,8 @@ impl HttpTarget {
             .map_or(hostport, |(h, _)| h)
             .trim_start_matches('[')
             .trim_end_matches(']');
-        let name = ServerName::try_from(host.to_string())
-            .map_err(|_| TargetError::Syntax(url.into()))?;
+        let name =
+            ServerName::try_from(host.to_string()).map_err(|_| TargetError::Syntax(url.into()))?;
         Ok(Self {
             addr,
             tls: Some((config, name)),
@@ -398,8 +398,8 @@ mod tests {
         assert!(HttpTarget::parse("http://127.0.0.1:1/x", None).is_err());
         let dir = tempfile::tempdir().unwrap();
         crate::tls::init_ca(dir.path()).unwrap();
-        let t = HttpTarget::parse("https://localhost:8101", Some(&dir.path().join("ca.pem")))
-            .unwrap();
+        let t =
+            HttpTarget::parse("https://localhost:8101", Some(&dir.path().join("ca.pem"))).unwrap();
         assert!(t.is_tls());
         assert_eq!(t.addr.port(), 8101);
     }
@@ -414,12 +414,19 @@ mod tests {
             let mut req = [0u8; 1024];
             let _ = s.read(&mut req);
             let body = vec![b'x'; 10_000];
-            let _ = write!(s, "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len());
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n",
+                body.len()
+            );
             let _ = s.write_all(&body);
         });
         let t = HttpTarget::plain(addr);
         let e = send(&t, "GET", "/", &[], b"", Duration::from_secs(5), 4096).unwrap_err();
-        assert!(matches!(e, HttpClientError::TooLarge { limit: 4096, .. }), "{e}");
+        assert!(
+            matches!(e, HttpClientError::TooLarge { limit: 4096, .. }),
+            "{e}"
+        );
         server.join().unwrap();
     }
 }

@@ -106,7 +106,11 @@ async fn run(config: ReplicaConfig, init: bool) -> anyhow::Result<()> {
         ),
         None => (None, None),
     };
-    let scheme = if server_tls.is_some() { "https" } else { "http" };
+    let scheme = if server_tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     if server_tls.is_none() {
         tracing::warn!(
             addr = %config.http_addr,

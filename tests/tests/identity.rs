@@ -212,7 +212,9 @@ fn raw_register(region: &TestRegion, cert_of: &str, claimed: &str) -> RegionMess
             },
             allow_fewer_gpus: false,
         });
-        gshare_edge::wire::write_frame(&mut send, &msg).await.unwrap();
+        gshare_edge::wire::write_frame(&mut send, &msg)
+            .await
+            .unwrap();
         let reply: RegionMessage = gshare_edge::wire::read_frame(&mut recv).await.unwrap();
         conn.close(0u32.into(), b"done");
         endpoint.wait_idle().await;
@@ -298,7 +300,13 @@ fn agents_are_the_node_their_certificate_names_with_the_topologys_gpus() {
     );
     // Whole-GPU instances land on the GPU the agent has, never on the missing one.
     let r = until("token", 30, || {
-        let r = call(region.http(1), "POST", "/v1/tenants/big/tokens", TOKEN, None);
+        let r = call(
+            region.http(1),
+            "POST",
+            "/v1/tenants/big/tokens",
+            TOKEN,
+            None,
+        );
         (r.status == 201).then_some(r)
     });
     let big = serde_json::from_str::<Value>(&r.body).unwrap()["token"]

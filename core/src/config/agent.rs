@@ -244,7 +244,10 @@ key = "c.key"
             assert_eq!(e.issues.len(), 1, "{text}");
             assert!(text.starts_with("a.toml:6:"), "{text}");
             assert!(text.contains("ingress_addr: "), "{text}");
-            assert!(text.contains("[http_tls]") && text.contains("insecure_http = true"), "{text}");
+            assert!(
+                text.contains("[http_tls]") && text.contains("insecure_http = true"),
+                "{text}"
+            );
         }
         let open = GOOD.replace("127.0.0.1:9000", "0.0.0.0:9000");
         let ok = open.replace("host_swap_mib", "insecure_http = true\nhost_swap_mib");
@@ -259,12 +262,23 @@ key = "c.key"
             })
         );
         let half = format!("{open}[http_tls]\ncert = \"h.pem\"\n");
-        let e = AgentConfig::from_toml("a.toml", &half).unwrap_err().to_string();
+        let e = AgentConfig::from_toml("a.toml", &half)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("http_tls.key"), "{e}");
         let fewer = GOOD.replace("host_swap_mib", "allow_fewer_gpus = true\nhost_swap_mib");
-        assert!(AgentConfig::from_toml("a.toml", &fewer).unwrap().allow_fewer_gpus);
+        assert!(
+            AgentConfig::from_toml("a.toml", &fewer)
+                .unwrap()
+                .allow_fewer_gpus
+        );
         let typo = GOOD.replace("host_swap_mib", "allow_fewer_gpus = \"yes\"\nhost_swap_mib");
-        let e = AgentConfig::from_toml("a.toml", &typo).unwrap_err().to_string();
-        assert!(e.contains("allow_fewer_gpus: expected true or false"), "{e}");
+        let e = AgentConfig::from_toml("a.toml", &typo)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("allow_fewer_gpus: expected true or false"),
+            "{e}"
+        );
     }
 }

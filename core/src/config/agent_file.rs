@@ -291,7 +291,12 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
     let ingress = addr(&mut is, &ingress);
     if let Some(a) = ingress {
         if let Err(m) = check_http_bind(a, http_tls.is_some(), insecure_http.v == Some(true)) {
-            is.report(&ingress_at, IssueKind::Inconsistent, m, Some(quote(&a.to_string())));
+            is.report(
+                &ingress_at,
+                IssueKind::Inconsistent,
+                m,
+                Some(quote(&a.to_string())),
+            );
         }
     }
     let host_swap = check_range(&mut is, &host_swap, 0, 1 << 32);

@@ -1059,7 +1059,13 @@ impl RegionState {
                 node: node.clone(),
                 reason,
             })?;
-        if self.data.unavailable_gpus.get(&node).unwrap_or(&BTreeSet::new()) != &missing {
+        if self
+            .data
+            .unavailable_gpus
+            .get(&node)
+            .unwrap_or(&BTreeSet::new())
+            != &missing
+        {
             let on_missing: Vec<InstanceId> = self
                 .data
                 .instances

@@ -312,8 +312,7 @@ fn main() -> anyhow::Result<()> {
         p50 / percentile(&base_lat, 0.5).max(1e-3),
         rate / base_rate.max(1.0)
     );
-    if let (Some(ca), Some(cert), Some(key)) = (&args.https_ca, &args.https_cert, &args.https_key)
-    {
+    if let (Some(ca), Some(cert), Some(key)) = (&args.https_ca, &args.https_cert, &args.https_key) {
         let https = Https {
             server: gshare_core::net::http_server_config(cert, key)?,
             client: Arc::new(gshare_core::net::http_client_config(ca)?),

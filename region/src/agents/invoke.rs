@@ -13,6 +13,7 @@
 
 use crate::api::auth::sha256_hex;
 use crate::http::HttpContext;
+use crate::http_client::{send, HttpClientError, HttpTarget};
 use crate::wire::{read_frame, write_frame};
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -20,7 +21,6 @@ use gshare_core::model::{NodeId, TenantId};
 use gshare_core::protocol::{
     AgentMessage, AgentMessageV1, InvokeOutcome, InvokeRequest, RegionMessage, RegionMessageV1,
 };
-use crate::http_client::{send, HttpClientError, HttpTarget};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

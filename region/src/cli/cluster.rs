@@ -113,14 +113,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ),
     };
     match &args.command {
-        ClusterCommand::Status => print(&request_to(
-            &at,
-            "GET",
-            "/v1/cluster",
-            None,
-            None,
-            TIMEOUT,
-        )?),
+        ClusterCommand::Status => {
+            print(&request_to(&at, "GET", "/v1/cluster", None, None, TIMEOUT)?)
+        }
         ClusterCommand::AddReplica {
             id,
             raft_addr,

@@ -64,7 +64,14 @@ impl RegionArgs {
         let body = body.map(Value::to_string);
         let mut attempt = 0;
         loop {
-            let r = request_to(&target, method, path, Some(&token), body.as_deref(), TIMEOUT)?;
+            let r = request_to(
+                &target,
+                method,
+                path,
+                Some(&token),
+                body.as_deref(),
+                TIMEOUT,
+            )?;
             let v: Value = serde_json::from_str(&r.body).unwrap_or(Value::String(r.body.clone()));
             if (200..300).contains(&r.status) {
                 return Ok(v);
