@@ -313,14 +313,23 @@ fn agents_are_the_node_their_certificate_names_with_the_topologys_gpus() {
         .as_str()
         .unwrap()
         .to_string();
-    let f = json!({
-        "name": "whole", "runtime": "pytorch", "memory_mib": 16384, "compute_milli": 1000,
-        "tier": "exclusive", "deadline_ms": 2000, "pool": "center",
-        "min_instances": 4, "max_instances": 4,
-        "latency": {"full_gpu_us": 2000, "saturation_milli": 1000},
-    })
-    .to_string();
-    let r = call(region.http(1), "POST", "/v1/functions", &big, Some(&f));
+    // Three whole-GPU instances take the three GPUs that are there ...
+    let whole = |name: &str, n: u32| {
+        json!({
+            "name": name, "runtime": "pytorch", "memory_mib": 16384, "compute_milli": 1000,
+            "tier": "exclusive", "deadline_ms": 2000, "pool": "center",
+            "min_instances": n, "max_instances": n,
+            "latency": {"full_gpu_us": 2000, "saturation_milli": 1000},
+        })
+        .to_string()
+    };
+    let r = call(
+        region.http(1),
+        "POST",
+        "/v1/functions",
+        &big,
+        Some(&whole("three", 3)),
+    );
     assert!(r.status == 200 || r.status == 201, "{r:?}");
     let on = |s: &Value, node: &str, gpu: u64| {
         items(&s["instances"]).iter().any(|i| {
@@ -329,14 +338,19 @@ fn agents_are_the_node_their_certificate_names_with_the_topologys_gpus() {
                 .any(|s| s["gpu"]["node"] == node && s["gpu"]["index"] == gpu)
         })
     };
-    until("an instance on local-c1's GPU 0", 30, || {
-        on(&state(&region), "local-c1", 0).then_some(())
-    });
-    // The placement loop keeps trying for the fourth instance: never GPU 1.
-    for _ in 0..10 {
-        let s = state(&region);
-        assert!(!on(&s, "local-c1", 1), "placed on the missing GPU: {s}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let s = state(&region);
+    assert!(on(&s, "local-c1", 0), "{s}");
+    assert!(!on(&s, "local-c1", 1), "placed on the missing GPU: {s}");
+    // ... and a fourth finds none (the quota allows it; the missing GPU does not).
+    let r = call(
+        region.http(1),
+        "POST",
+        "/v1/functions",
+        &big,
+        Some(&whole("fourth", 1)),
+    );
+    assert_eq!(r.status, 409, "{r:?}");
+    let s = state(&region);
+    assert!(!on(&s, "local-c1", 1), "placed on the missing GPU: {s}");
     drop(fewer);
 }
