@@ -249,13 +249,13 @@ pub fn serve(
     serve_metered(addr, agent, workers, None)
 }
 
-/// Binds the ingress on `addr` with `workers` threads; `journal` backs
-/// `GET /v1/agent/usage/{tenant}` and `GET /v1/agent/journal`.
-pub fn serve_metered(
+/// [`serve_metered`] over TLS when `tls` is set (`[http_tls]`), plain HTTP otherwise.
+pub fn serve_tls(
     addr: SocketAddr,
     agent: Addr<NodeAgent>,
     workers: usize,
     journal: Option<Arc<UsageJournal>>,
+    tls: Option<rustls::ServerConfig>,
 ) -> std::io::Result<actix_web::dev::Server> {
     let view = JournalView(journal);
     let server = HttpServer::new(move || {
@@ -270,8 +270,21 @@ pub fn serve_metered(
             .route("/healthz", web::get().to(|| async { "ok" }))
     })
     .workers(workers.max(1))
-    .disable_signals()
-    .bind(addr)?
-    .run();
-    Ok(server)
+    .disable_signals();
+    let server = match tls {
+        Some(tls) => server.bind_rustls_0_23(addr, tls)?,
+        None => server.bind(addr)?,
+    };
+    Ok(server.run())
+}
+
+/// Binds the ingress on `addr` with `workers` threads; `journal` backs
+/// `GET /v1/agent/usage/{tenant}` and `GET /v1/agent/journal`.
+pub fn serve_metered(
+    addr: SocketAddr,
+    agent: Addr<NodeAgent>,
+    workers: usize,
+    journal: Option<Arc<UsageJournal>>,
+) -> std::io::Result<actix_web::dev::Server> {
+    serve_tls(addr, agent, workers, journal, None)
 }

@@ -83,6 +83,24 @@ fn run(
     mut drivers: Drivers,
     workers: usize,
 ) -> anyhow::Result<()> {
+    // An agent is the node its certificate names: refuse to start as another.
+    gshare_core::net::check_certificate_file(&base.join(&config.tls.cert), &config.node.0)
+        .map_err(|e| anyhow::anyhow!("identity: {e}"))?;
+    let ingress_tls = match &config.http_tls {
+        Some(t) => Some(
+            gshare_core::net::http_server_config(&base.join(&t.cert), &base.join(&t.key))
+                .context("[http_tls]")?,
+        ),
+        None => {
+            tracing::warn!(
+                ingress = %config.ingress_addr,
+                insecure_http = config.insecure_http,
+                "the ingress is plain HTTP: bearer tokens cross the network in clear \
+                 (add [http_tls] to serve HTTPS)"
+            );
+            None
+        }
+    };
     let discovered = discover(&config.gpus).context("finding GPUs")?;
     if let Some(w) = &discovered.fallback_warning {
         tracing::warn!("{w}");
@@ -129,8 +147,14 @@ fn run(
             .with_metering(metering.clone()),
         );
         let journal = Some(metering.journal.clone());
-        let server = ingress::serve_metered(config.ingress_addr, agent.clone(), workers, journal)
-            .with_context(|| format!("binding ingress {}", config.ingress_addr))?;
+        let server = ingress::serve_tls(
+            config.ingress_addr,
+            agent.clone(),
+            workers,
+            journal,
+            ingress_tls,
+        )
+        .with_context(|| format!("binding ingress {}", config.ingress_addr))?;
         let handle = server.handle();
         let link = region_link::RegionLink::start_metered(
             &config,

@@ -90,6 +90,7 @@ struct LinkSetup {
     endpoint: quinn::Endpoint,
     replicas: Vec<SocketAddr>,
     register: Register,
+    allow_fewer_gpus: bool,
     heartbeat: Duration,
     agent: Addr<NodeAgent>,
     meter: GpuMeter,
@@ -151,6 +152,7 @@ impl RegionLink {
                 endpoint,
                 replicas: config.replicas.clone(),
                 register,
+                allow_fewer_gpus: config.allow_fewer_gpus,
                 heartbeat: Duration::from_millis(config.heartbeat_ms),
                 agent,
                 meter: GpuMeter::new(found.nvml.clone()),
@@ -210,7 +212,10 @@ async fn session(
         .map_err(|e| SessionEnd::Connect(e.to_string()))?
         .await
         .map_err(|e| SessionEnd::Connect(e.to_string()))?;
-    let reg = AgentMessage::v1(AgentMessageV1::Register(setup.register.clone()));
+    let reg = AgentMessage::v1(AgentMessageV1::RegisterGpus {
+        register: setup.register.clone(),
+        allow_fewer_gpus: setup.allow_fewer_gpus,
+    });
     match request(&conn, reg).await? {
         RegionMessage::V1(RegionMessageV1::Registered { next_seq, leader }) => {
             tracing::info!(replica = %addr, leader, next_seq, "registered with the region");

@@ -12,10 +12,16 @@
 //! snapshot_every = 20000            # optional: entries between snapshots
 //! keep_logs = 1000                  # optional: entries kept behind a snapshot
 //!
-//! [tls]
+//! [tls]                             # QUIC mutual TLS (Raft, agents)
 //! ca_cert = "certs/ca.pem"
 //! cert = "certs/r1.pem"
 //! key = "certs/r1.key"
+//!
+//! [http_tls]                        # optional: the HTTP API over TLS
+//! cert = "certs/r1.pem"             # e.g. from `gsharectl certs issue --san <host>`
+//! key = "certs/r1.key"
+//! # ca_cert = "certs/ca.pem"        # trusted for forwards to peers (default: tls.ca_cert)
+//! # insecure_http = true            # plain HTTP on a non-loopback http_addr (tokens in clear)
 //!
 //! [[peers]]                         # the other replicas of the initial cluster
 //! id = 2
@@ -24,6 +30,8 @@
 //! ```
 //!
 //! Each problem is reported as `<file>: <key path>: <what is wrong>`.
+//! An `http_addr` that is not a loopback address needs `[http_tls]` or
+//! `insecure_http = true`; `[tls]` alone does not switch HTTP to TLS.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -42,6 +50,18 @@ pub struct PeerConfig {
     pub raft_addr: SocketAddr,
     /// Its HTTP address.
     pub http_addr: SocketAddr,
+}
+
+/// The HTTP API's certificate (`[http_tls]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpTlsPaths {
+    /// Server certificate chain (PEM).
+    pub cert: PathBuf,
+    /// Its private key (PEM).
+    pub key: PathBuf,
+    /// The CA that the peers' HTTP certificates chain to (PEM): trusted
+    /// when this replica forwards an invocation to a peer.
+    pub ca_cert: PathBuf,
 }
 
 /// A validated replica configuration.
@@ -69,6 +89,10 @@ pub struct ReplicaConfig {
     pub snapshot_every: u64,
     /// Log entries kept behind the last snapshot when purging.
     pub keep_logs: u64,
+    /// `[http_tls]`: the HTTP API speaks HTTPS with this certificate.
+    pub http_tls: Option<HttpTlsPaths>,
+    /// `insecure_http = true`: plain HTTP allowed on a non-loopback address.
+    pub insecure_http: bool,
 }
 
 /// Default of `snapshot_every`.
@@ -292,6 +316,8 @@ impl ReplicaConfig {
                 "snapshot_every",
                 "keep_logs",
                 "tls",
+                "http_tls",
+                "insecure_http",
                 "peers",
             ],
         );
@@ -343,6 +369,41 @@ impl ReplicaConfig {
                     key: key?,
                 })
             });
+        let insecure_http = match root.get("insecure_http") {
+            None => false,
+            Some(Value::Boolean(b)) => *b,
+            Some(other) => {
+                c.problem(
+                    "insecure_http",
+                    format!("expected true or false, found {}", other.type_str()),
+                );
+                false
+            }
+        };
+        let http_tls = root
+            .get("http_tls")
+            .and_then(|v| c.table(v, "http_tls"))
+            .and_then(|t| {
+                c.unknown(t, "http_tls", &["cert", "key", "ca_cert"]);
+                let cert = c.path(t, "http_tls", "cert", true);
+                let key = c.path(t, "http_tls", "key", true);
+                let ca_cert = if t.contains_key("ca_cert") {
+                    c.path(t, "http_tls", "ca_cert", true)
+                } else {
+                    tls.as_ref().map(|t| t.ca_cert.clone())
+                };
+                Some(HttpTlsPaths {
+                    cert: cert?,
+                    key: key?,
+                    ca_cert: ca_cert?,
+                })
+            });
+        if let Some(a) = http_addr {
+            let has_tls = root.contains_key("http_tls");
+            if let Err(m) = gshare_core::config::check_http_bind(a, has_tls, insecure_http) {
+                c.problem("http_addr", m);
+            }
+        }
         let mut peers = Vec::new();
         match root.get("peers") {
             None => {}
@@ -416,6 +477,8 @@ impl ReplicaConfig {
                 peers,
                 snapshot_every,
                 keep_logs,
+                http_tls,
+                insecure_http,
             }),
             _ => Err(vec![ConfigProblem {
                 key: "(file)".into(),
@@ -518,5 +581,52 @@ mod tests {
         std::fs::write(dir.path().join("op.token"), " \n").unwrap();
         let p = ReplicaConfig::parse(&from_file, dir.path()).unwrap_err();
         assert!(p[0].problem.contains("is empty"), "{p:?}");
+    }
+
+    #[test]
+    fn a_non_loopback_http_addr_needs_tls_or_insecure_http() {
+        let dir = tempfile::tempdir().unwrap();
+        for f in ["topo.toml", "ten.toml", "ca.pem", "r1.pem", "r1.key"] {
+            std::fs::write(dir.path().join(f), "").unwrap();
+        }
+        let text = |http: &str, extra: &str| {
+            format!(
+                "id = 1\nraft_addr = \"127.0.0.1:7001\"\nhttp_addr = \"{http}\"\n\
+                 data_dir = \"data\"\ntopology = \"topo.toml\"\ntenants = \"ten.toml\"\n\
+                 operator_token = \"t\"\n{extra}\n\
+                 [tls]\nca_cert = \"ca.pem\"\ncert = \"r1.pem\"\nkey = \"r1.key\"\n"
+            )
+        };
+        // Loopback: plain HTTP is fine, no TLS switched on by [tls].
+        let c = ReplicaConfig::parse(&text("127.0.0.1:8001", ""), dir.path()).unwrap();
+        assert_eq!(c.http_tls, None);
+        assert!(!c.insecure_http);
+        // Any other address without [http_tls]: refused, with the way out.
+        for bind in ["0.0.0.0:8001", "10.1.2.3:8001", "[::]:8001"] {
+            let p = ReplicaConfig::parse(&text(bind, ""), dir.path()).unwrap_err();
+            assert_eq!(p.len(), 1, "{p:?}");
+            assert_eq!(p[0].key, "http_addr");
+            assert!(p[0].problem.contains("[http_tls]"), "{p:?}");
+            assert!(p[0].problem.contains("insecure_http = true"), "{p:?}");
+            let err = ConfigError {
+                file: "r1.toml".into(),
+                problems: p,
+            };
+            assert!(err.to_string().contains("r1.toml: http_addr: "), "{err}");
+        }
+        // The explicit opt-out, or TLS.
+        let c = ReplicaConfig::parse(&text("0.0.0.0:8001", "insecure_http = true"), dir.path())
+            .unwrap();
+        assert!(c.insecure_http);
+        let tls = "[http_tls]\ncert = \"r1.pem\"\nkey = \"r1.key\"\n";
+        let with_tls = text("0.0.0.0:8001", "").replace("[tls]", &format!("{tls}[tls]"));
+        let c = ReplicaConfig::parse(&with_tls, dir.path()).unwrap();
+        let h = c.http_tls.unwrap();
+        assert_eq!(h.cert, dir.path().join("r1.pem"));
+        assert_eq!(h.ca_cert, dir.path().join("ca.pem"));
+        // A wrong type is reported, not ignored.
+        let p = ReplicaConfig::parse(&text("0.0.0.0:8001", "insecure_http = \"yes\""), dir.path())
+            .unwrap_err();
+        assert!(p.iter().any(|p| p.key == "insecure_http"), "{p:?}");
     }
 }

@@ -34,6 +34,9 @@ pub struct HttpContext {
     pub operator_token: String,
     /// The domain API's counters and caches (`crate::api`).
     pub api: std::sync::Arc<crate::api::ApiState>,
+    /// TLS for invocations forwarded to peer replicas: set when this
+    /// replica serves HTTPS (`[http_tls]`), `None` for plain HTTP.
+    pub forward_tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 /// One member in [`ClusterStatus`].
@@ -465,15 +468,19 @@ pub fn server(
     ctx: HttpContext,
     addr: std::net::SocketAddr,
     workers: usize,
+    tls: Option<rustls::ServerConfig>,
 ) -> std::io::Result<actix_web::dev::Server> {
     let data = web::Data::new(ctx);
-    Ok(actix_web::HttpServer::new(move || {
+    let server = actix_web::HttpServer::new(move || {
         actix_web::App::new()
             .app_data(data.clone())
             .configure(routes)
     })
     .workers(workers)
-    .disable_signals()
-    .bind(addr)?
-    .run())
+    .disable_signals();
+    let server = match tls {
+        Some(tls) => server.bind_rustls_0_23(addr, tls)?,
+        None => server.bind(addr)?,
+    };
+    Ok(server.run())
 }

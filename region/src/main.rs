@@ -8,6 +8,7 @@ use gshare_raft_store::ReplicaNode;
 use gshare_region::config::ReplicaConfig;
 use gshare_region::http::{self, HttpContext};
 use gshare_region::replica::{InitOutcome, Replica, ReplicaSpec};
+use gshare_region::tls;
 
 #[derive(Debug, Parser)]
 #[command(name = "gshare-region", about = "A replica of the gshare region")]
@@ -98,18 +99,39 @@ async fn run(config: ReplicaConfig, init: bool) -> anyhow::Result<()> {
             }
         });
     }
+    let (server_tls, forward_tls) = match &config.http_tls {
+        Some(t) => (
+            Some(tls::http_server_config(&t.cert, &t.key)?),
+            Some(std::sync::Arc::new(tls::http_client_config(&t.ca_cert)?)),
+        ),
+        None => (None, None),
+    };
+    let scheme = if server_tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    if server_tls.is_none() {
+        tracing::warn!(
+            addr = %config.http_addr,
+            insecure_http = config.insecure_http,
+            "the HTTP API is plain HTTP: bearer tokens cross the network in clear \
+             (add [http_tls] to serve HTTPS)"
+        );
+    }
     let ctx = HttpContext {
         replica: replica.clone(),
         operator_token: config.operator_token.clone(),
         api: std::sync::Arc::new(gshare_region::api::ApiState::new(Some(
             config.topology.clone(),
         ))),
+        forward_tls,
     };
     tokio::spawn(gshare_region::api::placement_loop::run(ctx.clone()));
-    let server = http::server(ctx, config.http_addr, 2)?;
+    let server = http::server(ctx, config.http_addr, 2, server_tls)?;
     let handle = server.handle();
     println!(
-        "gshare-region {} serving: raft (QUIC) {} http {}",
+        "gshare-region {} serving: raft (QUIC) {} {scheme} {}",
         config.id, config.raft_addr, config.http_addr
     );
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

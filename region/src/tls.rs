@@ -5,6 +5,9 @@
 //!   gsharectl certs issue ──▶ <dir>/<name>.pem, <dir>/<name>.key  (signed by the CA)
 //!   gshare-region         ──▶ QUIC server: requires a client certificate from the CA
 //!                             QUIC client: presents its certificate, trusts only the CA
+//!                             HTTPS API ([http_tls]): serves its certificate; forwards
+//!                             to peers trust only the configured CA
+//!   gsharectl --ca        ──▶ HTTPS client: trusts only that CA
 //! ```
 //!
 //! Only TLS 1.3 and the ring provider are used (QUIC requires 1.3; ring avoids
@@ -257,6 +260,21 @@ pub fn client_config(paths: &TlsPaths) -> Result<quinn::ClientConfig, TlsError> 
     Ok(quinn::ClientConfig::new(Arc::new(crypto)))
 }
 
+pub use gshare_core::net::{http_client_config, http_server_config, TlsFileError};
+
+/// The node a QUIC peer's certificate names (its subject common name), or
+/// why there is none.
+pub fn peer_name(conn: &quinn::Connection) -> Result<String, String> {
+    let chain = conn
+        .peer_identity()
+        .and_then(|id| id.downcast::<Vec<CertificateDer<'static>>>().ok())
+        .ok_or_else(|| "the peer presented no certificate".to_string())?;
+    let leaf = chain
+        .first()
+        .ok_or_else(|| "the peer presented no certificate".to_string())?;
+    gshare_core::net::certificate_name(leaf).map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,6 +292,19 @@ mod tests {
         };
         server_config(&paths).unwrap();
         client_config(&paths).unwrap();
+        http_server_config(&paths.cert, &paths.key).unwrap();
+        http_client_config(&paths.ca_cert).unwrap();
+        // The issued name is what the certificate names.
+        let pem = fs::read(&paths.cert).unwrap();
+        let der = CertificateDer::from_pem_slice(&pem).unwrap();
+        assert_eq!(gshare_core::net::certificate_name(&der).unwrap(), "r1");
+        assert!(gshare_core::net::check_certificate_names(&der, "r1").is_ok());
+        let e = gshare_core::net::check_certificate_names(&der, "r2").unwrap_err();
+        assert!(e.contains("\"r1\"") && e.contains("\"r2\""), "{e}");
+        // A CA file without a certificate is refused by name.
+        let e = http_client_config(&paths.key).unwrap_err();
+        assert!(matches!(e, TlsFileError::Pem { .. }), "{e}");
+        assert!(e.to_string().contains("r1.key"), "{e}");
     }
 
     #[test]

@@ -66,6 +66,16 @@ pub struct AgentTls {
     pub key: String,
 }
 
+/// The certificate and key of the agent's HTTPS ingress (`[http_tls]`;
+/// paths as written, relative to the config file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpTls {
+    /// The server certificate chain (PEM), e.g. from `gsharectl certs issue`.
+    pub cert: String,
+    /// Its private key (PEM).
+    pub key: String,
+}
+
 /// A validated agent config.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentConfig {
@@ -100,6 +110,15 @@ pub struct AgentConfig {
     /// in the usage journal, s (`[metering] invoke_key_window_s`, 60 to
     /// 604,800, default 600).
     pub invoke_key_window_s: u64,
+    /// `allow_fewer_gpus = true`: the region accepts fewer discovered GPUs
+    /// than the topology gives the node and marks the missing ones
+    /// unavailable (default false: any difference refuses registration).
+    pub allow_fewer_gpus: bool,
+    /// `[http_tls]`: the ingress speaks HTTPS with this certificate.
+    pub http_tls: Option<HttpTls>,
+    /// `insecure_http = true`: plain HTTP on a non-loopback ingress address
+    /// (bearer tokens in clear); without it such a bind needs `[http_tls]`.
+    pub insecure_http: bool,
 }
 
 impl AgentConfig {
@@ -227,6 +246,55 @@ key = "c.key"
             .to_string();
         assert!(
             e.contains("gpus.nvml_fallback: nvml_fallback = \"simulated\" needs"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_non_loopback_ingress_needs_http_tls_or_insecure_http() {
+        let c = AgentConfig::from_toml("a.toml", GOOD).unwrap();
+        assert!(!c.allow_fewer_gpus && !c.insecure_http && c.http_tls.is_none());
+        for bind in ["0.0.0.0:9000", "192.168.1.5:9000", "[::]:9000"] {
+            let bad = GOOD.replace("127.0.0.1:9000", bind);
+            let e = AgentConfig::from_toml("a.toml", &bad).unwrap_err();
+            let text = e.to_string();
+            assert_eq!(e.issues.len(), 1, "{text}");
+            assert!(text.starts_with("a.toml:6:"), "{text}");
+            assert!(text.contains("ingress_addr: "), "{text}");
+            assert!(
+                text.contains("[http_tls]") && text.contains("insecure_http = true"),
+                "{text}"
+            );
+        }
+        let open = GOOD.replace("127.0.0.1:9000", "0.0.0.0:9000");
+        let ok = open.replace("host_swap_mib", "insecure_http = true\nhost_swap_mib");
+        assert!(AgentConfig::from_toml("a.toml", &ok).unwrap().insecure_http);
+        let tls = format!("{open}[http_tls]\ncert = \"h.pem\"\nkey = \"h.key\"\n");
+        let c = AgentConfig::from_toml("a.toml", &tls).unwrap();
+        assert_eq!(
+            c.http_tls,
+            Some(HttpTls {
+                cert: "h.pem".into(),
+                key: "h.key".into()
+            })
+        );
+        let half = format!("{open}[http_tls]\ncert = \"h.pem\"\n");
+        let e = AgentConfig::from_toml("a.toml", &half)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("http_tls.key"), "{e}");
+        let fewer = GOOD.replace("host_swap_mib", "allow_fewer_gpus = true\nhost_swap_mib");
+        assert!(
+            AgentConfig::from_toml("a.toml", &fewer)
+                .unwrap()
+                .allow_fewer_gpus
+        );
+        let typo = GOOD.replace("host_swap_mib", "allow_fewer_gpus = \"yes\"\nhost_swap_mib");
+        let e = AgentConfig::from_toml("a.toml", &typo)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("allow_fewer_gpus: expected true or false"),
             "{e}"
         );
     }

@@ -1,7 +1,9 @@
 //! Reading and validating an agent config into [`AgentConfig`] (the same
 //! two passes as the topology file: shape and types, then meaning).
 
-use super::agent::{AgentConfig, AgentLoadCosts, AgentTls, GpuSource, NvmlFallback, SimulatedGpus};
+use super::agent::{
+    AgentConfig, AgentLoadCosts, AgentTls, GpuSource, HttpTls, NvmlFallback, SimulatedGpus,
+};
 use super::error::{ConfigError, IssueKind};
 use super::names::check_name;
 use super::reader::{check_range, parse_document, quote, Field, Issues, TableReader};
@@ -78,6 +80,20 @@ fn simulated_groups(is: &mut Issues<'_>, t: &mut TableReader<'_, '_>) -> Vec<Sim
     out
 }
 
+/// Whether an HTTP listener on `addr` may start: a loopback address may
+/// serve plain HTTP; any other needs TLS or an explicit `insecure_http`.
+/// The error says what to add.
+pub fn check_http_bind(addr: SocketAddr, tls: bool, insecure_http: bool) -> Result<(), String> {
+    if tls || insecure_http || addr.ip().is_loopback() {
+        return Ok(());
+    }
+    Err(format!(
+        "{} is not a loopback address: plain HTTP there sends bearer tokens in clear; \
+         add an [http_tls] section (cert, key) or set insecure_http = true",
+        addr.ip()
+    ))
+}
+
 /// Parses and validates the agent config `file` whose text is `src`.
 pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
     let mut is = Issues::new(src);
@@ -92,6 +108,14 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
     let ingress = root.string(&mut is, "ingress_addr", true);
     let host_swap = root.uint::<u64>(&mut is, "host_swap_mib", true);
     let heartbeat = root.uint::<u64>(&mut is, "heartbeat_ms", false);
+    let allow_fewer_gpus = root.boolean(&mut is, "allow_fewer_gpus", false);
+    let insecure_http = root.boolean(&mut is, "insecure_http", false);
+    let http_tls = root.table(&mut is, "http_tls", false).map(|mut t| {
+        let cert = t.string(&mut is, "cert", true);
+        let key = t.string(&mut is, "key", true);
+        t.finish(&mut is);
+        (nonempty(&mut is, cert), nonempty(&mut is, key))
+    });
 
     let mut replicas = Vec::new();
     let replicas_at = root.loc_of("replicas");
@@ -275,7 +299,18 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
             }
         });
     let data_dir = nonempty(&mut is, data_dir);
+    let ingress_at = ingress.at.clone();
     let ingress = addr(&mut is, &ingress);
+    if let Some(a) = ingress {
+        if let Err(m) = check_http_bind(a, http_tls.is_some(), insecure_http.v == Some(true)) {
+            is.report(
+                &ingress_at,
+                IssueKind::Inconsistent,
+                m,
+                Some(quote(&a.to_string())),
+            );
+        }
+    }
     let host_swap = check_range(&mut is, &host_swap, 0, 1 << 32);
     let heartbeat = if heartbeat.v.is_some() {
         check_range(&mut is, &heartbeat, 10, 60_000)
@@ -321,6 +356,12 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
             runtimes,
             metering_interval_ms,
             invoke_key_window_s,
+            allow_fewer_gpus: allow_fewer_gpus.v.unwrap_or(false),
+            http_tls: match http_tls {
+                Some((Some(cert), Some(key))) => Some(HttpTls { cert, key }),
+                _ => None,
+            },
+            insecure_http: insecure_http.v.unwrap_or(false),
         }),
         _ => Err(is.into_error(file)),
     }

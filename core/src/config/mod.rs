@@ -35,7 +35,10 @@ mod tenants_file;
 mod topology;
 mod topology_file;
 
-pub use agent::{AgentConfig, AgentLoadCosts, AgentTls, GpuSource, NvmlFallback, SimulatedGpus};
+pub use agent::{
+    AgentConfig, AgentLoadCosts, AgentTls, GpuSource, HttpTls, NvmlFallback, SimulatedGpus,
+};
+pub use agent_file::check_http_bind;
 pub use error::{ConfigError, ConfigIssue, IssueKind};
 pub use gpu_model::GpuModel;
 pub use loading::{transfer_us, ColdStart, SwapCost};

@@ -337,6 +337,24 @@ impl<'a, 'i> TableReader<'a, 'i> {
         Field { v, at }
     }
 
+    /// A boolean value.
+    pub fn boolean(
+        &mut self,
+        issues: &mut Issues<'_>,
+        key: &'static str,
+        required: bool,
+    ) -> Field<bool> {
+        let (at, v) = self.take(issues, key, required);
+        let v = v.and_then(|v| match v.get_ref() {
+            DeValue::Boolean(b) => Some(*b),
+            other => {
+                Self::wrong_type(issues, &at, "true or false", other);
+                None
+            }
+        });
+        Field { v, at }
+    }
+
     /// A non-negative integer that fits `T`.
     pub fn uint<T: TryFrom<u64>>(
         &mut self,

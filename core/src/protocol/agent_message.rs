@@ -44,6 +44,15 @@ pub enum AgentMessageV1 {
         /// What became of it.
         outcome: Option<super::InvokeOutcome>,
     },
+    /// First message on a link from agents that state their GPU policy:
+    /// [`AgentMessageV1::Register`] plus the agent's `allow_fewer_gpus`
+    /// (a plain `Register`, from an older agent, counts as `false`).
+    RegisterGpus {
+        /// Who the agent is and what it has.
+        register: Register,
+        /// Accept fewer GPUs than the topology gives the node.
+        allow_fewer_gpus: bool,
+    },
 }
 
 /// An agent registers its node and GPUs.

@@ -40,6 +40,17 @@ fn every_message() -> (Vec<AgentMessage>, Vec<RegionMessage>) {
             }],
             ingress: "127.0.0.1:9000".into(),
         })),
+        AgentMessage::v1(AgentMessageV1::RegisterGpus {
+            register: Register {
+                agent: agent.clone(),
+                node: NodeId("n1".into()),
+                pool: "center".into(),
+                version: "0.1.0".into(),
+                gpus: Vec::new(),
+                ingress: "127.0.0.1:9000".into(),
+            },
+            allow_fewer_gpus: true,
+        }),
         AgentMessage::v1(AgentMessageV1::Heartbeat(Heartbeat {
             agent: agent.clone(),
             at_ms: 5,

@@ -150,6 +150,24 @@ pub enum DomainCommand {
         /// The command.
         command: Box<DomainCommand>,
     },
+    /// Registers (or re-registers) a node agent with the GPUs it found:
+    /// refused when they disagree with the topology's node
+    /// ([`super::check_reported_gpus`]); with `allow_fewer_gpus`, the node's
+    /// GPUs the agent lacks become unavailable (their instances released)
+    /// until a registration reports them again. What replicas propose now;
+    /// [`DomainCommand::AgentRegister`] stays so that older logs apply.
+    AgentRegisterGpus {
+        /// The agent's stable id.
+        agent: AgentId,
+        /// The node it runs on (must be in the topology, not drained).
+        node: NodeId,
+        /// The agent's version.
+        version: String,
+        /// The GPUs the agent discovered.
+        gpus: Vec<crate::protocol::NodeGpu>,
+        /// The agent's `allow_fewer_gpus`.
+        allow_fewer_gpus: bool,
+    },
 }
 
 impl DomainCommand {
@@ -172,6 +190,7 @@ impl DomainCommand {
             DomainCommand::UsageBatch { .. } => "usage_batch",
             DomainCommand::FunctionCreate { .. } => "function_create",
             DomainCommand::Keyed { .. } => "keyed",
+            DomainCommand::AgentRegisterGpus { .. } => "agent_register_gpus",
         }
     }
 

@@ -213,6 +213,14 @@ pub enum ApplyError {
     /// A sum over quantities (metered usage, a counter) would overflow.
     #[error("a sum of quantities overflows")]
     Overflow,
+    /// An agent's discovered GPUs disagree with the topology's node.
+    #[error("node {node}: the agent's GPUs disagree with the topology: {reason}")]
+    GpuMismatch {
+        /// The node.
+        node: NodeId,
+        /// What differs.
+        reason: String,
+    },
     /// The idempotency key was already used for another request.
     #[error("idempotency key {key:?} was used for another request")]
     IdempotencyKeyReused {
@@ -267,6 +275,7 @@ impl ApplyError {
             ApplyError::Overflow => "overflow",
             ApplyError::IdempotencyKeyReused { .. } => "idempotency_key_reused",
             ApplyError::InvalidIdempotencyKey { .. } => "invalid_idempotency_key",
+            ApplyError::GpuMismatch { .. } => "gpu_mismatch",
         }
     }
 
@@ -283,7 +292,8 @@ impl ApplyError {
             ApplyError::DuplicateName { .. }
             | ApplyError::NoTopology
             | ApplyError::QuotaBelowHeld { .. }
-            | ApplyError::NodeDraining { .. } => ErrorClass::Conflict,
+            | ApplyError::NodeDraining { .. }
+            | ApplyError::GpuMismatch { .. } => ErrorClass::Conflict,
             ApplyError::GpuFull { .. }
             | ApplyError::QuotaExceeded { .. }
             | ApplyError::MaxInstances { .. } => ErrorClass::Exhausted,

@@ -166,6 +166,9 @@ impl GpuLoad {
 pub struct GpuCapacity {
     /// GPU memory, MiB.
     pub memory_mib: Mib,
+    /// `false` for a GPU of the topology its node's agent did not find
+    /// (registered with `allow_fewer_gpus`): nothing may be placed on it.
+    pub available: bool,
 }
 
 /// One GPU of a node: its size, its load and the instances behind the load.
@@ -225,11 +228,13 @@ pub enum GpuDimension {
     OversubscribedSlots,
     /// Oversubscribed weights would not fit in free GPU memory plus host swap.
     SwapSpace,
+    /// The node's agent registered without this GPU (it is unavailable).
+    Unavailable,
 }
 
 impl GpuDimension {
     /// Every dimension, in declaration order (`d as usize` indexes it).
-    pub const ALL: [GpuDimension; 8] = [
+    pub const ALL: [GpuDimension; 9] = [
         GpuDimension::NoSuchGpu,
         GpuDimension::HeldExclusive,
         GpuDimension::NotEmpty,
@@ -238,6 +243,7 @@ impl GpuDimension {
         GpuDimension::Memory,
         GpuDimension::OversubscribedSlots,
         GpuDimension::SwapSpace,
+        GpuDimension::Unavailable,
     ];
 
     /// The stable name used in errors and metrics.
@@ -251,6 +257,7 @@ impl GpuDimension {
             GpuDimension::Memory => "memory",
             GpuDimension::OversubscribedSlots => "oversubscribed-slots",
             GpuDimension::SwapSpace => "swap-space",
+            GpuDimension::Unavailable => "unavailable",
         }
     }
 }
@@ -277,6 +284,9 @@ pub fn check_gpu(
     capacity: &GpuCapacity,
     load: &GpuLoad,
 ) -> Result<(), GpuDimension> {
+    if !capacity.available && load.instances > 0 {
+        return Err(GpuDimension::Unavailable);
+    }
     if load.exclusive && load.instances > 1 {
         return Err(GpuDimension::HeldExclusive);
     }
@@ -411,7 +421,10 @@ mod tests {
             gpus: gpus
                 .iter()
                 .map(|&m| GpuSlot {
-                    capacity: GpuCapacity { memory_mib: m },
+                    capacity: GpuCapacity {
+                        memory_mib: m,
+                        available: true,
+                    },
                     load: GpuLoad::default(),
                     instances: Vec::new(),
                 })

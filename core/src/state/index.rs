@@ -28,16 +28,22 @@ pub(crate) struct Index {
 }
 
 impl Index {
-    /// Empty loads for every GPU of `topology`.
-    pub fn for_topology(topology: Option<&Topology>) -> Index {
+    /// Empty loads for every GPU of `topology`; the GPUs in `unavailable`
+    /// (by node) take no placement.
+    pub fn for_topology(
+        topology: Option<&Topology>,
+        unavailable: &BTreeMap<NodeId, BTreeSet<u32>>,
+    ) -> Index {
         let mut nodes = Vec::new();
         let mut node_pos = HashMap::new();
         for node in topology.into_iter().flat_map(|t| t.nodes()) {
+            let off = unavailable.get(&node.name);
             let gpus = node
                 .gpus()
-                .map(|(_, g)| GpuSlot {
+                .map(|(id, g)| GpuSlot {
                     capacity: GpuCapacity {
                         memory_mib: g.memory_mib,
+                        available: !off.is_some_and(|o| o.contains(&id.index)),
                     },
                     load: GpuLoad::default(),
                     instances: Vec::new(),
@@ -69,10 +75,11 @@ impl Index {
     /// All tables for the given data.
     pub fn build(
         topology: Option<&Topology>,
+        unavailable: &BTreeMap<NodeId, BTreeSet<u32>>,
         tenants: &BTreeMap<TenantId, TenantRecord>,
         instances: &BTreeMap<InstanceId, Instance>,
     ) -> Index {
-        let mut index = Index::for_topology(topology);
+        let mut index = Index::for_topology(topology, unavailable);
         for t in tenants.values() {
             for (token_id, rec) in &t.tokens {
                 index

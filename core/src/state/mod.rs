@@ -38,6 +38,7 @@ mod idempotency;
 mod index;
 mod instance;
 mod meter;
+mod node_gpus;
 mod plan;
 mod plan_rejection;
 mod price_history;
@@ -69,6 +70,7 @@ pub use idempotency::{
 };
 pub use instance::{Instance, InstanceId};
 pub use meter::{Meter, MeterKey, MeterLine, HOUR_MS};
+pub use node_gpus::{check_reported_gpus, same_memory, same_model, MEMORY_TOLERANCE_PCT};
 pub use plan::{plan, plan_spec, plan_spec_with, PlanOptions, Proposal};
 pub use plan_rejection::{PlanRejection, RejectReason};
 pub use price_history::{PriceEpoch, PriceHistory};

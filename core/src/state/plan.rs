@@ -69,7 +69,7 @@ impl Proposal {
 /// How far through fit's checks a failure got (higher: nearer to fitting).
 fn progress(d: GpuDimension) -> u8 {
     match d {
-        GpuDimension::NoSuchGpu => 0,
+        GpuDimension::NoSuchGpu | GpuDimension::Unavailable => 0,
         GpuDimension::HeldExclusive | GpuDimension::NotEmpty => 1,
         GpuDimension::Compute => 2,
         GpuDimension::BurstCompute => 3,
@@ -265,7 +265,10 @@ pub fn plan_spec_with(
                     let k = (spec.compute_milli / WHOLE_GPU) as usize;
                     out.gpus_evaluated = out.gpus_evaluated.saturating_add(load.gpus.len() as u32);
                     let taken: Vec<u32> = (0..load.gpus.len() as u32)
-                        .filter(|&i| load.gpus[i as usize].load.instances == 0)
+                        .filter(|&i| {
+                            let g = &load.gpus[i as usize];
+                            g.load.instances == 0 && g.capacity.available
+                        })
                         .take(k)
                         .collect();
                     let mut demands: Vec<(u32, Demand)> = taken

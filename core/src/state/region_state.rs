@@ -79,6 +79,8 @@ struct StateData {
     instances: BTreeMap<InstanceId, Instance>,
     next_instance: u64,
     drained: BTreeMap<NodeId, DrainedNode>,
+    /// GPUs of the topology their node's agent registered without.
+    unavailable_gpus: BTreeMap<NodeId, BTreeSet<u32>>,
     agents: BTreeMap<AgentId, AgentRecord>,
     prices: PriceHistory,
     meter: Meter,
@@ -87,7 +89,12 @@ struct StateData {
 
 impl From<StateData> for RegionState {
     fn from(data: StateData) -> Self {
-        let index = Index::build(data.topology.as_ref(), &data.tenants, &data.instances);
+        let index = Index::build(
+            data.topology.as_ref(),
+            &data.unavailable_gpus,
+            &data.tenants,
+            &data.instances,
+        );
         Self { data, index }
     }
 }
@@ -234,6 +241,12 @@ impl RegionState {
             .unwrap_or_default()
     }
 
+    /// GPUs of the topology that their node's agent registered without
+    /// (`allow_fewer_gpus`): they take no placement.
+    pub fn unavailable_gpus(&self) -> &BTreeMap<NodeId, BTreeSet<u32>> {
+        &self.data.unavailable_gpus
+    }
+
     /// Nodes removed by topology reloads, still remembered.
     pub fn drained(&self) -> &BTreeMap<NodeId, DrainedNode> {
         &self.data.drained
@@ -326,6 +339,7 @@ impl RegionState {
         self.data.idempotency.check()?;
         let rebuilt = Index::build(
             self.data.topology.as_ref(),
+            &self.data.unavailable_gpus,
             &self.data.tenants,
             &self.data.instances,
         );
@@ -388,6 +402,13 @@ impl RegionState {
                 fingerprint,
                 command,
             } => self.keyed(tenant, key, fingerprint, *command, now),
+            DomainCommand::AgentRegisterGpus {
+                agent,
+                node,
+                version,
+                gpus,
+                allow_fewer_gpus,
+            } => self.agent_register_gpus(agent, node, version, &gpus, allow_fewer_gpus, now),
         }
     }
 
@@ -697,7 +718,7 @@ impl RegionState {
             self.data.drained.remove(k);
         }
         // Re-fit the surviving instances, oldest first, on the new topology.
-        let mut index = Index::for_topology(Some(&topology));
+        let mut index = Index::for_topology(Some(&topology), &self.data.unavailable_gpus);
         let mut released = Vec::new();
         for inst in self.data.instances.values() {
             let still_fits = Self::slices_on(&topology, inst)
@@ -730,6 +751,7 @@ impl RegionState {
         self.data.topology = Some(topology);
         self.index = Index::build(
             self.data.topology.as_ref(),
+            &self.data.unavailable_gpus,
             &self.data.tenants,
             &self.data.instances,
         );
@@ -1100,6 +1122,80 @@ impl RegionState {
         Ok(Applied::InstanceReleased { instance })
     }
 
+    /// The checks of a registration that do not look at GPUs; the node.
+    fn registrable(
+        &self,
+        agent: &AgentId,
+        node: &NodeId,
+        version: &str,
+    ) -> Result<&crate::config::Node, ApplyError> {
+        if !is_valid_name(&agent.0) {
+            return Err(ApplyError::InvalidName {
+                kind: ObjectKind::Agent,
+                name: agent.0.clone(),
+            });
+        }
+        check_label("version", Some(version))?;
+        let topology = self.data.topology.as_ref().ok_or(ApplyError::NoTopology)?;
+        if self.data.drained.contains_key(node) {
+            return Err(ApplyError::NodeDraining { node: node.clone() });
+        }
+        topology
+            .node(&node.0)
+            .ok_or_else(|| ApplyError::UnknownNode { node: node.clone() })
+    }
+
+    fn agent_register_gpus(
+        &mut self,
+        agent: AgentId,
+        node: NodeId,
+        version: String,
+        gpus: &[crate::protocol::NodeGpu],
+        allow_fewer_gpus: bool,
+        now: UnixMillis,
+    ) -> Result<Applied, ApplyError> {
+        let topo_node = self.registrable(&agent, &node, &version)?;
+        let missing = super::node_gpus::check_reported_gpus(topo_node, gpus, allow_fewer_gpus)
+            .map_err(|reason| ApplyError::GpuMismatch {
+                node: node.clone(),
+                reason,
+            })?;
+        if self
+            .data
+            .unavailable_gpus
+            .get(&node)
+            .unwrap_or(&BTreeSet::new())
+            != &missing
+        {
+            let on_missing: Vec<InstanceId> = self
+                .data
+                .instances
+                .values()
+                .filter(|i| {
+                    i.slices
+                        .iter()
+                        .any(|s| s.gpu.node == node && missing.contains(&s.gpu.index))
+                })
+                .map(|i| i.id)
+                .collect();
+            for id in on_missing {
+                self.data.instances.remove(&id);
+            }
+            if missing.is_empty() {
+                self.data.unavailable_gpus.remove(&node);
+            } else {
+                self.data.unavailable_gpus.insert(node.clone(), missing);
+            }
+            self.index = Index::build(
+                self.data.topology.as_ref(),
+                &self.data.unavailable_gpus,
+                &self.data.tenants,
+                &self.data.instances,
+            );
+        }
+        self.agent_register(agent, node, version, now)
+    }
+
     fn agent_register(
         &mut self,
         agent: AgentId,
@@ -1107,20 +1203,7 @@ impl RegionState {
         version: String,
         now: UnixMillis,
     ) -> Result<Applied, ApplyError> {
-        if !is_valid_name(&agent.0) {
-            return Err(ApplyError::InvalidName {
-                kind: ObjectKind::Agent,
-                name: agent.0,
-            });
-        }
-        check_label("version", Some(&version))?;
-        let topology = self.data.topology.as_ref().ok_or(ApplyError::NoTopology)?;
-        if self.data.drained.contains_key(&node) {
-            return Err(ApplyError::NodeDraining { node });
-        }
-        if topology.node(&node.0).is_none() {
-            return Err(ApplyError::UnknownNode { node });
-        }
+        self.registrable(&agent, &node, &version)?;
         let first_time = !self.data.agents.contains_key(&agent);
         let rec = self
             .data

@@ -1251,7 +1251,10 @@ fn a_fresh_plan_always_applies() {
 fn fragmentation_aware_ranking_keeps_room_for_common_shapes() {
     // Typical shape: 500 milli / 4 GiB. A 500-milli request should go to a
     // GPU where the rest still fits the shape, not one it would strand.
-    let cap = GpuCapacity { memory_mib: 16_384 };
+    let cap = GpuCapacity {
+        memory_mib: 16_384,
+        available: true,
+    };
     let r = FragmentationAware::from_shapes([(500, 4_096, 10)]);
     let half = GpuLoad::default().with(&Demand {
         tier: Tier::Guaranteed,
@@ -1377,4 +1380,94 @@ fn a_limited_plan_stops_early_and_rotates_its_start() {
     let r = plan_spec_with(&s, &huge, &BestFit, &options).unwrap_err();
     assert_eq!(r.code(), "gpu_full");
     assert_eq!(r.nodes_evaluated, 4);
+}
+
+fn register_gpus(node: &str, count: u32, memory_mib: u64, allow_fewer: bool) -> DomainCommand {
+    DomainCommand::AgentRegisterGpus {
+        agent: AgentId(node.into()),
+        node: NodeId(node.into()),
+        version: "0.1.0".into(),
+        gpus: (0..count)
+            .map(|index| crate::protocol::NodeGpu {
+                index,
+                model: "g16".into(),
+                memory_mib,
+            })
+            .collect(),
+        allow_fewer_gpus: allow_fewer,
+    }
+}
+
+#[test]
+fn registration_checks_the_gpus_and_fewer_leave_the_rest_unavailable() {
+    let mut s = region();
+    // Lies about the GPUs are refused and change nothing.
+    let e = refused(&mut s, register_gpus("c1", 5, 81_920, true));
+    assert_eq!(e.code(), "gpu_mismatch");
+    assert!(e.to_string().contains("81920 MiB"), "{e}");
+    let e = refused(&mut s, register_gpus("c1", 1, 16_384, false));
+    assert!(e.to_string().contains("allow_fewer_gpus"), "{e}");
+    assert_eq!(
+        refused(&mut s, register_gpus("nowhere", 1, 16_384, true)).code(),
+        "unknown_node"
+    );
+    // An exclusive instance on each of c1's GPUs, then c1's agent comes back
+    // with one GPU: the instance on GPU 1 is released, GPU 1 unavailable.
+    deploy(&mut s, spec("acme", "whole", Tier::Exclusive, 1000, 16_384));
+    let on = |s: &RegionState, g: &GpuId| {
+        s.instances()
+            .filter(|i| i.slices.iter().any(|sl| &sl.gpu == g))
+            .count()
+    };
+    ok(
+        &mut s,
+        DomainCommand::InstancePlace {
+            tenant: t("acme"),
+            function: "whole".into(),
+            slices: vec![Slice {
+                gpu: gpu("c1", 1),
+                compute_milli: 1000,
+                memory_mib: 16_384,
+            }],
+        },
+    );
+    assert_eq!(on(&s, &gpu("c1", 1)), 1);
+    ok(&mut s, register_gpus("c1", 1, 16_384, true));
+    assert_eq!(on(&s, &gpu("c1", 1)), 0);
+    assert_eq!(
+        s.unavailable_gpus().get(&NodeId("c1".into())),
+        Some(&std::collections::BTreeSet::from([1]))
+    );
+    // Nothing is placed there, by the planner or by a stale plan.
+    let e = refused(
+        &mut s,
+        DomainCommand::InstancePlace {
+            tenant: t("acme"),
+            function: "whole".into(),
+            slices: vec![Slice {
+                gpu: gpu("c1", 1),
+                compute_milli: 1000,
+                memory_mib: 16_384,
+            }],
+        },
+    );
+    assert_eq!(e.code(), "gpu_full");
+    assert!(e.to_string().contains("unavailable"), "{e}");
+    for _ in 0..2 {
+        let p = plan(&s, &t("acme"), "whole", &BestFit).unwrap_or_else(|r| panic!("{r}"));
+        assert_ne!(p.slices[0].gpu, gpu("c1", 1));
+        ok(&mut s, p.command());
+    }
+    assert_eq!(on(&s, &gpu("c1", 1)), 0);
+    // Snapshots keep the unavailable GPUs (and the index agrees).
+    let bytes = bincode::serde::encode_to_vec(&s, bincode::config::standard()).unwrap();
+    let (back, _): (RegionState, usize) =
+        bincode::serde::decode_from_slice(&bytes, bincode::config::standard()).unwrap();
+    assert_eq!(back, s);
+    back.check_invariants().unwrap();
+    // All GPUs reported again: available again.
+    ok(&mut s, register_gpus("c1", 2, 16_384, false));
+    assert!(s.unavailable_gpus().is_empty());
+    let p = plan(&s, &t("acme"), "whole", &BestFit);
+    assert!(p.is_err() || p.unwrap().slices[0].gpu == gpu("c1", 1));
 }

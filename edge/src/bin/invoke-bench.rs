@@ -13,6 +13,13 @@
 //! commit, in `--journal-dir` or a fresh directory under the system temp
 //! dir), and the last line compares them:
 //! `metering: throughput_ratio=<with/without> p99_ratio=<with/without> p99_added_us=<with − without>`.
+//!
+//! `--https-ca <ca.pem> --https-cert <c.pem> --https-key <c.key>` (files from
+//! `gsharectl certs init` / `certs issue`; the certificate must be valid for
+//! 127.0.0.1): the ingress phases run on a plain agent and on one serving
+//! HTTPS (`[http_tls]`) in the same run, the clients on keep-alive TLS
+//! connections, and the last line compares them:
+//! `https: throughput_ratio=<https/http> p99_ratio=<https/http> p99_added_us=<https − http>`.
 
 use anyhow::{bail, Context as _};
 use clap::Parser;
@@ -56,7 +63,26 @@ struct Args {
     /// Where the metered agent's journal goes (default: a fresh temp dir).
     #[arg(long)]
     journal_dir: Option<std::path::PathBuf>,
+    /// Also measure the ingress over HTTPS: the CA the clients trust.
+    #[arg(long, requires_all = ["https_cert", "https_key"])]
+    https_ca: Option<std::path::PathBuf>,
+    /// The ingress's certificate (valid for 127.0.0.1).
+    #[arg(long, requires = "https_ca")]
+    https_cert: Option<std::path::PathBuf>,
+    /// Its key.
+    #[arg(long, requires = "https_ca")]
+    https_key: Option<std::path::PathBuf>,
 }
+
+/// TLS of the `--https-*` phase: the server's config and the clients'.
+#[derive(Clone)]
+struct Https {
+    server: rustls::ServerConfig,
+    client: Arc<rustls::ClientConfig>,
+}
+
+trait Io: Read + Write + Send {}
+impl<T: Read + Write + Send> Io for T {}
 
 const TOKEN: &str = "bench-token";
 
@@ -123,15 +149,23 @@ fn baseline(secs: f64) -> (Vec<f64>, f64) {
 }
 
 struct Client {
-    stream: BufReader<TcpStream>,
+    stream: BufReader<Box<dyn Io>>,
     request: Vec<u8>,
 }
 
 impl Client {
-    fn connect(addr: SocketAddr) -> anyhow::Result<Self> {
+    fn connect(addr: SocketAddr, tls: Option<&Arc<rustls::ClientConfig>>) -> anyhow::Result<Self> {
         let s = TcpStream::connect(addr)?;
         s.set_nodelay(true)?;
         s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let s: Box<dyn Io> = match tls {
+            None => Box::new(s),
+            Some(c) => {
+                let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+                let conn = rustls::ClientConnection::new(c.clone(), name)?;
+                Box::new(rustls::StreamOwned::new(conn, s))
+            }
+        };
         let body = b"{}";
         let mut request = format!(
             "POST /v1/invoke/bench/zero HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
@@ -148,6 +182,7 @@ impl Client {
     /// One invocation; returns the HTTP status.
     fn invoke(&mut self) -> anyhow::Result<u16> {
         self.stream.get_mut().write_all(&self.request)?;
+        self.stream.get_mut().flush()?;
         let mut line = String::new();
         self.stream.read_line(&mut line)?;
         let status: u16 = line
@@ -174,7 +209,11 @@ impl Client {
     }
 }
 
-fn start_agent(workers: usize, journal: Option<Arc<UsageJournal>>) -> anyhow::Result<SocketAddr> {
+fn start_agent(
+    workers: usize,
+    journal: Option<Arc<UsageJournal>>,
+    tls: Option<rustls::ServerConfig>,
+) -> anyhow::Result<SocketAddr> {
     let probe = std::net::TcpListener::bind("127.0.0.1:0")?;
     let addr = probe.local_addr()?;
     drop(probe);
@@ -232,7 +271,7 @@ fn start_agent(workers: usize, journal: Option<Arc<UsageJournal>>) -> anyhow::Re
                     }],
                 }],
             }));
-            match ingress::serve_metered(addr, agent, workers, journal) {
+            match ingress::serve_tls(addr, agent, workers, journal, tls) {
                 Ok(server) => {
                     let _ = tx.send(Ok(()));
                     let _ = server.await;
@@ -264,7 +303,7 @@ fn main() -> anyhow::Result<()> {
         percentile(&base_lat, 0.99)
     );
 
-    let plain = measure(&args, None)?;
+    let plain = measure(&args, None, None)?;
     let Measured { p50, p99, rate } = plain;
     let p50_added = (p50 - percentile(&base_lat, 0.5)).max(0.0);
     let p99_added = (p99 - percentile(&base_lat, 0.99)).max(0.0);
@@ -273,6 +312,25 @@ fn main() -> anyhow::Result<()> {
         p50 / percentile(&base_lat, 0.5).max(1e-3),
         rate / base_rate.max(1.0)
     );
+    if let (Some(ca), Some(cert), Some(key)) = (&args.https_ca, &args.https_cert, &args.https_key) {
+        let https = Https {
+            server: gshare_core::net::http_server_config(cert, key)?,
+            client: Arc::new(gshare_core::net::http_client_config(ca)?),
+        };
+        println!("over https (TLS, keep-alive connections):");
+        let tls = measure(&args, None, Some(https))?;
+        println!(
+            "https: throughput_ratio={:.3} p99_ratio={:.3} p99_added_us={:.1} (http: {:.0}/s p99 {:.1} us; https: {:.0}/s p99 {:.1} us)",
+            tls.rate / plain.rate.max(1.0),
+            tls.p99 / plain.p99.max(1e-3),
+            tls.p99 - plain.p99,
+            plain.rate,
+            plain.p99,
+            tls.rate,
+            tls.p99
+        );
+        return Ok(());
+    }
     if !args.metering {
         println!(
             "invocations_per_sec={rate:.0} p50_added_us={p50_added:.1} p99_added_us={p99_added:.1}"
@@ -291,7 +349,7 @@ fn main() -> anyhow::Result<()> {
             .with_context(|| format!("journal in {}", dir.display()))?,
     );
     println!("with usage journal in {}:", dir.display());
-    let metered = measure(&args, Some(journal.clone()))?;
+    let metered = measure(&args, Some(journal.clone()), None)?;
     let s = journal.status();
     println!(
         "journal: records={} pending={}",
@@ -315,10 +373,15 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn measure(args: &Args, journal: Option<Arc<UsageJournal>>) -> anyhow::Result<Measured> {
-    let addr = start_agent(args.workers, journal)?;
+fn measure(
+    args: &Args,
+    journal: Option<Arc<UsageJournal>>,
+    https: Option<Https>,
+) -> anyhow::Result<Measured> {
+    let client_tls = https.as_ref().map(|h| h.client.clone());
+    let addr = start_agent(args.workers, journal, https.map(|h| h.server))?;
     // Warm-up: the first request cold-starts the instance.
-    let mut c = Client::connect(addr)?;
+    let mut c = Client::connect(addr, client_tls.as_ref())?;
     let warm = Instant::now();
     loop {
         match c.invoke()? {
@@ -354,7 +417,7 @@ fn measure(args: &Args, journal: Option<Arc<UsageJournal>>) -> anyhow::Result<Me
     let mut threads = Vec::new();
     for _ in 0..args.connections {
         let (stop, done, failed) = (stop.clone(), done.clone(), failed.clone());
-        let mut c = Client::connect(addr)?;
+        let mut c = Client::connect(addr, client_tls.as_ref())?;
         threads.push(std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 match c.invoke() {

@@ -14,8 +14,15 @@
 //! same agent under the key (waiting while it still runs), and if that
 //! agent cannot tell, answers `502 outcome_unknown` with `retryable` and the
 //! key; a retry with the key gets the stored answer if it ran.
+//!
+//! A forward carries the tenant's token, so it goes over TLS when this
+//! replica's API does (`[http_tls]`: the peers' certificates must chain to
+//! its `ca_cert` and name their IP address; the replicas of a region serve
+//! alike), and reads at most [`MAX_FORWARD_REPLY_BYTES`] of the answer (a
+//! larger one is an unknown outcome).
 
 use crate::http::HttpContext;
+use crate::http_client::{send, HttpClientError, HttpTarget};
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use gshare_core::model::{NodeId, TenantId};
@@ -24,9 +31,13 @@ use gshare_core::protocol::{
     token_digest, AgentMessage, AgentMessageV1, InvokeOutcome, InvokeRequest, RegionMessage,
     RegionMessageV1, AGENT_FRAME_BYTES,
 };
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Largest answer read from a peer replica a forward went to: an agent's
+/// answer fits in one frame, plus room for the headers.
+pub const MAX_FORWARD_REPLY_BYTES: usize = AGENT_FRAME_BYTES + (64 << 10);
 
 const FORWARDED: &str = "x-gshare-forwarded";
 const DEADLINE: &str = "x-gshare-deadline-ms";
@@ -37,9 +48,6 @@ const RELEARN: Duration = Duration::from_secs(3);
 /// Longest wait for an invocation still running when asked about its key.
 const LOOKUP_WAIT: Duration = Duration::from_secs(60);
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-/// Largest answer read from a peer replica: an agent-wire frame (the
-/// largest outcome an agent can send) and a head.
-const MAX_FORWARDED_ANSWER: usize = AGENT_FRAME_BYTES + 64 * 1024;
 
 fn error(status: u16, code: &str, message: &str) -> HttpResponse {
     HttpResponse::build(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY))
@@ -160,56 +168,73 @@ async fn relearn(
     }
 }
 
-/// One HTTP/1.1 POST to a peer replica: `Ok` with its answer, or
-/// `Err(sent)` with whether the request may have reached it.
+/// What a forward to a peer replica gave.
+enum Forwarded {
+    /// Its answer: status, headers (lower-case names), body.
+    Answer(u16, Vec<(String, String)>, Vec<u8>),
+    /// Nothing was sent: the peer could not be reached.
+    NotSent,
+    /// Sent, but no usable answer came back (it may have run): why.
+    Lost(String),
+}
+
+/// One HTTP/1.1 POST to a peer replica, over TLS when `tls` is set, under
+/// the invocation's idempotency key.
 async fn forward_http(
     addr: &str,
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     path: &str,
     auth: &str,
     deadline: Option<&str>,
     key: &str,
     body: &[u8],
-) -> Result<(u16, Vec<u8>), bool> {
-    let mut s = tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr))
-        .await
-        .map_err(|_| false)?
-        .map_err(|_| false)?;
-    let mut head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {auth}\r\n{FORWARDED}: 1\r\n{KEY}: {key}\r\nContent-Length: {}\r\nConnection: close\r\n",
-        body.len()
+) -> Forwarded {
+    let Ok(addr) = addr.parse::<SocketAddr>() else {
+        return Forwarded::NotSent;
+    };
+    let target = match tls {
+        Some(c) => HttpTarget::tls(addr, c),
+        None => HttpTarget::plain(addr),
+    };
+    let (path, auth, deadline, key, body) = (
+        path.to_string(),
+        auth.to_string(),
+        deadline.map(str::to_string),
+        key.to_string(),
+        body.to_vec(),
     );
-    if let Some(d) = deadline {
-        head.push_str(&format!("{DEADLINE}: {d}\r\n"));
+    let sent = tokio::task::spawn_blocking(move || {
+        let mut headers = vec![
+            ("Authorization", auth.as_str()),
+            (FORWARDED, "1"),
+            (KEY, key.as_str()),
+        ];
+        if let Some(d) = &deadline {
+            headers.push((DEADLINE, d.as_str()));
+        }
+        send(
+            &target,
+            "POST",
+            &path,
+            &headers,
+            &body,
+            Duration::from_secs(60),
+            MAX_FORWARD_REPLY_BYTES,
+        )
+    })
+    .await;
+    match sent {
+        Ok(Ok(a)) => Forwarded::Answer(a.status, a.headers, a.body),
+        Ok(Err(HttpClientError::Connect { source, .. })) => {
+            tracing::warn!("forward to replica {addr}: cannot connect: {source}");
+            Forwarded::NotSent
+        }
+        Ok(Err(e)) => {
+            tracing::warn!("forward to replica {addr} lost its answer: {e}");
+            Forwarded::Lost(e.to_string())
+        }
+        Err(e) => Forwarded::Lost(format!("the forwarding task failed: {e}")),
     }
-    head.push_str("\r\n");
-    s.write_all(head.as_bytes()).await.map_err(|_| true)?;
-    s.write_all(body).await.map_err(|_| true)?;
-    let mut out = Vec::new();
-    // A peer's answer carries at most an agent-wire frame's body; reading
-    // stops one byte past the limit, whatever the peer sends.
-    let limit = MAX_FORWARDED_ANSWER as u64;
-    tokio::time::timeout(
-        Duration::from_secs(60),
-        (&mut s).take(limit.saturating_add(1)).read_to_end(&mut out),
-    )
-    .await
-    .map_err(|_| true)?
-    .map_err(|_| true)?;
-    if out.len() > MAX_FORWARDED_ANSWER {
-        let e = serde_json::json!({"error": {
-            "code": "answer_too_large",
-            "message": format!("the replica that served the invocation answered over {MAX_FORWARDED_ANSWER} bytes"),
-            "retryable": false,
-        }});
-        return Ok((502, e.to_string().into_bytes()));
-    }
-    let split = out.windows(4).position(|w| w == b"\r\n\r\n").ok_or(true)?;
-    let status = std::str::from_utf8(&out[..split])
-        .ok()
-        .and_then(|h| h.split(' ').nth(1))
-        .and_then(|c| c.parse().ok())
-        .ok_or(true)?;
-    Ok((status, out[split + 4..].to_vec()))
 }
 
 /// The route handler.
@@ -343,18 +368,20 @@ pub async fn invoke_route(
     };
     let path = format!("/v1/invoke/{}/{name}", tenant.0);
     for peer in peers {
-        match forward_http(&peer, &path, &auth, deadline.as_deref(), &key, &body).await {
-            Ok((status, body)) if status != 503 => {
-                return keyed(
-                    HttpResponse::build(
-                        StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
-                    )
-                    .body(body),
+        let tls = ctx.forward_tls.clone();
+        match forward_http(&peer, tls, &path, &auth, deadline.as_deref(), &key, &body).await {
+            Forwarded::Answer(status, headers, body) if status != 503 => {
+                let mut reply = HttpResponse::build(
+                    StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
                 );
+                for h in headers.into_iter().filter(|(k, _)| k == "content-type") {
+                    reply.insert_header(h);
+                }
+                return keyed(reply.body(body));
             }
-            Ok(_) | Err(false) => {}
-            // The peer may have forwarded it: another peer could run it twice.
-            Err(true) => return outcome_unknown(&key, &format!("replica {peer} gave no answer")),
+            Forwarded::Answer(..) | Forwarded::NotSent => {}
+            // The peer may have run it: asking another peer could run it twice.
+            Forwarded::Lost(why) => return outcome_unknown(&key, &format!("replica {peer}: {why}")),
         }
     }
     error(
@@ -367,6 +394,7 @@ pub async fn invoke_route(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[tokio::test]
     async fn an_endless_peer_answer_is_cut_at_the_limit() {
@@ -383,12 +411,14 @@ mod tests {
         // A hang guard, not a timing assert (the forward's own timeout is 60 s).
         let got = tokio::time::timeout(
             Duration::from_secs(30),
-            forward_http(&addr, "/v1/invoke/t/f", "Bearer x", None, "k1", b"{}"),
+            forward_http(&addr, None, "/v1/invoke/t/f", "Bearer x", None, "k1", b"{}"),
         )
         .await
         .expect("the forward kept reading an endless answer");
-        let (status, body) = got.expect("an answer");
-        assert_eq!(status, 502);
-        assert!(String::from_utf8_lossy(&body).contains("answer_too_large"));
+        // Sent and cut at the limit: the outcome is unknown, not an answer.
+        match got {
+            Forwarded::Lost(why) => assert!(why.contains("bytes"), "{why}"),
+            _ => panic!("an endless answer must be a lost outcome"),
+        }
     }
 }

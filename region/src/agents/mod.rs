@@ -10,6 +10,12 @@
 //!            change, and in full every 5 s
 //! ```
 //!
+//! An agent is the node its certificate names: a registration whose node
+//! differs from the subject common name of the connection's client
+//! certificate is `Refused{code: "identity_mismatch", retry: false}`, and
+//! one whose GPUs disagree with the topology's node is refused by the state
+//! machine (`gpu_mismatch`, see `DomainCommand::AgentRegisterGpus`).
+//!
 //! Usage is accepted only from the agent registered on this connection
 //! (the mutual-TLS connection is its credential): anything else is
 //! `Refused{retry: false}`. A batch is proposed as one `UsageBatch`; the
@@ -95,11 +101,39 @@ fn refused(code: &str, message: String, retry: bool) -> RegionMessage {
     })
 }
 
-async fn register(hub: &AgentHub, r: &gshare_core::protocol::Register) -> RegionMessage {
-    let cmd = DomainCommand::AgentRegister {
+async fn register(
+    hub: &AgentHub,
+    conn: &quinn::Connection,
+    r: &gshare_core::protocol::Register,
+    allow_fewer_gpus: bool,
+) -> RegionMessage {
+    match crate::tls::peer_name(conn) {
+        Ok(name) if name == r.node.0 && name == r.agent.0 => {}
+        Ok(name) => {
+            return refused(
+                "identity_mismatch",
+                format!(
+                    "the agent's certificate is issued for {name:?}, but it registers as node {:?} \
+                     (agent {:?}); an agent is the node its certificate names",
+                    r.node.0, r.agent.0
+                ),
+                false,
+            )
+        }
+        Err(e) => {
+            return refused(
+                "identity_mismatch",
+                format!("the agent's certificate names no node: {e}"),
+                false,
+            )
+        }
+    }
+    let cmd = DomainCommand::AgentRegisterGpus {
         agent: r.agent.clone(),
         node: r.node.clone(),
         version: r.version.clone(),
+        gpus: r.gpus.clone(),
+        allow_fewer_gpus,
     };
     match hub.proposer.propose(RegionCommand::domain(cmd)).await {
         Ok(CommandOutcome::Domain(Ok(Applied::AgentRegistered { next_seq, .. }))) => {
@@ -255,9 +289,23 @@ pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
             Err(_) => continue,
         };
         let AgentMessage::V1(msg) = msg;
+        // An older agent's plain Register states no GPU policy: exact GPUs.
+        let msg = match msg {
+            AgentMessageV1::Register(register) => AgentMessageV1::RegisterGpus {
+                register,
+                allow_fewer_gpus: false,
+            },
+            other => other,
+        };
         let reply = match msg {
-            AgentMessageV1::Register(r) => {
-                let reply = register(&hub, &r).await;
+            AgentMessageV1::RegisterGpus {
+                register: r,
+                allow_fewer_gpus,
+            } => {
+                let reply = register(&hub, &conn, &r, allow_fewer_gpus).await;
+                if let RegionMessage::V1(RegionMessageV1::Refused { code, message, .. }) = &reply {
+                    tracing::warn!(node = %r.node.0, code = %code, "agent registration refused: {message}");
+                }
                 if matches!(reply, RegionMessage::V1(RegionMessageV1::Registered { .. })) {
                     tracing::info!(agent = %r.agent.0, node = %r.node.0, "agent registered");
                     if let Some(p) = pusher.take() {

@@ -28,7 +28,7 @@ use clap::Parser;
 use gshare_region::http::{self, HttpContext};
 use gshare_region::replica::{Replica, ReplicaSpec};
 use gshare_region::tls::{self, TlsPaths};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufStream};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufStream};
 
 const TOKEN: &str = "bench-token";
 
@@ -54,7 +54,14 @@ struct Args {
     /// forward writes and plan on their own view) instead of the leader.
     #[arg(long)]
     spread: bool,
+    /// Also run the three replicas with their API over HTTPS and compare.
+    #[arg(long)]
+    https: bool,
 }
+
+/// A client connection, plain or TLS.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 const TENANT_TOKEN: &str = "bench-tenant-token";
 
@@ -140,9 +147,11 @@ struct Running {
     servers: Vec<actix_web::dev::ServerHandle>,
     leader_http: SocketAddr,
     https: Vec<SocketAddr>,
+    /// The clients' TLS config when the API is HTTPS.
+    client_tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
-async fn start_region(dir: &std::path::Path, n: u64) -> anyhow::Result<Running> {
+async fn start_region(dir: &std::path::Path, n: u64, over_tls: bool) -> anyhow::Result<Running> {
     let certs = dir.join("certs");
     if !certs.join("ca.pem").exists() {
         tls::init_ca(&certs)?;
@@ -167,15 +176,22 @@ async fn start_region(dir: &std::path::Path, n: u64) -> anyhow::Result<Running> 
             snapshot_every: gshare_region::config::DEFAULT_SNAPSHOT_EVERY,
             keep_logs: gshare_region::config::DEFAULT_KEEP_LOGS,
         };
+        let server_tls = if over_tls {
+            Some(tls::http_server_config(&spec.tls.cert, &spec.tls.key)?)
+        } else {
+            None
+        };
         let replica = Replica::start(&spec).await?;
         let server = http::server(
             HttpContext {
                 replica: replica.clone(),
                 operator_token: TOKEN.into(),
                 api: Default::default(),
+                forward_tls: None,
             },
             http_addr,
             2,
+            server_tls,
         )?;
         servers.push(server.handle());
         tokio::spawn(server);
@@ -199,11 +215,19 @@ async fn start_region(dir: &std::path::Path, n: u64) -> anyhow::Result<Running> 
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
+    let client_tls = if over_tls {
+        Some(std::sync::Arc::new(tls::http_client_config(
+            &certs.join("ca.pem"),
+        )?))
+    } else {
+        None
+    };
     Ok(Running {
         replicas,
         servers,
         leader_http: https[&leader],
         https: https.values().copied().collect(),
+        client_tls,
     })
 }
 
@@ -217,8 +241,8 @@ async fn stop_region(r: Running) {
 }
 
 /// One keep-alive HTTP/1.1 POST; returns the status code.
-async fn post(
-    conn: &mut BufStream<tokio::net::TcpStream>,
+async fn post<S: AsyncRead + AsyncWrite + Unpin>(
+    conn: &mut BufStream<S>,
     path: &str,
     token: &str,
     body: &str,
@@ -258,7 +282,12 @@ async fn post(
     Ok(status)
 }
 
-async fn drive(targets: &[SocketAddr], args: &Args, label: &str) -> anyhow::Result<Figures> {
+async fn drive(
+    targets: &[SocketAddr],
+    client_tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    args: &Args,
+    label: &str,
+) -> anyhow::Result<Figures> {
     let warmup = Duration::from_secs(1);
     let measure = Duration::from_secs(args.seconds);
     let begin = Instant::now();
@@ -270,11 +299,20 @@ async fn drive(targets: &[SocketAddr], args: &Args, label: &str) -> anyhow::Resu
         let label = label.to_string();
         let target = targets[c % targets.len()];
         let placements = args.placements;
+        let client_tls = client_tls.clone();
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
             let mut errors = 0u64;
-            let mut conn = BufStream::new(tokio::net::TcpStream::connect(target).await?);
-            conn.get_ref().set_nodelay(true)?;
+            let tcp = tokio::net::TcpStream::connect(target).await?;
+            tcp.set_nodelay(true)?;
+            let stream: Box<dyn Io> = match client_tls {
+                None => Box::new(tcp),
+                Some(c) => {
+                    let name = rustls::pki_types::ServerName::IpAddress(target.ip().into());
+                    Box::new(tokio_rustls::TlsConnector::from(c).connect(name, tcp).await?)
+                }
+            };
+            let mut conn = BufStream::new(stream);
             let mut seq = 0u64;
             loop {
                 let sent = Instant::now();
@@ -351,7 +389,7 @@ fn main() -> anyhow::Result<()> {
         );
         let mut figures = Vec::new();
         for n in [1u64, 3] {
-            let running = start_region(dir.path(), n).await?;
+            let running = start_region(dir.path(), n, false).await?;
             let targets = if args.placements {
                 load_domain(&running).await?;
                 if args.spread {
@@ -362,7 +400,7 @@ fn main() -> anyhow::Result<()> {
             } else {
                 vec![running.leader_http]
             };
-            let f = drive(&targets, &args, &format!("r{n}")).await?;
+            let f = drive(&targets, running.client_tls.clone(), &args, &format!("r{n}")).await?;
             if args.placements {
                 let st = running.replicas[0].state.read();
                 let d = st.region.domain();
@@ -376,6 +414,36 @@ fn main() -> anyhow::Result<()> {
                 f.writes_per_sec, f.p50_ms, f.p99_ms, f.errors
             );
             figures.push(f);
+        }
+        if args.https {
+            let tls_dir = tempfile::tempdir()?;
+            let running = start_region(tls_dir.path(), 3, true).await?;
+            let targets = if args.placements {
+                load_domain(&running).await?;
+                if args.spread {
+                    running.https.clone()
+                } else {
+                    vec![running.leader_http]
+                }
+            } else {
+                vec![running.leader_http]
+            };
+            let f = drive(&targets, running.client_tls.clone(), &args, "tls").await?;
+            stop_region(running).await;
+            let plain = &figures[1];
+            println!(
+                "region (3 replicas, API over HTTPS): {unit}={:.0} p50_ms={:.2} p99_ms={:.2} errors={}",
+                f.writes_per_sec, f.p50_ms, f.p99_ms, f.errors
+            );
+            println!(
+                "https: throughput_ratio={:.3} p99_ratio={:.3} (http {:.0}/s p99 {:.2} ms; https {:.0}/s p99 {:.2} ms)",
+                f.writes_per_sec / plain.writes_per_sec.max(1e-9),
+                f.p99_ms / plain.p99_ms.max(1e-9),
+                plain.writes_per_sec,
+                plain.p99_ms,
+                f.writes_per_sec,
+                f.p99_ms
+            );
         }
         let (base, region) = (&figures[0], &figures[1]);
         println!(

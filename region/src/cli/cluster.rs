@@ -1,9 +1,10 @@
 //! `gsharectl cluster`: status and membership of a running region.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::http_client::{request, HttpReply};
+use crate::http_client::{request_to, HttpReply, HttpTarget};
 
 /// `gsharectl cluster …`
 #[derive(Debug, clap::Args)]
@@ -14,6 +15,10 @@ pub struct Args {
     /// Operator bearer token (membership changes).
     #[arg(long, global = true)]
     token: Option<String>,
+    /// Speak HTTPS to the replicas, trusting this CA certificate (PEM)
+    /// (default: `$GSHARE_CA`; neither: plain HTTP).
+    #[arg(long, global = true)]
+    ca: Option<PathBuf>,
     #[command(subcommand)]
     command: ClusterCommand,
 }
@@ -47,24 +52,24 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// Sends an operator request to the leader, following `421` redirects and
 /// retrying while no leader is known.
 fn to_leader(
-    start: SocketAddr,
+    start: &HttpTarget,
     method: &str,
     path: &str,
     token: &str,
     body: Option<&str>,
 ) -> anyhow::Result<HttpReply> {
-    let mut at = start;
+    let mut at = start.clone();
     for attempt in 0..10 {
-        let reply = request(at, method, path, Some(token), body, TIMEOUT)?;
+        let reply = request_to(&at, method, path, Some(token), body, TIMEOUT)?;
         match reply.status {
             421 | 503 => {
                 let v: serde_json::Value = serde_json::from_str(&reply.body).unwrap_or_default();
                 if let Some(leader) = v
                     .get("leader_http")
                     .and_then(|l| l.as_str())
-                    .and_then(|l| l.parse().ok())
+                    .and_then(|l| l.parse::<SocketAddr>().ok())
                 {
-                    at = leader;
+                    at = start.at(leader);
                 }
                 if attempt > 0 {
                     std::thread::sleep(Duration::from_millis(300));
@@ -73,7 +78,7 @@ fn to_leader(
             _ => return Ok(reply),
         }
     }
-    anyhow::bail!("no leader answered (last tried {at})")
+    anyhow::bail!("no leader answered (last tried {at:?})")
 }
 
 fn print(reply: &HttpReply) -> anyhow::Result<()> {
@@ -96,15 +101,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .clone()
             .ok_or_else(|| anyhow::anyhow!("--token <operator token> is required"))
     };
-    match &args.command {
-        ClusterCommand::Status => print(&request(
+    let ca = args
+        .ca
+        .clone()
+        .or_else(|| std::env::var_os("GSHARE_CA").map(PathBuf::from));
+    let at = match ca {
+        None => HttpTarget::plain(args.at),
+        Some(ca) => HttpTarget::tls(
             args.at,
-            "GET",
-            "/v1/cluster",
-            None,
-            None,
-            TIMEOUT,
-        )?),
+            std::sync::Arc::new(crate::tls::http_client_config(&ca)?),
+        ),
+    };
+    match &args.command {
+        ClusterCommand::Status => {
+            print(&request_to(&at, "GET", "/v1/cluster", None, None, TIMEOUT)?)
+        }
         ClusterCommand::AddReplica {
             id,
             raft_addr,
@@ -112,7 +123,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         } => {
             let body = serde_json::json!({ "id": id, "raft_addr": raft_addr.to_string(), "http_addr": http_addr.to_string() });
             print(&to_leader(
-                args.at,
+                &at,
                 "POST",
                 "/v1/cluster/replicas",
                 &token()?,
@@ -120,7 +131,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             )?)
         }
         ClusterCommand::RemoveReplica { id } => print(&to_leader(
-            args.at,
+            &at,
             "DELETE",
             &format!("/v1/cluster/replicas/{id}"),
             &token()?,

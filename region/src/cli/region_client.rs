@@ -1,15 +1,16 @@
 //! What the tenant/operator commands share: where the region is
-//! (`--region`, `GSHARE_REGION`), who is asking (`--token`,
+//! (`--region`, `GSHARE_REGION`; `https://…` with `--ca`/`GSHARE_CA`,
+//! a bare `host:port` is http), who is asking (`--token`,
 //! `GSHARE_TOKEN`), `--json`, retries while no leader is known, and
 //! `{"error": {"code", "message"}}` answers turned into errors.
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{anyhow, bail};
 use serde_json::Value;
 
-use crate::http_client::request;
+use crate::http_client::{request_to, HttpTarget};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 const ATTEMPTS: u32 = 10;
@@ -17,10 +18,14 @@ const ATTEMPTS: u32 = 10;
 /// `--region`, `--token`, `--json`, shared by the region commands.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RegionArgs {
-    /// Any replica's HTTP address, `http://host:port` or `host:port`
-    /// (default: `$GSHARE_REGION`, else `127.0.0.1:8101`).
+    /// Any replica's HTTP address, `http://host:port`, `https://host:port`
+    /// or `host:port` (http) (default: `$GSHARE_REGION`, else `127.0.0.1:8101`).
     #[arg(long, global = true)]
     pub region: Option<String>,
+    /// The CA certificate (PEM) an `https://` region's certificate must
+    /// chain to, e.g. the operator's `ca.pem` (default: `$GSHARE_CA`).
+    #[arg(long, global = true)]
+    pub ca: Option<PathBuf>,
     /// Bearer token: the operator's or a tenant's (default: `$GSHARE_TOKEN`).
     #[arg(long, global = true)]
     pub token: Option<String>,
@@ -30,24 +35,17 @@ pub struct RegionArgs {
 }
 
 impl RegionArgs {
-    fn addr(&self) -> anyhow::Result<SocketAddr> {
+    fn target(&self) -> anyhow::Result<HttpTarget> {
         let raw = self
             .region
             .clone()
             .or_else(|| std::env::var("GSHARE_REGION").ok())
             .unwrap_or_else(|| "127.0.0.1:8101".into());
-        let hostport = raw
-            .trim_start_matches("http://")
-            .trim_end_matches('/')
-            .to_string();
-        if raw.starts_with("https://") {
-            bail!("--region {raw}: only http:// is served");
-        }
-        hostport
-            .to_socket_addrs()
-            .with_context(|| format!("--region {raw}"))?
-            .next()
-            .ok_or_else(|| anyhow!("--region {raw}: no address"))
+        let ca = self
+            .ca
+            .clone()
+            .or_else(|| std::env::var_os("GSHARE_CA").map(PathBuf::from));
+        HttpTarget::parse(&raw, ca.as_deref()).map_err(|e| anyhow!("--region {e}"))
     }
 
     fn token(&self) -> anyhow::Result<String> {
@@ -61,12 +59,19 @@ impl RegionArgs {
     /// Sends one request; retries while the region answers 503 (no leader).
     /// A non-2xx answer becomes an error `code: message`.
     pub fn call(&self, method: &str, path: &str, body: Option<&Value>) -> anyhow::Result<Value> {
-        let addr = self.addr()?;
+        let target = self.target()?;
         let token = self.token()?;
         let body = body.map(Value::to_string);
         let mut attempt = 0;
         loop {
-            let r = request(addr, method, path, Some(&token), body.as_deref(), TIMEOUT)?;
+            let r = request_to(
+                &target,
+                method,
+                path,
+                Some(&token),
+                body.as_deref(),
+                TIMEOUT,
+            )?;
             let v: Value = serde_json::from_str(&r.body).unwrap_or(Value::String(r.body.clone()));
             if (200..300).contains(&r.status) {
                 return Ok(v);

@@ -9,6 +9,12 @@
 //! The length is checked before the payload is read, so a peer announcing
 //! a huge frame costs nothing. This module is the only I/O in `core`, and
 //! only with the feature; the default build stays pure.
+//!
+//! The submodule `tls` holds the TLS helpers both binaries share (certificate names,
+//! HTTPS configs); its items are re-exported here.
+
+mod tls;
+pub use tls::*;
 
 use crate::protocol::codec::{AgentFrames, FrameError, Frames, Wire};
 use serde::de::DeserializeOwned;

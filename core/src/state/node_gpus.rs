@@ -1,0 +1,177 @@
+//! An agent's discovered GPUs against the topology's node: the check a
+//! registration passes before the agent is trusted with the node.
+//!
+//! ```text
+//!   topology node: GPU 0 A10 24 GiB, GPU 1 A10 24 GiB
+//!   agent reports: GPU 0 A10 24 GiB                      ─▶ refused, or with
+//!                                                           allow_fewer_gpus: GPU 1 unavailable
+//!   agent reports: 5 × 80 GiB                             ─▶ refused (names the first difference)
+//! ```
+//!
+//! GPUs are matched by index. A model matches when the names agree ignoring
+//! case, a leading `NVIDIA ` and spaces versus dashes (NVML reports
+//! `NVIDIA A100-SXM4-80GB`, a catalog may say `A100-SXM4-80GB`). Memory
+//! matches within [`MEMORY_TOLERANCE_PCT`] percent (NVML reports the total
+//! the driver sees, which may sit a little off the catalog's nominal size).
+
+use crate::config::Node;
+use crate::protocol::NodeGpu;
+use std::collections::BTreeSet;
+
+/// How far (percent of the topology's size) a reported GPU memory may be
+/// from the topology's and still match.
+pub const MEMORY_TOLERANCE_PCT: u64 = 5;
+
+fn model_key(name: &str) -> String {
+    let lower = name.trim().to_ascii_lowercase();
+    let bare = lower.strip_prefix("nvidia ").unwrap_or(&lower);
+    bare.replace([' ', '_'], "-")
+}
+
+/// Whether a reported GPU model name is the topology's `configured` one.
+pub fn same_model(reported: &str, configured: &str) -> bool {
+    model_key(reported) == model_key(configured)
+}
+
+/// Whether `reported` MiB is within the tolerance of `configured` MiB.
+pub fn same_memory(reported: u64, configured: u64) -> bool {
+    // configured × pct / 100 without overflow: whole hundreds, then the rest.
+    let slack = (configured / 100)
+        .saturating_mul(MEMORY_TOLERANCE_PCT)
+        .saturating_add((configured % 100).saturating_mul(MEMORY_TOLERANCE_PCT) / 100);
+    reported.abs_diff(configured) <= slack
+}
+
+/// Checks `reported` against `node`'s GPUs. On success, the indices of the
+/// node's GPUs the agent did not report (empty unless `allow_fewer`); on a
+/// difference, what differs (the first GPU that does, or the counts).
+pub fn check_reported_gpus(
+    node: &Node,
+    reported: &[NodeGpu],
+    allow_fewer: bool,
+) -> Result<BTreeSet<u32>, String> {
+    let configured = node.gpu_count();
+    let mut seen = BTreeSet::new();
+    for g in reported {
+        if !seen.insert(g.index) {
+            return Err(format!("GPU {} is reported twice", g.index));
+        }
+        let Some(want) = node.gpu(g.index) else {
+            return Err(format!(
+                "the agent reports {} GPUs (GPU {} among them), the topology gives the node {configured}",
+                reported.len(),
+                g.index
+            ));
+        };
+        if !same_model(&g.model, &want.model) {
+            return Err(format!(
+                "GPU {}: the agent reports model {:?}, the topology says {:?}",
+                g.index, g.model, want.model
+            ));
+        }
+        if !same_memory(g.memory_mib, want.memory_mib) {
+            return Err(format!(
+                "GPU {}: the agent reports {} MiB, the topology says {} MiB",
+                g.index, g.memory_mib, want.memory_mib
+            ));
+        }
+    }
+    let missing: BTreeSet<u32> = (0..configured).filter(|i| !seen.contains(i)).collect();
+    if !missing.is_empty() && !allow_fewer {
+        return Err(format!(
+            "the agent reports {} of the node's {configured} GPUs (missing: {}); \
+             set allow_fewer_gpus = true in the agent's config to accept this \
+             and leave the missing GPUs unavailable",
+            reported.len(),
+            missing
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    Ok(missing)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ColdStart, GpuGroup, SwapCost};
+    use crate::model::{NodeId, PoolKind};
+
+    fn node(groups: &[(&str, u32, u64)]) -> Node {
+        Node {
+            name: NodeId("n1".into()),
+            pool: "p".into(),
+            kind: PoolKind::Center,
+            cpu_milli: 1000,
+            memory_mib: 1024,
+            swap_mib: 1024,
+            gpus: groups
+                .iter()
+                .map(|&(m, count, mem)| GpuGroup {
+                    model: m.into(),
+                    count,
+                    memory_mib: mem,
+                    h2d_mib_per_s: 1000,
+                })
+                .collect(),
+            cold_start: ColdStart {
+                setup_us: 0,
+                storage_mib_per_s: 1,
+            },
+            swap: SwapCost { setup_us: 0 },
+        }
+    }
+
+    fn gpu(index: u32, model: &str, memory_mib: u64) -> NodeGpu {
+        NodeGpu {
+            index,
+            model: model.into(),
+            memory_mib,
+        }
+    }
+
+    #[test]
+    fn exact_gpus_match_and_lies_are_refused() {
+        let n = node(&[("sim-gpu-16g", 2, 16_384)]);
+        let ok = [gpu(0, "sim-gpu-16g", 16_384), gpu(1, "sim-gpu-16g", 16_384)];
+        assert_eq!(check_reported_gpus(&n, &ok, false), Ok(BTreeSet::new()));
+        // 5 × 80 GiB on a node of 2 × 16 GiB.
+        let lie: Vec<NodeGpu> = (0..5).map(|i| gpu(i, "sim-gpu-16g", 81_920)).collect();
+        let e = check_reported_gpus(&n, &lie, true).unwrap_err();
+        assert!(e.contains("81920 MiB"), "{e}");
+        let more: Vec<NodeGpu> = (0..3).map(|i| gpu(i, "sim-gpu-16g", 16_384)).collect();
+        let e = check_reported_gpus(&n, &more, true).unwrap_err();
+        assert!(e.contains("reports 3 GPUs"), "{e}");
+        let e = check_reported_gpus(&n, &[gpu(0, "A100", 16_384)], true).unwrap_err();
+        assert!(e.contains("model \"A100\""), "{e}");
+        let twice = [gpu(0, "sim-gpu-16g", 16_384), gpu(0, "sim-gpu-16g", 16_384)];
+        assert!(check_reported_gpus(&n, &twice, true).is_err());
+    }
+
+    #[test]
+    fn fewer_gpus_need_the_agents_consent() {
+        let n = node(&[("sim-gpu-16g", 2, 16_384)]);
+        let one = [gpu(0, "sim-gpu-16g", 16_384)];
+        let e = check_reported_gpus(&n, &one, false).unwrap_err();
+        assert!(e.contains("allow_fewer_gpus"), "{e}");
+        assert_eq!(check_reported_gpus(&n, &one, true), Ok(BTreeSet::from([1])));
+        assert_eq!(
+            check_reported_gpus(&n, &[], true),
+            Ok(BTreeSet::from([0, 1]))
+        );
+    }
+
+    #[test]
+    fn nvml_names_and_sizes_match_the_catalog() {
+        assert!(same_model("NVIDIA A100-SXM4-80GB", "A100-SXM4-80GB"));
+        assert!(same_model("NVIDIA L4", "l4"));
+        assert!(!same_model("NVIDIA L4", "A10"));
+        assert!(same_memory(81_559, 81_920));
+        assert!(same_memory(16_384, 16_384));
+        assert!(!same_memory(81_920, 16_384));
+        assert!(!same_memory(u64::MAX, 16_384));
+        assert!(same_memory(u64::MAX, u64::MAX));
+    }
+}
