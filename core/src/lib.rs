@@ -15,6 +15,7 @@
 pub mod command;
 pub mod config;
 pub mod executor;
+pub mod http_surface;
 pub mod metering;
 pub mod model;
 pub mod placement;

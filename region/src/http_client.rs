@@ -28,13 +28,25 @@ pub enum HttpClientError {
     },
 }
 
-/// An HTTP answer: status and body text.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// An HTTP answer: status, headers and body text.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HttpReply {
     /// Status code.
     pub status: u16,
     /// Body as text (lossy UTF-8).
     pub body: String,
+    /// Headers in order, names in lower case.
+    pub headers: Vec<(String, String)>,
+}
+
+impl HttpReply {
+    /// The first value of header `name` (any case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
 }
 
 /// Sends one request and reads the whole answer; `timeout` bounds each socket operation.
@@ -86,10 +98,13 @@ fn parse(addr: SocketAddr, raw: &[u8]) -> Result<HttpReply, HttpClientError> {
         .next()
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| bad("no status code"))?;
-    let chunked = lines.any(|l| {
-        let l = l.to_ascii_lowercase();
-        l.starts_with("transfer-encoding:") && l.contains("chunked")
-    });
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.to_ascii_lowercase().contains("chunked"));
     let mut body = raw[split + 4..].to_vec();
     if chunked {
         body = dechunk(&body).ok_or_else(|| bad("bad chunked body"))?;
@@ -97,6 +112,7 @@ fn parse(addr: SocketAddr, raw: &[u8]) -> Result<HttpReply, HttpClientError> {
     Ok(HttpReply {
         status,
         body: String::from_utf8_lossy(&body).into_owned(),
+        headers,
     })
 }
 
@@ -124,6 +140,7 @@ mod tests {
         let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
         let r = parse(a, b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nhi").unwrap();
         assert_eq!((r.status, r.body.as_str()), (200, "hi"));
+        assert_eq!(r.header("Content-Length"), Some("2"));
         let r = parse(a, b"HTTP/1.1 404 Not Found\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n").unwrap();
         assert_eq!((r.status, r.body.as_str()), (404, "abcde"));
         assert!(parse(a, b"garbage").is_err());

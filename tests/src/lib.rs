@@ -17,6 +17,7 @@
 
 pub mod binaries;
 pub mod fault_proxy;
+pub mod raw_http;
 pub mod stand_in_region;
 pub mod test_region;
 

@@ -76,6 +76,16 @@ fn simulated_groups(is: &mut Issues<'_>, t: &mut TableReader<'_, '_>) -> Vec<Sim
     out
 }
 
+/// The default `quic_bind`: the unspecified address of the first
+/// replica's family (IPv4 without replicas), any port.
+fn default_quic_bind(replicas: &[SocketAddr]) -> SocketAddr {
+    let ip: std::net::IpAddr = match replicas.first() {
+        Some(SocketAddr::V6(_)) => std::net::Ipv6Addr::UNSPECIFIED.into(),
+        _ => std::net::Ipv4Addr::UNSPECIFIED.into(),
+    };
+    SocketAddr::new(ip, 0)
+}
+
 /// Parses and validates the agent config `file` whose text is `src`.
 pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
     let mut is = Issues::new(src);
@@ -90,6 +100,7 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
     let ingress = root.string(&mut is, "ingress_addr", true);
     let host_swap = root.uint::<u64>(&mut is, "host_swap_mib", true);
     let heartbeat = root.uint::<u64>(&mut is, "heartbeat_ms", false);
+    let quic_bind = root.string(&mut is, "quic_bind", false);
 
     let mut replicas = Vec::new();
     let replicas_at = root.loc_of("replicas");
@@ -264,6 +275,19 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
         });
     let data_dir = nonempty(&mut is, data_dir);
     let ingress = addr(&mut is, &ingress);
+    let quic_bind = match quic_bind.v {
+        Some(_) => addr(&mut is, &quic_bind).inspect(|b| {
+            if b.is_ipv4() && replicas.iter().any(SocketAddr::is_ipv6) {
+                is.report(
+                    &quic_bind.at,
+                    IssueKind::Inconsistent,
+                    "an IPv4 address cannot reach the IPv6 replicas listed".into(),
+                    Some(b.to_string()),
+                );
+            }
+        }),
+        None => Some(default_quic_bind(&replicas)),
+    };
     let host_swap = check_range(&mut is, &host_swap, 0, 1 << 32);
     let heartbeat = if heartbeat.v.is_some() {
         check_range(&mut is, &heartbeat, 10, 60_000)
@@ -275,6 +299,9 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
         return Err(is.into_error(file));
     }
     let Some(metering_interval_ms) = metering_interval else {
+        return Err(is.into_error(file));
+    };
+    let Some(quic_bind) = quic_bind else {
         return Err(is.into_error(file));
     };
     match (
@@ -299,6 +326,7 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
             data_dir,
             ingress_addr,
             replicas,
+            quic_bind,
             tls: AgentTls { ca_cert, cert, key },
             gpus,
             host_swap_mib,

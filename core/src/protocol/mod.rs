@@ -34,7 +34,7 @@ pub use agent_message::{AgentMessage, AgentMessageV1, Heartbeat, Register};
 pub use codec::{decode_payload, encode_frame, FrameDecoder, FrameError, MAX_FRAME_BYTES};
 pub use gpu_report::{GpuStatus, NodeGpu};
 pub use instance_assignment::{AssignedInstance, Assignment};
-pub use invoke::{InvokeError, InvokeOutcome, InvokeReply, InvokeRequest};
+pub use invoke::{InvokeError, InvokeOutcome, InvokeReply, InvokeRequest, MAX_INVOKE_BODY_BYTES};
 pub use region_message::{RegionMessage, RegionMessageV1};
 pub use swap_report::{SwapEvent, SwapKind};
 pub use token_digests::{TenantTokens, TokenDigests};

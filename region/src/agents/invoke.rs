@@ -3,16 +3,22 @@
 //! hosting agent connected to this replica; if none is connected here,
 //! ask the other replicas over HTTP (once: the hop is marked with
 //! `X-Gshare-Forwarded`). The answer is the agent's (same statuses as its
-//! ingress).
+//! ingress). Every error is [`ApiError`]'s one shape; a peer's answer is
+//! passed on with its `Content-Type`, `X-Gshare-Error` and timing headers.
+//! The token is checked before the body is read (`413 body_too_large`
+//! beyond [`MAX_INVOKE_BODY_BYTES`]).
 
 use crate::api::auth::sha256_hex;
+use crate::api::{read_body_limited, ApiError};
 use crate::http::HttpContext;
 use crate::wire::{read_frame, write_frame};
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
+use gshare_core::http_surface::ERROR_HEADER;
 use gshare_core::model::{NodeId, TenantId};
 use gshare_core::protocol::{
     AgentMessage, AgentMessageV1, InvokeOutcome, InvokeRequest, RegionMessage, RegionMessageV1,
+    MAX_INVOKE_BODY_BYTES,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -22,9 +28,20 @@ const FORWARDED: &str = "x-gshare-forwarded";
 const DEADLINE: &str = "x-gshare-deadline-ms";
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-fn error(status: u16, code: &str, message: &str) -> HttpResponse {
-    HttpResponse::build(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY))
-        .json(serde_json::json!({"error": {"code": code, "message": message}}))
+/// Headers of a peer's answer passed on to the client.
+const PASSED_ON: [&str; 4] = [
+    "content-type",
+    ERROR_HEADER,
+    "x-gshare-queued-us",
+    "x-gshare-service-us",
+];
+
+fn error(status: StatusCode, code: &'static str, message: &str) -> HttpResponse {
+    answer(ApiError::new(status, code, message))
+}
+
+fn answer(e: ApiError) -> HttpResponse {
+    actix_web::ResponseError::error_response(&e)
 }
 
 fn outcome_response(outcome: InvokeOutcome) -> HttpResponse {
@@ -37,7 +54,7 @@ fn outcome_response(outcome: InvokeOutcome) -> HttpResponse {
             .insert_header(("x-gshare-queued-us", queued_us.to_string()))
             .insert_header(("x-gshare-service-us", service_us.to_string()))
             .body(body),
-        InvokeOutcome::Failed(e) => error(e.http_status(), e.code(), &e.to_string()),
+        InvokeOutcome::Failed(e) => answer(ApiError::from_invoke(&e)),
     }
 }
 
@@ -58,6 +75,13 @@ async fn forward_quic(
     }
 }
 
+/// A peer replica's answer: status, the headers passed on, body.
+struct PeerAnswer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
 /// One HTTP/1.1 POST to a peer replica; `None` if it gave no answer.
 async fn forward_http(
     addr: &str,
@@ -65,7 +89,7 @@ async fn forward_http(
     auth: &str,
     deadline: Option<&str>,
     body: &[u8],
-) -> Option<(u16, Vec<u8>)> {
+) -> Option<PeerAnswer> {
     let mut s = tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr))
         .await
         .ok()?
@@ -86,33 +110,36 @@ async fn forward_http(
         .ok()?
         .ok()?;
     let split = out.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let status = std::str::from_utf8(&out[..split])
-        .ok()?
-        .split(' ')
-        .nth(1)?
-        .parse()
-        .ok()?;
-    Some((status, out[split + 4..].to_vec()))
+    let head = std::str::from_utf8(&out[..split]).ok()?;
+    let mut lines = head.split("\r\n");
+    let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .filter(|(k, _)| PASSED_ON.contains(&k.as_str()))
+        .collect();
+    Some(PeerAnswer {
+        status,
+        headers,
+        body: out[split + 4..].to_vec(),
+    })
 }
 
 /// The route handler.
 pub async fn invoke_route(
     req: HttpRequest,
     path: web::Path<(String, String)>,
-    body: web::Bytes,
+    payload: web::Payload,
     ctx: web::Data<HttpContext>,
 ) -> HttpResponse {
     let (tenant, name) = path.into_inner();
     let tenant = TenantId(tenant);
-    let Some(auth) = req
-        .headers()
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
-    else {
-        return error(401, "unauthorized", "missing bearer token");
+    let token = match crate::api::auth::bearer(&req) {
+        Ok(t) => t.to_string(),
+        Err(e) => return answer(e),
     };
-    let digest = sha256_hex(auth.strip_prefix("Bearer ").unwrap_or("").trim());
+    let digest = sha256_hex(&token);
+    let auth = format!("Bearer {token}");
     let deadline = req
         .headers()
         .get(DEADLINE)
@@ -124,21 +151,37 @@ pub async fn invoke_route(
             Ok(ms) if ms > 0 => Some(ms),
             _ => {
                 return error(
-                    400,
+                    StatusCode::BAD_REQUEST,
                     "bad_deadline",
                     "X-Gshare-Deadline-Ms must be a positive integer",
                 )
             }
         },
     };
+    let owned = {
+        let st = ctx.replica.state.read();
+        st.region.domain().token_owner(&digest).map(|(t, _)| t) == Some(&tenant)
+    };
+    if !owned {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "token not valid for this tenant",
+        );
+    }
+    let body = match read_body_limited(&req, payload, MAX_INVOKE_BODY_BYTES).await {
+        Ok(b) => b,
+        Err(e) => return answer(e),
+    };
     let nodes: Vec<NodeId> = {
         let st = ctx.replica.state.read();
         let d = st.region.domain();
-        if d.token_owner(&digest).map(|(t, _)| t) != Some(&tenant) {
-            return error(401, "unauthorized", "token not valid for this tenant");
-        }
         if d.function(&tenant, &name).is_err() {
-            return error(404, "unknown_function", "unknown function");
+            return error(
+                StatusCode::NOT_FOUND,
+                "unknown_function",
+                "unknown function",
+            );
         }
         let mut nodes: Vec<NodeId> = d
             .instances()
@@ -150,7 +193,7 @@ pub async fn invoke_route(
     };
     if nodes.is_empty() {
         return error(
-            503,
+            StatusCode::SERVICE_UNAVAILABLE,
             "no_instance",
             "the function has no instance placed yet",
         );
@@ -174,7 +217,7 @@ pub async fn invoke_route(
     }
     if req.headers().contains_key(FORWARDED) {
         return error(
-            503,
+            StatusCode::SERVICE_UNAVAILABLE,
             "no_agent",
             "no hosting agent is connected to this replica",
         );
@@ -190,19 +233,21 @@ pub async fn invoke_route(
     };
     let path = format!("/v1/invoke/{}/{name}", tenant.0);
     for peer in peers {
-        if let Some((status, body)) =
-            forward_http(&peer, &path, &auth, deadline.as_deref(), &body).await
-        {
-            if status != 503 {
-                return HttpResponse::build(
-                    StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
-                )
-                .body(body);
+        if let Some(a) = forward_http(&peer, &path, &auth, deadline.as_deref(), &body).await {
+            if a.status != 503 {
+                let Ok(status) = StatusCode::from_u16(a.status) else {
+                    continue;
+                };
+                let mut reply = HttpResponse::build(status);
+                for h in a.headers {
+                    reply.insert_header(h);
+                }
+                return reply.body(a.body);
             }
         }
     }
     error(
-        503,
+        StatusCode::SERVICE_UNAVAILABLE,
         "no_agent",
         "no agent hosting the function is connected to the region",
     )

@@ -1,7 +1,12 @@
-//! The one error answer of the API: `{"error": {"code", "message", "retryable"}}`.
+//! The one error answer of the replica: `{"error": {"code", "message",
+//! "retryable", …}}` with the header `X-Gshare-Error: <code>`, for the API,
+//! the invoke route, unknown routes and methods, and forwarded answers
+//! (the shape itself is core's [`ErrorBody`], shared with the agents).
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
+use gshare_core::http_surface::{retryable_status, ErrorBody, ERROR_HEADER};
+use gshare_core::protocol::InvokeError;
 use gshare_core::state::{ApplyError, ErrorClass, PlanRejection, QueryError};
 
 use crate::proposer::WriteError;
@@ -16,6 +21,10 @@ pub struct ApiError {
     pub code: &'static str,
     /// For humans.
     pub message: String,
+    /// The leader (id, HTTP address) where a `not_leader` refusal names one.
+    leader: Option<(Option<u64>, Option<String>)>,
+    /// Set where the code, not the status, decides (invocations).
+    retry: Option<bool>,
 }
 
 impl ApiError {
@@ -25,7 +34,39 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            leader: None,
+            retry: None,
         }
+    }
+
+    /// 404 `unknown_route`: no route for this path and method.
+    pub fn unknown_route(method: &str, path: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "unknown_route",
+            format!("no route for {method} {path}"),
+        )
+    }
+
+    /// 421 `not_leader`, naming the leader if known (clients follow it).
+    pub fn not_leader(leader: Option<u64>, leader_http: Option<String>) -> Self {
+        let mut e = Self::new(
+            StatusCode::MISDIRECTED_REQUEST,
+            "not_leader",
+            "not the leader",
+        );
+        e.leader = Some((leader, leader_http));
+        e.retry = Some(true);
+        e
+    }
+
+    /// The answer to an invocation that ended in an error (the agent's
+    /// status, code and retryability).
+    pub fn from_invoke(e: &InvokeError) -> Self {
+        let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::BAD_GATEWAY);
+        let mut out = Self::new(status, e.code(), e.to_string());
+        out.retry = Some(e.retryable());
+        out
     }
 
     /// 400 `bad_request`.
@@ -93,7 +134,18 @@ impl ApiError {
 
     /// Whether the same request may succeed later.
     pub fn retryable(&self) -> bool {
-        self.status == StatusCode::SERVICE_UNAVAILABLE
+        self.retry
+            .unwrap_or_else(|| retryable_status(self.status.as_u16()))
+    }
+
+    /// The error body of this refusal.
+    pub fn body(&self) -> ErrorBody {
+        let mut b = ErrorBody::new(self.code, self.message.clone(), self.retryable());
+        if let Some((leader, leader_http)) = &self.leader {
+            b.error.leader = *leader;
+            b.error.leader_http = leader_http.clone();
+        }
+        b
     }
 }
 
@@ -103,8 +155,8 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        HttpResponse::build(self.status).json(serde_json::json!({
-            "error": { "code": self.code, "message": self.message, "retryable": self.retryable() }
-        }))
+        HttpResponse::build(self.status)
+            .insert_header((ERROR_HEADER, self.code))
+            .json(self.body())
     }
 }
