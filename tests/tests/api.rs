@@ -81,7 +81,14 @@ fn call_retry(
 }
 
 fn started(n: u64) -> TestRegion {
-    let mut region = TestRegion::new(n).expect("region");
+    started_with(n, "", |_| {})
+}
+
+/// [`started`] with `extra` config lines, after `prepare` (e.g. writing a
+/// file the configs name) and before the first start.
+fn started_with(n: u64, extra: &str, prepare: impl FnOnce(&TestRegion)) -> TestRegion {
+    let mut region = TestRegion::with_config(n, extra).expect("region");
+    prepare(&region);
     for id in 1..=n {
         region.start(id, id == 1).expect("start");
     }
@@ -594,12 +601,9 @@ fn call_declared(
 #[test]
 fn every_error_has_one_shape_and_open_endpoints_leak_no_tenant_data() {
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let mut region =
-        TestRegion::with_config(3, "metrics_token_file = \"metrics.token\"").expect("region");
-    std::fs::write(region.path("metrics.token"), "scrape-me\n").unwrap();
-    for id in 1..=3 {
-        region.start(id, id == 1).expect("start");
-    }
+    let region = started_with(3, "metrics_token_file = \"metrics.token\"", |r| {
+        std::fs::write(r.path("metrics.token"), "scrape-me\n").unwrap();
+    });
     let leader = region
         .wait_leader(&[1, 2, 3], Duration::from_secs(15))
         .expect("leader");
