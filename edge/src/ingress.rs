@@ -74,8 +74,8 @@ fn failed(e: &InvokeError) -> HttpResponse {
 }
 
 /// The request's bearer token, or the 401 answer.
-fn bearer(req: &HttpRequest) -> Result<&str, HttpResponse> {
-    let unauthorized = |m: &str| error(401, "unauthorized", m);
+fn bearer(req: &HttpRequest) -> Result<&str, Box<HttpResponse>> {
+    let unauthorized = |m: &str| Box::new(error(401, "unauthorized", m));
     let header = req
         .headers()
         .get("authorization")
@@ -87,13 +87,16 @@ fn bearer(req: &HttpRequest) -> Result<&str, HttpResponse> {
 
 /// Reads at most [`MAX_BODY_BYTES`] of the body; the caller answers a
 /// refusal only once the token is known to be valid.
-async fn read_body(req: &HttpRequest, payload: web::Payload) -> Result<web::Bytes, HttpResponse> {
+async fn read_body(
+    req: &HttpRequest,
+    payload: web::Payload,
+) -> Result<web::Bytes, Box<HttpResponse>> {
     let too_large = || {
-        error(
+        Box::new(error(
             413,
             "body_too_large",
             &format!("request body over {MAX_BODY_BYTES} bytes"),
-        )
+        ))
     };
     let declared = req
         .headers()
@@ -105,7 +108,11 @@ async fn read_body(req: &HttpRequest, payload: web::Payload) -> Result<web::Byte
     }
     match payload.to_bytes_limited(MAX_BODY_BYTES).await {
         Ok(Ok(body)) => Ok(body),
-        Ok(Err(e)) => Err(error(400, "bad_request", &format!("reading body: {e}"))),
+        Ok(Err(e)) => Err(Box::new(error(
+            400,
+            "bad_request",
+            &format!("reading body: {e}"),
+        ))),
         Err(_) => Err(too_large()),
     }
 }
@@ -118,7 +125,7 @@ async fn invoke(
 ) -> HttpResponse {
     let token = match bearer(&req) {
         Ok(t) => t,
-        Err(refusal) => return refusal,
+        Err(refusal) => return *refusal,
     };
     let deadline_ms = match req.headers().get(DEADLINE_HEADER) {
         None => None,
@@ -145,7 +152,7 @@ async fn invoke(
                 digest: digest.clone(),
             };
             return match agent.send(check).await {
-                Ok(true) => refusal,
+                Ok(true) => *refusal,
                 Ok(false) => error(401, "unauthorized", "token not valid for this tenant"),
                 Err(_) => failed(&InvokeError::ShuttingDown),
             };
@@ -182,7 +189,7 @@ async fn tenant_usage(
 ) -> HttpResponse {
     let token = match bearer(&req) {
         Ok(t) => t,
-        Err(refusal) => return refusal,
+        Err(refusal) => return *refusal,
     };
     let tenant = TenantId(tenant.into_inner());
     let check = CheckToken {
