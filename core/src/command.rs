@@ -14,11 +14,6 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Largest key accepted by [`CommandV1::Put`] and [`CommandV1::Delete`], in bytes.
-pub const MAX_KEY_BYTES: usize = 1024;
-/// Largest value accepted by [`CommandV1::Put`], in bytes.
-pub const MAX_VALUE_BYTES: usize = 1 << 20;
-
 /// A versioned command in the region's Raft log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RegionCommand {
@@ -28,20 +23,23 @@ pub enum RegionCommand {
 
 /// The first version of region commands.
 ///
-/// The generic key/value commands exist for operators and tests; the domain
-/// commands (tenants, quotas, functions, placements, usage) join this enum.
+/// `Put` and `Delete` were the generic key/value commands of the store's
+/// first test; they are retired: their slots stay so that a log written by
+/// an older binary still decodes, but they fail validation and the state
+/// machine refuses them at apply ([`CommandOutcome::Rejected`]), the same
+/// on every replica.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CommandV1 {
     /// Changes nothing; useful to confirm leadership and commit progress.
     Noop,
-    /// Sets `key` to `value`.
+    /// Retired (set `key` to `value`): refused at apply.
     Put {
-        /// The key, at most [`MAX_KEY_BYTES`] bytes.
+        /// The key.
         key: String,
-        /// The value, at most [`MAX_VALUE_BYTES`] bytes.
+        /// The value.
         value: Vec<u8>,
     },
-    /// Removes `key` (no effect if it is absent).
+    /// Retired (remove `key`): refused at apply.
     Delete {
         /// The key to remove.
         key: String,
@@ -65,7 +63,8 @@ pub enum CommandV1 {
 pub enum CommandOutcome {
     /// The command changed nothing and returned nothing.
     Done,
-    /// A key was written or removed; `previous` is the value it held before.
+    /// What a retired `Put`/`Delete` answered (no longer produced; the
+    /// slot keeps the encoding of the later variants).
     Written {
         /// The value replaced or removed, if any.
         previous: Option<Vec<u8>>,
@@ -82,32 +81,12 @@ pub enum CommandOutcome {
 /// A command that fails validation before it is proposed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CommandError {
-    /// The key is empty.
-    #[error("key is empty")]
-    EmptyKey,
-    /// The key is longer than [`MAX_KEY_BYTES`].
-    #[error("key is {len} bytes, the limit is {MAX_KEY_BYTES}")]
-    KeyTooLong {
-        /// The key's length in bytes.
-        len: usize,
-    },
-    /// The value is longer than [`MAX_VALUE_BYTES`].
-    #[error("value is {len} bytes, the limit is {MAX_VALUE_BYTES}")]
-    ValueTooLong {
-        /// The value's length in bytes.
-        len: usize,
-    },
+    /// A retired key/value command (`Put`, `Delete`).
+    #[error("the key/value commands are retired; write through the domain API")]
+    Retired,
 }
 
 impl RegionCommand {
-    /// A `Put` of the current version.
-    pub fn put(key: impl Into<String>, value: impl Into<Vec<u8>>) -> Self {
-        RegionCommand::V1(CommandV1::Put {
-            key: key.into(),
-            value: value.into(),
-        })
-    }
-
     /// A domain command of the current version (the leader stamps its time).
     pub fn domain(command: crate::state::DomainCommand) -> Self {
         RegionCommand::V1(CommandV1::Domain { now_ms: 0, command })
@@ -121,34 +100,18 @@ impl RegionCommand {
         }
     }
 
-    /// Checks the limits a command must meet before it is proposed.
+    /// Checks a command before it is proposed.
     ///
     /// The state machine checks again on apply, so a command that slips past
     /// a client is rejected the same way on every replica.
     pub fn validate(&self) -> Result<(), CommandError> {
         match self {
-            RegionCommand::V1(CommandV1::Noop) => Ok(()),
-            RegionCommand::V1(CommandV1::Put { key, value }) => {
-                check_key(key)?;
-                if value.len() > MAX_VALUE_BYTES {
-                    return Err(CommandError::ValueTooLong { len: value.len() });
-                }
-                Ok(())
+            RegionCommand::V1(CommandV1::Noop | CommandV1::Domain { .. }) => Ok(()),
+            RegionCommand::V1(CommandV1::Put { .. } | CommandV1::Delete { .. }) => {
+                Err(CommandError::Retired)
             }
-            RegionCommand::V1(CommandV1::Delete { key }) => check_key(key),
-            RegionCommand::V1(CommandV1::Domain { .. }) => Ok(()),
         }
     }
-}
-
-fn check_key(key: &str) -> Result<(), CommandError> {
-    if key.is_empty() {
-        return Err(CommandError::EmptyKey);
-    }
-    if key.len() > MAX_KEY_BYTES {
-        return Err(CommandError::KeyTooLong { len: key.len() });
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -156,26 +119,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn validate_refuses_empty_and_oversized() {
-        assert_eq!(
-            RegionCommand::put("", b"x".to_vec()).validate(),
-            Err(CommandError::EmptyKey)
-        );
-        let long = "k".repeat(MAX_KEY_BYTES + 1);
-        assert_eq!(
-            RegionCommand::put(long, Vec::new()).validate(),
-            Err(CommandError::KeyTooLong {
-                len: MAX_KEY_BYTES + 1
-            })
-        );
-        let big = vec![0u8; MAX_VALUE_BYTES + 1];
-        assert_eq!(
-            RegionCommand::put("k", big).validate(),
-            Err(CommandError::ValueTooLong {
-                len: MAX_VALUE_BYTES + 1
-            })
-        );
-        assert_eq!(RegionCommand::put("k", b"v".to_vec()).validate(), Ok(()));
+    fn retired_key_value_commands_fail_validation() {
+        let put = RegionCommand::V1(CommandV1::Put {
+            key: "k".into(),
+            value: b"v".to_vec(),
+        });
+        let delete = RegionCommand::V1(CommandV1::Delete { key: "k".into() });
+        assert_eq!(put.validate(), Err(CommandError::Retired));
+        assert_eq!(delete.validate(), Err(CommandError::Retired));
         assert_eq!(RegionCommand::V1(CommandV1::Noop).validate(), Ok(()));
     }
 }

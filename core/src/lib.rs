@@ -18,6 +18,7 @@ pub mod bounds;
 pub mod command;
 pub mod config;
 pub mod executor;
+pub mod http_surface;
 pub mod metering;
 pub mod model;
 #[cfg(feature = "net")]

@@ -4,10 +4,13 @@
 //! 401 without one, 403 with another tenant's) and `GET /v1/agent/journal`
 //! (where the journal stands; no tenant data, no auth).
 //!
-//! The bearer token is hashed here and checked by the [`NodeAgent`] against
-//! the digests the region sent (so it works while the agent is cut off).
-//! Every accepted invocation is answered: `200` with the function's body,
-//! or an explicit error `{"error": {"code", "message"}}`:
+//! The bearer token (core's one strict rule, [`bearer_token`]) is hashed
+//! here and checked by the [`NodeAgent`] against the digests the region
+//! sent (so it works while the agent is cut off); the body is read only
+//! after that check. Every accepted invocation is answered: `200` with the
+//! function's body, or an explicit error `{"error": {"code", "message",
+//! "retryable"}}` with the header `X-Gshare-Error: <code>` (core's
+//! [`ErrorBody`], the replicas' shape too):
 //!
 //! | status | code |
 //! |---|---|
@@ -15,6 +18,8 @@
 //! | 400 | `invalid_idempotency_key` (header `Idempotency-Key` not 1 to 128 printable ASCII characters) |
 //! | 401 | `unauthorized` (missing or unknown token, or another tenant's) |
 //! | 404 | `unknown_function` |
+//! | 404 | `unknown_route` (no route for this path and method) |
+//! | 413 | `body_too_large` (over [`MAX_BODY_BYTES`], after the token check) |
 //! | 429 | `over_capacity` |
 //! | 502 | `instance_failed` (the runtime failed, or the function answered non-2xx) |
 //! | 502 | `function_crashed` (its process died while serving; it is restarted) |
@@ -27,8 +32,9 @@ use crate::token::token_digest;
 use actix::Addr;
 use actix_web::http::StatusCode;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use gshare_core::http_surface::{bearer_token, retryable_status, ErrorBody, ERROR_HEADER};
 use gshare_core::model::TenantId;
-use gshare_core::protocol::{InvokeError, InvokeOutcome};
+use gshare_core::protocol::{InvokeError, InvokeOutcome, MAX_INVOKE_BODY_BYTES};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -39,11 +45,17 @@ pub const KEY_HEADER: &str = "idempotency-key";
 /// Header marking the stored answer of a repeated key (`1`, or `truncated`).
 pub const REPLAYED_HEADER: &str = "x-gshare-replayed";
 /// Largest request body accepted.
-pub const MAX_BODY_BYTES: usize = 4 << 20;
+pub const MAX_BODY_BYTES: usize = MAX_INVOKE_BODY_BYTES;
 
+/// An error answer in the one shape; `retryable` from the status.
 fn error(status: u16, code: &str, message: &str) -> HttpResponse {
+    error_with(status, code, message, retryable_status(status))
+}
+
+fn error_with(status: u16, code: &str, message: &str, retryable: bool) -> HttpResponse {
     HttpResponse::build(StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
-        .json(serde_json::json!({"error": {"code": code, "message": message}}))
+        .insert_header((ERROR_HEADER, code))
+        .json(ErrorBody::new(code, message, retryable))
 }
 
 /// The HTTP answer to an invocation's outcome (shared with the region's
@@ -82,25 +94,62 @@ pub fn replayed(body: Vec<u8>, body_len: u64, truncated: bool) -> HttpResponse {
 }
 
 fn failed(e: &InvokeError) -> HttpResponse {
-    error(e.http_status(), e.code(), &e.to_string())
+    error_with(e.http_status(), e.code(), &e.to_string(), e.retryable())
 }
 
-fn bearer(req: &HttpRequest) -> Option<&str> {
-    req.headers()
-        .get("authorization")?
+/// The request's bearer token, or the 401 answer.
+fn bearer(req: &HttpRequest) -> Result<&str, Box<HttpResponse>> {
+    let unauthorized = |m: &str| Box::new(error(401, "unauthorized", m));
+    let header = req
+        .headers()
+        .get("authorization")
+        .ok_or_else(|| unauthorized("missing Authorization: Bearer <token>"))?
         .to_str()
-        .ok()?
-        .strip_prefix("Bearer ")
+        .map_err(|_| unauthorized("the Authorization header is not visible ASCII"))?;
+    bearer_token(header).map_err(|e| unauthorized(&e.to_string()))
+}
+
+/// Reads at most [`MAX_BODY_BYTES`] of the body; the caller answers a
+/// refusal only once the token is known to be valid.
+async fn read_body(
+    req: &HttpRequest,
+    payload: web::Payload,
+) -> Result<web::Bytes, Box<HttpResponse>> {
+    let too_large = || {
+        Box::new(error(
+            413,
+            "body_too_large",
+            &format!("request body over {MAX_BODY_BYTES} bytes"),
+        ))
+    };
+    let declared = req
+        .headers()
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES) {
+        return Err(too_large());
+    }
+    match payload.to_bytes_limited(MAX_BODY_BYTES).await {
+        Ok(Ok(body)) => Ok(body),
+        Ok(Err(e)) => Err(Box::new(error(
+            400,
+            "bad_request",
+            &format!("reading body: {e}"),
+        ))),
+        Err(_) => Err(too_large()),
+    }
 }
 
 async fn invoke(
     req: HttpRequest,
     path: web::Path<(String, String)>,
-    body: web::Bytes,
+    payload: web::Payload,
     agent: web::Data<Addr<NodeAgent>>,
 ) -> HttpResponse {
-    let Some(token) = bearer(&req) else {
-        return error(401, "unauthorized", "missing bearer token");
+    let token = match bearer(&req) {
+        Ok(t) => t,
+        Err(refusal) => return *refusal,
     };
     let deadline_ms = match req.headers().get(DEADLINE_HEADER) {
         None => None,
@@ -133,10 +182,27 @@ async fn invoke(
         },
     };
     let (tenant, function) = path.into_inner();
+    let (tenant, digest) = (TenantId(tenant), token_digest(token));
+    let body = match read_body(&req, payload).await {
+        Ok(b) => b,
+        // Too large (or unreadable): only a caller with a valid token
+        // learns more than that its token is refused.
+        Err(refusal) => {
+            let check = CheckToken {
+                tenant,
+                digest: digest.clone(),
+            };
+            return match agent.send(check).await {
+                Ok(true) => *refusal,
+                Ok(false) => error(401, "unauthorized", "token not valid for this tenant"),
+                Err(_) => failed(&InvokeError::ShuttingDown),
+            };
+        }
+    };
     let msg = Invoke {
-        tenant: TenantId(tenant),
+        tenant,
         function,
-        token_digest: Some(token_digest(token)),
+        token_digest: Some(digest),
         deadline_ms,
         body: body.to_vec(),
         idempotency_key,
@@ -163,8 +229,9 @@ async fn tenant_usage(
     agent: web::Data<Addr<NodeAgent>>,
     journal: web::Data<JournalView>,
 ) -> HttpResponse {
-    let Some(token) = bearer(&req) else {
-        return error(401, "unauthorized", "missing bearer token");
+    let token = match bearer(&req) {
+        Ok(t) => t,
+        Err(refusal) => return *refusal,
     };
     let tenant = TenantId(tenant.into_inner());
     let check = CheckToken {
@@ -240,6 +307,15 @@ async fn metrics(agent: web::Data<Addr<NodeAgent>>) -> HttpResponse {
         .body(out)
 }
 
+/// Any path or method without a route: 404 `unknown_route` (not an empty 404).
+async fn unknown_route(req: HttpRequest) -> HttpResponse {
+    error(
+        404,
+        "unknown_route",
+        &format!("no route for {} {}", req.method(), req.path()),
+    )
+}
+
 /// Binds the ingress on `addr` with `workers` threads (no metering endpoints).
 pub fn serve(
     addr: SocketAddr,
@@ -262,12 +338,12 @@ pub fn serve_tls(
         App::new()
             .app_data(web::Data::new(agent.clone()))
             .app_data(web::Data::new(view.clone()))
-            .app_data(web::PayloadConfig::new(MAX_BODY_BYTES))
             .route("/v1/invoke/{tenant}/{name}", web::post().to(invoke))
             .route("/v1/agent/usage/{tenant}", web::get().to(tenant_usage))
             .route("/v1/agent/journal", web::get().to(journal_status))
             .route("/metrics", web::get().to(metrics))
             .route("/healthz", web::get().to(|| async { "ok" }))
+            .default_service(web::to(unknown_route))
     })
     .workers(workers.max(1))
     .disable_signals();

@@ -129,7 +129,7 @@ impl RegionLink {
             &base.join(&config.tls.cert),
             &base.join(&config.tls.key),
         )?;
-        let mut endpoint = quinn::Endpoint::client("0.0.0.0:0".parse()?)?;
+        let mut endpoint = quinn::Endpoint::client(config.quic_bind)?;
         endpoint.set_default_client_config(client);
         let register = Register {
             agent: AgentId(config.node.0.clone()),

@@ -1,8 +1,9 @@
 //! The region's replicated state and how one command changes it.
 //!
-//! Two parts: the generic key/value map (operators and tests) and the
-//! domain state ([`gshare_core::state::RegionState`]: tenants, quotas,
-//! prices, topology, functions, instances, usage). A domain command is
+//! The domain state ([`gshare_core::state::RegionState`]: tenants, quotas,
+//! prices, topology, functions, instances, usage), plus the key/value map
+//! of the retired `Put`/`Delete` commands: nothing writes it any more, it
+//! stays so that a snapshot written by an older binary still decodes. A domain command is
 //! applied at the time the leader stamped on it, kept monotonic across
 //! leaders (`max(stamp, last applied time)`), so every replica computes the
 //! same result without reading a clock.
@@ -16,6 +17,7 @@ use std::collections::BTreeMap;
 /// that applied the same log prefix.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RegionState {
+    /// Written by older binaries only (retired `Put`/`Delete`).
     kv: BTreeMap<String, Vec<u8>>,
     domain: DomainState,
     now_ms: u64,
@@ -32,12 +34,13 @@ impl RegionState {
         }
         match command {
             RegionCommand::V1(CommandV1::Noop) => CommandOutcome::Done,
-            RegionCommand::V1(CommandV1::Put { key, value }) => CommandOutcome::Written {
-                previous: self.kv.insert(key, value),
-            },
-            RegionCommand::V1(CommandV1::Delete { key }) => CommandOutcome::Written {
-                previous: self.kv.remove(&key),
-            },
+            // Retired: `validate` refuses them above; spelled out so a
+            // change there cannot make them write again.
+            RegionCommand::V1(CommandV1::Put { .. } | CommandV1::Delete { .. }) => {
+                CommandOutcome::Rejected {
+                    reason: gshare_core::command::CommandError::Retired.to_string(),
+                }
+            }
             RegionCommand::V1(CommandV1::Domain { now_ms, command }) => {
                 self.now_ms = self.now_ms.max(now_ms);
                 CommandOutcome::Domain(self.domain.apply(command, self.now_ms))
@@ -55,39 +58,14 @@ impl RegionState {
         self.now_ms
     }
 
-    /// The value stored under `key`.
-    pub fn get(&self, key: &str) -> Option<&[u8]> {
-        self.kv.get(key).map(Vec::as_slice)
-    }
-
-    /// Number of keys.
+    /// Key/value entries (from a snapshot of an older binary; never written now).
     pub fn len(&self) -> usize {
         self.kv.len()
     }
 
-    /// Whether no key is stored.
+    /// Whether no key/value entry is held.
     pub fn is_empty(&self) -> bool {
         self.kv.is_empty()
-    }
-
-    /// Entries whose key starts with `prefix`, in key order.
-    pub fn entries_with_prefix<'a>(
-        &'a self,
-        prefix: &'a str,
-    ) -> impl Iterator<Item = (&'a str, &'a [u8])> + 'a {
-        self.kv
-            .range(prefix.to_string()..)
-            .take_while(move |(k, _)| k.starts_with(prefix))
-            .map(|(k, v)| (k.as_str(), v.as_slice()))
-    }
-
-    /// Keys in order, starting at `from`, at most `limit` of them.
-    pub fn keys_from(&self, from: &str, limit: usize) -> Vec<String> {
-        self.kv
-            .range(from.to_string()..)
-            .take(limit)
-            .map(|(k, _)| k.clone())
-            .collect()
     }
 }
 
@@ -96,30 +74,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn put_delete_and_reject() {
+    fn retired_key_value_commands_decode_but_are_refused_and_change_nothing() {
+        // A batch as an older binary wrote it still decodes …
+        let old = crate::CommandBatch(vec![
+            RegionCommand::V1(CommandV1::Put {
+                key: "a".into(),
+                value: b"1".to_vec(),
+            }),
+            RegionCommand::V1(CommandV1::Delete { key: "a".into() }),
+        ]);
+        let back: crate::CommandBatch = crate::decode(&crate::encode(&old).unwrap()).unwrap();
+        assert_eq!(back, old);
+        // … and applying it is refused, the same on every replica.
         let mut s = RegionState::default();
-        assert_eq!(
-            s.apply(RegionCommand::put("a", b"1".to_vec())),
-            CommandOutcome::Written { previous: None }
-        );
-        assert_eq!(
-            s.apply(RegionCommand::put("a", b"2".to_vec())),
-            CommandOutcome::Written {
-                previous: Some(b"1".to_vec())
-            }
-        );
-        assert!(matches!(
-            s.apply(RegionCommand::put("", b"x".to_vec())),
-            CommandOutcome::Rejected { .. }
-        ));
-        assert_eq!(s.len(), 1);
-        assert_eq!(
-            s.apply(RegionCommand::V1(CommandV1::Delete { key: "a".into() })),
-            CommandOutcome::Written {
-                previous: Some(b"2".to_vec())
-            }
-        );
+        for c in back.0 {
+            assert!(matches!(s.apply(c), CommandOutcome::Rejected { .. }));
+        }
         assert!(s.is_empty());
+        assert_eq!(s, RegionState::default());
     }
 
     #[test]
@@ -162,9 +134,12 @@ mod tests {
     #[test]
     fn commands_round_trip_through_bincode() {
         let cmds = crate::CommandBatch(vec![
-            RegionCommand::put("k", vec![0, 1, 255]),
             RegionCommand::V1(CommandV1::Noop),
-            RegionCommand::V1(CommandV1::Delete { key: "k".into() }),
+            RegionCommand::domain(gshare_core::state::DomainCommand::TenantCreate {
+                tenant: gshare_core::model::TenantId("t".into()),
+                display_name: Some("T".into()),
+                quotas: Default::default(),
+            }),
         ]);
         let bytes = crate::encode(&cmds).unwrap();
         let back: crate::CommandBatch = crate::decode(&bytes).unwrap();

@@ -4,6 +4,8 @@ use std::io::Cursor;
 use std::time::Duration;
 
 use gshare_core::command::RegionCommand;
+use gshare_core::model::TenantId;
+use gshare_core::state::DomainCommand;
 use gshare_raft_store::{CommandBatch, RegionState, TypeConfig};
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftLogReader, SnapshotMeta, Vote};
@@ -12,10 +14,19 @@ fn log_id(term: u64, index: u64) -> LogId<u64> {
     LogId::new(CommittedLeaderId::new(term, 1), index)
 }
 
+/// A domain write: create tenant `name`.
+fn create(name: &str) -> RegionCommand {
+    RegionCommand::domain(DomainCommand::TenantCreate {
+        tenant: TenantId(name.into()),
+        display_name: None,
+        quotas: Default::default(),
+    })
+}
+
 fn put(term: u64, index: u64, key: &str) -> Entry<TypeConfig> {
     Entry {
         log_id: log_id(term, index),
-        payload: EntryPayload::Normal(CommandBatch(vec![RegionCommand::put(key, b"v".to_vec())])),
+        payload: EntryPayload::Normal(CommandBatch(vec![create(key)])),
     }
 }
 
@@ -50,7 +61,7 @@ async fn log_vote_committed_and_snapshot_survive_reopen() {
         // A snapshot of state holding k1..k3 at index 3.
         let mut region = RegionState::default();
         for i in 1..=3 {
-            region.apply(RegionCommand::put(format!("k{i}"), b"v".to_vec()));
+            region.apply(create(&format!("k{i}")));
         }
         let meta = SnapshotMeta {
             last_log_id: Some(log_id(2, 3)),
@@ -80,8 +91,8 @@ async fn log_vote_committed_and_snapshot_survive_reopen() {
     let (applied, _) = sm.applied_state().await.unwrap();
     assert_eq!(applied, Some(log_id(2, 3)));
     let st = sm.reader();
-    assert_eq!(st.read().region.len(), 3);
-    assert_eq!(st.read().region.get("k3"), Some(&b"v"[..]));
+    assert_eq!(st.read().region.domain().tenants().count(), 3);
+    assert!(st.read().region.domain().tenants().any(|t| t.id.0 == "k3"));
     let snap = sm
         .get_current_snapshot()
         .await
@@ -92,5 +103,5 @@ async fn log_vote_committed_and_snapshot_survive_reopen() {
     // Re-applying the committed tail rebuilds the rest of the state.
     let tail = log.try_get_log_entries(4..=5).await.unwrap();
     sm.apply(tail).await.unwrap();
-    assert_eq!(sm.reader().read().region.len(), 5);
+    assert_eq!(sm.reader().read().region.domain().tenants().count(), 5);
 }

@@ -9,6 +9,7 @@
 //! tenants = "tenants.toml"
 //! operator_token_file = "operator.token"  # file holding the operator's bearer token
 //! # operator_token = "change-me"    # or inline (for tests and local demos only)
+//! metrics_token_file = "metrics.token"  # optional: unlocks tenant series on /metrics
 //! snapshot_every = 20000            # optional: entries between snapshots
 //! keep_logs = 1000                  # optional: entries kept behind a snapshot
 //!
@@ -81,6 +82,9 @@ pub struct ReplicaConfig {
     pub tenants: PathBuf,
     /// Bearer token for operator requests.
     pub operator_token: String,
+    /// Bearer token that shows tenant-labelled series on `/metrics`
+    /// (`metrics_token_file`; without it only the operator token does).
+    pub metrics_token: Option<String>,
     /// Certificate paths.
     pub tls: TlsPaths,
     /// The other replicas of the initial cluster.
@@ -244,6 +248,22 @@ impl Checker<'_> {
         }
     }
 
+    /// The token in the file named by `key` (trimmed; must not be empty).
+    fn token_file(&mut self, t: &toml::Table, key: &str) -> Option<String> {
+        let p = self.path(t, "", key, true)?;
+        match std::fs::read_to_string(&p) {
+            Ok(s) if !s.trim().is_empty() => Some(s.trim().to_string()),
+            Ok(_) => {
+                self.problem(key, format!("{} is empty", p.display()));
+                None
+            }
+            Err(e) => {
+                self.problem(key, format!("{}: {e}", p.display()));
+                None
+            }
+        }
+    }
+
     fn path(
         &mut self,
         t: &toml::Table,
@@ -313,6 +333,7 @@ impl ReplicaConfig {
                 "tenants",
                 "operator_token",
                 "operator_token_file",
+                "metrics_token_file",
                 "snapshot_every",
                 "keep_logs",
                 "tls",
@@ -332,19 +353,7 @@ impl ReplicaConfig {
             root.contains_key("operator_token_file"),
         ) {
             (_, false) => c.string(&root, "", "operator_token"),
-            (false, true) => c
-                .path(&root, "", "operator_token_file", true)
-                .and_then(|p| match std::fs::read_to_string(&p) {
-                    Ok(t) if !t.trim().is_empty() => Some(t.trim().to_string()),
-                    Ok(_) => {
-                        c.problem("operator_token_file", format!("{} is empty", p.display()));
-                        None
-                    }
-                    Err(e) => {
-                        c.problem("operator_token_file", format!("{}: {e}", p.display()));
-                        None
-                    }
-                }),
+            (false, true) => c.token_file(&root, "operator_token_file"),
             (true, true) => {
                 c.problem(
                     "operator_token_file",
@@ -353,6 +362,10 @@ impl ReplicaConfig {
                 None
             }
         };
+        let metrics_token = root
+            .contains_key("metrics_token_file")
+            .then(|| c.token_file(&root, "metrics_token_file"))
+            .flatten();
         let snapshot_every = c.optional_count(&root, "snapshot_every", DEFAULT_SNAPSHOT_EVERY, 1);
         let keep_logs = c.optional_count(&root, "keep_logs", DEFAULT_KEEP_LOGS, 0);
         let tls = c
@@ -473,6 +486,7 @@ impl ReplicaConfig {
                 topology,
                 tenants,
                 operator_token,
+                metrics_token,
                 tls,
                 peers,
                 snapshot_every,
@@ -581,6 +595,21 @@ mod tests {
         std::fs::write(dir.path().join("op.token"), " \n").unwrap();
         let p = ReplicaConfig::parse(&from_file, dir.path()).unwrap_err();
         assert!(p[0].problem.contains("is empty"), "{p:?}");
+
+        // The metrics token is optional, read from its file (trimmed).
+        assert_eq!(
+            ReplicaConfig::parse(text, dir.path())
+                .unwrap()
+                .metrics_token,
+            None
+        );
+        std::fs::write(dir.path().join("m.token"), "m3trics\n").unwrap();
+        let with_metrics = format!("metrics_token_file = \"m.token\"\n{text}");
+        let c = ReplicaConfig::parse(&with_metrics, dir.path()).unwrap();
+        assert_eq!(c.metrics_token.as_deref(), Some("m3trics"));
+        let missing = format!("metrics_token_file = \"nope.token\"\n{text}");
+        let p = ReplicaConfig::parse(&missing, dir.path()).unwrap_err();
+        assert_eq!(p[0].key, "metrics_token_file", "{p:?}");
     }
 
     #[test]

@@ -4,25 +4,24 @@
 //! |---|---|---|
 //! | `GET /healthz` | anyone | `ok` while the process serves |
 //! | `GET /v1/cluster` | anyone | id, role, leader, term, commit index, members |
-//! | `GET /metrics` | anyone | Prometheus text of the same figures and QUIC counters |
-//! | `POST /v1/kv` `{key, value}` | operator | replicated write; followers forward to the leader |
-//! | `GET /v1/kv?prefix=p` | operator | this replica's applied entries under a prefix |
+//! | `GET /metrics` | anyone; tenant series with the metrics or operator token | Prometheus text of the same figures and QUIC counters |
 //! | `POST /v1/cluster/replicas` `{id, raft_addr, http_addr}` | operator, leader | add as learner, then voter |
 //! | `DELETE /v1/cluster/replicas/{id}` | operator, leader | remove a voter |
 //!
-//! Membership changes answer `421` with the leader's HTTP address on a
-//! follower; `gsharectl` follows it.
+//! Membership changes answer `421 not_leader` with the leader's HTTP
+//! address on a follower; `gsharectl` follows it. Every error, including
+//! an unknown route or method, is [`ApiError`]'s one shape.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use gshare_core::command::{CommandOutcome, RegionCommand};
 use gshare_raft_store::ReplicaNode;
 use openraft::{ChangeMembers, ServerState};
 use serde::{Deserialize, Serialize};
 
-use crate::proposer::WriteError;
+use crate::api::auth::sha256_hex;
+use crate::api::ApiError;
 use crate::replica::Replica;
 
 /// What the HTTP handlers share.
@@ -32,6 +31,9 @@ pub struct HttpContext {
     pub replica: Replica,
     /// The operator's bearer token.
     pub operator_token: String,
+    /// The token that unlocks tenant-labelled series on `/metrics`
+    /// (`metrics_token_file`); the operator token does too.
+    pub metrics_token: Option<String>,
     /// The domain API's counters and caches (`crate::api`).
     pub api: std::sync::Arc<crate::api::ApiState>,
     /// TLS for invocations forwarded to peer replicas: set when this
@@ -79,15 +81,6 @@ pub struct ClusterStatus {
     pub members: Vec<MemberStatus>,
 }
 
-/// The body of `POST /v1/kv`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct KvWrite {
-    /// Key.
-    pub key: String,
-    /// Value (UTF-8 text).
-    pub value: String,
-}
-
 /// The body of `POST /v1/cluster/replicas`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NewReplica {
@@ -97,12 +90,6 @@ pub struct NewReplica {
     pub raft_addr: String,
     /// Its HTTP address.
     pub http_addr: String,
-}
-
-#[derive(Debug, Deserialize)]
-struct PrefixQuery {
-    #[serde(default)]
-    prefix: String,
 }
 
 fn role(s: ServerState) -> &'static str {
@@ -153,26 +140,15 @@ pub async fn cluster_status(replica: &Replica) -> ClusterStatus {
     }
 }
 
-fn error(status: actix_web::http::StatusCode, msg: impl ToString, retryable: bool) -> HttpResponse {
-    HttpResponse::build(status)
-        .json(serde_json::json!({ "error": msg.to_string(), "retryable": retryable }))
-}
-
 /// The refusal of a request without the operator token, if it lacks it.
 fn refuse_unless_operator(req: &HttpRequest, ctx: &HttpContext) -> Option<HttpResponse> {
-    let want = format!("Bearer {}", ctx.operator_token);
-    match req
-        .headers()
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-    {
-        Some(got) if got == want => None,
-        _ => Some(error(
-            actix_web::http::StatusCode::UNAUTHORIZED,
-            "operator token required (Authorization: Bearer …)",
-            false,
-        )),
-    }
+    crate::api::auth::operator(req, ctx)
+        .err()
+        .map(|e| actix_web::ResponseError::error_response(&e))
+}
+
+fn answer(e: ApiError) -> HttpResponse {
+    actix_web::ResponseError::error_response(&e)
 }
 
 async fn healthz() -> HttpResponse {
@@ -183,16 +159,46 @@ async fn cluster(ctx: web::Data<HttpContext>) -> HttpResponse {
     HttpResponse::Ok().json(cluster_status(&ctx.replica).await)
 }
 
-async fn metrics(ctx: web::Data<HttpContext>) -> HttpResponse {
+/// Whether the request may see tenant-labelled series: no token means
+/// no (the public series only); a wrong token is refused.
+fn sees_tenant_series(req: &HttpRequest, ctx: &HttpContext) -> Result<bool, ApiError> {
+    if !req.headers().contains_key("authorization") {
+        return Ok(false);
+    }
+    let digest = sha256_hex(crate::api::auth::bearer(req)?);
+    let metrics = ctx.metrics_token.as_deref().map(sha256_hex);
+    if digest == sha256_hex(&ctx.operator_token) || metrics.as_ref() == Some(&digest) {
+        Ok(true)
+    } else {
+        Err(ApiError::new(
+            actix_web::http::StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "/metrics takes the metrics token or the operator token (or none: public series only)",
+        ))
+    }
+}
+
+async fn metrics(req: HttpRequest, ctx: web::Data<HttpContext>) -> HttpResponse {
+    let full = match sees_tenant_series(&req, &ctx) {
+        Ok(full) => full,
+        Err(e) => return answer(e),
+    };
     match render_metrics(&ctx.replica).await {
         Ok(mut text) => {
             text.push_str(&ctx.api.render(ctx.replica.state.read().region.domain()));
             ctx.replica.agents.reports.render(&mut text);
+            if !full {
+                text = crate::api::metrics::public_series(&text);
+            }
             HttpResponse::Ok()
                 .content_type("text/plain; version=0.0.4")
                 .body(text)
         }
-        Err(e) => error(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR, e, true),
+        Err(e) => answer(ApiError::new(
+            actix_web::http::StatusCode::INTERNAL_SERVER_ERROR,
+            "metrics",
+            e.to_string(),
+        )),
     }
 }
 
@@ -249,7 +255,11 @@ pub async fn render_metrics(replica: &Replica) -> Result<String, prometheus::Err
             "Members of the configuration",
             st.members.len() as i64,
         ),
-        ("gshare_region_keys", "Keys in the applied state", keys),
+        (
+            "gshare_region_keys",
+            "Key/value entries in the applied state (written by older versions only)",
+            keys,
+        ),
         (
             "gshare_region_quic_connections_total",
             "QUIC connections accepted",
@@ -283,76 +293,11 @@ pub async fn render_metrics(replica: &Replica) -> Result<String, prometheus::Err
 
 /// Parses a JSON body after authorization, so a stranger learns nothing from parse errors.
 fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Box<HttpResponse>> {
-    serde_json::from_slice(body).map_err(|e| {
-        Box::new(error(
-            actix_web::http::StatusCode::BAD_REQUEST,
-            format!("request body: {e}"),
-            false,
-        ))
-    })
-}
-
-async fn kv_write(req: HttpRequest, ctx: web::Data<HttpContext>, body: web::Bytes) -> HttpResponse {
-    if let Some(refusal) = refuse_unless_operator(&req, &ctx) {
-        return refusal;
-    }
-    let KvWrite { key, value } = match json_body(&body) {
-        Ok(b) => b,
-        Err(resp) => return *resp,
-    };
-    match ctx
-        .replica
-        .proposer
-        .propose(RegionCommand::put(key, value.into_bytes()))
-        .await
-    {
-        Ok(CommandOutcome::Written { previous }) => HttpResponse::Ok().json(serde_json::json!({
-            "outcome": "written",
-            "previous": previous.map(|p| String::from_utf8_lossy(&p).into_owned()),
-        })),
-        Ok(CommandOutcome::Done) => {
-            HttpResponse::Ok().json(serde_json::json!({ "outcome": "done" }))
-        }
-        Ok(CommandOutcome::Rejected { reason }) => {
-            error(actix_web::http::StatusCode::BAD_REQUEST, reason, false)
-        }
-        Ok(CommandOutcome::Domain(_)) => error(
-            actix_web::http::StatusCode::INTERNAL_SERVER_ERROR,
-            "unexpected domain outcome",
-            false,
-        ),
-        Err(e @ WriteError::Invalid(_)) => {
-            error(actix_web::http::StatusCode::BAD_REQUEST, e, false)
-        }
-        Err(e) => error(actix_web::http::StatusCode::SERVICE_UNAVAILABLE, e, true),
-    }
-}
-
-async fn kv_list(
-    req: HttpRequest,
-    ctx: web::Data<HttpContext>,
-    q: web::Query<PrefixQuery>,
-) -> HttpResponse {
-    if let Some(refusal) = refuse_unless_operator(&req, &ctx) {
-        return refusal;
-    }
-    let entries: BTreeMap<String, String> = {
-        let st = ctx.replica.state.read();
-        st.region
-            .entries_with_prefix(&q.prefix)
-            .map(|(k, v)| (k.to_string(), String::from_utf8_lossy(v).into_owned()))
-            .collect()
-    };
-    HttpResponse::Ok().json(serde_json::json!({ "id": ctx.replica.id, "entries": entries }))
+    crate::api::parse_json(body).map_err(|e| Box::new(answer(e)))
 }
 
 fn not_leader(st: &ClusterStatus) -> HttpResponse {
-    HttpResponse::MisdirectedRequest().json(serde_json::json!({
-        "error": "not the leader",
-        "leader": st.leader,
-        "leader_http": st.leader_http,
-        "retryable": true,
-    }))
+    answer(ApiError::not_leader(st.leader, st.leader_http.clone()))
 }
 
 async fn add_replica(
@@ -378,11 +323,9 @@ async fn add_replica(
     if raft_addr.parse::<std::net::SocketAddr>().is_err()
         || http_addr.parse::<std::net::SocketAddr>().is_err()
     {
-        return error(
-            actix_web::http::StatusCode::BAD_REQUEST,
+        return answer(ApiError::bad_request(
             "raft_addr and http_addr must be ip:port",
-            false,
-        );
+        ));
     }
     let raft = &ctx.replica.raft;
     let node = ReplicaNode {
@@ -390,22 +333,22 @@ async fn add_replica(
         http_addr,
     };
     if let Err(e) = raft.add_learner(id, node, true).await {
-        return error(
+        return answer(ApiError::new(
             actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+            "membership",
             format!("adding learner {id}: {e}"),
-            true,
-        );
+        ));
     }
     match raft
         .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
         .await
     {
         Ok(_) => HttpResponse::Ok().json(cluster_status(&ctx.replica).await),
-        Err(e) => error(
+        Err(e) => answer(ApiError::new(
             actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+            "membership",
             format!("promoting {id} to voter: {e}"),
-            true,
-        ),
+        )),
     }
 }
 
@@ -423,11 +366,7 @@ async fn remove_replica(
     }
     let id = path.into_inner();
     if !st.members.iter().any(|m| m.id == id) {
-        return error(
-            actix_web::http::StatusCode::NOT_FOUND,
-            format!("replica {id} is not a member"),
-            false,
-        );
+        return answer(ApiError::not_found(format!("replica {id} is not a member")));
     }
     match ctx
         .replica
@@ -436,11 +375,11 @@ async fn remove_replica(
         .await
     {
         Ok(_) => HttpResponse::Ok().json(cluster_status(&ctx.replica).await),
-        Err(e) => error(
+        Err(e) => answer(ApiError::new(
             actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+            "membership",
             format!("removing {id}: {e}"),
-            true,
-        ),
+        )),
     }
 }
 
@@ -449,8 +388,6 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/healthz", web::get().to(healthz))
         .route("/metrics", web::get().to(metrics))
         .route("/v1/cluster", web::get().to(cluster))
-        .route("/v1/kv", web::post().to(kv_write))
-        .route("/v1/kv", web::get().to(kv_list))
         .route("/v1/cluster/replicas", web::post().to(add_replica))
         .route(
             "/v1/cluster/replicas/{id}",
@@ -460,7 +397,13 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route(
         "/v1/invoke/{tenant}/{name}",
         web::post().to(crate::agents::invoke_route),
-    );
+    )
+    .default_service(web::to(unknown_route));
+}
+
+/// Any path or method without a route: 404 `unknown_route` (not an empty 404).
+async fn unknown_route(req: HttpRequest) -> HttpResponse {
+    answer(ApiError::unknown_route(req.method().as_str(), req.path()))
 }
 
 /// Binds the HTTP server of `ctx` on `addr` (run the returned server to serve).

@@ -173,6 +173,27 @@ impl HttpTarget {
     }
 }
 
+/// An HTTP answer: status, headers and body text.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HttpReply {
+    /// Status code.
+    pub status: u16,
+    /// Body as text (lossy UTF-8).
+    pub body: String,
+    /// Headers in order, names in lower case.
+    pub headers: Vec<(String, String)>,
+}
+
+impl HttpReply {
+    /// The first value of header `name` (any case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
 /// Sends one request and reads the whole answer; `timeout` bounds each socket operation.
 pub fn request(
     addr: SocketAddr,
@@ -226,6 +247,7 @@ pub fn request_with(
         HttpReply {
             status: a.status,
             body: String::from_utf8_lossy(&a.body).into_owned(),
+            headers: a.headers.clone(),
         },
         a.headers,
     ))
@@ -270,16 +292,8 @@ pub fn request_to(
     Ok(HttpReply {
         status: a.status,
         body: String::from_utf8_lossy(&a.body).into_owned(),
+        headers: a.headers,
     })
-}
-
-/// An HTTP answer: status and body text.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HttpReply {
-    /// Status code.
-    pub status: u16,
-    /// Body as text (lossy UTF-8).
-    pub body: String,
 }
 
 /// An HTTP answer as bytes: status, headers (names in lower case), body.
@@ -381,6 +395,7 @@ fn parse(addr: SocketAddr, raw: &[u8]) -> Result<HttpReply, HttpClientError> {
     Ok(HttpReply {
         status: a.status,
         body: String::from_utf8_lossy(&a.body).into_owned(),
+        headers: a.headers,
     })
 }
 
@@ -459,6 +474,7 @@ mod tests {
         let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
         let r = parse(a, b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nhi").unwrap();
         assert_eq!((r.status, r.body.as_str()), (200, "hi"));
+        assert_eq!(r.header("Content-Length"), Some("2"));
         let r = parse(a, b"HTTP/1.1 404 Not Found\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n").unwrap();
         assert_eq!((r.status, r.body.as_str()), (404, "abcde"));
         assert!(parse(a, b"garbage").is_err());

@@ -122,6 +122,7 @@ async fn run(config: ReplicaConfig, init: bool) -> anyhow::Result<()> {
     let ctx = HttpContext {
         replica: replica.clone(),
         operator_token: config.operator_token.clone(),
+        metrics_token: config.metrics_token.clone(),
         api: std::sync::Arc::new(gshare_region::api::ApiState::new(Some(
             config.topology.clone(),
         ))),

@@ -14,6 +14,11 @@
 //! the process-wide provider lookup that panics when two providers are linked).
 //! The CA's distinguished name is fixed, so a node certificate can be issued
 //! later from `ca.key` alone without parsing `ca.pem`.
+//!
+//! Certificates are valid for a finite time from an hour before they are
+//! made (clock skew): the CA [`DEFAULT_CA_DAYS`], a node certificate
+//! [`DEFAULT_CERT_DAYS`] (`--days` chooses). Neither `init` nor `issue`
+//! overwrites existing files (`issue --force` replaces a node's).
 
 use std::fs;
 use std::io::Write;
@@ -31,6 +36,13 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 pub const ALPN: &[u8] = b"gshare-raft/1";
 
 const CA_COMMON_NAME: &str = "gshare region CA";
+
+/// Validity of a CA made by [`init_ca`], in days (10 years).
+pub const DEFAULT_CA_DAYS: u32 = 3_650;
+/// Validity of a node certificate made by [`issue`], in days (2 years).
+pub const DEFAULT_CERT_DAYS: u32 = 730;
+/// The longest validity accepted, in days (100 years).
+pub const MAX_DAYS: u32 = 36_500;
 
 /// A certificate or TLS setup problem.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +68,13 @@ pub enum TlsError {
     /// The CA already exists; `init` does not overwrite it.
     #[error("{0} already exists; refusing to overwrite the CA")]
     CaExists(PathBuf),
+    /// The node's certificate or key already exists; `issue` replaces it
+    /// only when forced.
+    #[error("{0} already exists; refusing to overwrite it (--force replaces it)")]
+    CertExists(PathBuf),
+    /// The validity asked for is outside 1..=[`MAX_DAYS`] days.
+    #[error("validity of {0} days: expected 1 to {MAX_DAYS}")]
+    Validity(u32),
     /// Certificate generation failed.
     #[error("certificate generation failed: {0}")]
     Generate(#[from] rcgen::Error),
@@ -95,6 +114,35 @@ fn ca_params() -> Result<CertificateParams, rcgen::Error> {
     Ok(params)
 }
 
+/// Makes `params` valid from an hour ago for `days` days.
+fn set_validity(params: &mut CertificateParams, days: u32) -> Result<(), TlsError> {
+    if !(1..=MAX_DAYS).contains(&days) {
+        return Err(TlsError::Validity(days));
+    }
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::hours(1);
+    params.not_after = now + time::Duration::days(i64::from(days));
+    Ok(())
+}
+
+/// How [`issue_with`] issues a node certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IssueOptions {
+    /// Validity in days.
+    pub days: u32,
+    /// Replace an existing certificate and key of the same name.
+    pub force: bool,
+}
+
+impl Default for IssueOptions {
+    fn default() -> Self {
+        IssueOptions {
+            days: DEFAULT_CERT_DAYS,
+            force: false,
+        }
+    }
+}
+
 fn write_file(path: &Path, contents: &str, secret: bool) -> Result<(), TlsError> {
     let io = |source| TlsError::Io {
         path: path.to_path_buf(),
@@ -120,8 +168,14 @@ fn read_to_string(path: &Path) -> Result<String, TlsError> {
     })
 }
 
-/// Creates a CA in `dir` (`ca.pem`, `ca.key`); refuses to overwrite one.
+/// Creates a CA in `dir` (`ca.pem`, `ca.key`) valid for
+/// [`DEFAULT_CA_DAYS`]; refuses to overwrite one.
 pub fn init_ca(dir: &Path) -> Result<(PathBuf, PathBuf), TlsError> {
+    init_ca_for(dir, DEFAULT_CA_DAYS)
+}
+
+/// Creates a CA in `dir` valid for `days`; refuses to overwrite one.
+pub fn init_ca_for(dir: &Path, days: u32) -> Result<(PathBuf, PathBuf), TlsError> {
     fs::create_dir_all(dir).map_err(|source| TlsError::Io {
         path: dir.to_path_buf(),
         source,
@@ -133,16 +187,36 @@ pub fn init_ca(dir: &Path) -> Result<(PathBuf, PathBuf), TlsError> {
             return Err(TlsError::CaExists(p.clone()));
         }
     }
+    let mut params = ca_params()?;
+    set_validity(&mut params, days)?;
     let key = KeyPair::generate()?;
-    let cert = ca_params()?.self_signed(&key)?;
+    let cert = params.self_signed(&key)?;
     write_file(&key_path, &key.serialize_pem(), true)?;
     write_file(&cert_path, &cert.pem(), false)?;
     Ok((cert_path, key_path))
 }
 
 /// Issues a certificate for `name` signed by the CA in `dir`, valid for
-/// `sans` (host names or IP addresses). Writes `<name>.pem` and `<name>.key`.
+/// `sans` (host names or IP addresses) and [`DEFAULT_CERT_DAYS`]. Writes
+/// `<name>.pem` and `<name>.key`; refuses to overwrite them.
 pub fn issue(dir: &Path, name: &str, sans: &[String]) -> Result<(PathBuf, PathBuf), TlsError> {
+    issue_with(dir, name, sans, IssueOptions::default())
+}
+
+/// [`issue`] with a chosen validity, replacing existing files if forced.
+pub fn issue_with(
+    dir: &Path,
+    name: &str,
+    sans: &[String],
+    options: IssueOptions,
+) -> Result<(PathBuf, PathBuf), TlsError> {
+    let cert_path = dir.join(format!("{name}.pem"));
+    let key_path = dir.join(format!("{name}.key"));
+    if !options.force {
+        if let Some(p) = [&cert_path, &key_path].into_iter().find(|p| p.exists()) {
+            return Err(TlsError::CertExists(p.clone()));
+        }
+    }
     let ca_key_path = dir.join("ca.key");
     let ca_key_pem = read_to_string(&ca_key_path)?;
     let ca_key = KeyPair::from_pem(&ca_key_pem).map_err(|e| TlsError::Pem {
@@ -160,10 +234,9 @@ pub fn issue(dir: &Path, name: &str, sans: &[String]) -> Result<(PathBuf, PathBu
         ExtendedKeyUsagePurpose::ServerAuth,
         ExtendedKeyUsagePurpose::ClientAuth,
     ];
+    set_validity(&mut params, options.days)?;
     let key = KeyPair::generate()?;
     let cert = params.signed_by(&key, &issuer)?;
-    let cert_path = dir.join(format!("{name}.pem"));
-    let key_path = dir.join(format!("{name}.key"));
     write_file(&key_path, &key.serialize_pem(), true)?;
     write_file(&cert_path, &cert.pem(), false)?;
     Ok((cert_path, key_path))
@@ -305,6 +378,104 @@ mod tests {
         let e = http_client_config(&paths.key).unwrap_err();
         assert!(matches!(e, TlsFileError::Pem { .. }), "{e}");
         assert!(e.to_string().contains("r1.key"), "{e}");
+    }
+
+    /// One DER element of `b`: (tag, contents, what follows).
+    fn tlv(b: &[u8]) -> (u8, &[u8], &[u8]) {
+        let (tag, first) = (b[0], b[1] as usize);
+        let (len, head) = if first < 0x80 {
+            (first, 2)
+        } else {
+            let n = first & 0x7f;
+            let len = b[2..2 + n].iter().fold(0usize, |a, x| a << 8 | *x as usize);
+            (len, 2 + n)
+        };
+        (tag, &b[head..head + len], &b[head + len..])
+    }
+
+    /// A DER UTCTime (tag 0x17) or GeneralizedTime (0x18).
+    fn der_time(tag: u8, s: &[u8]) -> time::OffsetDateTime {
+        let s = std::str::from_utf8(s).unwrap();
+        let (year, rest) = if tag == 0x17 {
+            let yy: i32 = s[..2].parse().unwrap();
+            (if yy < 50 { 2000 + yy } else { 1900 + yy }, &s[2..])
+        } else {
+            (s[..4].parse().unwrap(), &s[4..])
+        };
+        let n = |i: usize| rest[i..i + 2].parse::<u8>().unwrap();
+        let month = time::Month::try_from(n(0)).unwrap();
+        time::Date::from_calendar_date(year, month, n(2))
+            .unwrap()
+            .with_hms(n(4), n(6), n(8))
+            .unwrap()
+            .assume_utc()
+    }
+
+    /// (not before, not after) of the PEM certificate at `path`, read
+    /// from its DER: Certificate { tbs { [0] version, serial, signature
+    /// algorithm, issuer, validity { notBefore, notAfter }, … }, … }.
+    fn validity_of(path: &Path) -> (time::OffsetDateTime, time::OffsetDateTime) {
+        let der = CertificateDer::from_pem_file(path).unwrap();
+        let (_, cert, _) = tlv(der.as_ref());
+        let (_, mut tbs, _) = tlv(cert);
+        if tbs[0] == 0xa0 {
+            tbs = tlv(tbs).2;
+        }
+        for _ in 0..3 {
+            tbs = tlv(tbs).2;
+        }
+        let (_, validity, _) = tlv(tbs);
+        let (t1, from, rest) = tlv(validity);
+        let (t2, until, _) = tlv(rest);
+        (der_time(t1, from), der_time(t2, until))
+    }
+
+    #[test]
+    fn certificates_expire_and_issue_refuses_to_overwrite_unless_forced() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ca, _) = init_ca(dir.path()).unwrap();
+        let now = time::OffsetDateTime::now_utc();
+        let days = |a: time::OffsetDateTime, b: time::OffsetDateTime| (b - a).whole_days();
+        let (from, until) = validity_of(&ca);
+        assert!(from <= now && days(from, now) == 0, "{from}");
+        assert!(
+            (3_649..=3_650).contains(&days(now, until)),
+            "CA until {until}"
+        );
+        let (cert, key) = issue(dir.path(), "n1", &default_sans("n1")).unwrap();
+        let (_, until) = validity_of(&cert);
+        assert!(
+            (729..=730).contains(&days(now, until)),
+            "leaf until {until}"
+        );
+        let before = (fs::read(&cert).unwrap(), fs::read(&key).unwrap());
+        match issue(dir.path(), "n1", &default_sans("n1")) {
+            Err(TlsError::CertExists(p)) => assert_eq!(p, cert),
+            other => panic!("overwrote without force: {other:?}"),
+        }
+        assert_eq!(before, (fs::read(&cert).unwrap(), fs::read(&key).unwrap()));
+        let forced = IssueOptions {
+            days: 30,
+            force: true,
+        };
+        issue_with(dir.path(), "n1", &default_sans("n1"), forced).unwrap();
+        assert_ne!(before.0, fs::read(&cert).unwrap());
+        let (_, until) = validity_of(&cert);
+        assert!(
+            (29..=30).contains(&days(now, until)),
+            "forced until {until}"
+        );
+        for bad in [0, MAX_DAYS + 1] {
+            let o = IssueOptions {
+                days: bad,
+                force: true,
+            };
+            assert!(matches!(
+                issue_with(dir.path(), "n2", &default_sans("n2"), o),
+                Err(TlsError::Validity(d)) if d == bad
+            ));
+        }
+        assert!(!dir.path().join("n2.pem").exists());
     }
 
     #[test]

@@ -104,7 +104,9 @@ mod tests {
 
     #[test]
     fn frames_round_trip_and_garbage_is_malformed() {
-        let req = PeerRequest::Write(CommandBatch(vec![RegionCommand::put("k", b"v".to_vec())]));
+        let req = PeerRequest::Write(CommandBatch(vec![RegionCommand::V1(
+            gshare_core::command::CommandV1::Noop,
+        )]));
         let frame = encode_frame(&req).unwrap();
         let len = u32::from_be_bytes(frame[..4].try_into().unwrap()) as usize;
         assert_eq!(len, frame.len() - 4);

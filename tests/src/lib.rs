@@ -18,6 +18,7 @@
 pub mod binaries;
 pub mod fault_proxy;
 pub mod fuzz;
+pub mod raw_http;
 pub mod stand_in_region;
 pub mod test_region;
 

@@ -264,7 +264,7 @@ impl TestRegion {
         }
     }
 
-    /// One attempt to write `key = value` through replica `via`.
+    /// One attempt to write `key = value` through replica `via` (see [`write_at`]).
     pub fn try_write(&self, via: u64, key: &str, value: &str) -> anyhow::Result<HttpReply> {
         write_at(self.http(via), key, value)
     }
@@ -278,8 +278,8 @@ impl TestRegion {
             let via = ids[i % ids.len()];
             i += 1;
             match self.try_write(via, key, value) {
-                Ok(r) if r.status == 200 => return Ok(()),
-                Ok(r) if r.status == 400 || r.status == 401 => {
+                Ok(r) if acknowledged(&r) => return Ok(()),
+                Ok(r) if matches!(r.status, 400 | 401 | 403 | 422) => {
                     bail!("write {key} refused: {}", r.body)
                 }
                 _ if Instant::now() > deadline => {
@@ -290,12 +290,13 @@ impl TestRegion {
         }
     }
 
-    /// Replica `id`'s applied entries under `prefix`.
+    /// Replica `id`'s applied writes under `prefix` (tenant name → display
+    /// name, from its local `GET /v1/tenants`).
     pub fn entries(&self, id: u64, prefix: &str) -> anyhow::Result<BTreeMap<String, String>> {
         let r = request(
             self.http(id),
             "GET",
-            &format!("/v1/kv?prefix={prefix}"),
+            "/v1/tenants",
             Some(TOKEN),
             None,
             HTTP_TIMEOUT,
@@ -304,12 +305,18 @@ impl TestRegion {
             bail!("entries of {id}: HTTP {} {}", r.status, r.body);
         }
         let v: serde_json::Value = serde_json::from_str(&r.body)?;
-        let map = v["entries"]
-            .as_object()
-            .ok_or_else(|| anyhow!("no entries in {}", r.body))?;
-        Ok(map
+        let tenants = v
+            .as_array()
+            .ok_or_else(|| anyhow!("no tenant list in {}", r.body))?;
+        Ok(tenants
             .iter()
-            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+            .filter_map(|t| {
+                let name = t["name"].as_str()?;
+                name.starts_with(prefix).then(|| {
+                    let value = t["display_name"].as_str().unwrap_or_default();
+                    (name.to_string(), value.to_string())
+                })
+            })
             .collect())
     }
 
@@ -362,17 +369,30 @@ impl TestRegion {
     }
 }
 
-/// One write of `key = value` to the replica at `addr`.
+/// One domain write of `key = value` to the replica at `addr`: create
+/// tenant `key` with display name `value` (`POST /v1/tenants`, a Raft
+/// entry like any other; followers forward it to the leader). Keys must be
+/// unique per write and valid tenant names; see [`acknowledged`].
 pub fn write_at(addr: SocketAddr, key: &str, value: &str) -> anyhow::Result<HttpReply> {
-    let body = serde_json::json!({ "key": key, "value": value }).to_string();
+    let body = serde_json::json!({ "name": key, "display_name": value }).to_string();
     Ok(request(
         addr,
         "POST",
-        "/v1/kv",
+        "/v1/tenants",
         Some(TOKEN),
         Some(&body),
         HTTP_TIMEOUT,
     )?)
+}
+
+/// Whether `r` acknowledges a [`write_at`]: `201`, or `409 duplicate_name`
+/// when an earlier attempt of the same write was applied but its answer
+/// was lost (keys are unique per write; the value is checked when read back).
+pub fn acknowledged(r: &HttpReply) -> bool {
+    r.status == 201
+        || (r.status == 409
+            && serde_json::from_str::<serde_json::Value>(&r.body)
+                .is_ok_and(|v| v["error"]["code"] == "duplicate_name"))
 }
 
 impl Drop for TestRegion {

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use gshare_core::model::PoolKind;
 use gshare_core::state::RegionState;
 use gshare_region::http_client::{request, HttpReply};
+use gshare_tests::raw_http::{assert_error, raw_request};
 use gshare_tests::{TestRegion, TOKEN};
 use serde_json::{json, Value};
 
@@ -37,6 +38,7 @@ fn call(
     request(addr, method, path, token, body, T).unwrap_or_else(|e| HttpReply {
         status: 0,
         body: e.to_string(),
+        ..HttpReply::default()
     })
 }
 
@@ -79,7 +81,14 @@ fn call_retry(
 }
 
 fn started(n: u64) -> TestRegion {
-    let mut region = TestRegion::new(n).expect("region");
+    started_with(n, "", |_| {})
+}
+
+/// [`started`] with `extra` config lines, after `prepare` (e.g. writing a
+/// file the configs name) and before the first start.
+fn started_with(n: u64, extra: &str, prepare: impl FnOnce(&TestRegion)) -> TestRegion {
+    let mut region = TestRegion::with_config(n, extra).expect("region");
+    prepare(&region);
     for id in 1..=n {
         region.start(id, id == 1).expect("start");
     }
@@ -473,7 +482,8 @@ fn tenants_are_isolated_bad_input_changes_nothing_usage_is_billed_once_and_reloa
         std::thread::sleep(Duration::from_millis(200));
     }
     converged(&region, &[1, 2, 3]);
-    let metrics = call(a, "GET", "/metrics", None, None).body;
+    // Tenant series only with a token; the rest is open.
+    let metrics = call(a, "GET", "/metrics", Some(TOKEN), None).body;
     assert!(
         metrics.contains("gshare_region_placement_rejections_total{reason="),
         "{metrics}"
@@ -482,6 +492,12 @@ fn tenants_are_isolated_bad_input_changes_nothing_usage_is_billed_once_and_reloa
         metrics.contains("gshare_region_tenant_instances{tenant=\"acme\""),
         "{metrics}"
     );
+    let open = call(a, "GET", "/metrics", None, None).body;
+    assert!(
+        open.contains("gshare_region_placement_rejections_total{reason="),
+        "{open}"
+    );
+    assert!(!open.contains("tenant="), "{open}");
 }
 
 #[test]
@@ -578,4 +594,167 @@ fn concurrent_deploys_across_a_leader_kill_keep_quota_and_gpu_capacity() {
             );
         }
     }
+}
+
+/// `call` with a raw `Authorization` header value (or none).
+fn call_raw(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    auth: Option<&str>,
+    body: &str,
+) -> HttpReply {
+    call_declared(addr, method, path, auth, body, body.len())
+}
+
+/// `call_raw` declaring `content_length` bytes while sending only `body`.
+fn call_declared(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    auth: Option<&str>,
+    body: &str,
+    content_length: usize,
+) -> HttpReply {
+    let headers: Vec<(&str, &str)> = auth.map(|a| ("Authorization", a)).into_iter().collect();
+    raw_request(
+        addr,
+        method,
+        path,
+        &headers,
+        body.as_bytes(),
+        content_length,
+    )
+}
+
+#[test]
+fn every_error_has_one_shape_and_open_endpoints_leak_no_tenant_data() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let region = started_with(3, "metrics_token_file = \"metrics.token\"", |r| {
+        std::fs::write(r.path("metrics.token"), "scrape-me\n").unwrap();
+    });
+    let leader = region
+        .wait_leader(&[1, 2, 3], Duration::from_secs(15))
+        .expect("leader");
+    let a = region.http(leader);
+    let follower = region.http(if leader == 1 { 2 } else { 1 });
+    let acme = issue_token(&region, "acme");
+
+    // Unknown routes and methods, and the retired key/value route.
+    for (method, path) in [
+        ("GET", "/v1/nope"),
+        ("DELETE", "/v1/tenants"),
+        ("PATCH", "/healthz"),
+        ("POST", "/v1/kv"),
+        ("GET", "/v1/kv?prefix="),
+    ] {
+        let r = call(a, method, path, Some(TOKEN), Some("{}"));
+        assert_error(&r, 404, "unknown_route", false);
+    }
+    // API errors carry the header too.
+    let r = call(a, "GET", "/v1/functions/nope", Some(&acme), None);
+    assert_error(&r, 404, &code(&r), false);
+    let r = call(a, "GET", "/v1/tenants", None, None);
+    assert_error(&r, 401, "unauthorized", false);
+    // One strict bearer rule: nothing inside the header is trimmed.
+    for auth in [
+        format!("Bearer  {TOKEN}"),
+        format!("Bearer\t{TOKEN}"),
+        format!("bearer {TOKEN}"),
+    ] {
+        let r = call_raw(a, "GET", "/v1/tenants", Some(&auth), "");
+        assert_error(&r, 401, "unauthorized", false);
+    }
+    assert_eq!(
+        call_raw(
+            a,
+            "GET",
+            "/v1/tenants",
+            Some(&format!("Bearer {TOKEN}")),
+            ""
+        )
+        .status,
+        200
+    );
+    // A follower's refusal of a membership change names the leader.
+    let r = call(
+        follower,
+        "DELETE",
+        "/v1/cluster/replicas/9",
+        Some(TOKEN),
+        None,
+    );
+    assert_error(&r, 421, "not_leader", true);
+    assert_eq!(json_of(&r)["error"]["leader_http"], a.to_string(), "{r:?}");
+    // The invoke route: errors have `retryable`; the token is checked
+    // before the body's size.
+    let big = 5 << 20;
+    let bearer_acme = format!("Bearer {acme}");
+    let invoke = "/v1/invoke/acme/f";
+    let r = call_declared(a, "POST", invoke, Some("Bearer nobody"), "", big);
+    assert_error(&r, 401, "unauthorized", false);
+    let r = call_declared(a, "POST", invoke, None, "", big);
+    assert_error(&r, 401, "unauthorized", false);
+    let r = call_declared(a, "POST", invoke, Some(&bearer_acme), "", big);
+    assert_error(&r, 413, "body_too_large", false);
+    // A body over the old 256 KiB default but within the limit is read.
+    let mid = "x".repeat(300 << 10);
+    let r = call_raw(a, "POST", invoke, Some(&bearer_acme), &mid);
+    assert_error(&r, 404, "unknown_function", false);
+    let r = call(a, "POST", "/v1/invoke/acme/f", Some(&acme), Some("{}"));
+    assert_error(&r, 404, "unknown_function", false);
+    let r = call(a, "POST", "/v1/invoke/globex/f", Some(&acme), Some("{}"));
+    assert_error(&r, 401, "unauthorized", false);
+    // API bodies too: the token first, then the size.
+    let huge = 2 << 20;
+    let r = call_declared(a, "POST", "/v1/tenants", None, "", huge);
+    assert_error(&r, 401, "unauthorized", false);
+    let bearer_op = format!("Bearer {TOKEN}");
+    let r = call_declared(a, "POST", "/v1/tenants", Some(&bearer_op), "", huge);
+    assert_error(&r, 413, "body_too_large", false);
+
+    // /metrics: tenant series only with the metrics or operator token.
+    let r = call_retry(
+        &region,
+        &[leader],
+        "POST",
+        "/v1/functions",
+        &acme,
+        Some(&function("m1", 1)),
+    );
+    assert!(r.status == 201 || r.status == 200, "{r:?}");
+    for id in 1..=3 {
+        let addr = region.http(id);
+        let open = call(addr, "GET", "/metrics", None, None);
+        assert_eq!(open.status, 200, "{open:?}");
+        assert!(open.body.contains("gshare_region_raft_term "), "{open:?}");
+        assert!(
+            !open.body.contains("tenant=")
+                && !open.body.contains("acme")
+                && !open.body.contains("globex"),
+            "replica {id} shows tenant data without a token: {}",
+            open.body
+        );
+        for token in ["scrape-me", TOKEN] {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let full = call(addr, "GET", "/metrics", Some(token), None);
+                assert_eq!(full.status, 200, "{full:?}");
+                if full.body.contains(
+                    "gshare_region_tenant_instances{tenant=\"acme\",pool_kind=\"center\"} 1",
+                ) {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "replica {id}: {}", full.body);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        let r = call(addr, "GET", "/metrics", Some("wrong"), None);
+        assert_error(&r, 401, "unauthorized", false);
+        let r = call(addr, "GET", "/metrics", Some(&acme), None);
+        assert_error(&r, 401, "unauthorized", false);
+    }
+    // The open endpoints keep answering without a token.
+    assert_eq!(call(a, "GET", "/healthz", None, None).status, 200);
+    assert_eq!(call(a, "GET", "/v1/cluster", None, None).status, 200);
 }

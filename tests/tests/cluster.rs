@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use gshare_tests::test_region::write_at;
+use gshare_tests::test_region::{acknowledged, write_at};
 use gshare_tests::{TestRegion, TOKEN};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -86,7 +86,8 @@ fn leader_kill_during_writes_loses_no_acknowledged_write() {
                 let mut turn = w;
                 while !stop.load(Ordering::Relaxed) {
                     let (k, v) = (format!("w{w}-{seq:05}"), format!("v{seq}"));
-                    // Retry the same key until acknowledged (a put is idempotent).
+                    // Retry the same key until acknowledged (a lost answer
+                    // shows as `duplicate_name` on the retry).
                     loop {
                         if stop.load(Ordering::Relaxed) {
                             return;
@@ -98,7 +99,7 @@ fn leader_kill_during_writes_loses_no_acknowledged_write() {
                         }
                         let sent = Instant::now();
                         if let Ok(r) = write_at(addr, &k, &v) {
-                            if r.status == 200 {
+                            if acknowledged(&r) {
                                 acked
                                     .lock()
                                     .unwrap()

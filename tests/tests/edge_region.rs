@@ -3,9 +3,12 @@
 //! the instance the leader placed for a deployed function and the tenant's
 //! token digest, serves the invocation on its own ingress and through
 //! every replica, and its heartbeats and swap reports show at the replica
-//! holding its link (`GET /v1/cluster/agents`, `/metrics`).
+//! holding its link (`GET /v1/cluster/agents`, `/metrics`). Errors from
+//! the agent, the replicas and the replicas' forwards have one shape, and
+//! a revoked token stops working at the agent's ingress within a bound.
 
 use gshare_region::http_client::{request, HttpReply};
+use gshare_tests::raw_http::{assert_error, raw_request};
 use gshare_tests::{TestRegion, TOKEN};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
@@ -24,6 +27,7 @@ fn call(addr: SocketAddr, method: &str, path: &str, token: &str, body: Option<&s
     .unwrap_or_else(|e| HttpReply {
         status: 0,
         body: e.to_string(),
+        ..HttpReply::default()
     })
 }
 
@@ -59,6 +63,7 @@ fn agent_registers_with_the_region_and_serves_a_deployed_function() {
     });
     let v: Value = serde_json::from_str(&r.body).unwrap();
     let acme = v["token"].as_str().unwrap().to_string();
+    let acme_token_id = v["token_id"].as_str().unwrap().to_string();
     let f = json!({
         "name": "hello", "runtime": "pytorch", "memory_mib": 3000, "compute_milli": 400,
         "tier": "guaranteed", "deadline_ms": 2000, "pool": "center", "min_instances": 1,
@@ -143,6 +148,57 @@ key = "certs/{node}.key"
         (r.status == 200).then_some(r)
     });
     assert_eq!(served.body, "{}");
+    // The agent's own errors have the one shape, with `retryable` and the
+    // `X-Gshare-Error` header; the token is checked before the body's size.
+    let bearer = format!("Bearer {acme}");
+    let hello = "/v1/invoke/acme/hello";
+    let r = call(ingress, "GET", "/v1/nope", &acme, None);
+    assert_error(&r, 404, "unknown_route", false);
+    let r = call(ingress, "DELETE", hello, &acme, None);
+    assert_error(&r, 404, "unknown_route", false);
+    let r = call(ingress, "POST", "/v1/invoke/acme/nope", &acme, Some("x"));
+    assert_error(&r, 404, "unknown_function", false);
+    let r = call(ingress, "POST", hello, "nobody", Some("x"));
+    assert_error(&r, 401, "unauthorized", false);
+    let r = raw_request(
+        ingress,
+        "POST",
+        hello,
+        &[("Authorization", &format!("Bearer  {acme}"))],
+        b"",
+        0,
+    );
+    assert_error(&r, 401, "unauthorized", false);
+    for auth in [None, Some("Bearer nobody")] {
+        let headers: Vec<(&str, &str)> = auth.map(|a| ("Authorization", a)).into_iter().collect();
+        let r = raw_request(ingress, "POST", hello, &headers, b"", 5 << 20);
+        assert_error(&r, 401, "unauthorized", false);
+    }
+    let r = raw_request(
+        ingress,
+        "POST",
+        hello,
+        &[("Authorization", &bearer)],
+        b"",
+        5 << 20,
+    );
+    assert_error(&r, 413, "body_too_large", false);
+    // A deadline the agent cannot meet (2 ms of service, 1 ms asked), at
+    // the agent and through every replica: the replica holding the link
+    // forwards over QUIC, the others pass a peer's answer on with its header.
+    for addr in std::iter::once(ingress).chain((1..=3).map(|id| region.http(id))) {
+        let headers = [
+            ("Authorization", bearer.as_str()),
+            ("X-Gshare-Deadline-Ms", "1"),
+        ];
+        let r = raw_request(addr, "POST", hello, &headers, b"{}", 2);
+        assert_error(&r, 504, "deadline_unreachable", false);
+        assert_eq!(
+            r.header("content-type"),
+            Some("application/json"),
+            "{addr}: {r:?}"
+        );
+    }
     // Through every replica: the one the agent is connected to forwards
     // over QUIC, the others hand it to a peer over HTTP.
     for id in 1..=3 {
@@ -165,7 +221,7 @@ key = "certs/{node}.key"
             &acme,
             Some("x"),
         );
-        assert_eq!(r.status, 404, "replica {id}: {r:?}");
+        assert_error(&r, 404, "unknown_function", false);
         let r = call(
             region.http(id),
             "POST",
@@ -173,7 +229,7 @@ key = "certs/{node}.key"
             TOKEN,
             Some("x"),
         );
-        assert_eq!(r.status, 401, "replica {id}: {r:?}");
+        assert_error(&r, 401, "unauthorized", false);
     }
     // The replica holding the agent's link shows its latest heartbeat (both
     // GPUs) and the swap reports (the first call cold-started the instance).
@@ -192,7 +248,7 @@ key = "certs/{node}.key"
             });
             found.as_ref().map(|_| HttpReply {
                 status: 200,
-                body: String::new(),
+                ..HttpReply::default()
             })
         });
         found.unwrap()
@@ -259,6 +315,40 @@ key = "certs/{node}.key"
         });
         assert_eq!(r.body, "again");
     }
+    // Revocation reaches the agent's ingress within a bound: the region
+    // pushes token digests when they change (polled every 200 ms), so
+    // calls with the revoked token are served for a moment after the
+    // revocation is acknowledged, then refused by the agent itself.
+    let via = (1..=3).find(|id| *id != leader).unwrap();
+    until("revoked", || {
+        let r = call(
+            region.http(via),
+            "DELETE",
+            &format!("/v1/tenants/acme/tokens/{acme_token_id}"),
+            TOKEN,
+            None,
+        );
+        (r.status == 200).then_some(r)
+    });
+    let revoked = Instant::now();
+    let mut served_after = 0u32;
+    loop {
+        let r = call(ingress, "POST", hello, &acme, Some("{}"));
+        if r.status == 401 {
+            assert_error(&r, 401, "unauthorized", false);
+            break;
+        }
+        assert_eq!(r.status, 200, "{r:?}");
+        served_after += 1;
+        assert!(
+            revoked.elapsed() < Duration::from_secs(10),
+            "the revoked token still works at the agent after {served_after} calls: {r:?}"
+        );
+    }
+    println!(
+        "revocation reached the agent's ingress {} ms after it was acknowledged ({served_after} calls served in between)",
+        revoked.elapsed().as_millis()
+    );
     let _ = agent.kill();
     let _ = agent.wait();
 }

@@ -91,6 +91,9 @@ pub struct AgentConfig {
     pub ingress_addr: SocketAddr,
     /// QUIC addresses of the region's replicas.
     pub replicas: Vec<SocketAddr>,
+    /// Local address of the agent's QUIC endpoint (`quic_bind`; default:
+    /// the unspecified address of the first replica's family, any port).
+    pub quic_bind: SocketAddr,
     /// Certificates.
     pub tls: AgentTls,
     /// GPUs.
@@ -197,6 +200,35 @@ key = "c.key"
             GpuSource::Simulated(g) => assert_eq!(g[0].count, 2),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn quic_bind_defaults_to_the_first_replicas_family() {
+        let c = AgentConfig::from_toml("a.toml", GOOD).unwrap();
+        assert_eq!(c.quic_bind, "0.0.0.0:0".parse::<SocketAddr>().unwrap());
+        let v6 = GOOD.replace("127.0.0.1:7000", "[::1]:7000");
+        let c = AgentConfig::from_toml("a.toml", &v6).unwrap();
+        assert_eq!(c.quic_bind, "[::]:0".parse::<SocketAddr>().unwrap());
+        let set = format!("quic_bind = \"10.0.0.5:0\"\n{GOOD}");
+        let c = AgentConfig::from_toml("a.toml", &set).unwrap();
+        assert_eq!(c.quic_bind, "10.0.0.5:0".parse::<SocketAddr>().unwrap());
+        for (bad, needle) in [
+            (
+                "quic_bind = \"anywhere\"",
+                "quic_bind: expected an ip:port address",
+            ),
+            ("quic_bind = 5", "quic_bind:"),
+        ] {
+            let e = AgentConfig::from_toml("a.toml", &format!("{bad}\n{GOOD}"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(needle), "{bad}: {e}");
+        }
+        let mixed = format!("quic_bind = \"0.0.0.0:0\"\n{v6}");
+        let e = AgentConfig::from_toml("a.toml", &mixed)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("quic_bind: an IPv4 address cannot reach"), "{e}");
     }
 
     #[test]

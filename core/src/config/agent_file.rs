@@ -92,6 +92,14 @@ pub fn check_http_bind(addr: SocketAddr, tls: bool, insecure_http: bool) -> Resu
          add an [http_tls] section (cert, key) or set insecure_http = true",
         addr.ip()
     ))
+/// The default `quic_bind`: the unspecified address of the first
+/// replica's family (IPv4 without replicas), any port.
+fn default_quic_bind(replicas: &[SocketAddr]) -> SocketAddr {
+    let ip: std::net::IpAddr = match replicas.first() {
+        Some(SocketAddr::V6(_)) => std::net::Ipv6Addr::UNSPECIFIED.into(),
+        _ => std::net::Ipv4Addr::UNSPECIFIED.into(),
+    };
+    SocketAddr::new(ip, 0)
 }
 
 /// Parses and validates the agent config `file` whose text is `src`.
@@ -116,6 +124,7 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
         t.finish(&mut is);
         (nonempty(&mut is, cert), nonempty(&mut is, key))
     });
+    let quic_bind = root.string(&mut is, "quic_bind", false);
 
     let mut replicas = Vec::new();
     let replicas_at = root.loc_of("replicas");
@@ -311,6 +320,19 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
             );
         }
     }
+    let quic_bind = match quic_bind.v {
+        Some(_) => addr(&mut is, &quic_bind).inspect(|b| {
+            if b.is_ipv4() && replicas.iter().any(SocketAddr::is_ipv6) {
+                is.report(
+                    &quic_bind.at,
+                    IssueKind::Inconsistent,
+                    "an IPv4 address cannot reach the IPv6 replicas listed".into(),
+                    Some(b.to_string()),
+                );
+            }
+        }),
+        None => Some(default_quic_bind(&replicas)),
+    };
     let host_swap = check_range(&mut is, &host_swap, 0, 1 << 32);
     let heartbeat = if heartbeat.v.is_some() {
         check_range(&mut is, &heartbeat, 10, 60_000)
@@ -324,6 +346,9 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
     let (Some(metering_interval_ms), Some(invoke_key_window_s)) =
         (metering_interval, invoke_key_window)
     else {
+        return Err(is.into_error(file));
+    };
+    let Some(quic_bind) = quic_bind else {
         return Err(is.into_error(file));
     };
     match (
@@ -348,6 +373,7 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
             data_dir,
             ingress_addr,
             replicas,
+            quic_bind,
             tls: AgentTls { ca_cert, cert, key },
             gpus,
             host_swap_mib,

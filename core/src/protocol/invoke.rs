@@ -3,6 +3,10 @@
 use crate::model::{Micros, TenantId};
 use serde::{Deserialize, Serialize};
 
+/// Largest invocation body an ingress (an agent's or a replica's) accepts,
+/// in bytes; `413 body_too_large` beyond, answered after the token check.
+pub const MAX_INVOKE_BODY_BYTES: usize = 4 << 20;
+
 /// An invocation a replica forwards to a hosting agent (the replica has
 /// already checked the tenant's token).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,6 +70,22 @@ impl InvokeError {
             InvokeError::ShuttingDown => "shutting_down",
             InvokeError::FunctionCrashed { .. } => "function_crashed",
             InvokeError::UsageNotRecorded { .. } => "usage_not_recorded",
+        }
+    }
+
+    /// Whether the same invocation may succeed if sent again (the
+    /// `retryable` of the error body): over capacity, shutting down, a
+    /// crashed process (restarted), or its usage not journaled (no result
+    /// was delivered).
+    pub fn retryable(&self) -> bool {
+        match self {
+            InvokeError::OverCapacity
+            | InvokeError::ShuttingDown
+            | InvokeError::FunctionCrashed { .. }
+            | InvokeError::UsageNotRecorded { .. } => true,
+            InvokeError::DeadlineUnreachable { .. }
+            | InvokeError::InstanceFailed { .. }
+            | InvokeError::UnknownFunction => false,
         }
     }
 

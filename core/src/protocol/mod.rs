@@ -40,7 +40,9 @@ pub use codec::{
 };
 pub use gpu_report::{GpuStatus, NodeGpu};
 pub use instance_assignment::{AssignedInstance, Assignment};
-pub use invoke::{InvokeError, InvokeOutcome, InvokeReply, InvokeRequest, MAX_REPLAY_BODY};
+pub use invoke::{
+    InvokeError, InvokeOutcome, InvokeReply, InvokeRequest, MAX_INVOKE_BODY_BYTES, MAX_REPLAY_BODY,
+};
 pub use region_message::{RegionMessage, RegionMessageV1};
 pub use swap_report::{SwapEvent, SwapKind};
 pub use token_digests::{token_digest, TenantTokens, TokenDigests};

@@ -20,16 +20,23 @@
 //! its `ca_cert` and name their IP address; the replicas of a region serve
 //! alike), and reads at most [`MAX_FORWARD_REPLY_BYTES`] of the answer (a
 //! larger one is an unknown outcome).
+//!
+//! Every error is [`ApiError`]'s one shape; a peer's answer is passed on
+//! with its `Content-Type`, `X-Gshare-Error` and timing headers. The token
+//! is checked before the body is read (`413 body_too_large` beyond
+//! [`MAX_INVOKE_BODY_BYTES`]).
 
+use crate::api::{read_body_limited, ApiError};
 use crate::http::HttpContext;
 use crate::http_client::{send, HttpClientError, HttpTarget};
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
+use gshare_core::http_surface::ERROR_HEADER;
 use gshare_core::model::{NodeId, TenantId};
 use gshare_core::net::{read_frame, write_frame};
 use gshare_core::protocol::{
     token_digest, AgentMessage, AgentMessageV1, InvokeOutcome, InvokeRequest, RegionMessage,
-    RegionMessageV1, AGENT_FRAME_BYTES,
+    RegionMessageV1, AGENT_FRAME_BYTES, MAX_INVOKE_BODY_BYTES,
 };
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,20 +56,29 @@ const RELEARN: Duration = Duration::from_secs(3);
 const LOOKUP_WAIT: Duration = Duration::from_secs(60);
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-fn error(status: u16, code: &str, message: &str) -> HttpResponse {
-    HttpResponse::build(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY))
-        .json(serde_json::json!({"error": {"code": code, "message": message}}))
+/// Headers of a peer's answer passed on to the client.
+const PASSED_ON: [&str; 4] = [
+    "content-type",
+    ERROR_HEADER,
+    "x-gshare-queued-us",
+    "x-gshare-service-us",
+];
+
+fn error(status: StatusCode, code: &'static str, message: &str) -> HttpResponse {
+    answer(ApiError::new(status, code, message))
+}
+
+fn answer(e: ApiError) -> HttpResponse {
+    actix_web::ResponseError::error_response(&e)
 }
 
 fn outcome_unknown(key: &str, detail: &str) -> HttpResponse {
-    HttpResponse::build(StatusCode::BAD_GATEWAY)
-        .insert_header((KEY, key))
-        .json(serde_json::json!({"error": {
-            "code": "outcome_unknown",
-            "message": format!("the invocation may or may not have run ({detail}); retry with {KEY}: {key}"),
-            "retryable": true,
-            "idempotency_key": key,
-        }}))
+    answer(
+        ApiError::outcome_unknown(format!(
+            "the invocation may or may not have run ({detail}); retry with {KEY}: {key}"
+        ))
+        .with_key(key),
+    )
 }
 
 fn outcome_response(outcome: InvokeOutcome) -> HttpResponse {
@@ -85,7 +101,7 @@ fn outcome_response(outcome: InvokeOutcome) -> HttpResponse {
             .insert_header(("x-gshare-queued-us", queued_us.to_string()))
             .insert_header(("x-gshare-service-us", service_us.to_string()))
             .body(body),
-        InvokeOutcome::Failed(e) => error(e.http_status(), e.code(), &e.to_string()),
+        InvokeOutcome::Failed(e) => answer(ApiError::from_invoke(&e)),
     }
 }
 
@@ -241,20 +257,17 @@ async fn forward_http(
 pub async fn invoke_route(
     req: HttpRequest,
     path: web::Path<(String, String)>,
-    body: web::Bytes,
+    payload: web::Payload,
     ctx: web::Data<HttpContext>,
 ) -> HttpResponse {
     let (tenant, name) = path.into_inner();
     let tenant = TenantId(tenant);
-    let Some(auth) = req
-        .headers()
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
-    else {
-        return error(401, "unauthorized", "missing bearer token");
+    let token = match crate::api::auth::bearer(&req) {
+        Ok(t) => t.to_string(),
+        Err(e) => return answer(e),
     };
-    let digest = token_digest(auth.strip_prefix("Bearer ").unwrap_or("").trim());
+    let digest = token_digest(&token);
+    let auth = format!("Bearer {token}");
     let deadline = req
         .headers()
         .get(DEADLINE)
@@ -266,7 +279,7 @@ pub async fn invoke_route(
             Ok(ms) if ms > 0 => Some(ms),
             _ => {
                 return error(
-                    400,
+                    StatusCode::BAD_REQUEST,
                     "bad_deadline",
                     "X-Gshare-Deadline-Ms must be a positive integer",
                 )
@@ -276,7 +289,13 @@ pub async fn invoke_route(
     let key = match req.headers().get(KEY) {
         None => match crate::api::auth::new_secret() {
             Ok(secret) => format!("r{}-{}", ctx.replica.id, &secret[4..36]),
-            Err(e) => return error(500, "internal", &e.to_string()),
+            Err(e) => {
+                return error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    &e.to_string(),
+                )
+            }
         },
         Some(v) => match v
             .to_str()
@@ -286,7 +305,7 @@ pub async fn invoke_route(
             Some(k) => k.to_string(),
             None => {
                 return error(
-                    400,
+                    StatusCode::BAD_REQUEST,
                     "invalid_idempotency_key",
                     "Idempotency-Key must be 1 to 128 printable ASCII characters",
                 )
@@ -300,14 +319,30 @@ pub async fn invoke_route(
         }
         r
     };
+    let owned = {
+        let st = ctx.replica.state.read();
+        st.region.domain().token_owner(&digest).map(|(t, _)| t) == Some(&tenant)
+    };
+    if !owned {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "token not valid for this tenant",
+        );
+    }
+    let body = match read_body_limited(&req, payload, MAX_INVOKE_BODY_BYTES).await {
+        Ok(b) => b,
+        Err(e) => return answer(e),
+    };
     let nodes: Vec<NodeId> = {
         let st = ctx.replica.state.read();
         let d = st.region.domain();
-        if d.token_owner(&digest).map(|(t, _)| t) != Some(&tenant) {
-            return error(401, "unauthorized", "token not valid for this tenant");
-        }
         if d.function(&tenant, &name).is_err() {
-            return error(404, "unknown_function", "unknown function");
+            return error(
+                StatusCode::NOT_FOUND,
+                "unknown_function",
+                "unknown function",
+            );
         }
         let mut nodes: Vec<NodeId> = d
             .instances()
@@ -319,7 +354,7 @@ pub async fn invoke_route(
     };
     if nodes.is_empty() {
         return error(
-            503,
+            StatusCode::SERVICE_UNAVAILABLE,
             "no_instance",
             "the function has no instance placed yet",
         );
@@ -352,7 +387,7 @@ pub async fn invoke_route(
     }
     if req.headers().contains_key(FORWARDED) {
         return error(
-            503,
+            StatusCode::SERVICE_UNAVAILABLE,
             "no_agent",
             "no hosting agent is connected to this replica",
         );
@@ -374,7 +409,10 @@ pub async fn invoke_route(
                 let mut reply = HttpResponse::build(
                     StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
                 );
-                for h in headers.into_iter().filter(|(k, _)| k == "content-type") {
+                for h in headers
+                    .into_iter()
+                    .filter(|(k, _)| PASSED_ON.contains(&k.as_str()))
+                {
                     reply.insert_header(h);
                 }
                 return keyed(reply.body(body));
@@ -385,7 +423,7 @@ pub async fn invoke_route(
         }
     }
     error(
-        503,
+        StatusCode::SERVICE_UNAVAILABLE,
         "no_agent",
         "no agent hosting the function is connected to the region",
     )

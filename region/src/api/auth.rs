@@ -7,6 +7,7 @@
 
 use actix_web::http::StatusCode;
 use actix_web::HttpRequest;
+use gshare_core::http_surface::bearer_token;
 use gshare_core::model::TenantId;
 use gshare_core::protocol::token_digest;
 
@@ -39,18 +40,21 @@ fn unauthorized(message: &str) -> ApiError {
     ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
 }
 
-/// Authenticates the request (401 without a known token).
-pub fn caller(req: &HttpRequest, ctx: &HttpContext) -> Result<Caller, ApiError> {
+/// The request's bearer token under the one strict rule
+/// ([`bearer_token`]: nothing trimmed), or 401.
+pub fn bearer(req: &HttpRequest) -> Result<&str, ApiError> {
     let header = req
         .headers()
         .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .ok_or_else(|| unauthorized("missing Authorization: Bearer <token>"))?;
-    let token = header
-        .strip_prefix("Bearer ")
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .ok_or_else(|| unauthorized("expected Authorization: Bearer <token>"))?;
+        .ok_or_else(|| unauthorized("missing Authorization: Bearer <token>"))?
+        .to_str()
+        .map_err(|_| unauthorized("the Authorization header is not visible ASCII"))?;
+    bearer_token(header).map_err(|e| unauthorized(&e.to_string()))
+}
+
+/// Authenticates the request (401 without a known token).
+pub fn caller(req: &HttpRequest, ctx: &HttpContext) -> Result<Caller, ApiError> {
+    let token = bearer(req)?;
     let digest = token_digest(token);
     // Compare digests, not secrets: equal-length strings, no early exit on a prefix.
     if digest == token_digest(&ctx.operator_token) {

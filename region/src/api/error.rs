@@ -1,9 +1,14 @@
-//! The one error answer of the API: `{"error": {"code", "message", "retryable"}}`,
-//! with `"idempotency_key"` added (and the `Idempotency-Key` header) on the
-//! answers of writes that carry one.
+//! The one error answer of the replica: `{"error": {"code", "message",
+//! "retryable", …}}` with the header `X-Gshare-Error: <code>`, for the API,
+//! the invoke route, unknown routes and methods, and forwarded answers
+//! (the shape itself is core's [`ErrorBody`], shared with the agents).
+//! The answers of writes that carry an idempotency key add
+//! `"idempotency_key"` (and the `Idempotency-Key` header).
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
+use gshare_core::http_surface::{retryable_status, ErrorBody, ERROR_HEADER};
+use gshare_core::protocol::InvokeError;
 use gshare_core::state::{ApplyError, ErrorClass, PlanRejection, QueryError};
 
 use crate::proposer::WriteError;
@@ -18,6 +23,10 @@ pub struct ApiError {
     pub code: &'static str,
     /// For humans.
     pub message: String,
+    /// The leader (id, HTTP address) where a `not_leader` refusal names one.
+    leader: Option<(Option<u64>, Option<String>)>,
+    /// Set where the code, not the status, decides (invocations).
+    retry: Option<bool>,
     /// The idempotency key the write ran under (retry with it).
     pub idempotency_key: Option<String>,
 }
@@ -29,6 +38,8 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            leader: None,
+            retry: None,
             idempotency_key: None,
         }
     }
@@ -42,7 +53,45 @@ impl ApiError {
     /// 502 `outcome_unknown`: whether the write took effect is not known
     /// (the replica tried to learn it); retry with the same key.
     pub fn outcome_unknown(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_GATEWAY, "outcome_unknown", message)
+        let mut e = Self::new(StatusCode::BAD_GATEWAY, "outcome_unknown", message);
+        e.retry = Some(true);
+        e
+    }
+
+    /// The answer to a value out of its range (`invalid_spec`, 422, naming
+    /// the field and the bound), exactly as apply would refuse it.
+    pub fn from_bounds(e: gshare_core::bounds::OutOfBounds) -> Self {
+        Self::from_apply(&ApplyError::from(e))
+    }
+
+    /// 404 `unknown_route`: no route for this path and method.
+    pub fn unknown_route(method: &str, path: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "unknown_route",
+            format!("no route for {method} {path}"),
+        )
+    }
+
+    /// 421 `not_leader`, naming the leader if known (clients follow it).
+    pub fn not_leader(leader: Option<u64>, leader_http: Option<String>) -> Self {
+        let mut e = Self::new(
+            StatusCode::MISDIRECTED_REQUEST,
+            "not_leader",
+            "not the leader",
+        );
+        e.leader = Some((leader, leader_http));
+        e.retry = Some(true);
+        e
+    }
+
+    /// The answer to an invocation that ended in an error (the agent's
+    /// status, code and retryability).
+    pub fn from_invoke(e: &InvokeError) -> Self {
+        let status = StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::BAD_GATEWAY);
+        let mut out = Self::new(status, e.code(), e.to_string());
+        out.retry = Some(e.retryable());
+        out
     }
 
     /// 400 `bad_request`.
@@ -68,12 +117,6 @@ impl ApiError {
             ErrorClass::Invalid => StatusCode::UNPROCESSABLE_ENTITY,
         };
         Self::new(status, e.code(), e.to_string())
-    }
-
-    /// The answer to a value out of its range (`invalid_spec`, 422, naming
-    /// the field and the bound), exactly as apply would refuse it.
-    pub fn from_bounds(e: gshare_core::bounds::OutOfBounds) -> Self {
-        Self::from_apply(&ApplyError::from(e))
     }
 
     /// The answer to a plan that found no place.
@@ -113,7 +156,19 @@ impl ApiError {
     /// Whether the same request may succeed later (for `outcome_unknown`:
     /// with the same idempotency key).
     pub fn retryable(&self) -> bool {
-        self.status == StatusCode::SERVICE_UNAVAILABLE || self.code == "outcome_unknown"
+        self.retry
+            .unwrap_or_else(|| retryable_status(self.status.as_u16()))
+    }
+
+    /// The error body of this refusal.
+    pub fn body(&self) -> ErrorBody {
+        let mut b = ErrorBody::new(self.code, self.message.clone(), self.retryable());
+        if let Some((leader, leader_http)) = &self.leader {
+            b.error.leader = *leader;
+            b.error.leader_http = leader_http.clone();
+        }
+        b.error.idempotency_key = self.idempotency_key.clone();
+        b
     }
 }
 
@@ -123,14 +178,11 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        let mut error = serde_json::json!({
-            "code": self.code, "message": self.message, "retryable": self.retryable()
-        });
         let mut answer = HttpResponse::build(self.status);
+        answer.insert_header((ERROR_HEADER, self.code));
         if let Some(key) = &self.idempotency_key {
-            error["idempotency_key"] = serde_json::Value::String(key.clone());
             answer.insert_header((super::idempotency::HEADER, key.as_str()));
         }
-        answer.json(serde_json::json!({ "error": error }))
+        answer.json(self.body())
     }
 }

@@ -1,5 +1,6 @@
 //! What the API keeps besides the replicated state: counters for
-//! `/metrics`, the topology file to reload, and the planner's ranking cache.
+//! `/metrics`, the topology file to reload, and the planner's ranking cache;
+//! and [`public_series`], what `/metrics` shows a caller without a token.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -139,5 +140,122 @@ impl ApiState {
             }
         }
         out
+    }
+}
+
+/// The Prometheus text `text` without any series that has a `tenant`
+/// label (the samples, and the `# HELP`/`# TYPE` lines of families that
+/// have such samples): what `/metrics` serves without a token.
+pub fn public_series(text: &str) -> String {
+    let family = |line: &str| -> String {
+        let end = line.find(['{', ' ']).unwrap_or(line.len());
+        line[..end].to_string()
+    };
+    let tenant_families: std::collections::BTreeSet<String> = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && has_tenant_label(l))
+        .map(family)
+        .collect();
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        let drop = match line
+            .strip_prefix("# HELP ")
+            .or(line.strip_prefix("# TYPE "))
+        {
+            Some(rest) => tenant_families.contains(&family(rest)),
+            None => !line.starts_with('#') && has_tenant_label(line),
+        };
+        if !drop {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// Whether the sample `line` (`name{a="x",b="y"} value`) has a label
+/// named `tenant` (label values are read as quoted strings with escapes).
+fn has_tenant_label(line: &str) -> bool {
+    let Some(open) = line.find('{') else {
+        return false;
+    };
+    if line.find(' ').is_some_and(|space| space < open) {
+        return false;
+    }
+    let mut rest = &line[open + 1..];
+    loop {
+        rest = rest.trim_start_matches([',', ' ']);
+        let Some(eq) = rest.find('=') else {
+            return false;
+        };
+        if rest[..eq].trim() == "tenant" {
+            return true;
+        }
+        let Some(value) = rest[eq + 1..].strip_prefix('"') else {
+            return false;
+        };
+        let mut escaped = false;
+        let Some(close) = value.char_indices().find_map(|(i, c)| {
+            let end = c == '"' && !escaped;
+            escaped = c == '\\' && !escaped;
+            end.then_some(i)
+        }) else {
+            return false;
+        };
+        rest = &value[close + 1..];
+        if rest.starts_with('}') {
+            return false;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn public_series_drop_every_tenant_label() {
+        let text = "# HELP a_total A\n# TYPE a_total counter\na_total 3\n\
+                    # HELP t_mib T\n# TYPE t_mib gauge\nt_mib{tenant=\"acme\",pool_kind=\"edge\"} 5\n\
+                    t_mib{pool_kind=\"center\",tenant=\"globex\"} 6\n\
+                    g{agent=\"n,tenant=\\\"x\",gpu=\"0\"} 1\n\
+                    r{reason=\"quota\"} 2\n";
+        let out = public_series(text);
+        assert!(
+            !out.contains("acme") && !out.contains("globex") && !out.contains("t_mib"),
+            "{out}"
+        );
+        for kept in [
+            "# TYPE a_total counter\n",
+            "a_total 3\n",
+            "r{reason=\"quota\"} 2\n",
+            "gpu=\"0\"} 1\n",
+        ] {
+            assert!(out.contains(kept), "{kept} missing in {out}");
+        }
+    }
+
+    #[test]
+    fn the_region_render_has_tenant_series_and_the_public_view_none() {
+        use gshare_core::model::{Quota, TenantId};
+        use gshare_core::state::DomainCommand;
+        let mut st = RegionState::default();
+        st.apply(
+            DomainCommand::TenantCreate {
+                tenant: TenantId("acme".into()),
+                display_name: None,
+                quotas: [(PoolKind::Center, Quota::default())].into_iter().collect(),
+            },
+            1,
+        )
+        .unwrap();
+        let full = ApiState::default().render(&st);
+        assert!(full.contains("tenant=\"acme\""), "{full}");
+        let public = public_series(&full);
+        assert!(
+            !public.contains("acme") && !public.contains("tenant="),
+            "{public}"
+        );
+        assert!(public.contains("gshare_region_instances 0\n"), "{public}");
     }
 }

@@ -14,7 +14,8 @@
 //!
 //! Writes go through the replica's [`crate::proposer::Proposer`] (a follower
 //! forwards them to the leader); reads answer from this replica's applied
-//! state. Every refusal is `{"error": {"code", "message", "retryable"}}`.
+//! state. Every refusal is `{"error": {"code", "message", "retryable"}}`
+//! with the header `X-Gshare-Error: <code>` ([`ApiError`]).
 //! Bodies are parsed only after the token is checked, with unknown fields
 //! refused, and are limited to [`MAX_BODY`] bytes (413 beyond).
 
@@ -48,11 +49,21 @@ pub const MAX_BODY: usize = 1 << 20;
 
 /// Reads a request body of at most [`MAX_BODY`] bytes (413 beyond).
 pub async fn read_body(req: &HttpRequest, payload: web::Payload) -> Result<web::Bytes, ApiError> {
+    read_body_limited(req, payload, MAX_BODY).await
+}
+
+/// Reads a request body of at most `limit` bytes: `413 body_too_large`
+/// beyond (call after the token is checked, so a stranger learns nothing).
+pub async fn read_body_limited(
+    req: &HttpRequest,
+    payload: web::Payload,
+    limit: usize,
+) -> Result<web::Bytes, ApiError> {
     let too_large = || {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "body_too_large",
-            format!("request body over {MAX_BODY} bytes"),
+            format!("request body over {limit} bytes"),
         )
     };
     let declared = req
@@ -60,10 +71,10 @@ pub async fn read_body(req: &HttpRequest, payload: web::Payload) -> Result<web::
         .get("content-length")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY) {
+    if declared.is_some_and(|n| n > limit) {
         return Err(too_large());
     }
-    match payload.to_bytes_limited(MAX_BODY).await {
+    match payload.to_bytes_limited(limit).await {
         Ok(Ok(body)) => Ok(body),
         Ok(Err(e)) => Err(ApiError::bad_request(format!("reading body: {e}"))),
         Err(_) => Err(too_large()),

@@ -6,9 +6,10 @@
 //!
 //! The same load runs against the leader of each: `--clients` concurrent
 //! clients, each on its own keep-alive HTTP connection, each write a separate
-//! `POST /v1/kv` that returns once the write is committed and applied (the
-//! leader batches concurrent proposals into Raft entries). Latency is from
-//! send to the acknowledgement. The last stdout line is
+//! domain write, `POST /v1/tenants` (a new tenant whose display name is a
+//! `--value-bytes` value), that returns once the write is committed and
+//! applied (the leader batches concurrent proposals into Raft entries).
+//! Latency is from send to the acknowledgement. The last stdout line is
 //! `writes_per_sec=<N> p50_ms=<x> p99_ms=<y>` for the three replicas.
 //!
 //! `--placements` measures function deploys instead: a synthetic topology of
@@ -44,7 +45,7 @@ struct Args {
     /// Seconds measured per run (after a 1 s warm-up).
     #[arg(long, default_value_t = 5)]
     seconds: u64,
-    /// Bytes of each value.
+    /// Bytes of each value (the tenant's display name, at most 256).
     #[arg(long, default_value_t = 64)]
     value_bytes: usize,
     /// Measure function deploys that each place one instance (see above).
@@ -186,6 +187,7 @@ async fn start_region(dir: &std::path::Path, n: u64, over_tls: bool) -> anyhow::
             HttpContext {
                 replica: replica.clone(),
                 operator_token: TOKEN.into(),
+                metrics_token: None,
                 api: Default::default(),
                 forward_tls: None,
             },
@@ -326,8 +328,10 @@ async fn drive(
                     );
                     ("/v1/functions", TENANT_TOKEN, body, 201)
                 } else {
-                    let body = format!("{{\"key\":\"{label}-c{c}-{seq}\",\"value\":\"{value}\"}}");
-                    ("/v1/kv", TOKEN, body, 200)
+                    let body = format!(
+                        "{{\"name\":\"{label}-c{c}-{seq}\",\"display_name\":\"{value}\"}}"
+                    );
+                    ("/v1/tenants", TOKEN, body, 201)
                 };
                 seq += 1;
                 let status = post(&mut conn, path, token, &body).await?;
@@ -381,7 +385,7 @@ fn main() -> anyhow::Result<()> {
                 "function deploys placing 1 instance each (POST /v1/functions) on 1,000 nodes x 8 GPUs, to the leader"
             }, "placements_per_sec")
         } else {
-            ("HTTP POST /v1/kv to the leader", "writes_per_sec")
+            ("domain writes (HTTP POST /v1/tenants, one new tenant each) to the leader", "writes_per_sec")
         };
         println!(
             "region-bench: {} clients, {} s measured after 1 s warm-up, {what}",

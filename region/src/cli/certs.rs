@@ -18,6 +18,9 @@ enum CertsCommand {
         /// Directory that receives the CA files.
         #[arg(long)]
         dir: PathBuf,
+        /// Days the CA is valid (from an hour ago).
+        #[arg(long, default_value_t = tls::DEFAULT_CA_DAYS)]
+        days: u32,
     },
     /// Issue a node certificate (`<name>.pem`, `<name>.key`) signed by the CA in `--dir`.
     Issue {
@@ -31,18 +34,30 @@ enum CertsCommand {
         /// replaces the default of name, localhost and 127.0.0.1.
         #[arg(long = "san")]
         sans: Vec<String>,
+        /// Days the certificate is valid (from an hour ago).
+        #[arg(long, default_value_t = tls::DEFAULT_CERT_DAYS)]
+        days: u32,
+        /// Replace an existing certificate and key of this name.
+        #[arg(long)]
+        force: bool,
     },
 }
 
 /// Runs `gsharectl certs …`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.command {
-        CertsCommand::Init { dir } => {
-            let (cert, key) = tls::init_ca(&dir)?;
-            println!("CA certificate: {}", cert.display());
+        CertsCommand::Init { dir, days } => {
+            let (cert, key) = tls::init_ca_for(&dir, days)?;
+            println!("CA certificate: {} (valid {days} days)", cert.display());
             println!("CA key:         {} (keep it secret)", key.display());
         }
-        CertsCommand::Issue { dir, name, sans } => {
+        CertsCommand::Issue {
+            dir,
+            name,
+            sans,
+            days,
+            force,
+        } => {
             if name.is_empty() || name.contains(['/', '\\']) || name.starts_with('.') {
                 anyhow::bail!("--name {name:?}: must be a plain file name");
             }
@@ -51,9 +66,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             } else {
                 sans
             };
-            let (cert, key) = tls::issue(&dir, &name, &sans)?;
+            let options = tls::IssueOptions { days, force };
+            let (cert, key) = tls::issue_with(&dir, &name, &sans, options)?;
             println!(
-                "certificate: {} (SANs: {})",
+                "certificate: {} (SANs: {}; valid {days} days)",
                 cert.display(),
                 sans.join(", ")
             );

@@ -64,8 +64,10 @@ fn to_leader(
         match reply.status {
             421 | 503 => {
                 let v: serde_json::Value = serde_json::from_str(&reply.body).unwrap_or_default();
-                if let Some(leader) = v
+                // `error.leader_http`; older replicas put it at the top level.
+                if let Some(leader) = v["error"]
                     .get("leader_http")
+                    .or_else(|| v.get("leader_http"))
                     .and_then(|l| l.as_str())
                     .and_then(|l| l.parse::<SocketAddr>().ok())
                 {

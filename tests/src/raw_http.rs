@@ -1,0 +1,71 @@
+//! Hand-made HTTP/1.1 requests for the tests of gshare's HTTP surfaces: any
+//! `Authorization` value, extra headers, a declared length other than the
+//! body's, and the answer's headers; and the check of the one error shape.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use gshare_core::http_surface::ERROR_HEADER;
+use gshare_region::http_client::HttpReply;
+
+/// Sends `method path` with `headers` (e.g. `("Authorization", "Bearer x")`),
+/// declaring `content_length` bytes but sending only `body` (so a large
+/// declared body can be refused without being sent), and reads the answer.
+/// Status 0 when no HTTP answer came.
+pub fn raw_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    content_length: usize,
+) -> HttpReply {
+    let answer = || -> std::io::Result<Vec<u8>> {
+        let mut s = TcpStream::connect(addr)?;
+        s.set_read_timeout(Some(Duration::from_secs(30)))?;
+        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n");
+        for (k, v) in headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str(&format!("Content-Length: {content_length}\r\n\r\n"));
+        s.write_all(head.as_bytes())?;
+        s.write_all(body)?;
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw)?;
+        Ok(raw)
+    };
+    let raw = answer().unwrap_or_default();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    HttpReply {
+        status,
+        body: body.to_string(),
+        headers: lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+            .collect(),
+    }
+}
+
+/// Asserts `r` is an error gshare produced: `status`, the body
+/// `{"error": {"code": code, "message": <non-empty>, "retryable"}}` and the
+/// header `X-Gshare-Error: <code>`.
+pub fn assert_error(r: &HttpReply, status: u16, code: &str, retryable: bool) {
+    assert_eq!(r.status, status, "{r:?}");
+    let v: serde_json::Value = serde_json::from_str(&r.body).unwrap_or_default();
+    let e = &v["error"];
+    assert_eq!(e["code"], code, "{r:?}");
+    assert!(
+        e["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{r:?}"
+    );
+    assert_eq!(e["retryable"], retryable, "{r:?}");
+    assert_eq!(r.header(ERROR_HEADER), Some(code), "{r:?}");
+}
