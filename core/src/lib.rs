@@ -15,6 +15,8 @@
 pub mod command;
 pub mod config;
 pub mod executor;
+#[cfg(feature = "logging")]
+pub mod logging;
 pub mod metering;
 pub mod model;
 pub mod placement;

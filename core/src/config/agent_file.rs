@@ -9,10 +9,13 @@ use super::runtime_drivers::read_runtimes;
 use crate::model::{NodeId, PoolKind};
 use std::net::SocketAddr;
 
-const DEFAULT_SWAP_SETUP_US: u64 = 2_000;
+/// Fixed cost of a swap-in when `[load] swap_setup_us` is not given, µs.
+pub const DEFAULT_SWAP_SETUP_US: u64 = 2_000;
 const DEFAULT_COLD_SETUP_US: u64 = 500_000;
 const DEFAULT_STORAGE_MIB_PER_S: u64 = 2_000;
-const DEFAULT_H2D_MIB_PER_S: u64 = 12_000;
+/// Host-to-device bandwidth assumed for NVML GPUs when
+/// `[gpus] nvml_h2d_mib_per_s` is not given, MiB/s.
+pub const DEFAULT_H2D_MIB_PER_S: u64 = 12_000;
 const DEFAULT_HEARTBEAT_MS: u64 = 1_000;
 const DEFAULT_METERING_INTERVAL_MS: u64 = 1_000;
 
