@@ -62,6 +62,7 @@ fi
 
 if [ -z "$PROBE" ]; then
   for p in "$ROOT/target/gpu-check/gshare-gpu-probe" "$ROOT/target/release/gshare-gpu-probe"; do
+    [ -f "$p" ] && [ ! -x "$p" ] && chmod +x "$p" 2>/dev/null  # a carried copy may lose its mode
     if [ -x "$p" ]; then PROBE="$p"; break; fi
   done
 fi

@@ -172,3 +172,75 @@ fn the_agent_logs_without_colour_to_a_pipe_and_as_json_when_asked() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("[possible values: text, json]"));
 }
+
+#[test]
+fn the_agent_says_which_replica_leads_when_it_registers() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut region = TestRegion::new(3).unwrap();
+    for id in 1..=3 {
+        region.start(id, id == 1).unwrap();
+    }
+    let leader = region.wait_leader(&[1, 2, 3], LEADER_WAIT).unwrap();
+    let certs = region.certs();
+    let (ok, out) = region
+        .gsharectl(&[
+            "certs",
+            "issue",
+            "--dir",
+            certs.to_str().unwrap(),
+            "--name",
+            "local-c1",
+        ])
+        .unwrap();
+    assert!(ok, "{out}");
+    let replicas: String = region
+        .replicas
+        .values()
+        .map(|r| format!("[[replicas]]\nquic_addr = \"{}\"\n", r.raft_addr))
+        .collect();
+    let config = region.root().join("agent.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "node = \"local-c1\"\npool = \"center\"\npool_kind = \"center\"\ndata_dir = \"data/agent\"\n\
+             ingress_addr = \"127.0.0.1:0\"\nhost_swap_mib = 8192\n\
+             [gpus]\nbackend = \"simulated\"\n\
+             [[gpus.simulated]]\nmodel = \"sim-gpu-16g\"\nmemory_mib = 16384\nh2d_mib_per_s = 12000\ncount = 2\n\
+             {replicas}\n[tls]\nca_cert = \"certs/ca.pem\"\ncert = \"certs/local-c1.pem\"\nkey = \"certs/local-c1.key\"\n"
+        ),
+    )
+    .unwrap();
+    let log_path = region.root().join("agent.err");
+    let mut agent = Command::new(gshare_tests::binary("gshare-edge"))
+        .arg("--config")
+        .arg(&config)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(std::fs::File::create(&log_path).unwrap()))
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let line = loop {
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        if let Some(l) = log
+            .lines()
+            .find(|l| l.contains("registered with the region"))
+        {
+            break l.to_string();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never registered:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let _ = agent.kill();
+    let _ = agent.wait();
+    println!("{line}");
+    // The leader may have changed since wait_leader, but it is a replica.
+    assert!(
+        (1..=3).any(|id| line.contains(&format!("region_leader=replica {id}"))),
+        "{line} (leader was {leader})"
+    );
+    assert!(!line.contains("leader=0"), "{line}");
+}
