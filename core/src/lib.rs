@@ -19,6 +19,8 @@ pub mod command;
 pub mod config;
 pub mod executor;
 pub mod http_surface;
+#[cfg(feature = "logging")]
+pub mod logging;
 pub mod metering;
 pub mod model;
 #[cfg(feature = "net")]

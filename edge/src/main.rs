@@ -1,7 +1,9 @@
 //! `gshare-edge --config <file>`: the node agent.
 
 use anyhow::Context as _;
+use clap::builder::TypedValueParser as _;
 use clap::Parser;
+use gshare_core::logging::{exit_with, LogFormat};
 use gshare_edge::agent::{Metering, NodeAgent, NodeSetup, StopRuntimes};
 use gshare_edge::gpu::discover;
 use gshare_edge::runtime::process::ProcessLedger;
@@ -19,44 +21,40 @@ struct Args {
     /// HTTP ingress worker threads.
     #[arg(long, default_value_t = 2)]
     workers: usize,
+    /// Log lines as `text` (colour only on a terminal) or `json` (one
+    /// object per line), on stderr; `RUST_LOG` sets the filter.
+    #[arg(long, default_value_t = LogFormat::Text, value_parser = log_format_parser())]
+    log_format: LogFormat,
+}
+
+/// `text` or `json`, listed in `--help`.
+fn log_format_parser() -> impl clap::builder::TypedValueParser<Value = LogFormat> {
+    clap::builder::PossibleValuesParser::new(LogFormat::NAMES)
+        .map(|s| s.parse::<LogFormat>().unwrap_or_default())
 }
 
 fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let args = Args::parse();
+    let format = args.log_format;
+    gshare_core::logging::init(format, "info", None);
     let text = match std::fs::read_to_string(&args.config) {
         Ok(t) => t,
-        Err(e) => {
-            eprintln!("{}: {e}", args.config.display());
-            std::process::exit(2);
-        }
+        Err(e) => exit_with(format, &format!("{}: {e}", args.config.display()), 2),
     };
     let config = match gshare_core::config::AgentConfig::from_toml(
         &args.config.display().to_string(),
         &text,
     ) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("{e}");
-            std::process::exit(2);
-        }
+        Err(e) => exit_with(format, &e.to_string(), 2),
     };
     let base = args.config.parent().map(PathBuf::from).unwrap_or_default();
     let drivers = match load_drivers(&args.config, &base, &config) {
         Ok(d) => d,
-        Err(e) => {
-            eprintln!("{e}");
-            std::process::exit(2);
-        }
+        Err(e) => exit_with(format, &e.to_string(), 2),
     };
     if let Err(e) = run(config, base, drivers, args.workers) {
-        eprintln!("gshare-edge: {e:#}");
-        std::process::exit(1);
+        exit_with(format, &format!("gshare-edge: {e:#}"), 1);
     }
 }
 
@@ -106,6 +104,9 @@ fn run(
         tracing::warn!("{w}");
     }
     tracing::info!(node = %config.node.0, gpus = discovered.gpus.len(), "starting");
+    if let Some(nvml) = &discovered.nvml {
+        log_inventory(nvml, &discovered.gpus);
+    }
     drivers.set_gpu_memory_mib(discovered.gpus.iter().map(|g| g.memory_mib).min());
     // Function processes a killed predecessor left running hold GPU memory
     // this agent would hand out again: stop them first.
@@ -222,5 +223,39 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
+    }
+}
+
+/// One line per NVML GPU: what placement uses (model, memory) and what an
+/// operator checks it against (UUID, MIG and compute mode, PCIe link).
+fn log_inventory(nvml: &nvml_wrapper::Nvml, gpus: &[gshare_edge::gpu::GpuInfo]) {
+    let inv = match gshare_edge::gpu::inventory(nvml) {
+        Ok(inv) => inv,
+        Err(e) => {
+            tracing::warn!("NVML inventory: {e}");
+            return;
+        }
+    };
+    for (g, d) in gpus.iter().zip(&inv.gpus) {
+        tracing::info!(
+            gpu = g.index,
+            model = %g.model,
+            memory_mib = g.memory_mib,
+            uuid = d.uuid.as_deref().unwrap_or("?"),
+            mig = ?d.mig_enabled,
+            compute_mode = d.compute_mode.as_deref().unwrap_or("?"),
+            pcie = ?(d.pcie_max_gen, d.pcie_max_width),
+            driver = inv.driver_version.as_deref().unwrap_or("?"),
+            "NVML GPU"
+        );
+        if d.mig_enabled == Some(true) {
+            tracing::warn!(
+                gpu = g.index,
+                "MIG is enabled on this GPU: CUDA processes see its MIG instances, not the whole GPU the agent places slices on; disable MIG for MPS slices"
+            );
+        }
+    }
+    for u in &inv.unreadable {
+        tracing::debug!("NVML: {u}");
     }
 }

@@ -218,7 +218,18 @@ async fn session(
     });
     match request(&conn, reg).await? {
         RegionMessage::V1(RegionMessageV1::Registered { next_seq, leader }) => {
-            tracing::info!(replica = %addr, leader, next_seq, "registered with the region");
+            // `leader`: the replica id of the region's leader (0: the
+            // replica answering did not know it).
+            let leader = match leader {
+                0 => "unknown".to_string(),
+                id => format!("replica {id}"),
+            };
+            tracing::info!(
+                via = %addr,
+                region_leader = %leader,
+                next_usage_seq = next_seq,
+                "registered with the region"
+            );
             *backoff = BACKOFF_MIN;
             if let Some((journal, _)) = &setup.usage {
                 let j = journal.clone();

@@ -20,9 +20,9 @@ use gshare_raft_store::ReplicaNode;
 use openraft::{ChangeMembers, ServerState};
 use serde::{Deserialize, Serialize};
 
-use crate::api::auth::sha256_hex;
 use crate::api::ApiError;
 use crate::replica::Replica;
+use gshare_core::protocol::token_digest;
 
 /// What the HTTP handlers share.
 #[derive(Debug, Clone)]
@@ -165,9 +165,9 @@ fn sees_tenant_series(req: &HttpRequest, ctx: &HttpContext) -> Result<bool, ApiE
     if !req.headers().contains_key("authorization") {
         return Ok(false);
     }
-    let digest = sha256_hex(crate::api::auth::bearer(req)?);
-    let metrics = ctx.metrics_token.as_deref().map(sha256_hex);
-    if digest == sha256_hex(&ctx.operator_token) || metrics.as_ref() == Some(&digest) {
+    let digest = token_digest(crate::api::auth::bearer(req)?);
+    let metrics = ctx.metrics_token.as_deref().map(token_digest);
+    if digest == token_digest(&ctx.operator_token) || metrics.as_ref() == Some(&digest) {
         Ok(true)
     } else {
         Err(ApiError::new(

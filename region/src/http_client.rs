@@ -539,7 +539,6 @@ mod tests {
         assert_eq!(read_bounded(&mut &data[..0], 0).unwrap(), Some(Vec::new()));
     }
 
-
     #[test]
     fn targets_parse_schemes_and_need_a_ca_for_https() {
         let t = HttpTarget::parse("127.0.0.1:8101", None).unwrap();

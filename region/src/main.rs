@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use clap::builder::TypedValueParser as _;
 use clap::Parser;
+use gshare_core::logging::{exit_with, LogFormat};
 use gshare_raft_store::ReplicaNode;
 use gshare_region::config::ReplicaConfig;
 use gshare_region::http::{self, HttpContext};
@@ -11,7 +13,11 @@ use gshare_region::replica::{InitOutcome, Replica, ReplicaSpec};
 use gshare_region::tls;
 
 #[derive(Debug, Parser)]
-#[command(name = "gshare-region", about = "A replica of the gshare region")]
+#[command(
+    name = "gshare-region",
+    version,
+    about = "A replica of the gshare region"
+)]
 struct Args {
     /// The replica's TOML config.
     #[arg(long)]
@@ -20,49 +26,71 @@ struct Args {
     /// (a no-op if this replica already belongs to one).
     #[arg(long)]
     init: bool,
+    /// Log lines as `text` (colour only on a terminal) or `json` (one
+    /// object per line), on stderr; `RUST_LOG` sets the filter.
+    #[arg(long, default_value_t = LogFormat::Text, value_parser = log_format_parser())]
+    log_format: LogFormat,
+}
+
+/// `text` or `json`, listed in `--help`.
+fn log_format_parser() -> impl clap::builder::TypedValueParser<Value = LogFormat> {
+    clap::builder::PossibleValuesParser::new(LogFormat::NAMES)
+        .map(|s| s.parse::<LogFormat>().unwrap_or_default())
+}
+
+/// openraft's errors for an RPC to a peer that failed (vote requests and
+/// replication to a replica that is not up yet, or down): the region's peer
+/// links report each peer going away and coming back once
+/// ([`gshare_region::peer_link`]), so under the default filter these repeats
+/// are dropped. Storage errors and everything else openraft says stay.
+fn peer_rpc_noise(m: &tracing::Metadata<'_>) -> bool {
+    if *m.level() != tracing::Level::ERROR {
+        return false;
+    }
+    let has = |f: &str| m.fields().field(f).is_some();
+    match m.target() {
+        // "while requesting vote", "timeout" (vote), "timeout while confirming leadership"
+        "openraft::core::raft_core" => has("target") && has("error"),
+        // "RPCError" (replication); storage errors use the field `error`.
+        "openraft::replication" => has("err"),
+        _ => false,
+    }
 }
 
 fn main() {
     let args = Args::parse();
+    let format = args.log_format;
+    gshare_core::logging::init(
+        format,
+        "warn,openraft=error,gshare_region=info",
+        Some(peer_rpc_noise),
+    );
     let config = match ReplicaConfig::load(&args.config) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("gshare-region: {e}");
-            std::process::exit(2);
-        }
+        Err(e) => exit_with(format, &format!("gshare-region: {e}"), 2),
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,openraft=error,gshare_region=info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
     {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("gshare-region: cannot start the runtime: {e}");
-            std::process::exit(1);
-        }
+        Err(e) => exit_with(
+            format,
+            &format!("gshare-region: cannot start the runtime: {e}"),
+            1,
+        ),
     };
-    if let Err(e) = runtime.block_on(run(config, args.init)) {
-        eprintln!("gshare-region: {e:#}");
-        std::process::exit(1);
+    if let Err(e) = runtime.block_on(run(config, args.init, format)) {
+        exit_with(format, &format!("gshare-region: {e:#}"), 1);
     }
 }
 
-async fn run(config: ReplicaConfig, init: bool) -> anyhow::Result<()> {
+async fn run(config: ReplicaConfig, init: bool, format: LogFormat) -> anyhow::Result<()> {
     let initial = if init {
         match gshare_region::bootstrap::initial_commands(&config) {
             Ok(c) => c,
-            Err(e) => {
-                eprintln!("gshare-region: {e}");
-                std::process::exit(2);
-            }
+            Err(e) => exit_with(format, &format!("gshare-region: {e}"), 2),
         }
     } else {
         Vec::new()

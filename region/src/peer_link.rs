@@ -4,6 +4,12 @@
 //! (streams are cheap in QUIC), sends one [`PeerRequest`] frame and reads one
 //! [`PeerReply`] frame. A failed connection is dropped from the cache and the
 //! next call dials again.
+//!
+//! Each peer's reachability is logged once per change, not per call: a
+//! replica not up yet is `info` ("waiting for"), one that answered before
+//! and stops is `warn`, and its return is `info`. (openraft's own error per
+//! failed vote or replication RPC is dropped from the default log for that
+//! reason: see `gshare-region`'s `main.rs`.)
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -39,11 +45,68 @@ pub enum LinkError {
     },
 }
 
+/// What is known of one peer's reachability.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PeerHealth {
+    /// A call to it succeeded at least once.
+    pub reached: bool,
+    /// Failed calls in a row.
+    pub failures: u32,
+    /// The change last reported, while the peer is down.
+    pub reported: Option<PeerChange>,
+}
+
+/// A change worth one log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerChange {
+    /// The first calls fail: the peer has not come up (yet).
+    NotUpYet,
+    /// A peer that answered before failed [`PeerHealth::LOST_AFTER`] calls in a row.
+    Lost,
+    /// A peer reported as not up yet answers.
+    Up,
+    /// A peer reported as lost answers again.
+    Back,
+}
+
+impl PeerHealth {
+    /// Failed calls in a row after which a peer that answered before is
+    /// reported lost (one timed-out call while it is busy is not news).
+    pub const LOST_AFTER: u32 = 2;
+
+    /// Records one call's outcome; returns the change, if it is one.
+    pub fn record(&mut self, ok: bool) -> Option<PeerChange> {
+        if ok {
+            self.reached = true;
+            self.failures = 0;
+            return match self.reported.take() {
+                Some(PeerChange::NotUpYet) => Some(PeerChange::Up),
+                Some(PeerChange::Lost) => Some(PeerChange::Back),
+                _ => None,
+            };
+        }
+        self.failures = self.failures.saturating_add(1);
+        if self.reported.is_some() {
+            return None;
+        }
+        let change = if !self.reached {
+            PeerChange::NotUpYet
+        } else if self.failures >= Self::LOST_AFTER {
+            PeerChange::Lost
+        } else {
+            return None;
+        };
+        self.reported = Some(change);
+        Some(change)
+    }
+}
+
 /// The replica's outgoing connections.
 #[derive(Debug, Clone)]
 pub struct PeerLinks {
     endpoint: quinn::Endpoint,
     conns: Arc<Mutex<HashMap<String, quinn::Connection>>>,
+    health: Arc<Mutex<HashMap<String, PeerHealth>>>,
 }
 
 impl PeerLinks {
@@ -52,6 +115,7 @@ impl PeerLinks {
         PeerLinks {
             endpoint,
             conns: Arc::new(Mutex::new(HashMap::new())),
+            health: Arc::default(),
         }
     }
 
@@ -125,6 +189,51 @@ impl PeerLinks {
         ) {
             self.forget(addr);
         }
+        self.note(addr, result.as_ref().err());
         result
+    }
+
+    /// Logs `addr`'s reachability when it changes.
+    fn note(&self, addr: &str, error: Option<&LinkError>) {
+        let change = self
+            .health
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(addr.to_string())
+            .or_default()
+            .record(error.is_none());
+        match (change, error) {
+            (Some(PeerChange::NotUpYet), Some(e)) => {
+                tracing::info!(peer = addr, "waiting for the replica to come up ({e})")
+            }
+            (Some(PeerChange::Lost), Some(e)) => {
+                tracing::warn!(peer = addr, "replica stopped answering ({e}); retrying")
+            }
+            (Some(PeerChange::Up), _) => tracing::info!(peer = addr, "replica is up"),
+            (Some(PeerChange::Back), _) => tracing::info!(peer = addr, "replica answers again"),
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reachability_is_reported_once_per_change() {
+        let mut h = PeerHealth::default();
+        assert_eq!(h.record(false), Some(PeerChange::NotUpYet));
+        assert_eq!(h.record(false), None, "no repeat while it stays down");
+        assert_eq!(h.record(true), Some(PeerChange::Up));
+        assert_eq!(h.record(true), None);
+        assert_eq!(h.record(false), None, "one failed call is not news");
+        assert_eq!(h.record(true), None);
+        assert_eq!(h.record(false), None);
+        assert_eq!(h.record(false), Some(PeerChange::Lost));
+        assert_eq!(h.record(false), None);
+        assert_eq!(h.record(true), Some(PeerChange::Back));
+        let mut fresh = PeerHealth::default();
+        assert_eq!(fresh.record(true), None, "a first success is no news");
     }
 }

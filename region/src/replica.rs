@@ -187,7 +187,8 @@ impl Replica {
             .map_err(|e| ReplicaError::Raft(e.to_string()))?;
         let counters = Arc::new(QuicCounters::default());
         let proposer = Proposer::start(raft.clone(), links);
-        let agents = crate::agents::AgentHub::new(proposer.clone(), state.clone());
+        let agents = crate::agents::AgentHub::new(proposer.clone(), state.clone())
+            .with_metrics(raft.metrics());
         tokio::spawn(quic_server::serve(
             endpoint.clone(),
             raft.clone(),

@@ -140,6 +140,11 @@ impl TestRegion {
 
     /// Starts replica `id` (with `--init` if asked); its output goes to `r<id>.<n>.out/err`.
     pub fn start(&mut self, id: u64, init: bool) -> anyhow::Result<()> {
+        self.start_with_args(id, init, &[])
+    }
+
+    /// [`TestRegion::start`] with extra command-line arguments (e.g. `--log-format json`).
+    pub fn start_with_args(&mut self, id: u64, init: bool, extra: &[&str]) -> anyhow::Result<()> {
         let bin = crate::binary("gshare-region");
         let dir = self.dir.path().to_path_buf();
         let r = self
@@ -160,6 +165,7 @@ impl TestRegion {
         if init {
             cmd.arg("--init");
         }
+        cmd.args(extra);
         r.child = Some(cmd.spawn().context("spawn gshare-region")?);
         Ok(())
     }
@@ -167,6 +173,11 @@ impl TestRegion {
     /// The stdout of start number `n` (1-based) of replica `id`.
     pub fn stdout(&self, id: u64, n: u32) -> String {
         fs::read_to_string(self.path(&format!("r{id}.{n}.out"))).unwrap_or_default()
+    }
+
+    /// The stderr (its log) of start number `n` (1-based) of replica `id`.
+    pub fn stderr(&self, id: u64, n: u32) -> String {
+        fs::read_to_string(self.path(&format!("r{id}.{n}.err"))).unwrap_or_default()
     }
 
     /// Kills replica `id` with SIGKILL and reaps it.

@@ -596,6 +596,7 @@ fn invoke_keyed(stand: &Stand, id: u64, key: &str) -> (HttpReply, Vec<(String, S
             HttpReply {
                 status: 0,
                 body: e.to_string(),
+                ..HttpReply::default()
             },
             Vec::new(),
         )
@@ -644,6 +645,7 @@ fn invocations_through_replicas_across_agent_and_leader_kills_are_billed_as_answ
                                 HttpReply {
                                     status: 0,
                                     body: e.to_string(),
+                                    ..HttpReply::default()
                                 },
                                 Vec::new(),
                             )

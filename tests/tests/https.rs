@@ -47,6 +47,7 @@ impl Tls {
         .unwrap_or_else(|e| HttpReply {
             status: 0,
             body: e.to_string(),
+            ..HttpReply::default()
         })
     }
 }

@@ -49,6 +49,7 @@ fn call(
             HttpReply {
                 status: 0,
                 body: e.to_string(),
+                ..HttpReply::default()
             },
             Vec::new(),
         )

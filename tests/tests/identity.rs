@@ -35,6 +35,7 @@ fn call(addr: SocketAddr, method: &str, path: &str, token: &str, body: Option<&s
     .unwrap_or_else(|e| HttpReply {
         status: 0,
         body: e.to_string(),
+        ..HttpReply::default()
     })
 }
 

@@ -11,10 +11,13 @@ use super::runtime_drivers::read_runtimes;
 use crate::model::{NodeId, PoolKind};
 use std::net::SocketAddr;
 
-const DEFAULT_SWAP_SETUP_US: u64 = 2_000;
+/// Fixed cost of a swap-in when `[load] swap_setup_us` is not given, µs.
+pub const DEFAULT_SWAP_SETUP_US: u64 = 2_000;
 const DEFAULT_COLD_SETUP_US: u64 = 500_000;
 const DEFAULT_STORAGE_MIB_PER_S: u64 = 2_000;
-const DEFAULT_H2D_MIB_PER_S: u64 = 12_000;
+/// Host-to-device bandwidth assumed for NVML GPUs when
+/// `[gpus] nvml_h2d_mib_per_s` is not given, MiB/s.
+pub const DEFAULT_H2D_MIB_PER_S: u64 = 12_000;
 const DEFAULT_HEARTBEAT_MS: u64 = 1_000;
 const DEFAULT_METERING_INTERVAL_MS: u64 = 1_000;
 /// How long an invocation's outcome is kept under its idempotency key, s.
@@ -92,6 +95,8 @@ pub fn check_http_bind(addr: SocketAddr, tls: bool, insecure_http: bool) -> Resu
          add an [http_tls] section (cert, key) or set insecure_http = true",
         addr.ip()
     ))
+}
+
 /// The default `quic_bind`: the unspecified address of the first
 /// replica's family (IPv4 without replicas), any port.
 fn default_quic_bind(replicas: &[SocketAddr]) -> SocketAddr {

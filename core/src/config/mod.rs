@@ -38,7 +38,7 @@ mod topology_file;
 pub use agent::{
     AgentConfig, AgentLoadCosts, AgentTls, GpuSource, HttpTls, NvmlFallback, SimulatedGpus,
 };
-pub use agent_file::check_http_bind;
+pub use agent_file::{check_http_bind, DEFAULT_H2D_MIB_PER_S, DEFAULT_SWAP_SETUP_US};
 pub use error::{ConfigError, ConfigIssue, IssueKind};
 pub use gpu_model::GpuModel;
 pub use loading::{transfer_us, ColdStart, SwapCost};

@@ -17,7 +17,9 @@ pub enum RegionMessageV1 {
     Registered {
         /// The next usage sequence number the region expects.
         next_seq: u64,
-        /// Replica id of the leader that answered.
+        /// Replica id of the leader that committed the registration, as the
+        /// answering replica knows it; 0 when it knows none (a region older
+        /// than this field's use always sent 0).
         leader: u64,
     },
     /// The region refused the message; `retry` says whether to try again

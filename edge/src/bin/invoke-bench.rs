@@ -44,6 +44,7 @@ use std::time::{Duration, Instant};
 
 /// Invocation benchmark of the node agent.
 #[derive(Parser)]
+#[command(name = "invoke-bench", version)]
 struct Args {
     /// Seconds of the latency phase (one request in flight).
     #[arg(long, default_value_t = 3.0)]

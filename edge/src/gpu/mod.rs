@@ -6,13 +6,16 @@
 //!   host-to-device bandwidth (the executor's `LoadCosts`).
 //! - `nvml`: GPUs discovered through NVML (model, memory); with no driver
 //!   NVML fails cleanly and the config's `nvml_fallback` decides.
-//!   [`GpuMeter`] reads NVML's utilization and memory counters for heartbeats.
+//!   [`GpuMeter`] reads NVML's utilization and memory counters for heartbeats;
+//!   [`inventory`] reads UUIDs, MIG and compute modes and the PCIe link.
 
 mod discovery;
+mod inventory;
 mod meter;
 mod simulated;
 
-pub use discovery::{discover, Discovered, GpuError};
+pub use discovery::{discover, is_unavailable, Discovered, GpuError};
+pub use inventory::{inventory, GpuDetails, NvmlInventory};
 pub use meter::{GpuMeter, GpuReading};
 pub use simulated::{AccountingError, SimulatedGpu};
 

@@ -419,7 +419,9 @@ pub async fn invoke_route(
             }
             Forwarded::Answer(..) | Forwarded::NotSent => {}
             // The peer may have run it: asking another peer could run it twice.
-            Forwarded::Lost(why) => return outcome_unknown(&key, &format!("replica {peer}: {why}")),
+            Forwarded::Lost(why) => {
+                return outcome_unknown(&key, &format!("replica {peer}: {why}"))
+            }
         }
     }
     error(

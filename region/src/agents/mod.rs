@@ -48,7 +48,7 @@ use gshare_core::protocol::{
     RegionMessageV1, TenantTokens, TokenDigests,
 };
 use gshare_core::state::{AgentId, Applied, DomainCommand, UsageRecord};
-use gshare_raft_store::StateReader;
+use gshare_raft_store::{ReplicaNode, StateReader};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -70,6 +70,8 @@ pub struct AgentHub {
     pub links: Arc<Mutex<HashMap<NodeId, quinn::Connection>>>,
     /// What the agents connected here report.
     pub reports: Arc<AgentReports>,
+    /// This replica's Raft metrics (who leads), once wired.
+    pub metrics: Option<tokio::sync::watch::Receiver<openraft::RaftMetrics<u64, ReplicaNode>>>,
 }
 
 impl AgentHub {
@@ -80,7 +82,25 @@ impl AgentHub {
             state,
             links: Arc::default(),
             reports: Arc::default(),
+            metrics: None,
         }
+    }
+
+    /// Reads the leader's id from `metrics` (for the `Registered` reply).
+    pub fn with_metrics(
+        mut self,
+        metrics: tokio::sync::watch::Receiver<openraft::RaftMetrics<u64, ReplicaNode>>,
+    ) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// The replica id of the leader this replica knows of; 0 when none.
+    pub fn leader(&self) -> u64 {
+        self.metrics
+            .as_ref()
+            .and_then(|m| m.borrow().current_leader)
+            .unwrap_or(0)
     }
 
     /// The connection of `node`'s agent, if it is connected here.
@@ -139,7 +159,7 @@ async fn register(
         Ok(CommandOutcome::Domain(Ok(Applied::AgentRegistered { next_seq, .. }))) => {
             RegionMessage::v1(RegionMessageV1::Registered {
                 next_seq,
-                leader: 0,
+                leader: hub.leader(),
             })
         }
         Ok(CommandOutcome::Domain(Err(e))) => refused(e.code(), e.to_string(), false),
