@@ -20,12 +20,14 @@ use rustls::pki_types::ServerName;
 /// 1,000-node region is a few MiB).
 pub const MAX_REPLY_BYTES: usize = 64 << 20;
 
+/// Longest wait for a TCP connection (at most the request's timeout).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// A request that got no HTTP answer.
 #[derive(Debug, thiserror::Error)]
 pub enum HttpClientError {
     /// Sending or receiving failed after the connection was made (the
-    /// request may have reached the server; a refused TLS handshake shows
-    /// here, e.g. "invalid peer certificate: UnknownIssuer").
+    /// request may have reached the server).
     #[error("{addr}: {source}")]
     Io {
         /// The server.
@@ -49,7 +51,9 @@ pub enum HttpClientError {
         /// What is wrong.
         detail: String,
     },
-    /// The connection could not be made: nothing was sent.
+    /// The connection or the TLS handshake could not be made: nothing was
+    /// sent (a refused handshake shows here, e.g. "invalid peer
+    /// certificate: UnknownIssuer").
     #[error("{addr}: connect: {source}")]
     Connect {
         /// The server.
@@ -322,8 +326,10 @@ pub fn send(
 ) -> Result<HttpAnswer, HttpClientError> {
     let addr = target.addr;
     let io = |source| HttpClientError::Io { addr, source };
-    let stream = TcpStream::connect_timeout(&addr, timeout)
-        .map_err(|source| HttpClientError::Connect { addr, source })?;
+    let connect = |source| HttpClientError::Connect { addr, source };
+    // A dead peer is told apart quickly; the exchange itself gets `timeout`.
+    let mut stream =
+        TcpStream::connect_timeout(&addr, timeout.min(CONNECT_TIMEOUT)).map_err(connect)?;
     stream.set_read_timeout(Some(timeout)).map_err(io)?;
     stream.set_write_timeout(Some(timeout)).map_err(io)?;
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
@@ -334,8 +340,13 @@ pub fn send(
     let raw = match &target.tls {
         None => exchange(stream, head.as_bytes(), body, max_reply),
         Some((config, name)) => {
-            let conn = rustls::ClientConnection::new(config.clone(), name.clone())
-                .map_err(|e| io(std::io::Error::other(e)))?;
+            let mut conn = rustls::ClientConnection::new(config.clone(), name.clone())
+                .map_err(|e| connect(std::io::Error::other(e)))?;
+            // Finish the handshake before anything of the request is
+            // written: a refused handshake means nothing was sent.
+            while conn.is_handshaking() {
+                conn.complete_io(&mut stream).map_err(connect)?;
+            }
             exchange(
                 rustls::StreamOwned::new(conn, stream),
                 head.as_bytes(),

@@ -57,11 +57,12 @@ const LOOKUP_WAIT: Duration = Duration::from_secs(60);
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Headers of a peer's answer passed on to the client.
-const PASSED_ON: [&str; 4] = [
+const PASSED_ON: [&str; 5] = [
     "content-type",
     ERROR_HEADER,
     "x-gshare-queued-us",
     "x-gshare-service-us",
+    "x-gshare-replayed",
 ];
 
 fn error(status: StatusCode, code: &'static str, message: &str) -> HttpResponse {
