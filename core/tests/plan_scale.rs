@@ -36,8 +36,8 @@ fn region(nodes: usize) -> RegionState {
     s.apply(DomainCommand::TopologyLoad { topology }, 0)
         .unwrap();
     let all = Quota {
-        compute_milli: u64::MAX / 4,
-        memory_mib: u64::MAX / 4,
+        compute_milli: gshare_core::bounds::MAX_QUOTA,
+        memory_mib: gshare_core::bounds::MAX_QUOTA,
         instances: u32::MAX / 4,
     };
     s.apply(
