@@ -25,8 +25,8 @@ use gshare_core::model::{
     FunctionSpec, LatencyProfile, PoolPreference, Runtime, Slice, TenantId, Tier,
 };
 use gshare_core::state::{
-    plan_spec_with, Applied, ApplyError, DomainCommand, InstanceId, KeyLookup, PlanOptions,
-    RegionState,
+    plan_spec_with, Applied, ApplyError, DomainCommand, InstanceId, KeyLookup, ObjectKind,
+    PlanOptions, RegionState,
 };
 use serde::{Deserialize, Serialize};
 
@@ -198,6 +198,14 @@ pub async fn place_one(ctx: &HttpContext, spec: &FunctionSpec) -> Result<Instanc
 fn plan_all(ctx: &HttpContext, spec: &FunctionSpec) -> Result<Vec<Vec<Slice>>, ApiError> {
     let st = ctx.replica.state.read();
     let d = st.region.domain();
+    // The name is taken: say so (apply would refuse the create the same
+    // way), rather than the planner's view of the existing instances.
+    if d.function(&spec.tenant, &spec.name).is_ok() {
+        return Err(ApiError::from_apply(&ApplyError::DuplicateName {
+            kind: ObjectKind::Function,
+            name: spec.name.clone(),
+        }));
+    }
     let ranking = ctx.api.ranking(d);
     let plan = |view: &RegionState| {
         let options = PlanOptions {
