@@ -25,7 +25,7 @@ fn region_logs(extra: &[&str]) -> Vec<String> {
     region.wait_leader(&[1, 2, 3], LEADER_WAIT).unwrap();
     // A write, so the followers have been replicated to.
     region
-        .write("logs/k", "v", Duration::from_secs(15))
+        .write("logs-k", "v", Duration::from_secs(15))
         .unwrap();
     std::thread::sleep(Duration::from_millis(500));
     let logs: Vec<String> = (1..=3).map(|id| region.stderr(id, 1)).collect();
