@@ -141,8 +141,9 @@ pub async fn cluster_status(replica: &Replica) -> ClusterStatus {
 }
 
 /// The refusal of a request without the operator token, if it lacks it.
-fn refuse_unless_operator(req: &HttpRequest, ctx: &HttpContext) -> Option<HttpResponse> {
+async fn refuse_unless_operator(req: &HttpRequest, ctx: &HttpContext) -> Option<HttpResponse> {
     crate::api::auth::operator(req, ctx)
+        .await
         .err()
         .map(|e| actix_web::ResponseError::error_response(&e))
 }
@@ -305,7 +306,7 @@ async fn add_replica(
     ctx: web::Data<HttpContext>,
     body: web::Bytes,
 ) -> HttpResponse {
-    if let Some(refusal) = refuse_unless_operator(&req, &ctx) {
+    if let Some(refusal) = refuse_unless_operator(&req, &ctx).await {
         return refusal;
     }
     let st = cluster_status(&ctx.replica).await;
@@ -357,7 +358,7 @@ async fn remove_replica(
     ctx: web::Data<HttpContext>,
     path: web::Path<u64>,
 ) -> HttpResponse {
-    if let Some(refusal) = refuse_unless_operator(&req, &ctx) {
+    if let Some(refusal) = refuse_unless_operator(&req, &ctx).await {
         return refusal;
     }
     let st = cluster_status(&ctx.replica).await;

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use gshare_core::command::{CommandError, CommandOutcome, RegionCommand};
 use gshare_raft_store::{BatchOutcome, CommandBatch, TypeConfig};
-use openraft::error::{ClientWriteError, RaftError};
+use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::Raft;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
@@ -62,17 +62,66 @@ struct Pending {
 }
 
 /// The write path of a replica (leader or follower).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Proposer {
     tx: mpsc::Sender<Pending>,
+    raft: Raft<TypeConfig>,
+    links: PeerLinks,
+}
+
+impl std::fmt::Debug for Proposer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proposer").finish_non_exhaustive()
+    }
 }
 
 impl Proposer {
     /// Starts the batching task on the current tokio runtime.
     pub fn start(raft: Raft<TypeConfig>, links: PeerLinks) -> Self {
         let (tx, rx) = mpsc::channel(MAX_BATCH * MAX_IN_FLIGHT);
-        tokio::spawn(batch_loop(raft, links, rx));
-        Proposer { tx }
+        tokio::spawn(batch_loop(raft.clone(), links.clone(), rx));
+        Proposer { tx, raft, links }
+    }
+
+    /// Waits until this replica has applied every write the leader had
+    /// acknowledged when called (Raft's read index, §6.4: the leader
+    /// confirms its leadership with a quorum and names its commit index; a
+    /// follower asks it over QUIC). A read from local state after it sees
+    /// every earlier acknowledged write. Costs a quorum round trip: use it
+    /// where a stale read would give a wrong definite answer (an unknown
+    /// token), not on every read.
+    pub async fn read_barrier(&self) -> Result<(), WriteError> {
+        let index = match self.raft.get_read_log_id().await {
+            Ok((read, _)) => read.map(|l| l.index),
+            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
+                let node = f.leader_node.ok_or(WriteError::NoLeader)?;
+                match self
+                    .links
+                    .call(&node.raft_addr, &PeerRequest::ReadIndex, FORWARD_TTL)
+                    .await
+                {
+                    Ok(PeerReply::ReadIndex(Ok(index))) => index,
+                    Ok(PeerReply::ReadIndex(Err(WriteRefusal::NotLeader { .. }))) => {
+                        return Err(WriteError::NoLeader)
+                    }
+                    Ok(PeerReply::ReadIndex(Err(WriteRefusal::Failed(e)))) => {
+                        return Err(WriteError::Unknown(e))
+                    }
+                    Ok(other) => {
+                        return Err(WriteError::Unknown(format!("unexpected reply {other:?}")))
+                    }
+                    Err(e) => return Err(WriteError::Unknown(e.to_string())),
+                }
+            }
+            Err(RaftError::APIError(_)) => return Err(WriteError::NoLeader),
+            Err(RaftError::Fatal(_)) => return Err(WriteError::Stopped),
+        };
+        self.raft
+            .wait(Some(FORWARD_TTL))
+            .applied_index_at_least(index, "read barrier")
+            .await
+            .map(|_| ())
+            .map_err(|e| WriteError::Unknown(format!("this replica did not catch up: {e}")))
     }
 
     /// Proposes one command and waits until it is committed and applied.

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use gshare_raft_store::TypeConfig;
-use openraft::error::{ClientWriteError, RaftError};
+use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::Raft;
 
 use crate::wire::{
@@ -105,6 +105,16 @@ async fn answer(
                 }
                 Err(e) => Err(WriteRefusal::Failed(e.to_string())),
             }
+        }),
+        // Leadership confirmed by a quorum; the follower waits for its own apply.
+        PeerRequest::ReadIndex => PeerReply::ReadIndex(match raft.get_read_log_id().await {
+            Ok((read, _applied)) => Ok(read.map(|l| l.index)),
+            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
+                Err(WriteRefusal::NotLeader {
+                    leader: f.leader_id,
+                })
+            }
+            Err(e) => Err(WriteRefusal::Failed(e.to_string())),
         }),
     };
     counters.requests.fetch_add(1, Ordering::Relaxed);

@@ -40,6 +40,9 @@ pub enum PeerRequest {
     Snapshot(InstallSnapshotRequest<TypeConfig>),
     /// Client commands forwarded from a follower to the leader.
     Write(CommandBatch),
+    /// A follower asks the leader for its read index (Raft §6.4): the log
+    /// index every write acknowledged so far is at or below.
+    ReadIndex,
 }
 
 /// Why a forwarded write was not committed.
@@ -67,6 +70,8 @@ pub enum PeerReply {
     Snapshot(Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>>),
     /// Reply to [`PeerRequest::Write`].
     Write(Result<BatchOutcome, WriteRefusal>),
+    /// Reply to [`PeerRequest::ReadIndex`]: the index (`None`: empty log).
+    ReadIndex(Result<Option<u64>, WriteRefusal>),
 }
 
 pub use gshare_core::net::{WireError, BAD_FRAME};

@@ -12,6 +12,10 @@
 //!   checked against the final replicated state: a definite refusal left no
 //!   function, a success left it with the instances it named, a delete
 //!   removed it.
+//! - `a_token_is_good_on_every_replica_once_issued`: a token issued while a
+//!   follower is paused works on that follower the moment it resumes (the
+//!   replica catches up with the leader before a definite 401); a token
+//!   never issued is still refused.
 //!
 //! No timing is asserted.
 
@@ -93,10 +97,14 @@ fn started(n: u64) -> TestRegion {
 }
 
 fn token(region: &TestRegion, tenant: &str) -> String {
+    token_at(region, 1, tenant)
+}
+
+fn token_at(region: &TestRegion, via: u64, tenant: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let (r, _) = call(
-            region.http(1),
+            region.http(via),
             "POST",
             &format!("/v1/tenants/{tenant}/tokens"),
             TOKEN,
@@ -441,4 +449,49 @@ fn deploys_to_paused_and_killed_replicas_answer_what_happened() {
         tally.get("refused").copied().unwrap_or(0) > 0,
         "the quota never ran out: {tally:?}"
     );
+}
+
+#[test]
+fn a_token_is_good_on_every_replica_once_issued() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let region = started(3);
+    let leader = region
+        .wait_leader(&[1, 2, 3], Duration::from_secs(15))
+        .expect("leader");
+    let follower = (1..=3).find(|id| *id != leader).expect("a follower");
+    // The follower misses the token's entry: it is committed by the others.
+    region.signal(follower, "STOP").expect("pause follower");
+    let issued = token_at(&region, leader, "acme");
+    region.signal(follower, "CONT").expect("resume follower");
+    let (r, _) = call(
+        region.http(follower),
+        "GET",
+        "/v1/functions",
+        &issued,
+        None,
+        None,
+    );
+    assert_eq!(
+        r.status, 200,
+        "replica {follower} right after resuming: {r:?}"
+    );
+    // Issued and used at once, on every replica in turn.
+    for round in 0..6u64 {
+        let fresh = token(&region, "acme");
+        let id = round % 3 + 1;
+        let (r, _) = call(region.http(id), "GET", "/v1/functions", &fresh, None, None);
+        assert_eq!(r.status, 200, "round {round}, replica {id}: {r:?}");
+    }
+    // A well-formed token nobody issued, and a malformed one: 401.
+    let never = format!("gst_{}", "ab".repeat(32));
+    for bad in [never.as_str(), "not-a-token"] {
+        for id in 1..=3 {
+            let (r, _) = call(region.http(id), "GET", "/v1/functions", bad, None, None);
+            assert_eq!(
+                (r.status, code(&r).as_str()),
+                (401, "unauthorized"),
+                "{bad} at replica {id}: {r:?}"
+            );
+        }
+    }
 }

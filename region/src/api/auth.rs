@@ -52,24 +52,59 @@ pub fn bearer(req: &HttpRequest) -> Result<&str, ApiError> {
     bearer_token(header).map_err(|e| unauthorized(&e.to_string()))
 }
 
+/// Whether `token` has the shape [`new_secret`] gives (`gst_` and 64 hex
+/// digits): only such a token is worth a read barrier.
+fn issued_shape(token: &str) -> bool {
+    token
+        .strip_prefix("gst_")
+        .is_some_and(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+fn owner(ctx: &HttpContext, digest: &str) -> Option<TenantId> {
+    let st = ctx.replica.state.read();
+    st.region
+        .domain()
+        .token_owner(digest)
+        .map(|(tenant, _)| tenant.clone())
+}
+
 /// Authenticates the request (401 without a known token).
-pub fn caller(req: &HttpRequest, ctx: &HttpContext) -> Result<Caller, ApiError> {
+///
+/// A token this replica does not know may have been issued a moment ago
+/// and not yet be applied here: before a definite 401 the replica catches
+/// up with the leader's commit index ([`crate::proposer::Proposer::read_barrier`]),
+/// so a token is good on every replica as soon as its issue was answered.
+/// (A revoked token may still pass on a replica that has not applied the
+/// revocation, for the replication lag.)
+pub async fn caller(req: &HttpRequest, ctx: &HttpContext) -> Result<Caller, ApiError> {
     let token = bearer(req)?;
     let digest = token_digest(token);
     // Compare digests, not secrets: equal-length strings, no early exit on a prefix.
     if digest == token_digest(&ctx.operator_token) {
         return Ok(Caller::Operator);
     }
-    let st = ctx.replica.state.read();
-    match st.region.domain().token_owner(&digest) {
-        Some((tenant, _)) => Ok(Caller::Tenant(tenant.clone())),
+    if let Some(tenant) = owner(ctx, &digest) {
+        return Ok(Caller::Tenant(tenant));
+    }
+    if !issued_shape(token) {
+        return Err(unauthorized("unknown or revoked token"));
+    }
+    ctx.replica.proposer.read_barrier().await.map_err(|e| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "token_unverified",
+            format!("this replica cannot check the token with the leader now ({e}); retry"),
+        )
+    })?;
+    match owner(ctx, &digest) {
+        Some(tenant) => Ok(Caller::Tenant(tenant)),
         None => Err(unauthorized("unknown or revoked token")),
     }
 }
 
 /// The operator, or 401/403.
-pub fn operator(req: &HttpRequest, ctx: &HttpContext) -> Result<(), ApiError> {
-    match caller(req, ctx)? {
+pub async fn operator(req: &HttpRequest, ctx: &HttpContext) -> Result<(), ApiError> {
+    match caller(req, ctx).await? {
         Caller::Operator => Ok(()),
         Caller::Tenant(_) => Err(ApiError::new(
             StatusCode::FORBIDDEN,
@@ -80,8 +115,8 @@ pub fn operator(req: &HttpRequest, ctx: &HttpContext) -> Result<(), ApiError> {
 }
 
 /// A tenant, or 401/403 (the operator has no functions of its own).
-pub fn tenant(req: &HttpRequest, ctx: &HttpContext) -> Result<TenantId, ApiError> {
-    match caller(req, ctx)? {
+pub async fn tenant(req: &HttpRequest, ctx: &HttpContext) -> Result<TenantId, ApiError> {
+    match caller(req, ctx).await? {
         Caller::Tenant(t) => Ok(t),
         Caller::Operator => Err(ApiError::new(
             StatusCode::FORBIDDEN,

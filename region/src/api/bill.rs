@@ -38,7 +38,7 @@ async fn own(
     ctx: web::Data<HttpContext>,
     q: web::Query<Period>,
 ) -> Result<HttpResponse, ApiError> {
-    let tenant = auth::tenant(&req, &ctx)?;
+    let tenant = auth::tenant(&req, &ctx).await?;
     bill_of(&ctx, &tenant, &q)
 }
 
@@ -48,7 +48,7 @@ async fn of_tenant(
     path: web::Path<String>,
     q: web::Query<Period>,
 ) -> Result<HttpResponse, ApiError> {
-    auth::operator(&req, &ctx)?;
+    auth::operator(&req, &ctx).await?;
     bill_of(&ctx, &TenantId(path.into_inner()), &q)
 }
 

@@ -44,7 +44,7 @@ pub struct ClusterView {
 }
 
 async fn view(req: HttpRequest, ctx: web::Data<HttpContext>) -> Result<HttpResponse, ApiError> {
-    auth::operator(&req, &ctx)?;
+    auth::operator(&req, &ctx).await?;
     let st = ctx.replica.state.read();
     let d = st.region.domain();
     let mut per_node = std::collections::BTreeMap::<String, u32>::new();
@@ -81,13 +81,13 @@ async fn view(req: HttpRequest, ctx: web::Data<HttpContext>) -> Result<HttpRespo
 }
 
 async fn state(req: HttpRequest, ctx: web::Data<HttpContext>) -> Result<HttpResponse, ApiError> {
-    auth::operator(&req, &ctx)?;
+    auth::operator(&req, &ctx).await?;
     let st = ctx.replica.state.read();
     Ok(HttpResponse::Ok().json(st.region.domain()))
 }
 
 async fn agents(req: HttpRequest, ctx: web::Data<HttpContext>) -> Result<HttpResponse, ApiError> {
-    auth::operator(&req, &ctx)?;
+    auth::operator(&req, &ctx).await?;
     Ok(HttpResponse::Ok().json(ctx.replica.agents.reports.list()))
 }
 

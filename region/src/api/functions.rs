@@ -282,7 +282,7 @@ async fn deploy(
     ctx: web::Data<HttpContext>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let tenant = auth::tenant(&req, &ctx)?;
+    let tenant = auth::tenant(&req, &ctx).await?;
     let raw = read_body(&req, payload).await?;
     let key = idempotency::write_key(&req, &ctx, &raw)?;
     let body: FunctionBody = parse_json(&raw).map_err(|e| e.with_key(&key.key))?;
@@ -368,7 +368,7 @@ fn view(ctx: &HttpContext, tenant: &TenantId, name: &str) -> Result<FunctionView
 }
 
 async fn list(req: HttpRequest, ctx: web::Data<HttpContext>) -> Result<HttpResponse, ApiError> {
-    let tenant = auth::tenant(&req, &ctx)?;
+    let tenant = auth::tenant(&req, &ctx).await?;
     let names: Vec<String> = {
         let st = ctx.replica.state.read();
         st.region
@@ -389,7 +389,7 @@ async fn show(
     ctx: web::Data<HttpContext>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let tenant = auth::tenant(&req, &ctx)?;
+    let tenant = auth::tenant(&req, &ctx).await?;
     Ok(HttpResponse::Ok().json(view(&ctx, &tenant, &path)?))
 }
 
@@ -400,7 +400,7 @@ async fn delete(
     ctx: web::Data<HttpContext>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let tenant = auth::tenant(&req, &ctx)?;
+    let tenant = auth::tenant(&req, &ctx).await?;
     let key = idempotency::write_key(&req, &ctx, b"")?;
     let applied = idempotency::propose_keyed(
         &ctx,

@@ -16,7 +16,7 @@ pub(super) struct TomlBody {
 }
 
 async fn get(req: HttpRequest, ctx: web::Data<HttpContext>) -> Result<HttpResponse, ApiError> {
-    auth::caller(&req, &ctx)?;
+    auth::caller(&req, &ctx).await?;
     let st = ctx.replica.state.read();
     match st.region.domain().price_list() {
         Some(list) => Ok(HttpResponse::Ok().json(list)),
@@ -29,7 +29,7 @@ async fn set(
     ctx: web::Data<HttpContext>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    auth::operator(&req, &ctx)?;
+    auth::operator(&req, &ctx).await?;
     let body: TomlBody = parse_json(&read_body(&req, payload).await?)?;
     let list = PriceList::from_toml("(request body)", &body.toml).map_err(|e| {
         ApiError::new(

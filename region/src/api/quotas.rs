@@ -14,7 +14,7 @@ async fn set(
     path: web::Path<(String, String)>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    auth::operator(&req, &ctx)?;
+    auth::operator(&req, &ctx).await?;
     let (tenant, kind) = path.into_inner();
     let pool_kind: PoolKind = kind
         .parse()

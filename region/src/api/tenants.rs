@@ -86,7 +86,7 @@ async fn create(
     ctx: web::Data<HttpContext>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    auth::operator(&req, &ctx)?;
+    auth::operator(&req, &ctx).await?;
     let body: NewTenant = parse_json(&read_body(&req, payload).await?)?;
     let applied = propose(
         &ctx,
@@ -106,7 +106,7 @@ async fn update(
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    auth::operator(&req, &ctx)?;
+    auth::operator(&req, &ctx).await?;
     let body: TenantChange = parse_json(&read_body(&req, payload).await?)?;
     let applied = propose(
         &ctx,
@@ -121,7 +121,7 @@ async fn update(
 }
 
 async fn list(req: HttpRequest, ctx: web::Data<HttpContext>) -> Result<HttpResponse, ApiError> {
-    auth::operator(&req, &ctx)?;
+    auth::operator(&req, &ctx).await?;
     let st = ctx.replica.state.read();
     let d = st.region.domain();
     let views: Vec<TenantView> = d

@@ -35,7 +35,7 @@ async fn issue(
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    auth::operator(&req, &ctx)?;
+    auth::operator(&req, &ctx).await?;
     let raw = read_body(&req, payload).await?;
     let body: NewToken = if raw.iter().all(u8::is_ascii_whitespace) {
         NewToken::default()
@@ -69,7 +69,7 @@ async fn revoke(
     ctx: web::Data<HttpContext>,
     path: web::Path<(String, String)>,
 ) -> Result<HttpResponse, ApiError> {
-    auth::operator(&req, &ctx)?;
+    auth::operator(&req, &ctx).await?;
     let (tenant, token_id) = path.into_inner();
     let applied = propose(
         &ctx,

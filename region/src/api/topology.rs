@@ -17,7 +17,7 @@ async fn reload(
     ctx: web::Data<HttpContext>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    auth::operator(&req, &ctx)?;
+    auth::operator(&req, &ctx).await?;
     let raw = read_body(&req, payload).await?;
     let (name, text) = if raw.iter().all(u8::is_ascii_whitespace) {
         let path = ctx.api.topology_file.clone().ok_or_else(|| {

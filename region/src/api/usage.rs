@@ -70,7 +70,7 @@ async fn register(
     ctx: web::Data<HttpContext>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    auth::operator(&req, &ctx)?;
+    auth::operator(&req, &ctx).await?;
     let b: AgentBody = parse_json(&read_body(&req, payload).await?)?;
     let applied = propose(
         &ctx,
@@ -89,7 +89,7 @@ async fn apply_batch(
     ctx: web::Data<HttpContext>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    auth::operator(&req, &ctx)?;
+    auth::operator(&req, &ctx).await?;
     let b: UsageBatchBody = parse_json(&read_body(&req, payload).await?)?;
     let records = b
         .records
@@ -123,7 +123,7 @@ async fn usage(
     ctx: web::Data<HttpContext>,
     q: web::Query<Period>,
 ) -> Result<HttpResponse, ApiError> {
-    let tenant = auth::tenant(&req, &ctx)?;
+    let tenant = auth::tenant(&req, &ctx).await?;
     let st = ctx.replica.state.read();
     let lines: Vec<_> = st
         .region
