@@ -35,9 +35,39 @@ pub(crate) struct Instance {
     pub last_used: Micros,
     /// The function was removed from the node: unload when idle.
     pub removing: bool,
+    /// Its profile's continuous batching (see [`super::FunctionProfile::batch_ppm`]).
+    pub batch_ppm: u32,
 }
 
 impl Instance {
+    /// Service time and compute share of a request (solo: `solo_us` on
+    /// `compute`) that starts now on this loaded instance: with batching
+    /// and requests running, it joins their batch. A joiner takes the
+    /// batch's small share only while a request of the batch that pays the
+    /// whole share outlives it (the latest running finish is always such a
+    /// request), else the whole share; on a slot the batch owns the slot's
+    /// compute, so a joiner takes none.
+    pub fn join(
+        &self,
+        now: Micros,
+        solo_us: Micros,
+        compute: MilliGpu,
+        slotted: bool,
+    ) -> (Micros, MilliGpu) {
+        if self.batch_ppm == 0 || self.running == 0 {
+            return (solo_us, compute);
+        }
+        let (service, share) =
+            super::profile::batched(self.batch_ppm, solo_us, compute, self.running);
+        if slotted {
+            (service, 0)
+        } else if now.saturating_add(service) <= self.busy_until {
+            (service, share)
+        } else {
+            (service, compute)
+        }
+    }
+
     /// Loaded with nothing running or queued.
     pub fn idle(&self) -> bool {
         self.loaded && self.running == 0 && self.queued == 0
@@ -263,11 +293,15 @@ impl GpuExecutor {
                     }
                     continue;
                 }
-                if slotted && it.running > 0 {
+                if slotted && it.running > 0 && it.batch_ppm == 0 {
                     continue;
                 }
             }
-            if self.compute_free < q.compute {
+            let (service_us, compute) = match inst {
+                Some(i) => self.instances[i].join(now, q.service_us, q.compute, slotted),
+                None => (q.service_us, q.compute),
+            };
+            if self.compute_free < compute {
                 if slotted {
                     continue;
                 }
@@ -288,18 +322,18 @@ impl GpuExecutor {
                 }
                 break;
             }
-            let finish_at = now + q.service_us;
+            let finish_at = now + service_us;
             if finish_at > q.deadline {
                 self.unqueue(idx, rules.all_resident);
                 out.push(reject_late(q, finish_at));
                 continue;
             }
             self.unqueue(idx, rules.all_resident);
-            self.compute_free -= q.compute;
+            self.compute_free -= compute;
             self.running.push(Running {
                 request: q.request,
                 function: q.function,
-                compute: q.compute,
+                compute,
                 finish_at,
             });
             if let Some(i) = inst {
@@ -312,7 +346,7 @@ impl GpuExecutor {
                 request: q.request,
                 function: q.function,
                 gpu: self.index,
-                compute_milli: q.compute,
+                compute_milli: compute,
                 finish_at,
             });
         }

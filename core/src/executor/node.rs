@@ -361,13 +361,22 @@ impl NodeExecutor {
             } else if let Some(i) = g.find(function) {
                 let it = &g.instances[i];
                 let ready = if it.loaded { now } else { it.ready_at.max(now) };
-                let start = if slotted {
-                    ready.max(it.busy_until) + it.queued_us
+                // Batching: a request may join the running batch now.
+                let (joined, share) = it.join(now, service, compute, slotted);
+                let finish = if it.loaded
+                    && it.running > 0
+                    && it.batch_ppm > 0
+                    && g.queue.is_empty()
+                    && g.compute_free >= share
+                {
+                    now + joined
+                } else if slotted {
+                    ready.max(it.busy_until) + it.queued_us + service
                 } else {
-                    ready.max(g.compute_start(now, compute))
+                    ready.max(g.compute_start(now, compute)) + service
                 };
                 Choice {
-                    finish: start + service,
+                    finish,
                     load: false,
                     evicts: false,
                     victim: (0, 0, 0),
@@ -635,6 +644,7 @@ impl NodeExecutor {
         fs.copies += 1;
         fs.loading += 1;
         let tier = fs.profile.tier;
+        let batch_ppm = fs.profile.batch_ppm;
         if self.host_used_mib > self.config.host_memory_mib {
             self.shrink_host(function);
         }
@@ -651,6 +661,7 @@ impl NodeExecutor {
             busy_until: 0,
             last_used: now,
             removing: false,
+            batch_ppm,
         })
     }
 

@@ -14,6 +14,14 @@ pub struct FunctionProfile {
     /// Compute share (milli-GPU) beyond which a request gets no faster
     /// (see [`LatencyProfile`]).
     pub saturation_milli: MilliGpu,
+    /// Continuous batching (LLM serving), parts per million; 0: each request
+    /// runs alone. A request that joins `k` requests of its function already
+    /// running on the same instance takes `1 + k × batch_ppm / 10⁶` times
+    /// its solo service time (each decode step carries the batch's other
+    /// sequences) and adds only `batch_ppm / 10⁶` of its compute share (the
+    /// weights each step reads are paid by the batch's first request; see
+    /// [`FunctionProfile::batched`]).
+    pub batch_ppm: u32,
 }
 
 impl FunctionProfile {
@@ -27,6 +35,17 @@ impl FunctionProfile {
         .service_us(compute_milli)
     }
 
+    /// Service time and compute share of a request whose solo service on
+    /// `compute` is `solo_us` when it joins `running` requests of its
+    /// function on one instance: `(solo_us × (1 + running × batch_ppm / 10⁶),
+    /// compute × batch_ppm / 10⁶ rounded up)`; `(solo_us, compute)` with
+    /// nothing running or without batching. The caller decides whether a
+    /// joiner may take the smaller share (it must not outlive a request
+    /// that pays the whole share).
+    pub fn batched(&self, solo_us: Micros, compute: MilliGpu, running: u32) -> (Micros, MilliGpu) {
+        batched(self.batch_ppm, solo_us, compute, running)
+    }
+
     /// The compute share a request of this function asks for on a
     /// fine-grained GPU: the whole GPU for `exclusive`, otherwise its
     /// saturation share (more would not make it faster).
@@ -37,4 +56,24 @@ impl FunctionProfile {
             self.saturation_milli.clamp(1, WHOLE_GPU)
         }
     }
+}
+
+/// [`FunctionProfile::batched`] for a function batching at `batch_ppm`.
+pub(crate) fn batched(
+    batch_ppm: u32,
+    solo_us: Micros,
+    compute: MilliGpu,
+    running: u32,
+) -> (Micros, MilliGpu) {
+    if batch_ppm == 0 || running == 0 {
+        return (solo_us, compute);
+    }
+    let ppm = u128::from(batch_ppm);
+    let extra = u128::from(solo_us) * u128::from(running) * ppm / 1_000_000;
+    let service = Micros::try_from(u128::from(solo_us) + extra).unwrap_or(Micros::MAX);
+    let share = (u128::from(compute) * ppm).div_ceil(1_000_000).max(1);
+    (
+        service,
+        MilliGpu::try_from(share).unwrap_or(compute).min(compute),
+    )
 }

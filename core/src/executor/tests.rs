@@ -32,6 +32,7 @@ fn profile(tier: Tier) -> FunctionProfile {
         tier,
         memory_mib: 4_000,
         saturation_milli: 1000,
+        batch_ppm: 0,
     }
 }
 
@@ -863,6 +864,7 @@ fn busy_instance(function: u32, memory_mib: Mib, busy_until: Micros) -> gpu::Ins
         busy_until,
         last_used: 0,
         removing: false,
+        batch_ppm: 0,
     }
 }
 

@@ -478,6 +478,7 @@ impl NodeAgent {
             tier: spec.tier,
             memory_mib: spec.memory_mib,
             saturation_milli: spec.latency.saturation_milli,
+            batch_ppm: 0,
         };
         let memory_mib =
             footprint(self.executor.config(), &profile).map_or(spec.memory_mib, |f| f.0);

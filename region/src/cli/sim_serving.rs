@@ -13,8 +13,8 @@
 
 use anyhow::{bail, Context};
 use gshare_core::sim::serving::{
-    evaluate, GpuCount, PolicyOutcome, ServingParams, ServingPolicy, ServingTrace, SyntheticSpec,
-    MAX_GPUS,
+    evaluate, GpuCount, LlmSpec, PolicyOutcome, ServingParams, ServingPolicy, ServingTrace,
+    SyntheticSpec, MAX_GPUS,
 };
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -31,15 +31,20 @@ pub struct Args {
     /// simulated. Default: the embedded configs/examples/topology.toml.
     #[arg(long)]
     pub topology: Option<PathBuf>,
-    /// Trace CSV (Alibaba GenAI lora_request_trace or Azure LLM inference).
-    #[arg(
-        long,
-        conflicts_with = "synthetic",
-        required_unless_present = "synthetic"
-    )]
+    /// Trace CSV (Alibaba GenAI lora_request_trace, or Azure LLM inference
+    /// as one 8B model). One of --trace, --llm-trace and --synthetic is required.
+    #[arg(long, conflicts_with_all = ["synthetic", "llm_trace"])]
     pub trace: Option<PathBuf>,
+    /// The LLM serving workload: an Azure LLM inference CSV's arrivals and
+    /// token counts over --models models of mixed sizes (0.5–14 GiB, Zipf
+    /// popularity, seeded by --seed), batched prefill and decode.
+    #[arg(long, conflicts_with = "synthetic")]
+    pub llm_trace: Option<PathBuf>,
+    /// --llm-trace: number of models.
+    #[arg(long, default_value_t = 50, requires = "llm_trace")]
+    pub models: u32,
     /// Generate a synthetic trace instead.
-    #[arg(long)]
+    #[arg(long, required_unless_present_any = ["trace", "llm_trace"])]
     pub synthetic: bool,
     /// Synthetic: number of functions.
     #[arg(long, default_value_t = 1000, requires = "synthetic")]
@@ -47,8 +52,8 @@ pub struct Args {
     /// Synthetic: number of invocations.
     #[arg(long, default_value_t = 100_000, requires = "synthetic")]
     pub invocations: u64,
-    /// Synthetic: seed.
-    #[arg(long, default_value_t = 1, requires = "synthetic")]
+    /// Seed of --synthetic and --llm-trace.
+    #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Synthetic: mean inter-arrival time, ms.
     #[arg(long, default_value_t = 100.0, requires = "synthetic")]
@@ -108,18 +113,34 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .iter()
         .map(|p| p.trim().parse::<ServingPolicy>())
         .collect::<Result<Vec<_>, _>>()?;
-    let trace = match &args.trace {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading trace {}", path.display()))?;
-            let name = path.file_name().map_or_else(
-                || path.display().to_string(),
-                |n| n.to_string_lossy().into(),
-            );
+    if args.models == 0 {
+        bail!("--models must be > 0");
+    }
+    let read = |path: &PathBuf| -> anyhow::Result<(String, String)> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading trace {}", path.display()))?;
+        let name = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into(),
+        );
+        Ok((name, text))
+    };
+    let trace = match (&args.trace, &args.llm_trace) {
+        (_, Some(path)) => {
+            let (name, text) = read(path)?;
+            LlmSpec {
+                models: args.models,
+                seed: args.seed,
+            }
+            .build(&name, &text, &params)
+            .with_context(|| format!("parsing {}", path.display()))?
+        }
+        (Some(path), None) => {
+            let (name, text) = read(path)?;
             ServingTrace::parse(&name, &text, &params)
                 .with_context(|| format!("parsing {}", path.display()))?
         }
-        None => {
+        (None, None) => {
             let mut spec = SyntheticSpec::new(args.functions, args.invocations, args.seed);
             spec.mean_interarrival_us = (args.interarrival_ms * 1_000.0).round().max(1.0) as u64;
             spec.generate()
@@ -176,12 +197,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             None => "-".into(),
         };
         if let Some((bound, kind)) = o.bound {
-            eprintln!(
+            println!(
                 "bound     min_gpus {bound:>6} ({}); EDF estimate (not a bound) min_gpus {searched}",
                 kind.as_str()
             );
         }
-        eprintln!(
+        println!(
             "{:<14} gpus {:>5} min_gpus {:>6} attainment {:.4} p99 {:>9.1} ms cost {:>10.2} swaps {} cold {}",
             if o.bound.is_some() { "edf-estimate" } else { r.policy.as_str() },
             r.gpus,
@@ -193,7 +214,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             r.cold_starts,
         );
     }
-    eprintln!(
+    println!(
         "{events} events in {wall_s:.3} s ({:.2} M events/s)",
         events as f64 / wall_s.max(1e-9) / 1e6
     );

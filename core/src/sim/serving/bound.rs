@@ -25,7 +25,9 @@
 //! 1987; Carlisle and Lloyd, 1995). The smallest `m` whose drops fit the
 //! budget is a lower bound for every policy of the simulator, and for any
 //! non-preemptive schedule on the latency model. At slack ≥ 2 there is no
-//! mandatory part and the bound is the trivial 1 GPU.
+//! mandatory part and the bound is the trivial 1 GPU. A batching function's
+//! request may join a batch on a small share (running longer than `e`), so
+//! only that share counts for it (the LLM workload: never heavy).
 //!
 //! **The EDF estimate is not a bound.** Maximising the number of requests
 //! that meet their deadlines is NP-hard even on one machine
@@ -89,10 +91,12 @@ fn mandatory_parts(trace: &ServingTrace, slack: f64) -> Vec<(Micros, Micros)> {
         .filter_map(|r| {
             let e = r.full_gpu_us;
             let window = deadline(r.arrival_us, e, slack) - r.arrival_us;
-            let sigma = trace.functions[r.function as usize]
-                .profile
-                .saturation_milli
-                .clamp(1, WHOLE_GPU) as u128;
+            let profile = trace.functions[r.function as usize].profile;
+            // A batch member may run on the batch's small share (for longer
+            // than e): only that share is certain.
+            let sigma = profile
+                .batched(e, profile.saturation_milli.clamp(1, WHOLE_GPU), 1)
+                .1 as u128;
             // Share needed: σ·e/window > 500 milli ⇔ 2·σ·e > 1000·window.
             let heavy = 2 * sigma * e as u128 > WHOLE_GPU as u128 * window as u128;
             let start = r.arrival_us + window - e.min(window);
@@ -263,6 +267,7 @@ mod tests {
                     tier: Tier::Oversubscribed,
                     memory_mib: 1_000,
                     saturation_milli: sigma,
+                    batch_ppm: 0,
                 },
             }],
             requests: requests

@@ -17,6 +17,7 @@
 
 mod bound;
 mod engine;
+mod llm;
 mod params;
 mod policy;
 mod report;
@@ -26,6 +27,7 @@ mod trace;
 
 pub use bound::{edf_simulate, mandatory_min_gpus, miss_budget, BoundKind};
 pub use engine::{deadline, simulate, RunSpec};
+pub use llm::{LlmModel, LlmSpec};
 pub use params::{ServingParams, ServingParamsError};
 pub use policy::ServingPolicy;
 pub use report::RunReport;

@@ -74,6 +74,7 @@ impl SyntheticSpec {
                     tier: Tier::Oversubscribed,
                     memory_mib: mem,
                     saturation_milli: sat,
+                    batch_ppm: 0,
                 },
             });
             mean_us.push(ms as f64 * 1_000.0 * lognormal(&mut rng, 0.5));

@@ -130,6 +130,7 @@ impl ServingTrace {
             tier: Tier::Oversubscribed,
             memory_mib: params.trace_memory_mib,
             saturation_milli: params.trace_saturation_milli,
+            batch_ppm: 0,
         };
         let (c_time, c_a, c_b) = match format {
             TraceFormat::AlibabaGenAi => (
@@ -150,6 +151,7 @@ impl ServingTrace {
                     tier: Tier::Oversubscribed,
                     memory_mib: LLM_MEMORY_MIB.min(params.gpu_memory_mib),
                     saturation_milli: LLM_SATURATION,
+                    batch_ppm: 0,
                 },
             });
         }
@@ -242,7 +244,7 @@ impl ServingTrace {
 }
 
 /// `YYYY-MM-DD HH:MM:SS[.fraction]` (UTC, proleptic Gregorian) to µs since 1970.
-fn parse_datetime_us(s: &str) -> Option<Micros> {
+pub(super) fn parse_datetime_us(s: &str) -> Option<Micros> {
     let (date, time) = s.split_once([' ', 'T'])?;
     let mut d = date.split('-');
     let y: i64 = d.next()?.parse().ok()?;
