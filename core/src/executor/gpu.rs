@@ -37,34 +37,36 @@ pub(crate) struct Instance {
     pub removing: bool,
     /// Its profile's continuous batching (see [`super::FunctionProfile::batch_ppm`]).
     pub batch_ppm: u32,
+    /// Compute its running batch holds beyond its requests' own shares.
+    pub held: MilliGpu,
 }
 
 impl Instance {
-    /// Service time and compute share of a request (solo: `solo_us` on
-    /// `compute`) that starts now on this loaded instance: with batching
-    /// and requests running, it joins their batch. A joiner takes the
-    /// batch's small share only while a request of the batch that pays the
-    /// whole share outlives it (the latest running finish is always such a
-    /// request), else the whole share; on a slot the batch owns the slot's
-    /// compute, so a joiner takes none.
+    /// Service time, compute share and batch hold of a request (solo:
+    /// `solo_us` on `compute`) that starts now on this loaded instance.
+    /// Without batching: `(solo_us, compute, 0)`. With batching, every
+    /// request takes only its marginal share (none on a slot, whose compute
+    /// the batch owns), and the batch's first request also takes the rest
+    /// of `compute` as the hold, which the instance keeps until its last
+    /// running request finishes (the weights every step reads are the
+    /// batch's cost, whoever started it); a request that joins `k` running
+    /// ones takes its batched service.
     pub fn join(
         &self,
-        now: Micros,
         solo_us: Micros,
         compute: MilliGpu,
         slotted: bool,
-    ) -> (Micros, MilliGpu) {
-        if self.batch_ppm == 0 || self.running == 0 {
-            return (solo_us, compute);
+    ) -> (Micros, MilliGpu, MilliGpu) {
+        if self.batch_ppm == 0 {
+            return (solo_us, compute, 0);
         }
         let (service, share) =
-            super::profile::batched(self.batch_ppm, solo_us, compute, self.running);
-        if slotted {
-            (service, 0)
-        } else if now.saturating_add(service) <= self.busy_until {
-            (service, share)
+            super::profile::batched(self.batch_ppm, solo_us, compute, self.running.max(1));
+        let marginal = if slotted { 0 } else { share };
+        if self.running == 0 {
+            (solo_us, marginal, compute - marginal)
         } else {
-            (service, compute)
+            (service, marginal, 0)
         }
     }
 
@@ -297,11 +299,11 @@ impl GpuExecutor {
                     continue;
                 }
             }
-            let (service_us, compute) = match inst {
-                Some(i) => self.instances[i].join(now, q.service_us, q.compute, slotted),
-                None => (q.service_us, q.compute),
+            let (service_us, compute, hold) = match inst {
+                Some(i) => self.instances[i].join(q.service_us, q.compute, slotted),
+                None => (q.service_us, q.compute, 0),
             };
-            if self.compute_free < compute {
+            if self.compute_free < compute + hold {
                 if slotted {
                     continue;
                 }
@@ -329,7 +331,7 @@ impl GpuExecutor {
                 continue;
             }
             self.unqueue(idx, rules.all_resident);
-            self.compute_free -= compute;
+            self.compute_free -= compute + hold;
             self.running.push(Running {
                 request: q.request,
                 function: q.function,
@@ -339,6 +341,7 @@ impl GpuExecutor {
             if let Some(i) = inst {
                 let it = &mut self.instances[i];
                 it.running += 1;
+                it.held += hold;
                 it.busy_until = it.busy_until.max(finish_at);
                 it.last_used = now;
             }
@@ -346,7 +349,7 @@ impl GpuExecutor {
                 request: q.request,
                 function: q.function,
                 gpu: self.index,
-                compute_milli: compute,
+                compute_milli: compute + hold,
                 finish_at,
             });
         }
@@ -361,6 +364,10 @@ impl GpuExecutor {
             let it = &mut self.instances[i];
             it.running -= 1;
             it.last_used = now;
+            if it.running == 0 {
+                self.compute_free += it.held;
+                it.held = 0;
+            }
         }
         Some(r.function)
     }

@@ -362,7 +362,7 @@ impl NodeExecutor {
                 let it = &g.instances[i];
                 let ready = if it.loaded { now } else { it.ready_at.max(now) };
                 // Batching: a request may join the running batch now.
-                let (joined, share) = it.join(now, service, compute, slotted);
+                let (joined, share, _) = it.join(service, compute, slotted);
                 let finish = if it.loaded
                     && it.running > 0
                     && it.batch_ppm > 0
@@ -662,6 +662,7 @@ impl NodeExecutor {
             last_used: now,
             removing: false,
             batch_ppm,
+            held: 0,
         })
     }
 

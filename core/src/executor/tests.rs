@@ -865,6 +865,7 @@ fn busy_instance(function: u32, memory_mib: Mib, busy_until: Micros) -> gpu::Ins
         last_used: 0,
         removing: false,
         batch_ppm: 0,
+        held: 0,
     }
 }
 

@@ -368,3 +368,89 @@ mod tests {
         ));
     }
 }
+
+#[cfg(test)]
+mod sharing_tests {
+    use super::*;
+    use crate::sim::serving::{simulate, RunSpec, ServingPolicy};
+
+    fn params() -> ServingParams {
+        ServingParams::from_toml(
+            "topology.toml",
+            include_str!("../../../../configs/examples/topology.toml"),
+        )
+        .unwrap()
+    }
+
+    /// `n` requests (context 500, 200 generated) at time 0, request `i` on
+    /// model `i % k`, every model of 4 GiB; slack large enough that all run.
+    fn burst(n: u32, k: u32) -> ServingTrace {
+        let m = LlmModel {
+            weights_mib: 4_096,
+            rank: 1,
+        };
+        ServingTrace {
+            name: format!("burst({n},{k})"),
+            functions: (0..k)
+                .map(|i| TraceFunction {
+                    name: format!("m{i}"),
+                    profile: m.profile(),
+                })
+                .collect(),
+            requests: (0..n)
+                .map(|i| TraceRequest {
+                    arrival_us: 0,
+                    function: i % k,
+                    full_gpu_us: m.solo_us(500, 200),
+                })
+                .collect(),
+        }
+    }
+
+    fn run(trace: &ServingTrace, policy: ServingPolicy) -> crate::sim::serving::RunReport {
+        simulate(
+            trace,
+            &params(),
+            RunSpec {
+                policy,
+                static_slices: 1,
+                gpus: 1,
+                slack: 1_000.0,
+            },
+        )
+    }
+
+    #[test]
+    fn co_resident_models_never_beat_one_gpus_throughput_for_the_same_tokens() {
+        for n in [6, 12, 30] {
+            let one = run(&burst(n, 1), ServingPolicy::Gshare);
+            assert_eq!(one.met, n as u64);
+            // Batching one model's requests beats running them one by one.
+            let solo = burst(n, 1).requests[0].full_gpu_us;
+            assert!(one.span_us < n as u64 * solo, "n {n}: {}", one.span_us);
+            for k in 2..=6 {
+                let shared = run(&burst(n, k), ServingPolicy::Gshare);
+                assert_eq!(shared.met, n as u64, "n {n} k {k}");
+                // The same tokens over k models (each step reads its own
+                // model's weights) take at least as long on one GPU.
+                assert!(
+                    shared.span_us >= one.span_us,
+                    "n {n} k {k}: {} < {}",
+                    shared.span_us,
+                    one.span_us
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn dedicated_gpus_batch_one_models_requests_like_gshare() {
+        let t = burst(12, 1);
+        let swap = run(&t, ServingPolicy::ExclusiveSwap);
+        let gshare = run(&t, ServingPolicy::Gshare);
+        assert_eq!((swap.met, gshare.met), (12, 12));
+        let solo = t.requests[0].full_gpu_us;
+        assert!(swap.span_us < 2 * solo, "{} vs {solo}", swap.span_us);
+        assert_eq!(swap.span_us, gshare.span_us);
+    }
+}
