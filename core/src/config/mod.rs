@@ -22,6 +22,8 @@
 mod agent;
 mod agent_file;
 mod error;
+mod file_ref;
+mod function_file;
 mod gpu_model;
 mod loading;
 mod names;
@@ -40,6 +42,8 @@ pub use agent::{
 };
 pub use agent_file::{check_http_bind, DEFAULT_H2D_MIB_PER_S, DEFAULT_SWAP_SETUP_US};
 pub use error::{ConfigError, ConfigIssue, IssueKind};
+pub use file_ref::FileRef;
+pub use function_file::FunctionFile;
 pub use gpu_model::GpuModel;
 pub use loading::{transfer_us, ColdStart, SwapCost};
 pub use names::{is_valid_name, MAX_NAME_LEN};
