@@ -24,7 +24,7 @@ const DEFAULT_METERING_INTERVAL_MS: u64 = 1_000;
 /// How long an invocation's outcome is kept under its idempotency key, s.
 pub const DEFAULT_INVOKE_KEY_WINDOW_S: u64 = 600;
 
-fn addr(is: &mut Issues<'_>, f: &Field<String>) -> Option<SocketAddr> {
+pub(crate) fn addr(is: &mut Issues<'_>, f: &Field<String>) -> Option<SocketAddr> {
     let s = f.v.as_ref()?;
     match s.parse::<SocketAddr>() {
         Ok(a) => Some(a),
@@ -40,7 +40,7 @@ fn addr(is: &mut Issues<'_>, f: &Field<String>) -> Option<SocketAddr> {
     }
 }
 
-fn nonempty(is: &mut Issues<'_>, f: Field<String>) -> Option<String> {
+pub(crate) fn nonempty(is: &mut Issues<'_>, f: Field<String>) -> Option<String> {
     let s = f.v?;
     if s.is_empty() {
         is.report(
