@@ -30,15 +30,14 @@
 //! http_addr = "127.0.0.1:8102"
 //! ```
 //!
-//! Each problem is reported as `<file>: <key path>: <what is wrong>`.
+//! Each problem is reported as `<file>:<line>:<col>: <key path>: <what is wrong>`
+//! (core's config reader, as for the topology files), all of them at once,
+//! with the files named that do not exist.
 //! An `http_addr` that is not a loopback address needs `[http_tls]` or
 //! `insecure_http = true`; `[tls]` alone does not switch HTTP to TLS.
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-
-use toml::Value;
 
 use crate::tls::TlsPaths;
 
@@ -99,406 +98,120 @@ pub struct ReplicaConfig {
     pub insecure_http: bool,
 }
 
-/// Default of `snapshot_every`.
-pub const DEFAULT_SNAPSHOT_EVERY: u64 = 20_000;
-/// Default of `keep_logs`.
-pub const DEFAULT_KEEP_LOGS: u64 = 1_000;
+pub use gshare_core::config::{ConfigError, DEFAULT_KEEP_LOGS, DEFAULT_SNAPSHOT_EVERY};
+use gshare_core::config::{ConfigIssue, FileRef, ReplicaFile, TokenSource};
 
-/// One problem in a config file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigProblem {
-    /// Dotted key path, e.g. `peers[1].raft_addr`.
-    pub key: String,
-    /// What is wrong.
-    pub problem: String,
-}
-
-/// Every problem found in one config file.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct ConfigError {
-    /// The file.
-    pub file: PathBuf,
-    /// All problems, in file order where known.
-    pub problems: Vec<ConfigProblem>,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let n = self.problems.len();
-        write!(
-            f,
-            "{} problem{} in {}",
-            n,
-            if n == 1 { "" } else { "s" },
-            self.file.display()
-        )?;
-        for p in &self.problems {
-            write!(f, "\n  {}: {}: {}", self.file.display(), p.key, p.problem)?;
-        }
-        Ok(())
-    }
-}
-
-struct Checker<'a> {
-    base: &'a Path,
-    problems: Vec<ConfigProblem>,
-}
-
-impl Checker<'_> {
-    fn problem(&mut self, key: &str, problem: impl Into<String>) {
-        self.problems.push(ConfigProblem {
-            key: key.to_string(),
-            problem: problem.into(),
-        });
-    }
-
-    fn table<'v>(&mut self, v: &'v Value, key: &str) -> Option<&'v toml::Table> {
-        match v.as_table() {
-            Some(t) => Some(t),
-            None => {
-                self.problem(key, format!("expected a table, found {}", v.type_str()));
-                None
-            }
-        }
-    }
-
-    fn unknown(&mut self, t: &toml::Table, prefix: &str, known: &[&str]) {
-        for k in t.keys() {
-            if !known.contains(&k.as_str()) {
-                self.problem(
-                    &join(prefix, k),
-                    format!("unknown key (expected one of: {})", known.join(", ")),
-                );
-            }
-        }
-    }
-
-    fn required<'v>(&mut self, t: &'v toml::Table, prefix: &str, key: &str) -> Option<&'v Value> {
-        let v = t.get(key);
-        if v.is_none() {
-            self.problem(&join(prefix, key), "missing");
-        }
-        v
-    }
-
-    fn id(&mut self, t: &toml::Table, prefix: &str) -> Option<u64> {
-        let key = join(prefix, "id");
-        match self.required(t, prefix, "id")? {
-            Value::Integer(i) if *i > 0 => Some(*i as u64),
-            Value::Integer(i) => {
-                self.problem(&key, format!("must be a positive integer, found {i}"));
-                None
-            }
-            other => {
-                self.problem(
-                    &key,
-                    format!("expected an integer, found {}", other.type_str()),
-                );
-                None
-            }
-        }
-    }
-
-    fn optional_count(&mut self, t: &toml::Table, key: &str, default: u64, min: i64) -> u64 {
-        match t.get(key) {
-            None => default,
-            Some(Value::Integer(i)) if *i >= min => *i as u64,
-            Some(Value::Integer(i)) => {
-                self.problem(key, format!("must be at least {min}, found {i}"));
-                default
-            }
-            Some(other) => {
-                self.problem(
-                    key,
-                    format!("expected an integer, found {}", other.type_str()),
-                );
-                default
-            }
-        }
-    }
-
-    fn string(&mut self, t: &toml::Table, prefix: &str, key: &str) -> Option<String> {
-        match self.required(t, prefix, key)? {
-            Value::String(s) if !s.is_empty() => Some(s.clone()),
-            Value::String(_) => {
-                self.problem(&join(prefix, key), "must not be empty");
-                None
-            }
-            other => {
-                self.problem(
-                    &join(prefix, key),
-                    format!("expected a string, found {}", other.type_str()),
-                );
-                None
-            }
-        }
-    }
-
-    fn addr(&mut self, t: &toml::Table, prefix: &str, key: &str) -> Option<SocketAddr> {
-        let s = self.string(t, prefix, key)?;
-        match s.parse() {
-            Ok(a) => Some(a),
-            Err(_) => {
-                self.problem(
-                    &join(prefix, key),
-                    format!("{s:?} is not an ip:port address"),
-                );
-                None
-            }
-        }
-    }
-
-    /// The token in the file named by `key` (trimmed; must not be empty).
-    fn token_file(&mut self, t: &toml::Table, key: &str) -> Option<String> {
-        let p = self.path(t, "", key, true)?;
-        match std::fs::read_to_string(&p) {
-            Ok(s) if !s.trim().is_empty() => Some(s.trim().to_string()),
-            Ok(_) => {
-                self.problem(key, format!("{} is empty", p.display()));
-                None
-            }
-            Err(e) => {
-                self.problem(key, format!("{}: {e}", p.display()));
-                None
-            }
-        }
-    }
-
-    fn path(
-        &mut self,
-        t: &toml::Table,
-        prefix: &str,
-        key: &str,
-        must_exist: bool,
-    ) -> Option<PathBuf> {
-        let s = self.string(t, prefix, key)?;
-        let p = self.base.join(s);
-        if must_exist && !p.exists() {
-            self.problem(
-                &join(prefix, key),
-                format!("{} does not exist", p.display()),
-            );
-        }
-        Some(p)
-    }
-}
-
-fn join(prefix: &str, key: &str) -> String {
-    if prefix.is_empty() {
-        key.to_string()
-    } else {
-        format!("{prefix}.{key}")
+/// The token in the file `f` (trimmed; must not be empty).
+fn read_token(base: &Path, f: &FileRef) -> Result<String, ConfigIssue> {
+    let p = base.join(&f.path);
+    match std::fs::read_to_string(&p) {
+        Ok(s) if !s.trim().is_empty() => Ok(s.trim().to_string()),
+        Ok(_) => Err(f.issue(format!("{} is empty", p.display()))),
+        Err(e) => Err(f.issue(format!("{}: {e}", p.display()))),
     }
 }
 
 impl ReplicaConfig {
     /// Reads and validates the config file at `path`.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let fail = |problem: String| ConfigError {
-            file: path.to_path_buf(),
-            problems: vec![ConfigProblem {
-                key: "(file)".into(),
-                problem,
-            }],
-        };
-        let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigError::in_file_order(
+                &file,
+                vec![ConfigIssue {
+                    kind: gshare_core::config::IssueKind::Invalid,
+                    path: String::new(),
+                    line: None,
+                    column: None,
+                    message: e.to_string(),
+                    got: None,
+                }],
+            )
+        })?;
         let base = path.parent().unwrap_or(Path::new("."));
-        Self::parse(&text, base).map_err(|problems| ConfigError {
-            file: path.to_path_buf(),
-            problems,
-        })
+        Self::parse_file(&file, &text, base)
     }
 
     /// Parses config text; relative paths are resolved against `base`.
-    pub fn parse(text: &str, base: &Path) -> Result<Self, Vec<ConfigProblem>> {
-        let root: toml::Table = toml::from_str(text).map_err(|e| {
-            vec![ConfigProblem {
-                key: "(syntax)".into(),
-                problem: e.to_string().trim().to_string(),
-            }]
-        })?;
-        let mut c = Checker {
-            base,
-            problems: Vec::new(),
-        };
-        c.unknown(
-            &root,
-            "",
-            &[
-                "id",
-                "raft_addr",
-                "http_addr",
-                "data_dir",
-                "topology",
-                "tenants",
-                "operator_token",
-                "operator_token_file",
-                "metrics_token_file",
-                "snapshot_every",
-                "keep_logs",
-                "tls",
-                "http_tls",
-                "insecure_http",
-                "peers",
-            ],
-        );
-        let id = c.id(&root, "");
-        let raft_addr = c.addr(&root, "", "raft_addr");
-        let http_addr = c.addr(&root, "", "http_addr");
-        let data_dir = c.path(&root, "", "data_dir", false);
-        let topology = c.path(&root, "", "topology", true);
-        let tenants = c.path(&root, "", "tenants", true);
-        let operator_token = match (
-            root.contains_key("operator_token"),
-            root.contains_key("operator_token_file"),
-        ) {
-            (_, false) => c.string(&root, "", "operator_token"),
-            (false, true) => c.token_file(&root, "operator_token_file"),
-            (true, true) => {
-                c.problem(
-                    "operator_token_file",
-                    "give operator_token or operator_token_file, not both",
-                );
-                None
+    /// Every problem at once (see [`ReplicaConfig::parse_file`]).
+    pub fn parse(text: &str, base: &Path) -> Result<Self, Vec<ConfigIssue>> {
+        Self::parse_file("replica.toml", text, base).map_err(|e| e.issues)
+    }
+
+    /// Parses the text of config `file` with core's reader (line, column and
+    /// key path of every mistake), then checks that the files it names
+    /// exist and reads the token files: the mistakes of the text and the
+    /// missing files come back together, in file order.
+    pub fn parse_file(file: &str, text: &str, base: &Path) -> Result<Self, ConfigError> {
+        let parsed = ReplicaFile::from_toml(file, text);
+        let (f, mut issues) = match parsed {
+            Ok(f) => {
+                let missing = gshare_core::net::missing_files(base, &f.files());
+                (Some(f), missing)
+            }
+            Err(e) => {
+                let refs: Vec<&FileRef> = e.files.iter().collect();
+                let mut issues = e.error.issues;
+                issues.extend(gshare_core::net::missing_files(base, &refs));
+                (None, issues)
             }
         };
-        let metrics_token = root
-            .contains_key("metrics_token_file")
-            .then(|| c.token_file(&root, "metrics_token_file"))
-            .flatten();
-        let snapshot_every = c.optional_count(&root, "snapshot_every", DEFAULT_SNAPSHOT_EVERY, 1);
-        let keep_logs = c.optional_count(&root, "keep_logs", DEFAULT_KEEP_LOGS, 0);
-        let tls = c
-            .required(&root, "", "tls")
-            .and_then(|v| c.table(v, "tls"))
-            .and_then(|t| {
-                c.unknown(t, "tls", &["ca_cert", "cert", "key"]);
-                let ca_cert = c.path(t, "tls", "ca_cert", true);
-                let cert = c.path(t, "tls", "cert", true);
-                let key = c.path(t, "tls", "key", true);
-                Some(TlsPaths {
-                    ca_cert: ca_cert?,
-                    cert: cert?,
-                    key: key?,
-                })
-            });
-        let insecure_http = match root.get("insecure_http") {
-            None => false,
-            Some(Value::Boolean(b)) => *b,
-            Some(other) => {
-                c.problem(
-                    "insecure_http",
-                    format!("expected true or false, found {}", other.type_str()),
-                );
-                false
-            }
+        let Some(f) = f else {
+            return Err(ConfigError::in_file_order(file, issues));
         };
-        let http_tls = root
-            .get("http_tls")
-            .and_then(|v| c.table(v, "http_tls"))
-            .and_then(|t| {
-                c.unknown(t, "http_tls", &["cert", "key", "ca_cert"]);
-                let cert = c.path(t, "http_tls", "cert", true);
-                let key = c.path(t, "http_tls", "key", true);
-                let ca_cert = if t.contains_key("ca_cert") {
-                    c.path(t, "http_tls", "ca_cert", true)
-                } else {
-                    tls.as_ref().map(|t| t.ca_cert.clone())
-                };
-                Some(HttpTlsPaths {
-                    cert: cert?,
-                    key: key?,
-                    ca_cert: ca_cert?,
-                })
-            });
-        if let Some(a) = http_addr {
-            let has_tls = root.contains_key("http_tls");
-            if let Err(m) = gshare_core::config::check_http_bind(a, has_tls, insecure_http) {
-                c.problem("http_addr", m);
+        let path = |r: &FileRef| base.join(&r.path);
+        let token = |src: &TokenSource, issues: &mut Vec<ConfigIssue>| match src {
+            TokenSource::Inline(t) => Some(t.clone()),
+            TokenSource::File(r) if path(r).exists() => {
+                read_token(base, r).map_err(|i| issues.push(i)).ok()
             }
+            TokenSource::File(_) => None,
+        };
+        let operator_token = token(&f.operator_token, &mut issues);
+        let metrics_token = f
+            .metrics_token_file
+            .as_ref()
+            .and_then(|r| token(&TokenSource::File(r.clone()), &mut issues));
+        if !issues.is_empty() {
+            return Err(ConfigError::in_file_order(file, issues));
         }
-        let mut peers = Vec::new();
-        match root.get("peers") {
-            None => {}
-            Some(Value::Array(items)) => {
-                for (i, item) in items.iter().enumerate() {
-                    let prefix = format!("peers[{i}]");
-                    let Some(t) = c.table(item, &prefix) else {
-                        continue;
-                    };
-                    c.unknown(t, &prefix, &["id", "raft_addr", "http_addr"]);
-                    let pid = c.id(t, &prefix);
-                    let pr = c.addr(t, &prefix, "raft_addr");
-                    let ph = c.addr(t, &prefix, "http_addr");
-                    if let (Some(id), Some(raft_addr), Some(http_addr)) = (pid, pr, ph) {
-                        peers.push(PeerConfig {
-                            id,
-                            raft_addr,
-                            http_addr,
-                        });
-                    }
-                }
-            }
-            Some(other) => c.problem(
-                "peers",
-                format!("expected an array of tables, found {}", other.type_str()),
-            ),
-        }
-        let mut seen = std::collections::BTreeSet::new();
-        if let Some(id) = id {
-            seen.insert(id);
-        }
-        for (i, p) in peers.iter().enumerate() {
-            if !seen.insert(p.id) {
-                c.problem(
-                    &format!("peers[{i}].id"),
-                    format!("id {} is used twice", p.id),
-                );
-            }
-        }
-        if !c.problems.is_empty() {
-            return Err(c.problems);
-        }
-        match (
-            id,
-            raft_addr,
-            http_addr,
-            data_dir,
-            topology,
-            tenants,
+        let Some(operator_token) = operator_token else {
+            return Err(ConfigError::in_file_order(file, issues));
+        };
+        let tls = TlsPaths {
+            ca_cert: path(&f.tls.ca_cert),
+            cert: path(&f.tls.cert),
+            key: path(&f.tls.key),
+        };
+        let http_tls = f.http_tls.as_ref().map(|h| HttpTlsPaths {
+            cert: path(&h.cert),
+            key: path(&h.key),
+            ca_cert: h.ca_cert.as_ref().map_or(tls.ca_cert.clone(), path),
+        });
+        Ok(ReplicaConfig {
+            id: f.id,
+            raft_addr: f.raft_addr,
+            http_addr: f.http_addr,
+            data_dir: base.join(&f.data_dir),
+            topology: path(&f.topology),
+            tenants: path(&f.tenants),
             operator_token,
+            metrics_token,
             tls,
-        ) {
-            (
-                Some(id),
-                Some(raft_addr),
-                Some(http_addr),
-                Some(data_dir),
-                Some(topology),
-                Some(tenants),
-                Some(operator_token),
-                Some(tls),
-            ) => Ok(ReplicaConfig {
-                id,
-                raft_addr,
-                http_addr,
-                data_dir,
-                topology,
-                tenants,
-                operator_token,
-                metrics_token,
-                tls,
-                peers,
-                snapshot_every,
-                keep_logs,
-                http_tls,
-                insecure_http,
-            }),
-            _ => Err(vec![ConfigProblem {
-                key: "(file)".into(),
-                problem: "incomplete configuration".into(),
-            }]),
-        }
+            peers: f
+                .peers
+                .iter()
+                .map(|p| PeerConfig {
+                    id: p.id,
+                    raft_addr: p.raft_addr,
+                    http_addr: p.http_addr,
+                })
+                .collect(),
+            snapshot_every: f.snapshot_every,
+            keep_logs: f.keep_logs,
+            http_tls,
+            insecure_http: f.insecure_http,
+        })
     }
 }
 
@@ -526,7 +239,7 @@ mod tests {
             http_addr = "x"
         "#;
         let problems = ReplicaConfig::parse(text, Path::new("/nonexistent")).unwrap_err();
-        let keys: Vec<&str> = problems.iter().map(|p| p.key.as_str()).collect();
+        let keys: Vec<&str> = problems.iter().map(|p| p.path.as_str()).collect();
         for want in [
             "id",
             "raft_addr",
@@ -541,13 +254,44 @@ mod tests {
         ] {
             assert!(keys.contains(&want), "missing {want} in {keys:?}");
         }
-        let err = ConfigError {
-            file: "r1.toml".into(),
-            problems,
-        };
-        assert!(err
-            .to_string()
-            .contains("r1.toml: raft_addr: \"nowhere\" is not an ip:port address"));
+        let err = ConfigError::in_file_order("r1.toml", problems);
+        let text = err.to_string();
+        assert!(
+            text.contains("r1.toml:3:25: raft_addr: expected an ip:port address (got \"nowhere\")"),
+            "{text}"
+        );
+        // A missing file is reported in the same run as the other mistakes,
+        // at its line, and a missing CA says how to make one.
+        assert!(
+            text.contains("r1.toml:10:23: tls.ca_cert: /nonexistent/no-ca.pem does not exist; create the region's CA once with `gsharectl certs init"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "r1.toml:5:24: topology: /nonexistent/missing-topology.toml does not exist"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_peer_with_the_replicas_own_id_is_named_as_such() {
+        let dir = tempfile::tempdir().unwrap();
+        for f in ["topo.toml", "ten.toml", "ca.pem", "r1.pem", "r1.key"] {
+            std::fs::write(dir.path().join(f), "").unwrap();
+        }
+        let text = "id = 1\nraft_addr = \"127.0.0.1:7001\"\nhttp_addr = \"127.0.0.1:8001\"\n\
+                    data_dir = \"data\"\ntopology = \"topo.toml\"\ntenants = \"ten.toml\"\n\
+                    operator_token = \"t\"\n[tls]\nca_cert = \"ca.pem\"\ncert = \"r1.pem\"\n\
+                    key = \"r1.key\"\n[[peers]]\nid = 1\nraft_addr = \"127.0.0.1:7002\"\n\
+                    http_addr = \"127.0.0.1:8002\"\n";
+        let e = ReplicaConfig::parse_file("r1.toml", text, dir.path()).unwrap_err();
+        let s = e.to_string();
+        assert_eq!(e.issues.len(), 1, "{s}");
+        assert!(
+            s.starts_with("r1.toml:13:6: peers[0].id: this is the replica's own id"),
+            "{s}"
+        );
     }
 
     #[test]
@@ -591,10 +335,10 @@ mod tests {
             "operator_token = \"t\"\noperator_token_file = \"op.token\"",
         );
         let p = ReplicaConfig::parse(&both, dir.path()).unwrap_err();
-        assert_eq!(p[0].key, "operator_token_file");
+        assert_eq!(p[0].path, "operator_token_file");
         std::fs::write(dir.path().join("op.token"), " \n").unwrap();
         let p = ReplicaConfig::parse(&from_file, dir.path()).unwrap_err();
-        assert!(p[0].problem.contains("is empty"), "{p:?}");
+        assert!(p[0].message.contains("is empty"), "{p:?}");
 
         // The metrics token is optional, read from its file (trimmed).
         assert_eq!(
@@ -609,7 +353,7 @@ mod tests {
         assert_eq!(c.metrics_token.as_deref(), Some("m3trics"));
         let missing = format!("metrics_token_file = \"nope.token\"\n{text}");
         let p = ReplicaConfig::parse(&missing, dir.path()).unwrap_err();
-        assert_eq!(p[0].key, "metrics_token_file", "{p:?}");
+        assert_eq!(p[0].path, "metrics_token_file", "{p:?}");
     }
 
     #[test]
@@ -634,14 +378,14 @@ mod tests {
         for bind in ["0.0.0.0:8001", "10.1.2.3:8001", "[::]:8001"] {
             let p = ReplicaConfig::parse(&text(bind, ""), dir.path()).unwrap_err();
             assert_eq!(p.len(), 1, "{p:?}");
-            assert_eq!(p[0].key, "http_addr");
-            assert!(p[0].problem.contains("[http_tls]"), "{p:?}");
-            assert!(p[0].problem.contains("insecure_http = true"), "{p:?}");
-            let err = ConfigError {
-                file: "r1.toml".into(),
-                problems: p,
-            };
-            assert!(err.to_string().contains("r1.toml: http_addr: "), "{err}");
+            assert_eq!(p[0].path, "http_addr");
+            assert!(p[0].message.contains("[http_tls]"), "{p:?}");
+            assert!(p[0].message.contains("insecure_http = true"), "{p:?}");
+            let err = ConfigError::in_file_order("r1.toml", p);
+            assert!(
+                err.to_string().contains("r1.toml:3:13: http_addr: "),
+                "{err}"
+            );
         }
         // The explicit opt-out, or TLS.
         let c = ReplicaConfig::parse(&text("0.0.0.0:8001", "insecure_http = true"), dir.path())
@@ -656,6 +400,6 @@ mod tests {
         // A wrong type is reported, not ignored.
         let p = ReplicaConfig::parse(&text("0.0.0.0:8001", "insecure_http = \"yes\""), dir.path())
             .unwrap_err();
-        assert!(p.iter().any(|p| p.key == "insecure_http"), "{p:?}");
+        assert!(p.iter().any(|p| p.path == "insecure_http"), "{p:?}");
     }
 }

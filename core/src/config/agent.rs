@@ -122,6 +122,9 @@ pub struct AgentConfig {
     /// `insecure_http = true`: plain HTTP on a non-loopback ingress address
     /// (bearer tokens in clear); without it such a bind needs `[http_tls]`.
     pub insecure_http: bool,
+    /// The certificate files named (`tls.*`, `http_tls.*`) with their
+    /// places, for the agent's start-up check that each one exists.
+    pub files: Vec<super::FileRef>,
 }
 
 impl AgentConfig {

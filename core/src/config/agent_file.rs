@@ -5,6 +5,7 @@ use super::agent::{
     AgentConfig, AgentLoadCosts, AgentTls, GpuSource, HttpTls, NvmlFallback, SimulatedGpus,
 };
 use super::error::{ConfigError, IssueKind};
+use super::file_ref::file_ref;
 use super::names::check_name;
 use super::reader::{check_range, parse_document, quote, Field, Issues, TableReader};
 use super::runtime_drivers::read_runtimes;
@@ -23,7 +24,7 @@ const DEFAULT_METERING_INTERVAL_MS: u64 = 1_000;
 /// How long an invocation's outcome is kept under its idempotency key, s.
 pub const DEFAULT_INVOKE_KEY_WINDOW_S: u64 = 600;
 
-fn addr(is: &mut Issues<'_>, f: &Field<String>) -> Option<SocketAddr> {
+pub(crate) fn addr(is: &mut Issues<'_>, f: &Field<String>) -> Option<SocketAddr> {
     let s = f.v.as_ref()?;
     match s.parse::<SocketAddr>() {
         Ok(a) => Some(a),
@@ -39,7 +40,7 @@ fn addr(is: &mut Issues<'_>, f: &Field<String>) -> Option<SocketAddr> {
     }
 }
 
-fn nonempty(is: &mut Issues<'_>, f: Field<String>) -> Option<String> {
+pub(crate) fn nonempty(is: &mut Issues<'_>, f: Field<String>) -> Option<String> {
     let s = f.v?;
     if s.is_empty() {
         is.report(
@@ -123,10 +124,13 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
     let heartbeat = root.uint::<u64>(&mut is, "heartbeat_ms", false);
     let allow_fewer_gpus = root.boolean(&mut is, "allow_fewer_gpus", false);
     let insecure_http = root.boolean(&mut is, "insecure_http", false);
+    // The certificate files the agent opens, for its start-up check.
+    let mut files = Vec::new();
     let http_tls = root.table(&mut is, "http_tls", false).map(|mut t| {
         let cert = t.string(&mut is, "cert", true);
         let key = t.string(&mut is, "key", true);
         t.finish(&mut is);
+        files.extend([&cert, &key].into_iter().filter_map(|f| file_ref(src, f)));
         (nonempty(&mut is, cert), nonempty(&mut is, key))
     });
     let quic_bind = root.string(&mut is, "quic_bind", false);
@@ -162,6 +166,11 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
         let cert = t.string(&mut is, "cert", true);
         let key = t.string(&mut is, "key", true);
         t.finish(&mut is);
+        files.extend(
+            [&ca, &cert, &key]
+                .into_iter()
+                .filter_map(|f| file_ref(src, f)),
+        );
         (
             nonempty(&mut is, ca),
             nonempty(&mut is, cert),
@@ -393,6 +402,7 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
                 _ => None,
             },
             insecure_http: insecure_http.v.unwrap_or(false),
+            files: files.into_iter().filter(|f| !f.path.is_empty()).collect(),
         }),
         _ => Err(is.into_error(file)),
     }

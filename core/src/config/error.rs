@@ -97,6 +97,16 @@ impl fmt::Display for ConfigError {
 }
 
 impl ConfigError {
+    /// The error of `file` with `issues`, in file order (issues without a
+    /// place last; equal places keep their order).
+    pub fn in_file_order(file: &str, mut issues: Vec<ConfigIssue>) -> Self {
+        issues.sort_by_key(|i| (i.line.is_none(), i.line, i.column));
+        ConfigError {
+            file: file.to_string(),
+            issues,
+        }
+    }
+
     /// The issues at exactly this key path.
     pub fn at<'a>(&'a self, path: &'a str) -> impl Iterator<Item = &'a ConfigIssue> + 'a {
         self.issues.iter().filter(move |i| i.path == path)

@@ -22,6 +22,8 @@
 mod agent;
 mod agent_file;
 mod error;
+mod file_ref;
+mod function_file;
 mod gpu_model;
 mod loading;
 mod names;
@@ -29,6 +31,7 @@ mod node;
 mod pool;
 pub mod pricing;
 mod reader;
+mod replica_file;
 mod runtime_drivers;
 mod tenants;
 mod tenants_file;
@@ -40,12 +43,18 @@ pub use agent::{
 };
 pub use agent_file::{check_http_bind, DEFAULT_H2D_MIB_PER_S, DEFAULT_SWAP_SETUP_US};
 pub use error::{ConfigError, ConfigIssue, IssueKind};
+pub use file_ref::FileRef;
+pub use function_file::{FunctionFile, FunctionFileLatency};
 pub use gpu_model::GpuModel;
 pub use loading::{transfer_us, ColdStart, SwapCost};
 pub use names::{is_valid_name, MAX_NAME_LEN};
 pub use node::{GpuGroup, Node};
 pub use pool::Pool;
 pub use pricing::{charge, Charge, Money, Price, PriceList, PricingError, Usage};
+pub use replica_file::{
+    ReplicaFile, ReplicaFileError, ReplicaHttpTls, ReplicaPeer, ReplicaTls, TokenSource,
+    DEFAULT_KEEP_LOGS, DEFAULT_SNAPSHOT_EVERY,
+};
 pub use runtime_drivers::{DriverKind, RuntimeDriverConfig, RuntimeDrivers, TemplateRef};
 pub use tenants::{Tenant, Tenants};
 pub use topology::Topology;

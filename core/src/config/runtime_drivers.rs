@@ -18,8 +18,9 @@
 //! path and place of `template` so that a missing or invalid file is
 //! reported as `agent.toml:12:12: runtimes.vllm.template: … (got "…")`.
 
-use super::error::{ConfigIssue, IssueKind};
-use super::reader::{line_col, quote, Field, Issues, TableReader};
+use super::error::IssueKind;
+use super::file_ref::{file_ref, FileRef};
+use super::reader::{quote, Field, Issues, TableReader};
 use crate::model::Runtime;
 
 /// The runtimes that can be listed, in the order they are read.
@@ -50,35 +51,8 @@ impl DriverKind {
     }
 }
 
-/// Where `runtimes.<name>.template` was written: the path as written
-/// (relative to the agent config file) and its place, for errors found
-/// when the agent reads the file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TemplateRef {
-    /// The path as written.
-    pub path: String,
-    /// Its key path, e.g. `runtimes.vllm.template`.
-    pub key: String,
-    /// 1-based line of the value.
-    pub line: Option<u32>,
-    /// 1-based column of the value.
-    pub column: Option<u32>,
-}
-
-impl TemplateRef {
-    /// An issue about this template (e.g. "cannot read template: …"),
-    /// reported at the `template` key with the path as "got".
-    pub fn issue(&self, message: String) -> ConfigIssue {
-        ConfigIssue {
-            kind: IssueKind::Invalid,
-            path: self.key.clone(),
-            line: self.line,
-            column: self.column,
-            message,
-            got: Some(quote(&self.path)),
-        }
-    }
-}
+/// A runtime's command template file (see [`FileRef`]).
+pub type TemplateRef = FileRef;
 
 /// The driver of one listed runtime.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,20 +156,7 @@ pub(crate) fn read_runtimes(
                 ok = false;
                 None
             }
-            (_, Some(path)) => {
-                let (line, column) = template
-                    .at
-                    .span
-                    .as_ref()
-                    .map(|s| line_col(src, s.start))
-                    .map_or((None, None), |(l, c)| (Some(l), Some(c)));
-                Some(TemplateRef {
-                    path: path.to_string(),
-                    key: template.at.path.clone(),
-                    line,
-                    column,
-                })
-            }
+            (_, Some(_)) => file_ref(src, &template),
             (_, None) => None,
         };
         match kind {

@@ -159,3 +159,25 @@ mod tests {
         assert!(check_certificate_names(b"x", "n1").is_err());
     }
 }
+
+/// The files of `files` (paths relative to `base`) that cannot be opened,
+/// each as an issue at the key that names it; a missing TLS file says
+/// which `gsharectl certs` command makes it.
+pub fn missing_files(
+    base: &Path,
+    files: &[&crate::config::FileRef],
+) -> Vec<crate::config::ConfigIssue> {
+    files
+        .iter()
+        .filter_map(|f| {
+            let p = base.join(&f.path);
+            match std::fs::metadata(&p) {
+                Ok(_) => None,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    Some(f.issue(format!("{} does not exist{}", p.display(), f.tls_hint())))
+                }
+                Err(e) => Some(f.issue(format!("{}: {e}", p.display()))),
+            }
+        })
+        .collect()
+}

@@ -44,9 +44,41 @@ pub fn load(file: &Path) -> anyhow::Result<FunctionBody> {
     parse(&file.display().to_string(), &text)
 }
 
-/// Parses the text of function file `file` (the body of `POST /v1/functions`).
+/// Parses the text of function file `file` (the body of `POST /v1/functions`):
+/// every mistake at once, as `file:line:col: key: problem` (core's reader).
+/// Absent optional keys take the API's defaults.
 pub fn parse(file: &str, text: &str) -> anyhow::Result<FunctionBody> {
-    toml::from_str(text).map_err(|e| anyhow::anyhow!("{file}: {}", e.to_string().trim()))
+    let f = gshare_core::config::FunctionFile::from_toml(file, text)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut body = serde_json::json!({
+        "name": f.name,
+        "runtime": f.runtime,
+        "memory_mib": f.memory_mib,
+        "compute_milli": f.compute_milli,
+        "tier": f.tier,
+        "deadline_ms": f.deadline_ms,
+    });
+    let optional = [
+        ("pool", f.pool.map(|p| Value::from(p.to_string()))),
+        ("min_instances", f.min_instances.map(Value::from)),
+        ("max_instances", f.max_instances.map(Value::from)),
+        ("idle_timeout_s", f.idle_timeout_s.map(Value::from)),
+        (
+            "latency",
+            f.latency.map(|l| {
+                serde_json::json!({
+                    "full_gpu_us": l.full_gpu_us,
+                    "saturation_milli": l.saturation_milli,
+                })
+            }),
+        ),
+    ];
+    for (key, v) in optional {
+        if let Some(v) = v {
+            body[key] = v;
+        }
+    }
+    serde_json::from_value(body).with_context(|| format!("{file}: the deploy body"))
 }
 
 /// Runs `gsharectl function …`.
@@ -114,16 +146,43 @@ fn table(fns: &[Value]) -> Vec<Vec<String>> {
 #[cfg(test)]
 mod tests {
     #[test]
+    fn a_function_file_reports_every_mistake_with_its_place() {
+        let text = "name = \"f\"\nruntime = \"vllm\"\nmemory_mb = 1024\ncompute_milli = 5000\n\
+                    tier = \"burstable\"\ndeadline_ms = 100\n";
+        let e = super::parse("fn.toml", text).unwrap_err().to_string();
+        assert!(e.contains("fn.toml:3:1: memory_mb: unknown key"), "{e}");
+        assert!(
+            e.contains("fn.toml:1:1: memory_mib: missing required key"),
+            "{e}"
+        );
+        assert!(
+            e.contains("fn.toml:4:17: compute_milli: a burstable function"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn the_example_function_file_parses_strictly() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../configs/examples/function.toml");
         let f = super::load(&path).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(f.name, "llama-8b-chat");
+        // Defaults are the API's: the example sets every key but these.
+        let text = std::fs::read_to_string(&path).unwrap();
+        let short: String = text
+            .lines()
+            .filter(|l| !l.starts_with("pool") && !l.starts_with("min_instances"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let f = super::parse("short.toml", &short).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(f.min_instances, 1);
+        assert_eq!(f.pool.to_string(), "any");
+        assert_eq!(f.max_instances, Some(4));
         let dir = tempfile::tempdir().unwrap();
         let bad = dir.path().join("bad.toml");
         let text = std::fs::read_to_string(&path).unwrap();
         std::fs::write(&bad, format!("gpus = 2\n{text}")).unwrap();
         let e = super::load(&bad).unwrap_err().to_string();
-        assert!(e.contains("unknown field `gpus`"), "{e}");
+        assert!(e.contains(":1:1: gpus: unknown key"), "{e}");
     }
 }
