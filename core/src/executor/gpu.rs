@@ -35,6 +35,9 @@ pub(crate) struct Instance {
     pub last_used: Micros,
     /// The function was removed from the node: unload when idle.
     pub removing: bool,
+    /// The GPU is no longer among the function's pinned GPUs: the copy
+    /// takes no new request and leaves once idle.
+    pub unpinned: bool,
 }
 
 impl Instance {
