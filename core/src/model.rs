@@ -97,6 +97,14 @@ impl Tier {
         }
     }
 
+    /// Whether its node's agent may move an instance of this tier to
+    /// another GPU of the node (through a reserved target slice):
+    /// `burstable` and `oversubscribed`; `exclusive` and `guaranteed`
+    /// instances stay on the slices the region placed.
+    pub fn remappable(self) -> bool {
+        matches!(self, Tier::Burstable | Tier::Oversubscribed)
+    }
+
     /// Whether an idle instance of this tier may be swapped out to host memory.
     pub fn swappable(self) -> bool {
         matches!(self, Tier::Oversubscribed)

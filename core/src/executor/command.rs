@@ -72,4 +72,25 @@ pub enum Command {
         /// Why.
         reason: RejectReason,
     },
+    /// Phase one of a remap of a pinned `burstable` or `oversubscribed`
+    /// function: ask the region to reserve a slice on GPU `to` for its
+    /// instance on GPU `from`. Nothing moves until the answer comes back
+    /// as [`super::Event::Reserved`]; a refusal means no move.
+    Reserve {
+        /// The function.
+        function: FunctionId,
+        /// The GPU its instance holds now.
+        from: u32,
+        /// The GPU asked for.
+        to: u32,
+    },
+    /// Phase two of a remap: the function holds nothing on GPU `gpu` any
+    /// more (moved away, swapped out, or never loaded there); the slice
+    /// there may be released.
+    Release {
+        /// The function.
+        function: FunctionId,
+        /// The GPU left.
+        gpu: u32,
+    },
 }

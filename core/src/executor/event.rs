@@ -55,4 +55,18 @@ pub enum Event {
     /// A periodic tick: queued requests that can no longer meet their
     /// deadline are rejected early, and queues are dispatched again.
     Timer,
+    /// The region's answer to a [`super::Command::Reserve`]: with
+    /// `granted`, GPU `to` is reserved for the function beside `from`, and
+    /// the executor moves off `from` (then emits [`super::Command::Release`]);
+    /// otherwise nothing moves.
+    Reserved {
+        /// The function.
+        function: FunctionId,
+        /// The GPU its instance held.
+        from: u32,
+        /// The GPU asked for.
+        to: u32,
+        /// Whether the region reserved it.
+        granted: bool,
+    },
 }

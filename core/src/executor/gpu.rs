@@ -39,6 +39,9 @@ pub(crate) struct Instance {
     pub batch_ppm: u32,
     /// Compute its running batch holds beyond its requests' own shares.
     pub held: MilliGpu,
+    /// The GPU is no longer among the function's pinned GPUs: the copy
+    /// takes no new request and leaves once idle.
+    pub unpinned: bool,
 }
 
 impl Instance {

@@ -50,7 +50,7 @@ pub use event::Event;
 pub use gpu::GpuExecutor;
 pub use ids::{FunctionId, RequestId};
 pub use load_costs::LoadCosts;
-pub use node::{footprint, NodeExecutor};
+pub use node::{footprint, NodeExecutor, RESERVE_BACKOFF_US, RESERVE_TIMEOUT_US};
 pub use node_config::NodeConfig;
 pub use profile::FunctionProfile;
 pub use reject_reason::RejectReason;

@@ -33,6 +33,13 @@ const HOST_LOW_WATER_PCT: u64 = 95;
 /// Mean inter-arrival before a function's second request: "far away".
 const NO_GAP: Micros = Micros::MAX / 4;
 
+/// A reservation the region has not answered within this is given up.
+pub const RESERVE_TIMEOUT_US: Micros = 5_000_000;
+
+/// After a remap's answer (granted or refused) the function asks for no
+/// other remap for this long (no ping-pong between GPUs).
+pub const RESERVE_BACKOFF_US: Micros = 1_000_000;
+
 #[derive(Debug, Clone, Copy)]
 struct FunctionState {
     profile: FunctionProfile,
@@ -45,6 +52,10 @@ struct FunctionState {
     copies: u32,
     /// Of those, instances still loading.
     loading: u32,
+    /// A remap asked of the region and not answered: (from, to, asked at).
+    reserving: Option<(u32, u32, Micros)>,
+    /// No remap is asked before this.
+    reserve_after: Micros,
 }
 
 impl FunctionState {
@@ -99,6 +110,11 @@ pub struct NodeExecutor {
     waiting: Vec<Waiting>,
     /// Reused buffer of (predicted idle time, memory) of eviction candidates.
     memory_scratch: Vec<(Micros, Mib)>,
+    /// Per function: the GPUs the region reserved for it (`None`: any GPU,
+    /// as in the simulator, which has no region).
+    pins: Vec<Option<Vec<u32>>>,
+    /// Remaps asked and not answered yet.
+    open_reservations: u32,
 }
 
 impl NodeExecutor {
@@ -116,6 +132,8 @@ impl NodeExecutor {
             host_scratch: Vec::new(),
             waiting: Vec::new(),
             memory_scratch: Vec::new(),
+            pins: Vec::new(),
+            open_reservations: 0,
         }
     }
 
@@ -142,6 +160,192 @@ impl NodeExecutor {
     /// Host memory holding swapped-out weights, MiB.
     pub fn host_used_mib(&self) -> Mib {
         self.host_used_mib
+    }
+
+    /// The GPUs the function is pinned to (`None`: unpinned, any GPU).
+    pub fn pins(&self, function: FunctionId) -> Option<&[u32]> {
+        self.pins
+            .get(function.0 as usize)
+            .and_then(|p| p.as_deref())
+    }
+
+    /// The remap asked of the region for the function and not answered.
+    pub fn reserving(&self, function: FunctionId) -> Option<(u32, u32)> {
+        self.state(function)
+            .and_then(|f| f.reserving)
+            .map(|(a, b, _)| (a, b))
+    }
+
+    /// Whether the function may have a copy on GPU `gpu`.
+    fn allowed(&self, function: FunctionId, gpu: u32) -> bool {
+        self.pins(function).is_none_or(|p| p.contains(&gpu))
+    }
+
+    /// Pins the function to the GPUs the region reserved for it (its
+    /// instances' slices on this node): from now on its copies are loaded
+    /// only there. A copy on a GPU no longer listed takes no new request
+    /// and leaves once idle (then [`Command::Release`] is emitted). The
+    /// simulator never pins (its functions may use any GPU).
+    pub fn pin(&mut self, now: Micros, function: FunctionId, gpus: &[u32]) {
+        let i = function.0 as usize;
+        if self.pins.len() <= i {
+            self.pins.resize(i + 1, None);
+        }
+        let mut set: Vec<u32> = gpus
+            .iter()
+            .copied()
+            .filter(|&g| g < self.config.gpus)
+            .collect();
+        set.sort_unstable();
+        set.dedup();
+        self.pins[i] = Some(set);
+        let gpus: Vec<u32> = (0..self.config.gpus).collect();
+        for g in gpus {
+            let allowed = self.allowed(function, g);
+            let gi = g as usize;
+            match self.gpus[gi].find(function) {
+                Some(k) if allowed => self.gpus[gi].instances[k].unpinned = false,
+                Some(_) => self.retire(now, function, g, None),
+                None => {}
+            }
+        }
+        self.redispatch(now);
+    }
+
+    fn redispatch(&mut self, now: Micros) {
+        let rules = self.config.rules;
+        for g in &mut self.gpus {
+            g.dispatch(now, &rules, &mut self.output);
+        }
+        self.retry_waiting(now);
+    }
+
+    /// The function leaves GPU `gpu` (its pin there is gone): an idle copy
+    /// is moved to `to` (when given, free there and not holding one) or
+    /// dropped, a busy or loading one is marked to leave once idle; when
+    /// nothing of it is left there, [`Command::Release`] is emitted.
+    fn retire(&mut self, now: Micros, function: FunctionId, gpu: u32, to: Option<u32>) {
+        if let Some(p) = self
+            .pins
+            .get_mut(function.0 as usize)
+            .and_then(|p| p.as_mut())
+        {
+            p.retain(|&g| g != gpu);
+        }
+        let gi = gpu as usize;
+        let Some(k) = self.gpus[gi].find(function) else {
+            self.output.push(Command::Release { function, gpu });
+            return;
+        };
+        if !self.gpus[gi].instances[k].idle() {
+            self.gpus[gi].instances[k].unpinned = true;
+            return;
+        }
+        let mem = self.gpus[gi].instances[k].mem_mib;
+        let target = to.filter(|&t| {
+            let tg = &self.gpus[t as usize];
+            self.config.rules.remap && tg.find(function).is_none() && tg.free_mib >= mem
+        });
+        match target {
+            Some(t) => self.move_copy(now, function, gpu, t),
+            None => self.drop_copy(function, gpu, k),
+        }
+        self.output.push(Command::Release { function, gpu });
+    }
+
+    /// Moves the function's idle copy from GPU `from` to `to` (free memory
+    /// there checked by the caller): a [`Command::Move`].
+    fn move_copy(&mut self, now: Micros, function: FunctionId, from: u32, to: u32) {
+        let Some(k) = self.gpus[from as usize].find(function) else {
+            return;
+        };
+        let inst = self.gpus[from as usize].remove_instance(k);
+        let memory = self
+            .state(function)
+            .map_or(inst.mem_mib, |f| f.profile.memory_mib);
+        let t = &mut self.gpus[to as usize];
+        let ready_at = t
+            .link_free_at
+            .max(now)
+            .saturating_add(self.config.load.swap_in_us(memory));
+        t.link_free_at = ready_at;
+        t.add_instance(Instance {
+            loaded: false,
+            ready_at,
+            running: 0,
+            queued: 0,
+            queued_us: 0,
+            busy_until: 0,
+            last_used: now,
+            unpinned: false,
+            ..inst
+        });
+        if let Some(f) = self.functions[function.0 as usize].as_mut() {
+            f.loading = f.loading.saturating_add(1);
+        }
+        self.output.push(Command::Move {
+            function,
+            from,
+            to,
+            ready_at,
+        });
+    }
+
+    /// Drops the function's idle copy `k` on GPU `gpu` (its weights stay in
+    /// host memory with a host cache).
+    fn drop_copy(&mut self, function: FunctionId, gpu: u32, k: usize) {
+        self.gpus[gpu as usize].remove_instance(k);
+        if let Some(f) = self.functions[function.0 as usize].as_mut() {
+            f.copies = f.copies.saturating_sub(1);
+        }
+        self.output.push(if self.config.rules.host_cache {
+            Command::SwapOut { function, gpu }
+        } else {
+            Command::Unload { function, gpu }
+        });
+    }
+
+    /// A copy marked to leave its GPU ([`Instance::unpinned`]) is dropped
+    /// once idle, and the GPU's slice may then be released.
+    fn leave_if_unpinned(&mut self, function: FunctionId, gpu: u32) {
+        let g = &self.gpus[gpu as usize];
+        if let Some(k) = g.find(function) {
+            if g.instances[k].unpinned && g.instances[k].idle() {
+                self.drop_copy(function, gpu, k);
+                self.output.push(Command::Release { function, gpu });
+            }
+        }
+    }
+
+    /// The region answered a remap (see [`Event::Reserved`]).
+    fn reserved(&mut self, now: Micros, function: FunctionId, from: u32, to: u32, granted: bool) {
+        let Some(fs) = self
+            .functions
+            .get_mut(function.0 as usize)
+            .and_then(|f| f.as_mut())
+        else {
+            return;
+        };
+        if fs.reserving.is_some_and(|(a, b, _)| (a, b) == (from, to)) {
+            fs.reserving = None;
+            self.open_reservations = self.open_reservations.saturating_sub(1);
+        }
+        fs.reserve_after = now.saturating_add(RESERVE_BACKOFF_US);
+        if !granted || from == to || to >= self.config.gpus {
+            return;
+        }
+        let Some(p) = self
+            .pins
+            .get_mut(function.0 as usize)
+            .and_then(|p| p.as_mut())
+        else {
+            return;
+        };
+        if !p.contains(&to) {
+            p.push(to);
+        }
+        self.retire(now, function, from, Some(to));
+        self.redispatch(now);
     }
 
     /// Drain the commands produced so far, in order.
@@ -175,6 +379,29 @@ impl NodeExecutor {
                     g.dispatch(now, &rules, &mut self.output);
                 }
                 self.retry_waiting(now);
+                if self.open_reservations > 0 {
+                    self.expire_reservations(now);
+                }
+            }
+            Event::Reserved {
+                function,
+                from,
+                to,
+                granted,
+            } => self.reserved(now, function, from, to, granted),
+        }
+    }
+
+    /// Forgets remaps the region did not answer within [`RESERVE_TIMEOUT_US`]
+    /// (a late grant still moves: see [`Event::Reserved`]).
+    fn expire_reservations(&mut self, now: Micros) {
+        for f in self.functions.iter_mut().flatten() {
+            if let Some((_, _, at)) = f.reserving {
+                if now.saturating_sub(at) >= RESERVE_TIMEOUT_US {
+                    f.reserving = None;
+                    f.reserve_after = now.saturating_add(RESERVE_BACKOFF_US);
+                    self.open_reservations = self.open_reservations.saturating_sub(1);
+                }
             }
         }
     }
@@ -201,6 +428,8 @@ impl NodeExecutor {
             mean_gap: NO_GAP,
             copies: 0,
             loading: 0,
+            reserving: None,
+            reserve_after: 0,
         });
     }
 
@@ -214,6 +443,12 @@ impl NodeExecutor {
         };
         if fs.in_host {
             self.host_used_mib = self.host_used_mib.saturating_sub(fs.profile.memory_mib);
+        }
+        if fs.reserving.is_some() {
+            self.open_reservations = self.open_reservations.saturating_sub(1);
+        }
+        if let Some(p) = self.pins.get_mut(function.0 as usize) {
+            *p = None;
         }
         let output = &mut self.output;
         self.waiting.retain(|w| {
@@ -339,15 +574,30 @@ impl NodeExecutor {
         let mut best: Option<Choice> = None;
         let mut best_resident: Option<Choice> = None;
         let mut best_load: Option<Choice> = None;
+        // A pinned function may ask to be remapped onto a GPU it is not
+        // pinned to: the best such load, for comparison only.
+        let pins = self.pins(function);
+        let may_remap = rules.remap
+            && !rules.all_resident
+            && pins.is_some()
+            && profile.tier.remappable()
+            && fs.reserving.is_none()
+            && now >= fs.reserve_after;
+        let mut best_other: Option<Choice> = None;
         // All pristine GPUs (nothing loaded, queued or running, link idle)
-        // give the same prediction: only the first one is evaluated.
-        let mut seen_pristine = false;
+        // give the same prediction: only the first one is evaluated (of
+        // those pinned, and of the others).
+        let mut seen_pristine = [false; 2];
         for g in &self.gpus {
+            let allowed = pins.is_none_or(|p| p.contains(&g.index));
+            if !allowed && (!may_remap || g.find(function).is_some()) {
+                continue;
+            }
             if !rules.all_resident && g.pristine(now) {
-                if seen_pristine {
+                if seen_pristine[usize::from(allowed)] {
                     continue;
                 }
-                seen_pristine = true;
+                seen_pristine[usize::from(allowed)] = true;
             }
             let choice = if rules.all_resident {
                 Choice {
@@ -415,6 +665,10 @@ impl NodeExecutor {
                     gpu: g.index,
                 }
             };
+            if !allowed {
+                best_other = Some(best_other.map_or(choice, |b| b.min(choice)));
+                continue;
+            }
             if choice.load {
                 best_load = Some(best_load.map_or(choice, |b| b.min(choice)));
             }
@@ -424,6 +678,24 @@ impl NodeExecutor {
             best = Some(best.map_or(choice, |b| b.min(choice)));
         }
         let chosen = best_resident.or(best);
+        if let Some(other) = best_other {
+            // Another GPU would serve it sooner: ask the region for a slice
+            // there (the request itself is served where it is pinned).
+            let from = chosen
+                .map(|c| c.gpu)
+                .or_else(|| pins.and_then(|p| p.first().copied()));
+            if let Some(from) = from.filter(|_| chosen.is_none_or(|c| other.finish < c.finish)) {
+                if let Some(f) = self.functions[function.0 as usize].as_mut() {
+                    f.reserving = Some((from, other.gpu, now));
+                }
+                self.open_reservations = self.open_reservations.saturating_add(1);
+                self.output.push(Command::Reserve {
+                    function,
+                    from,
+                    to: other.gpu,
+                });
+            }
+        }
         if let Some(choice) = chosen.filter(|c| c.finish <= deadline) {
             let g = choice.gpu as usize;
             let inst = if rules.all_resident {
@@ -524,11 +796,19 @@ impl NodeExecutor {
         let slotted = rules.slots_per_gpu.is_some();
         let mut scratch = std::mem::take(&mut self.memory_scratch);
         let mut best: Option<Micros> = None;
+        let pins = self
+            .pins
+            .get(function.0 as usize)
+            .and_then(|p| p.as_deref());
         for g in &self.gpus {
             // No finish here beats this bound: skip the GPU when the bound
             // is past the cutoff or no better than the best so far.
             let bound = g.link_free_at.max(now) + load_us + service;
-            if bound > cutoff || best.is_some_and(|b| bound >= b) || g.find(function).is_some() {
+            if bound > cutoff
+                || best.is_some_and(|b| bound >= b)
+                || g.find(function).is_some()
+                || pins.is_some_and(|p| !p.contains(&g.index))
+            {
                 continue;
             }
             let Some(at) = g.memory_free_at(now, mem_cost, &rules, &mut scratch) else {
@@ -606,7 +886,9 @@ impl NodeExecutor {
         self.gpus[g].link_free_at = ready_at;
         let moved_from = if rules.remap && scarce {
             self.gpus.iter().position(|o| {
-                o.index as usize != g && o.find(function).is_some_and(|i| o.instances[i].idle())
+                o.index as usize != g
+                    && o.find(function)
+                        .is_some_and(|i| o.instances[i].idle() && !o.instances[i].unpinned)
             })
         } else {
             None
@@ -663,6 +945,7 @@ impl NodeExecutor {
             removing: false,
             batch_ppm,
             held: 0,
+            unpinned: false,
         })
     }
 
@@ -704,10 +987,14 @@ impl NodeExecutor {
         let Some((mem_cost, _, reserved)) = self.footprint(&fs.profile) else {
             return;
         };
+        let pins = self
+            .pins
+            .get(function.0 as usize)
+            .and_then(|p| p.as_deref());
         let Some(g) = self
             .gpus
             .iter()
-            .filter(|g| g.free_mib >= mem_cost)
+            .filter(|g| g.free_mib >= mem_cost && pins.is_none_or(|p| p.contains(&g.index)))
             .min_by_key(|g| (g.link_free_at.max(now), g.index))
             .map(|g| g.index as usize)
         else {
@@ -726,7 +1013,8 @@ impl NodeExecutor {
         let Some(g) = self.gpus.get_mut(gpu as usize) else {
             return;
         };
-        if let Some(function) = g.finish(now, request) {
+        let done = g.finish(now, request);
+        if let Some(function) = done {
             if let Some(i) = g.find(function) {
                 if g.instances[i].removing && g.instances[i].running == 0 {
                     g.remove_instance(i);
@@ -735,6 +1023,9 @@ impl NodeExecutor {
             }
         }
         g.dispatch(now, &rules, &mut self.output);
+        if let Some(function) = done {
+            self.leave_if_unpinned(function, gpu);
+        }
         self.retry_waiting(now);
     }
 
@@ -753,6 +1044,7 @@ impl NodeExecutor {
             }
         }
         g.dispatch(now, &rules, &mut self.output);
+        self.leave_if_unpinned(function, gpu);
         self.retry_waiting(now);
     }
 }

@@ -4,6 +4,8 @@
 use super::*;
 use crate::model::{Mib, Micros, Tier};
 
+mod pinning;
+
 const S: Micros = 1_000_000;
 const MS: Micros = 1_000;
 /// 4 000 MiB at 10 000 MiB/s + 100 ms setup.
@@ -866,6 +868,7 @@ fn busy_instance(function: u32, memory_mib: Mib, busy_until: Micros) -> gpu::Ins
         removing: false,
         batch_ppm: 0,
         held: 0,
+        unpinned: false,
     }
 }
 

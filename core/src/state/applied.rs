@@ -124,6 +124,21 @@ pub enum Applied {
         /// The instances placed, in the order of the command's placements.
         instances: Vec<PlacedInstance>,
     },
+    /// A remap's target slice was reserved: the instance holds `slices`
+    /// (its source first, the target last).
+    SliceReserved {
+        /// The instance.
+        instance: InstanceId,
+        /// Its slices now.
+        slices: Vec<Slice>,
+    },
+    /// A slice of a moving instance was released: it holds `slices`.
+    SliceReleased {
+        /// The instance.
+        instance: InstanceId,
+        /// Its slices now.
+        slices: Vec<Slice>,
+    },
 }
 
 /// One instance placed by a [`Applied::FunctionCreated`].

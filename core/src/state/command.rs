@@ -8,7 +8,8 @@
 //!   operator ─▶ TenantCreate/Update, TokenIssue/Revoke, QuotaSet, PriceListSet, TopologyLoad
 //!   tenant   ─▶ FunctionDeploy/Update/Delete
 //!   leader   ─▶ InstancePlace (from plan()), InstanceRelease
-//!   agent    ─▶ AgentRegister, UsageBatch
+//!   agent    ─▶ AgentRegister, UsageBatch,
+//!               InstanceSliceReserve / InstanceSliceRelease (a remap, two phases)
 //! ```
 
 use super::agent::AgentId;
@@ -168,6 +169,30 @@ pub enum DomainCommand {
         /// The agent's `allow_fewer_gpus`.
         allow_fewer_gpus: bool,
     },
+    /// Phase one of a remap: the node's agent asks to move a `burstable` or
+    /// `oversubscribed` instance to another GPU of its node, and the target
+    /// slice is reserved beside the one the instance holds (re-checked by
+    /// the same [`super::fit()`] and quota as a placement). Until
+    /// [`DomainCommand::InstanceSliceRelease`] the instance holds both.
+    /// Refused for `exclusive` and `guaranteed` instances (they stay on the
+    /// slices the region placed), for an instance already holding two
+    /// slices (one move at a time), and for a target of another node, of
+    /// the GPU it holds, or of another size than its slice.
+    InstanceSliceReserve {
+        /// The instance.
+        instance: InstanceId,
+        /// The target slice: same node, another GPU, the same compute and memory.
+        slice: Slice,
+    },
+    /// Phase two of a remap (or its abort): the instance gives up its
+    /// slice on `gpu` and keeps the other one. Refused when it would leave
+    /// the instance without a slice.
+    InstanceSliceRelease {
+        /// The instance.
+        instance: InstanceId,
+        /// The GPU of the slice to release.
+        gpu: crate::model::GpuId,
+    },
 }
 
 impl DomainCommand {
@@ -191,6 +216,8 @@ impl DomainCommand {
             DomainCommand::FunctionCreate { .. } => "function_create",
             DomainCommand::Keyed { .. } => "keyed",
             DomainCommand::AgentRegisterGpus { .. } => "agent_register_gpus",
+            DomainCommand::InstanceSliceReserve { .. } => "instance_slice_reserve",
+            DomainCommand::InstanceSliceRelease { .. } => "instance_slice_release",
         }
     }
 

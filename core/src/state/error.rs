@@ -233,6 +233,23 @@ pub enum ApplyError {
         /// What is wrong.
         reason: String,
     },
+    /// An `exclusive` or `guaranteed` instance stays on the slices the
+    /// region placed: it cannot be remapped by its agent.
+    #[error("instance {instance} is {tier}: it stays on the slices the region placed")]
+    Pinned {
+        /// The instance.
+        instance: InstanceId,
+        /// Its tier.
+        tier: crate::model::Tier,
+    },
+    /// A remap request does not fit the instance it names.
+    #[error("instance {instance} cannot be remapped so: {reason}")]
+    BadRemap {
+        /// The instance.
+        instance: InstanceId,
+        /// What is wrong.
+        reason: String,
+    },
 }
 
 impl From<crate::bounds::OutOfBounds> for ApplyError {
@@ -276,6 +293,8 @@ impl ApplyError {
             ApplyError::IdempotencyKeyReused { .. } => "idempotency_key_reused",
             ApplyError::InvalidIdempotencyKey { .. } => "invalid_idempotency_key",
             ApplyError::GpuMismatch { .. } => "gpu_mismatch",
+            ApplyError::Pinned { .. } => "pinned",
+            ApplyError::BadRemap { .. } => "bad_remap",
         }
     }
 
@@ -293,7 +312,8 @@ impl ApplyError {
             | ApplyError::NoTopology
             | ApplyError::QuotaBelowHeld { .. }
             | ApplyError::NodeDraining { .. }
-            | ApplyError::GpuMismatch { .. } => ErrorClass::Conflict,
+            | ApplyError::GpuMismatch { .. }
+            | ApplyError::Pinned { .. } => ErrorClass::Conflict,
             ApplyError::GpuFull { .. }
             | ApplyError::QuotaExceeded { .. }
             | ApplyError::MaxInstances { .. } => ErrorClass::Exhausted,
@@ -308,7 +328,8 @@ impl ApplyError {
             | ApplyError::SequenceOutOfWindow { .. }
             | ApplyError::Overflow
             | ApplyError::IdempotencyKeyReused { .. }
-            | ApplyError::InvalidIdempotencyKey { .. } => ErrorClass::Invalid,
+            | ApplyError::InvalidIdempotencyKey { .. }
+            | ApplyError::BadRemap { .. } => ErrorClass::Invalid,
         }
     }
 }

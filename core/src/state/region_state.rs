@@ -409,6 +409,12 @@ impl RegionState {
                 gpus,
                 allow_fewer_gpus,
             } => self.agent_register_gpus(agent, node, version, &gpus, allow_fewer_gpus, now),
+            DomainCommand::InstanceSliceReserve { instance, slice } => {
+                self.instance_slice_reserve(instance, slice)
+            }
+            DomainCommand::InstanceSliceRelease { instance, gpu } => {
+                self.instance_slice_release(instance, gpu)
+            }
         }
     }
 
@@ -1120,6 +1126,145 @@ impl RegionState {
         }
         self.release(instance);
         Ok(Applied::InstanceReleased { instance })
+    }
+
+    /// Phase one of a remap (see [`DomainCommand::InstanceSliceReserve`]):
+    /// the target slice is checked like a placement's (node not draining,
+    /// GPU known and available, the same [`fit`], the tenant's quota) and
+    /// added after the instance's slice.
+    fn instance_slice_reserve(
+        &mut self,
+        instance: InstanceId,
+        slice: Slice,
+    ) -> Result<Applied, ApplyError> {
+        let inst = self
+            .data
+            .instances
+            .get(&instance)
+            .ok_or(ApplyError::UnknownInstance { instance })?;
+        if !inst.tier.remappable() {
+            return Err(ApplyError::Pinned {
+                instance,
+                tier: inst.tier,
+            });
+        }
+        let bad = |reason: String| Err(ApplyError::BadRemap { instance, reason });
+        let [source] = inst.slices.as_slice() else {
+            return bad(format!(
+                "it holds {} slices; one move at a time",
+                inst.slices.len()
+            ));
+        };
+        if slice.gpu.node != source.gpu.node {
+            return bad(format!(
+                "the target {} is not on its node {}",
+                slice.gpu, source.gpu.node
+            ));
+        }
+        if slice.gpu.index == source.gpu.index {
+            return bad(format!("it already holds a slice of {}", slice.gpu));
+        }
+        if (slice.compute_milli, slice.memory_mib) != (source.compute_milli, source.memory_mib) {
+            return bad(format!(
+                "the target is {} milli-GPU and {} MiB, its slice {} milli-GPU and {} MiB",
+                slice.compute_milli, slice.memory_mib, source.compute_milli, source.memory_mib
+            ));
+        }
+        let node_id = &slice.gpu.node;
+        if self.data.drained.contains_key(node_id) {
+            return Err(ApplyError::NodeDraining {
+                node: node_id.clone(),
+            });
+        }
+        let topology = self.data.topology.as_ref().ok_or(ApplyError::NoTopology)?;
+        let node = topology
+            .node(&node_id.0)
+            .ok_or_else(|| ApplyError::UnknownNode {
+                node: node_id.clone(),
+            })?;
+        if node.gpu(slice.gpu.index).is_none() {
+            return Err(ApplyError::UnknownGpu {
+                gpu: slice.gpu.clone(),
+            });
+        }
+        let load = self
+            .index
+            .node(node_id)
+            .ok_or_else(|| ApplyError::UnknownNode {
+                node: node_id.clone(),
+            })?;
+        fit(
+            &self.data.caps,
+            load,
+            &[(slice.gpu.index, inst.demand(&slice))],
+        )
+        .map_err(|f| ApplyError::GpuFull {
+            gpu: GpuId {
+                node: node_id.clone(),
+                index: f.gpu_index,
+            },
+            dimension: f.dimension,
+        })?;
+        let extra = Quota {
+            compute_milli: u64::from(slice.compute_milli),
+            memory_mib: slice.memory_mib,
+            instances: 0,
+        };
+        self.known_tenant(&inst.tenant)?
+            .quota(inst.pool_kind)
+            .admits(&self.held(&inst.tenant, inst.pool_kind), &extra)
+            .map_err(|dimension| ApplyError::QuotaExceeded {
+                tenant: inst.tenant.clone(),
+                pool_kind: inst.pool_kind,
+                dimension,
+            })?;
+        let mut moved = inst.clone();
+        moved.slices.push(slice);
+        let slices = moved.slices.clone();
+        self.replace_instance(moved);
+        Ok(Applied::SliceReserved { instance, slices })
+    }
+
+    /// Phase two of a remap, or its abort (see
+    /// [`DomainCommand::InstanceSliceRelease`]).
+    fn instance_slice_release(
+        &mut self,
+        instance: InstanceId,
+        gpu: GpuId,
+    ) -> Result<Applied, ApplyError> {
+        let inst = self
+            .data
+            .instances
+            .get(&instance)
+            .ok_or(ApplyError::UnknownInstance { instance })?;
+        if !inst.slices.iter().any(|s| s.gpu == gpu) {
+            return Err(ApplyError::BadRemap {
+                instance,
+                reason: format!("it holds no slice of {gpu}"),
+            });
+        }
+        if inst.slices.len() < 2 || !inst.tier.remappable() {
+            return Err(ApplyError::BadRemap {
+                instance,
+                reason: format!(
+                    "its slice of {gpu} is its placement, not a move's (release the instance instead)"
+                ),
+            });
+        }
+        let mut moved = inst.clone();
+        moved.slices.retain(|s| s.gpu != gpu);
+        let slices = moved.slices.clone();
+        self.replace_instance(moved);
+        Ok(Applied::SliceReleased { instance, slices })
+    }
+
+    /// Replaces a placed instance (same id) and its look-up entries.
+    fn replace_instance(&mut self, inst: Instance) {
+        if let Some(old) = self.data.instances.remove(&inst.id) {
+            self.index.remove_instance(&old, &self.data.instances);
+        }
+        self.index.add_instance(&inst);
+        self.data.instances.insert(inst.id, inst);
     }
 
     /// The checks of a registration that do not look at GPUs; the node.

@@ -95,6 +95,7 @@ memory_gib_hour = 12_500
 "#;
 
 mod keyed;
+mod remap;
 
 const T0: u64 = 1_800_000_000_000;
 

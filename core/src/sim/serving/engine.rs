@@ -192,6 +192,9 @@ pub fn simulate(trace: &ServingTrace, params: &ServingParams, spec: RunSpec) -> 
                 Command::SwapOut { .. } => report.swap_outs += 1,
                 Command::Unload { .. } => report.unloads += 1,
                 Command::Reject { .. } => report.rejected += 1,
+                // No region here: the simulator never pins a function, so
+                // its executor never asks for (or releases) a reservation.
+                Command::Reserve { .. } | Command::Release { .. } => {}
             }
         }
     }
