@@ -39,6 +39,9 @@ pub(crate) struct Instance {
     pub batch_ppm: u32,
     /// Compute its running batch holds beyond its requests' own shares.
     pub held: MilliGpu,
+    /// Compute the running batch started on (its first request's share and
+    /// hold); below the function's share when it started squeezed.
+    pub batch_share: MilliGpu,
 }
 
 impl Instance {
@@ -65,6 +68,8 @@ impl Instance {
         let marginal = if slotted { 0 } else { share };
         if self.running == 0 {
             (solo_us, marginal, compute - marginal)
+        } else if (1..compute).contains(&self.batch_share) {
+            (squeezed_us(service, compute, self.batch_share), marginal, 0)
         } else {
             (service, marginal, 0)
         }
@@ -299,10 +304,25 @@ impl GpuExecutor {
                     continue;
                 }
             }
-            let (service_us, compute, hold) = match inst {
+            let (mut service_us, mut compute, mut hold) = match inst {
                 Some(i) => self.instances[i].join(q.service_us, q.compute, slotted),
                 None => (q.service_us, q.compute, 0),
             };
+            // Squeeze: a request that would start a batch or run alone may
+            // start on the compute that is free when that still meets its
+            // deadline (it runs slower by the latency model for its whole
+            // service; a batch started so runs its joiners as slowly).
+            let free = self.compute_free;
+            let squeezed = (rules.squeeze && !slotted && free > 0 && free < compute + hold)
+                .then_some(())
+                .filter(|()| compute + hold == q.compute)
+                .map(|()| squeezed_us(q.service_us, q.compute, free))
+                .filter(|s| now.saturating_add(*s) <= q.deadline);
+            if let Some(s) = squeezed {
+                service_us = s;
+                compute = compute.min(free);
+                hold = free - compute;
+            }
             if self.compute_free < compute + hold {
                 if slotted {
                     continue;
@@ -340,6 +360,9 @@ impl GpuExecutor {
             });
             if let Some(i) = inst {
                 let it = &mut self.instances[i];
+                if it.running == 0 {
+                    it.batch_share = compute + hold;
+                }
                 it.running += 1;
                 it.held += hold;
                 it.busy_until = it.busy_until.max(finish_at);
@@ -441,6 +464,14 @@ pub(crate) fn evictable(inst: &Instance, rules: &ExecutorRules) -> bool {
 /// Whether an idle instance of `tier` may be evicted under `rules`.
 fn evictable_tier(tier: Tier, rules: &ExecutorRules) -> bool {
     !rules.host_cache || tier.swappable()
+}
+
+/// Service of a request that takes `service_us` on `compute` when it runs
+/// on `share` < `compute` instead (the latency model: slower in proportion,
+/// rounded up).
+pub(crate) fn squeezed_us(service_us: Micros, compute: MilliGpu, share: MilliGpu) -> Micros {
+    let v = (u128::from(service_us) * u128::from(compute)).div_ceil(u128::from(share.max(1)));
+    Micros::try_from(v).unwrap_or(Micros::MAX)
 }
 
 fn reject_late(q: Queued, earliest_finish: Micros) -> Command {

@@ -866,6 +866,7 @@ fn busy_instance(function: u32, memory_mib: Mib, busy_until: Micros) -> gpu::Ins
         removing: false,
         batch_ppm: 0,
         held: 0,
+        batch_share: 0,
     }
 }
 
