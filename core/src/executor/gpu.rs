@@ -312,7 +312,14 @@ impl GpuExecutor {
             // start on the compute that is free when that still meets its
             // deadline (it runs slower by the latency model for its whole
             // service; a batch started so runs its joiners as slowly).
-            let free = self.compute_free;
+            // Right-size: take only the share that finishes within
+            // RIGHT_SIZE_PCT % of the time left, leaving the rest to others.
+            let want = if rules.squeeze && !slotted && compute + hold == q.compute {
+                right_sized(q.service_us, q.compute, q.deadline.saturating_sub(now))
+            } else {
+                compute + hold
+            };
+            let free = self.compute_free.min(want);
             let squeezed = (rules.squeeze && !slotted && free > 0 && free < compute + hold)
                 .then_some(())
                 .filter(|()| compute + hold == q.compute)
@@ -464,6 +471,20 @@ pub(crate) fn evictable(inst: &Instance, rules: &ExecutorRules) -> bool {
 /// Whether an idle instance of `tier` may be evicted under `rules`.
 fn evictable_tier(tier: Tier, rules: &ExecutorRules) -> bool {
     !rules.host_cache || tier.swappable()
+}
+
+/// Share of the time left to its deadline a right-sized request plans to use, %.
+const RIGHT_SIZE_PCT: u128 = 95;
+
+/// The share (≤ `compute`) on which a request of `service_us` on `compute`
+/// finishes within [`RIGHT_SIZE_PCT`] % of `left` µs.
+fn right_sized(service_us: Micros, compute: MilliGpu, left: Micros) -> MilliGpu {
+    let budget = u128::from(left) * RIGHT_SIZE_PCT / 100;
+    if budget == 0 {
+        return compute;
+    }
+    let c = (u128::from(service_us) * u128::from(compute)).div_ceil(budget);
+    MilliGpu::try_from(c).unwrap_or(compute).clamp(1, compute)
 }
 
 /// Service of a request that takes `service_us` on `compute` when it runs
