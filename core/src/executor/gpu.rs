@@ -42,6 +42,9 @@ pub(crate) struct Instance {
     /// The GPU is no longer among the function's pinned GPUs: the copy
     /// takes no new request and leaves once idle.
     pub unpinned: bool,
+    /// Compute the running batch started on (its first request's share and
+    /// hold); below the function's share when it started squeezed.
+    pub batch_share: MilliGpu,
 }
 
 impl Instance {
@@ -68,6 +71,8 @@ impl Instance {
         let marginal = if slotted { 0 } else { share };
         if self.running == 0 {
             (solo_us, marginal, compute - marginal)
+        } else if (1..compute).contains(&self.batch_share) {
+            (squeezed_us(service, compute, self.batch_share), marginal, 0)
         } else {
             (service, marginal, 0)
         }
@@ -302,10 +307,32 @@ impl GpuExecutor {
                     continue;
                 }
             }
-            let (service_us, compute, hold) = match inst {
+            let (mut service_us, mut compute, mut hold) = match inst {
                 Some(i) => self.instances[i].join(q.service_us, q.compute, slotted),
                 None => (q.service_us, q.compute, 0),
             };
+            // Squeeze: a request that would start a batch or run alone may
+            // start on the compute that is free when that still meets its
+            // deadline (it runs slower by the latency model for its whole
+            // service; a batch started so runs its joiners as slowly).
+            // Right-size: take only the share that finishes within
+            // RIGHT_SIZE_PCT % of the time left, leaving the rest to others.
+            let want = if rules.squeeze && !slotted && compute + hold == q.compute {
+                right_sized(q.service_us, q.compute, q.deadline.saturating_sub(now))
+            } else {
+                compute + hold
+            };
+            let free = self.compute_free.min(want);
+            let squeezed = (rules.squeeze && !slotted && free > 0 && free < compute + hold)
+                .then_some(())
+                .filter(|()| compute + hold == q.compute)
+                .map(|()| squeezed_us(q.service_us, q.compute, free))
+                .filter(|s| now.saturating_add(*s) <= q.deadline);
+            if let Some(s) = squeezed {
+                service_us = s;
+                compute = compute.min(free);
+                hold = free - compute;
+            }
             if self.compute_free < compute + hold {
                 if slotted {
                     continue;
@@ -343,6 +370,9 @@ impl GpuExecutor {
             });
             if let Some(i) = inst {
                 let it = &mut self.instances[i];
+                if it.running == 0 {
+                    it.batch_share = compute + hold;
+                }
                 it.running += 1;
                 it.held += hold;
                 it.busy_until = it.busy_until.max(finish_at);
@@ -444,6 +474,28 @@ pub(crate) fn evictable(inst: &Instance, rules: &ExecutorRules) -> bool {
 /// Whether an idle instance of `tier` may be evicted under `rules`.
 fn evictable_tier(tier: Tier, rules: &ExecutorRules) -> bool {
     !rules.host_cache || tier.swappable()
+}
+
+/// Share of the time left to its deadline a right-sized request plans to use, %.
+const RIGHT_SIZE_PCT: u128 = 95;
+
+/// The share (≤ `compute`) on which a request of `service_us` on `compute`
+/// finishes within [`RIGHT_SIZE_PCT`] % of `left` µs.
+fn right_sized(service_us: Micros, compute: MilliGpu, left: Micros) -> MilliGpu {
+    let budget = u128::from(left) * RIGHT_SIZE_PCT / 100;
+    if budget == 0 {
+        return compute;
+    }
+    let c = (u128::from(service_us) * u128::from(compute)).div_ceil(budget);
+    MilliGpu::try_from(c).unwrap_or(compute).clamp(1, compute)
+}
+
+/// Service of a request that takes `service_us` on `compute` when it runs
+/// on `share` < `compute` instead (the latency model: slower in proportion,
+/// rounded up).
+pub(crate) fn squeezed_us(service_us: Micros, compute: MilliGpu, share: MilliGpu) -> Micros {
+    let v = (u128::from(service_us) * u128::from(compute)).div_ceil(u128::from(share.max(1)));
+    Micros::try_from(v).unwrap_or(Micros::MAX)
 }
 
 fn reject_late(q: Queued, earliest_finish: Micros) -> Command {

@@ -21,7 +21,7 @@
 //! Everything is decided from the event and `now`: no clock, no I/O, and the
 //! output buffer is reused, so the simulator's hot path does not allocate.
 
-use super::gpu::{evictable, Instance, Queued};
+use super::gpu::{evictable, squeezed_us, Instance, Queued};
 use super::{
     Command, Event, FunctionId, FunctionProfile, GpuExecutor, NodeConfig, RejectReason, RequestId,
 };
@@ -623,7 +623,15 @@ impl NodeExecutor {
                 } else if slotted {
                     ready.max(it.busy_until) + it.queued_us + service
                 } else {
-                    ready.max(g.compute_start(now, compute)) + service
+                    let waited = ready.max(g.compute_start(now, compute)) + service;
+                    // Squeezed onto the free compute now (see `GpuExecutor::dispatch`).
+                    let squeezed = (rules.squeeze
+                        && it.loaded
+                        && g.queue.is_empty()
+                        && (1..compute).contains(&g.compute_free)
+                        && (it.running == 0 || it.batch_ppm == 0))
+                        .then(|| now + squeezed_us(service, compute, g.compute_free));
+                    squeezed.map_or(waited, |s| s.min(waited))
                 };
                 Choice {
                     finish,
@@ -946,6 +954,7 @@ impl NodeExecutor {
             batch_ppm,
             held: 0,
             unpinned: false,
+            batch_share: 0,
         })
     }
 

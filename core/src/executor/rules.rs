@@ -50,6 +50,10 @@ pub struct ExecutorRules {
     /// The extra copy a rejected request starts (scale-out) may evict idle
     /// instances, the eviction order's first; `false`: only free memory.
     pub scale_out_evicts: bool,
+    /// A request whose share is not free may start on the free compute
+    /// when its slower service still meets its deadline (fine-grained
+    /// sharing only).
+    pub squeeze: bool,
 }
 
 impl ExecutorRules {
@@ -63,6 +67,7 @@ impl ExecutorRules {
             wait_within_deadline: false,
             wait_for_memory: true,
             scale_out_evicts: true,
+            squeeze: false,
         }
     }
 
@@ -96,6 +101,7 @@ impl ExecutorRules {
             wait_within_deadline: true,
             wait_for_memory: true,
             scale_out_evicts: false,
+            squeeze: true,
         }
     }
 
@@ -111,6 +117,7 @@ impl ExecutorRules {
             wait_within_deadline: false,
             wait_for_memory: false,
             scale_out_evicts: false,
+            squeeze: false,
         }
     }
 }

@@ -869,6 +869,7 @@ fn busy_instance(function: u32, memory_mib: Mib, busy_until: Micros) -> gpu::Ins
         batch_ppm: 0,
         held: 0,
         unpinned: false,
+        batch_share: 0,
     }
 }
 
