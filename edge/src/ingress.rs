@@ -2,7 +2,10 @@
 //! `/metrics`, and with metering `GET /v1/agent/usage/{tenant}` (the
 //! tenant's durable totals as journaled here; the tenant's bearer token,
 //! 401 without one, 403 with another tenant's) and `GET /v1/agent/journal`
-//! (where the journal stands; no tenant data, no auth).
+//! (where the journal stands; no tenant data, no auth), and
+//! `GET /v1/agent/placement` (where the node's instances are: their slices'
+//! GPUs as the agent holds them, the GPUs holding a copy, remaps asked; ids
+//! and counters only, no auth).
 //!
 //! The bearer token (core's one strict rule, [`bearer_token`]) is hashed
 //! here and checked by the [`NodeAgent`] against the digests the region
@@ -26,7 +29,7 @@
 //! | 503 | `shutting_down` |
 //! | 504 | `deadline_unreachable` (on arrival, while queued, or the function ran past it) |
 
-use crate::agent::{Admission, CheckToken, Invoke, NodeAgent, StatusQuery};
+use crate::agent::{Admission, CheckToken, Invoke, NodeAgent, PlacementQuery, StatusQuery};
 use crate::journal::UsageJournal;
 use crate::token::token_digest;
 use actix::Addr;
@@ -270,6 +273,13 @@ async fn journal_status(journal: web::Data<JournalView>) -> HttpResponse {
     }
 }
 
+async fn placement(agent: web::Data<Addr<NodeAgent>>) -> HttpResponse {
+    match agent.send(PlacementQuery).await {
+        Ok(p) => HttpResponse::Ok().json(p),
+        Err(_) => failed(&InvokeError::ShuttingDown),
+    }
+}
+
 async fn metrics(agent: web::Data<Addr<NodeAgent>>) -> HttpResponse {
     let Ok(s) = agent.send(StatusQuery).await else {
         return failed(&InvokeError::ShuttingDown);
@@ -341,6 +351,7 @@ pub fn serve_tls(
             .route("/v1/invoke/{tenant}/{name}", web::post().to(invoke))
             .route("/v1/agent/usage/{tenant}", web::get().to(tenant_usage))
             .route("/v1/agent/journal", web::get().to(journal_status))
+            .route("/v1/agent/placement", web::get().to(placement))
             .route("/metrics", web::get().to(metrics))
             .route("/healthz", web::get().to(|| async { "ok" }))
             .default_service(web::to(unknown_route))

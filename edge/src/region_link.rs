@@ -7,7 +7,13 @@
 //!         ◀─ uni stream: Assignment | Tokens ──            (pushed whenever they change)
 //!         ◀─ bi stream: Invoke ───────────────             ─▶ InvokeReply
 //!         ── bi stream: Usage{records} ───────▶           ◀─ UsageAck{seqs} | Refused
+//!         ── bi stream: SliceReserve / SliceRelease ▶     ◀─ Ack (committed) | Refused
 //! ```
+//!
+//! Remaps: the executor's reservations and releases are taken from the
+//! [`NodeAgent`] every [`SLICE_POLL`] and sent one at a time; the answer
+//! goes back as [`SliceAnswer`] (granted only on `Ack`; a refusal, a lost
+//! connection or no link at all counts as refused, so nothing moves).
 //!
 //! Usage: after `Registered{next_seq}` the journal is reconciled with the
 //! region (records below `next_seq` were applied: dropped), then a sender
@@ -27,7 +33,7 @@
 
 use crate::agent::{
     Admission, ApplyAssignment, ApplyTokens, Invoke, KeyAnswer, LookupKey, Metering, NodeAgent,
-    StatusQuery, TakeSwapEvents,
+    SliceAnswer, SliceRequest, StatusQuery, TakeSliceRequests, TakeSwapEvents,
 };
 use crate::gpu::{Discovered, GpuMeter};
 use crate::journal::{JournalBatch, UsageJournal};
@@ -52,6 +58,8 @@ const BACKOFF_MAX: Duration = Duration::from_secs(5);
 pub const USAGE_BATCH: usize = 2_000;
 /// How often the usage sender looks at the journal without being woken.
 const USAGE_POLL: Duration = Duration::from_secs(1);
+/// How often the executor's remap requests are collected for the region.
+const SLICE_POLL: Duration = Duration::from_millis(20);
 
 /// Largest answer body sent back to a replica in an `InvokeReply` (the
 /// agent wire's frame limit, less room for the reply's other fields).
@@ -252,11 +260,61 @@ async fn session(
     let invokes = invokes(conn.clone(), setup.agent.clone());
     let beats = heartbeats(conn.clone(), setup);
     let usage = usage_sender(conn.clone(), setup);
+    let remaps = slice_sender(conn.clone(), setup);
     tokio::select! {
         r = pushes => r,
         r = invokes => r,
         r = beats => r,
         r = usage => r,
+        r = remaps => r,
+    }
+}
+
+/// Sends the executor's remap halves to the region, one at a time, and
+/// hands each answer back (see the module docs).
+async fn slice_sender(conn: quinn::Connection, setup: &LinkSetup) -> Result<(), SessionEnd> {
+    let agent = setup.register.agent.clone();
+    loop {
+        tokio::time::sleep(SLICE_POLL).await;
+        let Ok(requests) = setup.agent.send(TakeSliceRequests).await else {
+            return Ok(());
+        };
+        let mut requests = requests.into_iter();
+        while let Some(ask) = requests.next() {
+            let msg = match &ask {
+                SliceRequest::Reserve {
+                    instance, slice, ..
+                } => AgentMessageV1::SliceReserve {
+                    agent: agent.clone(),
+                    instance: *instance,
+                    slice: slice.clone(),
+                },
+                SliceRequest::Release { instance, gpu } => AgentMessageV1::SliceRelease {
+                    agent: agent.clone(),
+                    instance: *instance,
+                    gpu: gpu.clone(),
+                },
+            };
+            let answer = request(&conn, AgentMessage::v1(msg)).await;
+            let granted = matches!(answer, Ok(RegionMessage::V1(RegionMessageV1::Ack)));
+            if let Ok(RegionMessage::V1(RegionMessageV1::Refused { code, message, .. })) = &answer {
+                tracing::debug!(code, "remap refused: {message}");
+            }
+            setup.agent.do_send(SliceAnswer {
+                request: ask,
+                granted,
+            });
+            if let Err(e) = answer {
+                // The rest was never sent: refused, so nothing moves.
+                for rest in requests {
+                    setup.agent.do_send(SliceAnswer {
+                        request: rest,
+                        granted: false,
+                    });
+                }
+                return Err(e);
+            }
+        }
     }
 }
 

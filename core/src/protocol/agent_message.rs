@@ -53,6 +53,28 @@ pub enum AgentMessageV1 {
         /// Accept fewer GPUs than the topology gives the node.
         allow_fewer_gpus: bool,
     },
+    /// Phase one of a remap: reserve `slice` (another GPU of the agent's
+    /// node) for `instance`, beside the slice it holds. The region answers
+    /// `Ack` once `InstanceSliceReserve` committed, `Refused` otherwise (then
+    /// nothing moves).
+    SliceReserve {
+        /// The agent.
+        agent: AgentId,
+        /// The instance.
+        instance: crate::state::InstanceId,
+        /// The target slice.
+        slice: crate::model::Slice,
+    },
+    /// Phase two of a remap: `instance` left `gpu`; release its slice
+    /// there. `Ack` once `InstanceSliceRelease` committed, `Refused` otherwise.
+    SliceRelease {
+        /// The agent.
+        agent: AgentId,
+        /// The instance.
+        instance: crate::state::InstanceId,
+        /// The GPU left.
+        gpu: crate::model::GpuId,
+    },
 }
 
 /// An agent registers its node and GPUs.

@@ -12,6 +12,7 @@
 //!     Swaps (swap / remap reports)               Tokens (tenant token digests)
 //!     Usage (usage batch)                        UsageAck
 //!     InvokeReply                                Invoke (forwarded invocation)
+//!     SliceReserve / SliceRelease (remap)        Ack (committed) | Refused
 //! ```
 //!
 //! On the wire every message is one frame ([`codec`]): a big-endian `u32`

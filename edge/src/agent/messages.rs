@@ -175,3 +175,80 @@ pub struct StatusQuery;
 #[derive(Debug, Message)]
 #[rtype(result = "Vec<SwapEvent>")]
 pub struct TakeSwapEvents;
+
+/// One half of a remap the executor asked for, for the region (see
+/// `DomainCommand::InstanceSliceReserve` / `InstanceSliceRelease`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SliceRequest {
+    /// Phase one: reserve `slice` for `instance` (it holds a slice of GPU `from`).
+    Reserve {
+        /// The executor's function.
+        function: FunctionId,
+        /// The instance.
+        instance: gshare_core::state::InstanceId,
+        /// The GPU it holds now.
+        from: u32,
+        /// The target slice.
+        slice: gshare_core::model::Slice,
+    },
+    /// Phase two: the instance left `gpu`; release its slice there.
+    Release {
+        /// The instance.
+        instance: gshare_core::state::InstanceId,
+        /// The GPU left.
+        gpu: gshare_core::model::GpuId,
+    },
+}
+
+/// The slice requests not yet sent to the region (RegionLink → NodeAgent).
+#[derive(Debug, Message)]
+#[rtype(result = "Vec<SliceRequest>")]
+pub struct TakeSliceRequests;
+
+/// The region's answer to a [`SliceRequest`] (RegionLink → NodeAgent):
+/// `granted` only when the command committed; anything else (refused, no
+/// answer) counts as refused, so nothing moves.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct SliceAnswer {
+    /// What was asked.
+    pub request: SliceRequest,
+    /// Whether it committed.
+    pub granted: bool,
+}
+
+/// Where the node's instances are (the agent's placement), for
+/// `GET /v1/agent/placement`.
+#[derive(Debug, Message)]
+#[rtype(result = "AgentPlacement")]
+pub struct PlacementQuery;
+
+/// The agent's placement: what the executor holds where, against the
+/// assignment it applied.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, actix::MessageResponse)]
+pub struct AgentPlacement {
+    /// Raft index of the last assignment applied.
+    pub assignment_index: Option<u64>,
+    /// Remaps completed (a granted reservation, then the source released).
+    pub remaps: u64,
+    /// Reservations the region refused (nothing moved).
+    pub remaps_refused: u64,
+    /// Swap-outs to host memory.
+    pub swap_outs: u64,
+    /// Swap-ins from host memory.
+    pub swap_ins: u64,
+    /// One entry per hosted function.
+    pub functions: Vec<FunctionPlacement>,
+}
+
+/// One hosted function in [`AgentPlacement`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FunctionPlacement {
+    /// Its instances and the GPUs of their slices as the agent holds them
+    /// (a slice being released is left out).
+    pub instances: Vec<(gshare_core::state::InstanceId, Vec<u32>)>,
+    /// GPUs where a copy of its weights is loaded or loading.
+    pub copies: Vec<u32>,
+    /// The remap asked of the region and not answered, `(from, to)`.
+    pub reserving: Option<(u32, u32)>,
+}

@@ -25,9 +25,10 @@ mod node_status;
 pub use gpu_actor::GpuActor;
 pub use instance_actor::InstanceActor;
 pub use messages::{
-    Admission, ApplyAssignment, ApplyTokens, CheckToken, FlushUsage, Invoke, KeyAnswer, LoadDone,
-    LoadWeights, LookupKey, ReleaseInstance, ReleaseWeights, RequestDone, Residency, RunRequest,
-    StatusQuery, StopNow, StopRuntimes, TakeSwapEvents,
+    Admission, AgentPlacement, ApplyAssignment, ApplyTokens, CheckToken, FlushUsage,
+    FunctionPlacement, Invoke, KeyAnswer, LoadDone, LoadWeights, LookupKey, PlacementQuery,
+    ReleaseInstance, ReleaseWeights, RequestDone, Residency, RunRequest, SliceAnswer, SliceRequest,
+    StatusQuery, StopNow, StopRuntimes, TakeSliceRequests, TakeSwapEvents,
 };
 pub use metering::Metering;
 pub use node_agent::{DriverFactory, NodeAgent, NodeSetup};

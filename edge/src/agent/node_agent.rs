@@ -2,9 +2,10 @@
 
 use super::metering::{HeldReply, InvocationKey, MeterState, Metering};
 use super::{
-    Admission, ApplyAssignment, ApplyTokens, CheckToken, FlushUsage, GpuActor, InstanceActor,
-    Invoke, KeyAnswer, LoadDone, LoadWeights, LookupKey, NodeStatus, ReleaseInstance,
-    ReleaseWeights, RequestDone, Residency, RunRequest, StatusQuery, StopNow, StopRuntimes,
+    Admission, AgentPlacement, ApplyAssignment, ApplyTokens, CheckToken, FlushUsage,
+    FunctionPlacement, GpuActor, InstanceActor, Invoke, KeyAnswer, LoadDone, LoadWeights,
+    LookupKey, NodeStatus, PlacementQuery, ReleaseInstance, ReleaseWeights, RequestDone, Residency,
+    RunRequest, SliceAnswer, SliceRequest, StatusQuery, StopNow, StopRuntimes, TakeSliceRequests,
     TakeSwapEvents,
 };
 use crate::gpu::{GpuInfo, SimulatedGpu};
@@ -16,12 +17,12 @@ use gshare_core::executor::{
     NodeExecutor, RejectReason, RequestId,
 };
 use gshare_core::metering::{ResidencyId, UsageKey};
-use gshare_core::model::{FunctionSpec, Mib, Micros, MilliGpu, NodeId, TenantId};
+use gshare_core::model::{FunctionSpec, GpuId, Mib, Micros, MilliGpu, NodeId, Slice, TenantId};
 use gshare_core::protocol::{
     GpuStatus, InvokeError, InvokeOutcome, SwapEvent, SwapKind, TokenDigests,
 };
 use gshare_core::state::InstanceId;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::oneshot;
 
@@ -29,6 +30,9 @@ use tokio::sync::oneshot;
 const TIMER: Duration = Duration::from_millis(5);
 /// Swap events kept for the region when nobody collects them.
 const MAX_SWAP_EVENTS: usize = 10_000;
+/// Slice requests kept for the region when no link collects them (the
+/// oldest are answered as refused beyond this).
+const MAX_SLICE_REQUESTS: usize = 1_000;
 
 /// Makes the runtime driver of a hosted function.
 pub type DriverFactory = Box<dyn Fn(&FunctionSpec) -> Box<dyn RuntimeDriver>>;
@@ -57,7 +61,20 @@ struct Hosted {
     version: u64,
     memory_mib: Mib,
     instances: Vec<InstanceId>,
+    /// Each instance's slices on this node, as the last assignment gave them.
+    slices: Vec<(InstanceId, Vec<Slice>)>,
     actor: Addr<InstanceActor>,
+}
+
+impl Hosted {
+    /// The instance whose slices include GPU `gpu` (the first one if none does).
+    fn instance_on(&self, gpu: u32) -> Option<InstanceId> {
+        self.slices
+            .iter()
+            .find(|(_, s)| s.iter().any(|s| s.gpu.index == gpu))
+            .map(|(i, _)| *i)
+            .or_else(|| self.instances.first().copied())
+    }
 }
 
 struct Pending {
@@ -101,6 +118,15 @@ pub struct NodeAgent {
     me: Option<Addr<NodeAgent>>,
     /// Keyed invocations running here, with the repeats waiting on them.
     running_keys: HashMap<InvocationKey, Vec<oneshot::Sender<InvokeOutcome>>>,
+    /// Remap halves for the region, oldest first (the link takes them).
+    slice_requests: Vec<SliceRequest>,
+    /// Slices whose release was asked: left out of the pins until the
+    /// assignment no longer has them.
+    releasing: BTreeSet<(InstanceId, u32)>,
+    /// Remaps completed (the source's release committed).
+    remaps: u64,
+    /// Reservations the region refused.
+    remaps_refused: u64,
 }
 
 impl NodeAgent {
@@ -145,6 +171,10 @@ impl NodeAgent {
             metering: None,
             me: None,
             running_keys: HashMap::new(),
+            slice_requests: Vec::new(),
+            releasing: BTreeSet::new(),
+            remaps: 0,
+            remaps_refused: 0,
         }
     }
 
@@ -302,7 +332,7 @@ impl NodeAgent {
         let Some(h) = self.functions.get(&function) else {
             return;
         };
-        let Some(&instance) = h.instances.first() else {
+        let Some(instance) = h.instance_on(from.or(to).unwrap_or(0)) else {
             return;
         };
         if self.swap_events.len() >= MAX_SWAP_EVENTS {
@@ -460,6 +490,166 @@ impl NodeAgent {
                 };
                 self.answer(request, InvokeOutcome::Failed(error));
             }
+            Command::Reserve { function, from, to } => self.ask_reserve(now, function, from, to),
+            Command::Release { function, gpu } => self.ask_release(function, gpu),
+        }
+    }
+
+    fn queue_slice_request(&mut self, now: Micros, request: SliceRequest) {
+        if self.slice_requests.len() >= MAX_SLICE_REQUESTS {
+            let oldest = self.slice_requests.remove(0);
+            self.slice_answer(now, oldest, false);
+        }
+        self.slice_requests.push(request);
+    }
+
+    /// Phase one of a remap: the executor's ask, for the instance holding
+    /// one slice of GPU `from`; without one, it is refused here at once.
+    fn ask_reserve(&mut self, now: Micros, function: FunctionId, from: u32, to: u32) {
+        let found = self.functions.get(&function).and_then(|h| {
+            h.slices.iter().find_map(|(id, s)| match s.as_slice() {
+                [one] if one.gpu.index == from => Some((*id, one.clone())),
+                _ => None,
+            })
+        });
+        let Some((instance, source)) = found else {
+            self.step(
+                now,
+                Event::Reserved {
+                    function,
+                    from,
+                    to,
+                    granted: false,
+                },
+            );
+            return;
+        };
+        let slice = Slice {
+            gpu: GpuId {
+                node: self.setup.node.clone(),
+                index: to,
+            },
+            ..source
+        };
+        tracing::debug!(
+            instance = instance.0,
+            from,
+            to,
+            "asking the region to remap"
+        );
+        self.queue_slice_request(
+            now,
+            SliceRequest::Reserve {
+                function,
+                instance,
+                from,
+                slice,
+            },
+        );
+    }
+
+    /// Phase two: the function left GPU `gpu`; the instance that holds two
+    /// slices, one of them there, gives that one up. (None: nothing to
+    /// release — the GPU was the instance's placement, or already released.)
+    fn ask_release(&mut self, function: FunctionId, gpu: u32) {
+        let Some(instance) = self.functions.get(&function).and_then(|h| {
+            h.slices
+                .iter()
+                .find(|(id, s)| {
+                    s.len() > 1
+                        && s.iter().any(|s| s.gpu.index == gpu)
+                        && !self.releasing.contains(&(*id, gpu))
+                })
+                .map(|(id, _)| *id)
+        }) else {
+            return;
+        };
+        self.releasing.insert((instance, gpu));
+        let gpu = GpuId {
+            node: self.setup.node.clone(),
+            index: gpu,
+        };
+        let now = self.now();
+        self.queue_slice_request(now, SliceRequest::Release { instance, gpu });
+    }
+
+    fn slice_answer(&mut self, now: Micros, request: SliceRequest, granted: bool) {
+        match request {
+            SliceRequest::Reserve {
+                function,
+                instance,
+                from,
+                slice,
+            } => {
+                if granted {
+                    if let Some(h) = self.functions.get_mut(&function) {
+                        // The assignment will say so too; the executor moves now.
+                        for (id, s) in &mut h.slices {
+                            if *id == instance && !s.contains(&slice) {
+                                s.push(slice.clone());
+                            }
+                        }
+                    }
+                } else {
+                    self.remaps_refused += 1;
+                }
+                tracing::debug!(
+                    instance = instance.0,
+                    from,
+                    to = slice.gpu.index,
+                    granted,
+                    "remap answer"
+                );
+                self.step(
+                    now,
+                    Event::Reserved {
+                        function,
+                        from,
+                        to: slice.gpu.index,
+                        granted,
+                    },
+                );
+            }
+            SliceRequest::Release { instance, gpu } => {
+                if granted {
+                    self.remaps += 1;
+                } else {
+                    // Not released (or nothing to release): the next
+                    // assignment tells what the instance holds.
+                    self.releasing.remove(&(instance, gpu.index));
+                }
+            }
+        }
+    }
+
+    /// Pins every hosted function to its instances' slices. An instance
+    /// holding two slices with no remap asked for it (an answer lost, or an
+    /// agent restarted mid-move) keeps its last one, the target: its source
+    /// is left and released.
+    fn pin_all(&mut self, now: Micros) {
+        let mut pins: Vec<(FunctionId, Vec<u32>)> = Vec::new();
+        for (id, h) in &self.functions {
+            let asked = self.executor.reserving(*id).is_some();
+            let mut gpus = Vec::new();
+            for (inst, s) in &h.slices {
+                let keep = if s.len() > 1 && !asked && h.spec.tier.remappable() {
+                    &s[s.len() - 1..]
+                } else {
+                    &s[..]
+                };
+                gpus.extend(
+                    keep.iter()
+                        .map(|s| s.gpu.index)
+                        .filter(|g| !self.releasing.contains(&(*inst, *g))),
+                );
+            }
+            pins.push((*id, gpus));
+        }
+        for (id, gpus) in pins {
+            self.executor.pin(now, id, &gpus);
+            for command in self.executor.take_commands() {
+                self.carry_out(now, command);
+            }
         }
     }
 
@@ -470,8 +660,9 @@ impl NodeAgent {
         spec: FunctionSpec,
         version: u64,
         instances: Vec<InstanceId>,
-        slices: Vec<gshare_core::model::Slice>,
+        placed: Vec<(InstanceId, Vec<Slice>)>,
     ) {
+        let slices: Vec<Slice> = placed.iter().flat_map(|(_, s)| s.clone()).collect();
         let id = FunctionId(self.next_function);
         self.next_function += 1;
         let profile = FunctionProfile {
@@ -495,6 +686,7 @@ impl NodeAgent {
                 version,
                 memory_mib,
                 instances,
+                slices: placed,
                 actor,
             },
         );
@@ -831,15 +1023,13 @@ impl Handler<ApplyAssignment> for NodeAgent {
             return;
         }
         self.assignment_index = Some(a.applied_index);
-        let mut wanted: BTreeMap<
-            FunctionKey,
-            (
-                FunctionSpec,
-                u64,
-                Vec<InstanceId>,
-                Vec<gshare_core::model::Slice>,
-            ),
-        > = BTreeMap::new();
+        type Wanted = (
+            FunctionSpec,
+            u64,
+            Vec<InstanceId>,
+            Vec<(InstanceId, Vec<Slice>)>,
+        );
+        let mut wanted: BTreeMap<FunctionKey, Wanted> = BTreeMap::new();
         for i in a.instances {
             if i.slices.iter().any(|s| s.gpu.node != self.setup.node) {
                 tracing::warn!(
@@ -853,8 +1043,17 @@ impl Handler<ApplyAssignment> for NodeAgent {
                 .entry(key)
                 .or_insert_with(|| (i.spec.clone(), i.version, Vec::new(), Vec::new()));
             e.2.push(i.instance);
-            e.3.extend(i.slices);
+            e.3.push((i.instance, i.slices));
         }
+        // A release is done once the assignment no longer has the slice.
+        let held: BTreeSet<(InstanceId, u32)> = wanted
+            .values()
+            .flat_map(|w| {
+                w.3.iter()
+                    .flat_map(|(id, s)| s.iter().map(move |s| (*id, s.gpu.index)))
+            })
+            .collect();
+        self.releasing.retain(|r| held.contains(r));
         let stale: Vec<FunctionId> = self
             .functions
             .iter()
@@ -872,11 +1071,14 @@ impl Handler<ApplyAssignment> for NodeAgent {
                 Some(id) => {
                     if let Some(h) = self.functions.get_mut(id) {
                         h.instances = instances;
+                        h.slices = slices;
                     }
                 }
                 None => self.add_function(ctx, key, spec, version, instances, slices),
             }
         }
+        let now = self.now();
+        self.pin_all(now);
         self.status.functions = self.functions.len() as u32;
     }
 }
@@ -925,11 +1127,7 @@ impl Handler<StatusQuery> for NodeAgent {
                     memory_used_mib: self.executor.config().gpu_memory_mib - g.free_mib(),
                     resident: g
                         .resident()
-                        .filter_map(|f| {
-                            self.functions
-                                .get(&f)
-                                .and_then(|h| h.instances.first().copied())
-                        })
+                        .filter_map(|f| self.functions.get(&f).and_then(|h| h.instance_on(i)))
                         .collect(),
                     queued: g.queued() as u32,
                     measured_utilization_pct: None,
@@ -964,5 +1162,60 @@ impl Handler<StopRuntimes> for NodeAgent {
                 let _ = s.await;
             }
         })
+    }
+}
+
+impl Handler<TakeSliceRequests> for NodeAgent {
+    type Result = Vec<SliceRequest>;
+
+    fn handle(&mut self, _: TakeSliceRequests, _: &mut Context<Self>) -> Vec<SliceRequest> {
+        std::mem::take(&mut self.slice_requests)
+    }
+}
+
+impl Handler<SliceAnswer> for NodeAgent {
+    type Result = ();
+
+    fn handle(&mut self, msg: SliceAnswer, _: &mut Context<Self>) {
+        let now = self.now();
+        self.slice_answer(now, msg.request, msg.granted);
+    }
+}
+
+impl Handler<PlacementQuery> for NodeAgent {
+    type Result = AgentPlacement;
+
+    fn handle(&mut self, _: PlacementQuery, _: &mut Context<Self>) -> AgentPlacement {
+        let mut functions: Vec<FunctionPlacement> = self
+            .functions
+            .iter()
+            .map(|(id, h)| FunctionPlacement {
+                instances: h
+                    .slices
+                    .iter()
+                    .map(|(inst, s)| {
+                        let gpus = s
+                            .iter()
+                            .map(|s| s.gpu.index)
+                            .filter(|g| !self.releasing.contains(&(*inst, *g)))
+                            .collect();
+                        (*inst, gpus)
+                    })
+                    .collect(),
+                copies: (0..self.setup.gpus.len() as u32)
+                    .filter(|g| self.executor.gpu(*g).resident().any(|f| f == *id))
+                    .collect(),
+                reserving: self.executor.reserving(*id),
+            })
+            .collect();
+        functions.sort_by_key(|f| f.instances.first().map(|i| i.0));
+        AgentPlacement {
+            assignment_index: self.assignment_index,
+            remaps: self.remaps,
+            remaps_refused: self.remaps_refused,
+            swap_outs: self.status.swap_outs,
+            swap_ins: self.status.swap_ins,
+            functions,
+        }
     }
 }

@@ -6,6 +6,8 @@
 //!   agent ── bi: Register ──▶ AgentRegister through Raft ─▶ Registered{next_seq} | Refused
 //!         ── bi: Heartbeat / Swaps ─▶ Ack
 //!         ── bi: Usage{records} ─▶ UsageBatch through Raft ─▶ UsageAck{seqs} | Refused
+//!         ── bi: SliceReserve / SliceRelease ─▶ InstanceSliceReserve / InstanceSliceRelease
+//!            through Raft ─▶ Ack (committed) | Refused
 //!         ◀─ uni: Assignment (the node's instances) / Tokens (all digests), when they
 //!            change, and in full every 5 s
 //! ```
@@ -198,6 +200,65 @@ async fn usage(hub: &AgentHub, agent: AgentId, records: Vec<UsageRecord>) -> Reg
     }
 }
 
+/// A remap half from the agent registered on this connection, for an
+/// instance of its own node (and, for a reservation, a slice of its own
+/// node): proposed; `Ack` once committed, `Refused` otherwise (nothing
+/// changed, so the agent does not move).
+async fn remap(
+    hub: &AgentHub,
+    registered: Option<&AgentId>,
+    agent: &AgentId,
+    instance: gshare_core::state::InstanceId,
+    cmd: DomainCommand,
+) -> RegionMessage {
+    if registered != Some(agent) {
+        return refused(
+            "not_registered",
+            format!(
+                "a remap of agent {:?} on a connection not registered as it",
+                agent.0
+            ),
+            false,
+        );
+    }
+    let own = {
+        let s = hub.state.read();
+        let domain = s.region.domain();
+        let node = domain.agent(agent).map(|a| a.node.clone());
+        let on_node = |n: &NodeId| node.as_ref() == Some(n);
+        let target_ok = match &cmd {
+            DomainCommand::InstanceSliceReserve { slice, .. } => on_node(&slice.gpu.node),
+            DomainCommand::InstanceSliceRelease { gpu, .. } => on_node(&gpu.node),
+            _ => false,
+        };
+        target_ok
+            && domain
+                .instance(instance)
+                .is_some_and(|i| i.slices.iter().all(|s| on_node(&s.gpu.node)))
+    };
+    if !own {
+        return refused(
+            "not_your_node",
+            format!(
+                "instance {instance} is not (wholly) on agent {:?}'s node",
+                agent.0
+            ),
+            false,
+        );
+    }
+    match hub.proposer.propose(RegionCommand::domain(cmd)).await {
+        Ok(CommandOutcome::Domain(Ok(
+            Applied::SliceReserved { .. } | Applied::SliceReleased { .. },
+        ))) => RegionMessage::v1(RegionMessageV1::Ack),
+        Ok(CommandOutcome::Domain(Err(e))) => refused(e.code(), e.to_string(), false),
+        Ok(other) => refused("internal", format!("unexpected outcome {other:?}"), true),
+        Err(e @ (WriteError::NoLeader | WriteError::Unknown(_) | WriteError::Stopped)) => {
+            refused("retry", e.to_string(), true)
+        }
+        Err(e) => refused("invalid", e.to_string(), false),
+    }
+}
+
 fn view(hub: &AgentHub, node: &NodeId) -> (Assignment, TokenDigests) {
     let s = hub.state.read();
     let index = s.last_applied.map_or(0, |l| l.index);
@@ -371,6 +432,34 @@ pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
                     });
                     continue;
                 }
+            }
+            AgentMessageV1::SliceReserve {
+                agent,
+                instance,
+                slice,
+            } => {
+                let cmd = DomainCommand::InstanceSliceReserve { instance, slice };
+                let hub = hub.clone();
+                let registered = registered.clone();
+                tokio::spawn(async move {
+                    let reply = remap(&hub, registered.as_ref(), &agent, instance, cmd).await;
+                    let _ = write_frame(&mut send, &reply).await;
+                });
+                continue;
+            }
+            AgentMessageV1::SliceRelease {
+                agent,
+                instance,
+                gpu,
+            } => {
+                let cmd = DomainCommand::InstanceSliceRelease { instance, gpu };
+                let hub = hub.clone();
+                let registered = registered.clone();
+                tokio::spawn(async move {
+                    let reply = remap(&hub, registered.as_ref(), &agent, instance, cmd).await;
+                    let _ = write_frame(&mut send, &reply).await;
+                });
+                continue;
             }
             _ => RegionMessage::v1(RegionMessageV1::Ack),
         };

@@ -176,8 +176,8 @@ fn a_refused_reservation_moves_nothing_and_is_not_asked_again_at_once() {
         out.iter().all(|c| matches!(c, Command::Reject { .. })),
         "{out:?}"
     );
-    // A grant that comes for nothing asked (stale) still only moves within
-    // what it grants; an unanswered ask is given up after the timeout.
+    // After the back-off it asks again; an ask left unanswered is given up
+    // after the timeout (nothing moved meanwhile).
     let t = COLD + 2 * S;
     step(&mut n, t, finished(1, 1));
     let out = step(&mut n, t, arrive(4, 0, 10 * S, FAR));
