@@ -39,6 +39,7 @@ mod index;
 mod instance;
 mod meter;
 mod node_gpus;
+mod placement_plan;
 mod plan;
 mod plan_metric;
 mod plan_rejection;
@@ -72,6 +73,7 @@ pub use idempotency::{
 pub use instance::{Instance, InstanceId};
 pub use meter::{Meter, MeterKey, MeterLine, HOUR_MS};
 pub use node_gpus::{check_reported_gpus, same_memory, same_model, MEMORY_TOLERANCE_PCT};
+pub use placement_plan::{plan_placements, PlacementPlan, PlacementPolicy, PlannedInstance};
 pub use plan::{
     plan, plan_spec, plan_spec_explained, plan_spec_with, unsatisfiable, PlanOptions, Proposal,
 };
