@@ -188,6 +188,7 @@ async fn metrics(req: HttpRequest, ctx: web::Data<HttpContext>) -> HttpResponse 
         Ok(mut text) => {
             text.push_str(&ctx.api.render(ctx.replica.state.read().region.domain()));
             ctx.replica.agents.reports.render(&mut text);
+            ctx.replica.scheduler.counters().render(&mut text);
             if !full {
                 text = crate::api::metrics::public_series(&text);
             }

@@ -25,5 +25,6 @@ pub mod peer_link;
 pub mod proposer;
 pub mod quic_server;
 pub mod replica;
+pub mod scheduler;
 pub mod tls;
 pub mod wire;

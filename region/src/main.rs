@@ -156,7 +156,6 @@ async fn run(config: ReplicaConfig, init: bool, format: LogFormat) -> anyhow::Re
         ))),
         forward_tls,
     };
-    tokio::spawn(gshare_region::api::placement_loop::run(ctx.clone()));
     let server = http::server(ctx, config.http_addr, 2, server_tls)?;
     let handle = server.handle();
     println!(

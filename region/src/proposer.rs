@@ -47,18 +47,27 @@ pub enum WriteError {
     /// The replica is shutting down.
     #[error("replica is shutting down")]
     Stopped,
+    /// More commands in one proposal than one Raft entry takes; nothing was proposed.
+    #[error("{len} commands in one proposal (at most {max})")]
+    TooMany {
+        /// Commands given.
+        len: usize,
+        /// The most one proposal takes.
+        max: usize,
+    },
 }
 
 impl WriteError {
     /// Whether the client should retry the same command.
     pub fn retryable(&self) -> bool {
-        !matches!(self, WriteError::Invalid(_))
+        !matches!(self, WriteError::Invalid(_) | WriteError::TooMany { .. })
     }
 }
 
+/// Commands of one caller that go into one Raft entry together.
 struct Pending {
-    command: RegionCommand,
-    reply: oneshot::Sender<Result<CommandOutcome, WriteError>>,
+    commands: Vec<RegionCommand>,
+    reply: oneshot::Sender<Result<Vec<CommandOutcome>, WriteError>>,
 }
 
 /// The write path of a replica (leader or follower).
@@ -126,10 +135,36 @@ impl Proposer {
 
     /// Proposes one command and waits until it is committed and applied.
     pub async fn propose(&self, command: RegionCommand) -> Result<CommandOutcome, WriteError> {
-        command.validate()?;
+        let mut outcomes = self.propose_all(vec![command]).await?;
+        match (outcomes.pop(), outcomes.is_empty()) {
+            (Some(o), true) => Ok(o),
+            _ => Err(WriteError::Unknown("no outcome for the command".into())),
+        }
+    }
+
+    /// Proposes `commands` in one Raft entry (with whatever else is
+    /// queued) and waits until they are committed and applied; one outcome
+    /// per command, in order. Each command applies on its own: one refused
+    /// leaves the others applied. At most [`MAX_BATCH`] commands.
+    pub async fn propose_all(
+        &self,
+        commands: Vec<RegionCommand>,
+    ) -> Result<Vec<CommandOutcome>, WriteError> {
+        if commands.len() > MAX_BATCH {
+            return Err(WriteError::TooMany {
+                len: commands.len(),
+                max: MAX_BATCH,
+            });
+        }
+        for c in &commands {
+            c.validate()?;
+        }
+        if commands.is_empty() {
+            return Ok(Vec::new());
+        }
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(Pending { command, reply })
+            .send(Pending { commands, reply })
             .await
             .map_err(|_| WriteError::Stopped)?;
         rx.await.map_err(|_| WriteError::Stopped)?
@@ -142,23 +177,31 @@ async fn batch_loop(raft: Raft<TypeConfig>, links: PeerLinks, mut rx: mpsc::Rece
         let Ok(permit) = slots.clone().acquire_owned().await else {
             return;
         };
+        let mut n = first.commands.len();
         let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
+        while n < MAX_BATCH {
             match rx.try_recv() {
-                Ok(p) => batch.push(p),
+                Ok(p) => {
+                    n += p.commands.len();
+                    batch.push(p);
+                }
                 Err(_) => break,
             }
         }
         let raft = raft.clone();
         let links = links.clone();
         tokio::spawn(async move {
-            let (commands, replies): (Vec<_>, Vec<_>) =
-                batch.into_iter().map(|p| (p.command, p.reply)).unzip();
-            let n = commands.len();
+            let mut commands = Vec::with_capacity(n);
+            let mut replies = Vec::with_capacity(batch.len());
+            for p in batch {
+                replies.push((p.commands.len(), p.reply));
+                commands.extend(p.commands);
+            }
             match commit(&raft, &links, CommandBatch(commands)).await {
                 Ok(BatchOutcome(outcomes)) if outcomes.len() == n => {
-                    for (reply, outcome) in replies.into_iter().zip(outcomes) {
-                        let _ = reply.send(Ok(outcome));
+                    let mut outcomes = outcomes.into_iter();
+                    for (len, reply) in replies {
+                        let _ = reply.send(Ok(outcomes.by_ref().take(len).collect()));
                     }
                 }
                 Ok(BatchOutcome(outcomes)) => {
@@ -166,12 +209,12 @@ async fn batch_loop(raft: Raft<TypeConfig>, links: PeerLinks, mut rx: mpsc::Rece
                         "{} outcomes for {n} commands",
                         outcomes.len()
                     ));
-                    for reply in replies {
+                    for (_, reply) in replies {
                         let _ = reply.send(Err(e.clone()));
                     }
                 }
                 Err(e) => {
-                    for reply in replies {
+                    for (_, reply) in replies {
                         let _ = reply.send(Err(e.clone()));
                     }
                 }

@@ -37,9 +37,11 @@ pub async fn serve(
     raft: Raft<TypeConfig>,
     counters: Arc<QuicCounters>,
     agents: crate::agents::AgentHub,
+    scheduler: crate::scheduler::Scheduler,
 ) {
     while let Some(incoming) = endpoint.accept().await {
         let raft = raft.clone();
+        let scheduler = scheduler.clone();
         let agents = agents.clone();
         let counters = counters.clone();
         tokio::spawn(async move {
@@ -62,11 +64,13 @@ pub async fn serve(
             }
             while let Ok((send, recv)) = conn.accept_bi().await {
                 tokio::spawn(answer(
+                    agents.clone(),
                     conn.clone(),
                     send,
                     recv,
                     raft.clone(),
                     counters.clone(),
+                    scheduler.clone(),
                 ));
             }
         });
@@ -74,11 +78,13 @@ pub async fn serve(
 }
 
 async fn answer(
+    agents: crate::agents::AgentHub,
     conn: quinn::Connection,
     mut send: quinn::SendStream,
     mut recv: quinn::RecvStream,
     raft: Raft<TypeConfig>,
     counters: Arc<QuicCounters>,
+    scheduler: crate::scheduler::Scheduler,
 ) {
     let req = match read_frame::<PeerRequest>(&mut recv).await {
         Ok(r) => r,
@@ -116,6 +122,9 @@ async fn answer(
             }
             Err(e) => Err(WriteRefusal::Failed(e.to_string())),
         }),
+        // Only the leader's worker plans; elsewhere `NoLeader` (the sender retries).
+        PeerRequest::Evaluate(eval) => PeerReply::Evaluate(scheduler.submit_here(eval).await),
+        PeerRequest::Delivered(node) => PeerReply::Delivered(agents.delivered_to(&node)),
     };
     counters.requests.fetch_add(1, Ordering::Relaxed);
     if let Err(e) = write_frame(&mut send, &reply).await {

@@ -6,7 +6,8 @@
 //!                       ├─ quinn::Endpoint (server: mTLS, client: same certs)
 //!                       ├─ openraft::Raft (QuicNetwork over PeerLinks)
 //!                       ├─ quic_server::serve (answers peers)
-//!                       └─ Proposer (batches writes, forwards to the leader)
+//!                       ├─ Proposer (batches writes, forwards to the leader)
+//!                       └─ Scheduler (leader-only placement worker, `crate::scheduler`)
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,6 +24,7 @@ use crate::network::QuicNetwork;
 use crate::peer_link::PeerLinks;
 use crate::proposer::Proposer;
 use crate::quic_server::{self, QuicCounters};
+use crate::scheduler::Scheduler;
 use crate::tls::{self, TlsError, TlsPaths};
 
 /// A replica could not start or act.
@@ -111,6 +113,8 @@ pub struct Replica {
     pub counters: Arc<QuicCounters>,
     /// Node agents connected to this replica.
     pub agents: crate::agents::AgentHub,
+    /// Placement: evaluations → plans → Raft entries (acts while this replica leads).
+    pub scheduler: Scheduler,
     endpoint: quinn::Endpoint,
 }
 
@@ -186,14 +190,22 @@ impl Replica {
             .await
             .map_err(|e| ReplicaError::Raft(e.to_string()))?;
         let counters = Arc::new(QuicCounters::default());
-        let proposer = Proposer::start(raft.clone(), links);
+        let proposer = Proposer::start(raft.clone(), links.clone());
         let agents = crate::agents::AgentHub::new(proposer.clone(), state.clone())
             .with_metrics(raft.metrics());
+        let scheduler = Scheduler::start(
+            spec.id,
+            raft.clone(),
+            state.clone(),
+            proposer.clone(),
+            links,
+        );
         tokio::spawn(quic_server::serve(
             endpoint.clone(),
             raft.clone(),
             counters.clone(),
             agents.clone(),
+            scheduler.clone(),
         ));
         Ok(Replica {
             id: spec.id,
@@ -206,6 +218,7 @@ impl Replica {
             proposer,
             counters,
             agents,
+            scheduler,
             endpoint,
         })
     }

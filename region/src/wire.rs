@@ -43,6 +43,11 @@ pub enum PeerRequest {
     /// A follower asks the leader for its read index (Raft §6.4): the log
     /// index every write acknowledged so far is at or below.
     ReadIndex,
+    /// An evaluation for the leader's scheduler (`crate::scheduler`).
+    Evaluate(crate::scheduler::Evaluation),
+    /// Which instances the replica last pushed to `node`'s agent (`None`
+    /// in the reply: the agent is not linked there).
+    Delivered(gshare_core::model::NodeId),
 }
 
 /// Why a forwarded write was not committed.
@@ -72,6 +77,10 @@ pub enum PeerReply {
     Write(Result<BatchOutcome, WriteRefusal>),
     /// Reply to [`PeerRequest::ReadIndex`]: the index (`None`: empty log).
     ReadIndex(Result<Option<u64>, WriteRefusal>),
+    /// Reply to [`PeerRequest::Evaluate`].
+    Evaluate(crate::scheduler::EvalResult),
+    /// Reply to [`PeerRequest::Delivered`].
+    Delivered(Option<Vec<gshare_core::state::InstanceId>>),
 }
 
 pub use gshare_core::net::{WireError, BAD_FRAME};

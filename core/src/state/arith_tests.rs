@@ -250,7 +250,7 @@ fn a_guaranteed_deploy_of_u64_max_mib_is_refused_naming_the_field_and_bound() {
         },
     );
     let r = plan(&s, &t("a"), "max", &BestFit).unwrap_err();
-    assert_eq!(r.code(), "gpu_full", "{r}");
+    assert_eq!(r.code(), "unsatisfiable", "{r}");
     assert_eq!(s.held(&t("a"), PoolKind::Center).memory_mib, 12_288);
 }
 
@@ -293,9 +293,9 @@ fn a_placement_of_a_spec_past_the_bounds_cannot_wrap_the_gpu_or_the_quota() {
         );
         assert_eq!(s, before);
     }
-    // The planner finds no place either (and says why).
+    // The planner finds no place either (and says why: larger than every GPU).
     let r = plan(&s, &t("a"), "wrap", &BestFit).unwrap_err();
-    assert_eq!(r.code(), "gpu_full", "{r}");
+    assert_eq!(r.code(), "unsatisfiable", "{r}");
     s.check_invariants().unwrap();
 }
 

@@ -298,6 +298,13 @@ impl ApplyError {
         }
     }
 
+    /// Whether a plan refused with this error may succeed when planned
+    /// again on a newer view: capacity, quota or `max_instances` ran out
+    /// because another write landed between the plan and its apply.
+    pub fn may_succeed_on_replan(&self) -> bool {
+        self.class() == ErrorClass::Exhausted
+    }
+
     /// How an API should answer it.
     pub fn class(&self) -> ErrorClass {
         match self {

@@ -39,7 +39,9 @@ mod index;
 mod instance;
 mod meter;
 mod node_gpus;
+mod placement_plan;
 mod plan;
+mod plan_metric;
 mod plan_rejection;
 mod price_history;
 mod query_error;
@@ -71,7 +73,11 @@ pub use idempotency::{
 pub use instance::{Instance, InstanceId};
 pub use meter::{Meter, MeterKey, MeterLine, HOUR_MS};
 pub use node_gpus::{check_reported_gpus, same_memory, same_model, MEMORY_TOLERANCE_PCT};
-pub use plan::{plan, plan_spec, plan_spec_with, PlanOptions, Proposal};
+pub use placement_plan::{plan_placements, PlacementPlan, PlacementPolicy, PlannedInstance};
+pub use plan::{
+    plan, plan_spec, plan_spec_explained, plan_spec_with, unsatisfiable, PlanOptions, Proposal,
+};
+pub use plan_metric::PlanMetric;
 pub use plan_rejection::{PlanRejection, RejectReason};
 pub use price_history::{PriceEpoch, PriceHistory};
 pub use query_error::QueryError;

@@ -27,9 +27,11 @@
 use super::command::DomainCommand;
 use super::fit::{fit, Demand, FitFailure, GpuDimension};
 use super::instance::held_of;
+use super::plan_metric::PlanMetric;
 use super::plan_rejection::{PlanRejection, RejectReason};
 use super::ranking::Ranking;
 use super::region_state::RegionState;
+use crate::config::Topology;
 use crate::model::{
     FunctionSpec, GpuId, Mib, PoolKind, PoolPreference, QuotaDimension, Slice, TenantId, Tier,
     WHOLE_GPU,
@@ -149,10 +151,60 @@ pub fn plan_spec_with(
     ranking: &dyn Ranking,
     options: &PlanOptions,
 ) -> Result<Proposal, Box<PlanRejection>> {
+    plan_spec_explained(state, spec, ranking, options).map(|(p, _)| p)
+}
+
+/// The largest GPU of `topology` (most memory; ties: first in topology
+/// order) if `spec` is larger than every GPU, so that no load could ever
+/// take it: `(gpu, its model, its memory)`. Every pool preference spills
+/// to every pool, so every GPU of the region counts; an `exclusive` spec of
+/// `k` GPUs compares with the `k` largest GPUs of one node.
+pub fn unsatisfiable(topology: &Topology, spec: &FunctionSpec) -> Option<(GpuId, String, Mib)> {
+    let mut largest: Option<(GpuId, String, Mib)> = None;
+    for (id, g) in topology.gpus() {
+        if largest.as_ref().is_none_or(|l| g.memory_mib > l.2) {
+            largest = Some((id, g.model.clone(), g.memory_mib));
+        }
+    }
+    let largest = largest?;
+    let fits = if spec.tier == Tier::Exclusive {
+        let k = (spec.compute_milli / WHOLE_GPU) as usize;
+        topology.nodes().any(|n| {
+            let mut sizes: Vec<Mib> = n.gpus().map(|(_, g)| g.memory_mib).collect();
+            sizes.sort_unstable_by(|a, b| b.cmp(a));
+            sizes.len() >= k
+                && sizes
+                    .iter()
+                    .take(k)
+                    .fold(0, |m: Mib, s| m.saturating_add(*s))
+                    >= spec.memory_mib
+        })
+    } else {
+        spec.memory_mib <= largest.2
+    };
+    (!fits).then_some(largest)
+}
+
+/// [`plan_spec_with`] that also says what the plan looked at when it found
+/// a place ([`PlanMetric`]: candidates evaluated before the winner, and why
+/// the ones passed over were rejected).
+pub fn plan_spec_explained(
+    state: &RegionState,
+    spec: &FunctionSpec,
+    ranking: &dyn Ranking,
+    options: &PlanOptions,
+) -> Result<(Proposal, PlanMetric), Box<PlanRejection>> {
     let reject = |reason| rejection(&spec.tenant, &spec.name, reason);
     let topology = state
         .topology()
         .ok_or_else(|| reject(RejectReason::NoTopology))?;
+    if let Some((gpu, model, memory_mib)) = unsatisfiable(topology, spec) {
+        return Err(reject(RejectReason::Unsatisfiable {
+            gpu,
+            model,
+            memory_mib,
+        }));
+    }
     if state.instance_count(&spec.tenant, &spec.name) >= spec.max_instances {
         return Err(reject(RejectReason::MaxInstances {
             max: spec.max_instances,
@@ -332,14 +384,11 @@ pub fn plan_spec_with(
             }
         }
         if let Some((_, p)) = best {
-            return Ok(p);
+            fill_exhausted(&mut out, &counts);
+            return Ok((p, PlanMetric::from(&*out)));
         }
     }
-    for (d, n) in GpuDimension::ALL.into_iter().zip(counts) {
-        if n > 0 {
-            out.exhausted.insert(d, n);
-        }
-    }
+    fill_exhausted(&mut out, &counts);
     out.reason = match (quota_blocked, furthest) {
         (Some((pool_kind, dimension)), _) => RejectReason::Quota {
             pool_kind,
@@ -349,6 +398,14 @@ pub fn plan_spec_with(
         (None, None) => RejectReason::NoNodes,
     };
     Err(out)
+}
+
+fn fill_exhausted(out: &mut PlanRejection, counts: &[u32; GpuDimension::ALL.len()]) {
+    for (d, n) in GpuDimension::ALL.into_iter().zip(counts.iter().copied()) {
+        if n > 0 {
+            out.exhausted.insert(d, n);
+        }
+    }
 }
 
 impl fmt::Display for Proposal {

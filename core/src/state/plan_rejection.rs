@@ -39,6 +39,18 @@ pub enum RejectReason {
         /// What ran out there.
         dimension: GpuDimension,
     },
+    /// The function is larger than every GPU of the region (or, for
+    /// `exclusive`, than the largest GPUs of any one node): no load could
+    /// take it. Names the largest GPU.
+    #[error("larger than every GPU: the largest, {gpu} ({model}), has {memory_mib} MiB")]
+    Unsatisfiable {
+        /// The largest GPU.
+        gpu: GpuId,
+        /// Its model.
+        model: String,
+        /// Its memory, MiB.
+        memory_mib: crate::model::Mib,
+    },
     /// The topology has no node to try.
     #[error("no nodes")]
     NoNodes,
@@ -75,6 +87,7 @@ impl PlanRejection {
             RejectReason::Quota { .. } => "quota_exceeded",
             RejectReason::Gpu { .. } => "gpu_full",
             RejectReason::NoNodes => "no_nodes",
+            RejectReason::Unsatisfiable { .. } => "unsatisfiable",
         }
     }
 }

@@ -94,6 +94,7 @@ gpu_hour = 625_000
 memory_gib_hour = 12_500
 "#;
 
+mod explained;
 mod keyed;
 mod remap;
 
@@ -1371,7 +1372,7 @@ fn a_limited_plan_stops_early_and_rotates_its_start() {
         plan(&s, &t("acme"), "small", &BestFit).unwrap().slices[0].gpu,
         gpu("c2", 0)
     );
-    // With nothing feasible a limited plan still says why.
+    // Larger than every GPU: a limited plan says so before it scans.
     let mut huge = f.clone();
     huge.memory_mib = 20_000;
     let options = PlanOptions {
@@ -1379,8 +1380,26 @@ fn a_limited_plan_stops_early_and_rotates_its_start() {
         start: 5,
     };
     let r = plan_spec_with(&s, &huge, &BestFit, &options).unwrap_err();
-    assert_eq!(r.code(), "gpu_full");
-    assert_eq!(r.nodes_evaluated, 4);
+    assert_eq!(r.code(), "unsatisfiable");
+    assert_eq!(r.nodes_evaluated, 0);
+    // With nothing feasible (c2/gpu0 holds 1 GiB; the rest are taken by
+    // quota) a limited plan still says why.
+    huge.memory_mib = 16_384;
+    for (kind, q) in [
+        (PoolKind::Center, quota(3_000, 2_000, 8)),
+        (PoolKind::Edge, quota(0, 0, 0)),
+    ] {
+        ok(
+            &mut s,
+            DomainCommand::QuotaSet {
+                tenant: t("acme"),
+                pool_kind: kind,
+                quota: q,
+            },
+        );
+    }
+    let r = plan_spec_with(&s, &huge, &BestFit, &options).unwrap_err();
+    assert_eq!(r.code(), "quota_exceeded", "{r}");
 }
 
 fn register_gpus(node: &str, count: u32, memory_mib: u64, allow_fewer: bool) -> DomainCommand {

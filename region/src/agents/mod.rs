@@ -72,6 +72,10 @@ pub struct AgentHub {
     pub links: Arc<Mutex<HashMap<NodeId, quinn::Connection>>>,
     /// What the agents connected here report.
     pub reports: Arc<AgentReports>,
+    /// Per node whose agent is linked here: the instances of the last
+    /// assignment pushed to it (on a reliable stream; the agent takes it on
+    /// receipt). What `POST /v1/functions?wait=ready` waits for.
+    pub delivered: Arc<Mutex<HashMap<NodeId, Vec<gshare_core::state::InstanceId>>>>,
     /// This replica's Raft metrics (who leads), once wired.
     pub metrics: Option<tokio::sync::watch::Receiver<openraft::RaftMetrics<u64, ReplicaNode>>>,
 }
@@ -84,6 +88,7 @@ impl AgentHub {
             state,
             links: Arc::default(),
             reports: Arc::default(),
+            delivered: Arc::default(),
             metrics: None,
         }
     }
@@ -103,6 +108,16 @@ impl AgentHub {
             .as_ref()
             .and_then(|m| m.borrow().current_leader)
             .unwrap_or(0)
+    }
+
+    /// The instances last pushed to `node`'s agent, if it is linked here.
+    pub fn delivered_to(&self, node: &NodeId) -> Option<Vec<gshare_core::state::InstanceId>> {
+        self.link(node)?;
+        self.delivered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(node)
+            .cloned()
     }
 
     /// The connection of `node`'s agent, if it is connected here.
@@ -332,11 +347,15 @@ async fn pushes(conn: quinn::Connection, hub: AgentHub, node: NodeId) {
         let (a, t) = view(&hub, &node);
         if last_a.as_ref() != Some(&a.instances) {
             last_a = Some(a.instances.clone());
-            if !pushed(
-                push(&conn, RegionMessageV1::Assignment(a)).await,
-                &node,
-                "assignment",
-            ) {
+            let ids: Vec<_> = a.instances.iter().map(|i| i.instance).collect();
+            let result = push(&conn, RegionMessageV1::Assignment(a)).await;
+            if result.is_ok() {
+                hub.delivered
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(node.clone(), ids);
+            }
+            if !pushed(result, &node, "assignment") {
                 return;
             }
         }

@@ -9,7 +9,7 @@ use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use gshare_core::http_surface::{retryable_status, ErrorBody, ERROR_HEADER};
 use gshare_core::protocol::InvokeError;
-use gshare_core::state::{ApplyError, ErrorClass, PlanRejection, QueryError};
+use gshare_core::state::{ApplyError, ErrorClass, PlanRejection, QueryError, RejectReason};
 
 use crate::proposer::WriteError;
 
@@ -121,8 +121,10 @@ impl ApiError {
 
     /// The answer to a plan that found no place.
     pub fn from_rejection(r: &PlanRejection) -> Self {
-        let status = match r.code() {
-            "unknown_tenant" | "unknown_function" => StatusCode::NOT_FOUND,
+        let status = match r.reason {
+            RejectReason::UnknownTenant | RejectReason::UnknownFunction => StatusCode::NOT_FOUND,
+            // No load could ever take it: the request itself is unsatisfiable.
+            RejectReason::Unsatisfiable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             _ => StatusCode::CONFLICT,
         };
         Self::new(status, r.code(), r.to_string())
@@ -140,7 +142,7 @@ impl ApiError {
     /// The answer to a write that was not acknowledged.
     pub fn from_write(e: &WriteError) -> Self {
         match e {
-            WriteError::Invalid(_) => {
+            WriteError::Invalid(_) | WriteError::TooMany { .. } => {
                 Self::new(StatusCode::BAD_REQUEST, "invalid_command", e.to_string())
             }
             WriteError::NoLeader => {

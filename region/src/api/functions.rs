@@ -2,18 +2,15 @@
 //! show, delete. Names are per tenant; another tenant's function answers
 //! 404 exactly like a name nobody uses.
 //!
-//! Placement: the replica that takes the deploy plans its `min_instances`
-//! instances on its applied view with core's planner (`plan_spec_with`,
-//! fragmentation-aware ranking, a limited scan of [`FEASIBLE_LIMIT`]
-//! feasible candidates from a rotating start) and proposes one
-//! `FunctionCreate` (deploy and placements together) under the request's
-//! idempotency key (`idempotency.rs`); the state machine re-checks fit and
-//! quota on apply and takes all of it or none of it. A refusal there
-//! (another placement landed first: a stale view) re-plans, up to
-//! [`PLACE_ATTEMPTS`] times. A refused deploy left nothing behind; its
-//! answer names the resource or quota that ran out. The leader's placement
-//! loop (`placement_loop.rs`) uses [`place_one`] for functions below
-//! `min_instances` later (a drained node, a reshaping update).
+//! Placement is the scheduler's (`crate::scheduler`): a deploy is an
+//! evaluation that the leader's worker plans (core's `plan_placements`)
+//! and commits as one `FunctionCreate` (deploy and placements together)
+//! under the request's idempotency key (`idempotency.rs`); the state
+//! machine re-checks fit and quota on apply and takes all of it or none of
+//! it. A refused deploy left nothing behind; its answer names the resource
+//! or quota that ran out, or `422 unsatisfiable` with the largest GPU when
+//! the function is larger than every GPU. `?dry_run=true` answers where the
+//! instances would go and what the plan passed over, proposing nothing.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -22,22 +19,16 @@ use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use gshare_core::bounds;
 use gshare_core::model::{
-    FunctionSpec, LatencyProfile, PoolPreference, Runtime, Slice, TenantId, Tier,
+    FunctionSpec, LatencyProfile, NodeId, PoolPreference, Runtime, Slice, TenantId, Tier,
 };
 use gshare_core::state::{
-    plan_spec_with, Applied, ApplyError, DomainCommand, InstanceId, KeyLookup, ObjectKind,
-    PlanOptions, RegionState,
+    Applied, ApplyError, DomainCommand, InstanceId, ObjectKind, PlanRejection, PlannedInstance,
 };
 use serde::{Deserialize, Serialize};
 
-use super::{auth, idempotency, parse_json, propose, read_body, ApiError};
+use super::{auth, idempotency, parse_json, read_body, ApiError};
 use crate::http::HttpContext;
-
-/// Feasible candidates a plan ranks before it stops (Nomad ranks about
-/// log2(nodes); the region's tests and benchmark use 1,000-node topologies).
-pub const FEASIBLE_LIMIT: u32 = 16;
-/// Plans per instance before a stale-view refusal is given up.
-pub const PLACE_ATTEMPTS: u32 = 8;
+use crate::scheduler::{EvalDone, EvalError, Evaluation};
 
 /// The latency profile as written in a deploy.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -132,6 +123,11 @@ pub struct InstanceView {
     pub pool: String,
     /// Its slices.
     pub slices: Vec<Slice>,
+    /// In `GET /v1/functions/{name}`: `placed` (committed), `assigned`
+    /// (pushed to its node's agent) or `resident` (the agent reports its
+    /// weights on a GPU; known where the agent is linked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
 }
 
 /// A function as its tenant sees it.
@@ -143,99 +139,10 @@ pub struct FunctionView {
     pub version: u64,
     /// Placed instances.
     pub instances: Vec<InstanceView>,
-}
-
-/// Plans and proposes one instance of `spec`, re-planning after stale-view refusals.
-pub async fn place_one(ctx: &HttpContext, spec: &FunctionSpec) -> Result<InstanceView, ApiError> {
-    let mut last = None;
-    for attempt in 0..PLACE_ATTEMPTS {
-        let planned = {
-            let st = ctx.replica.state.read();
-            let d = st.region.domain();
-            let ranking = ctx.api.ranking(d);
-            let options = PlanOptions {
-                feasible_limit: Some(FEASIBLE_LIMIT),
-                start: ctx.api.plan_start.fetch_add(7, Ordering::Relaxed),
-            };
-            plan_spec_with(d, spec, &*ranking, &options)
-        };
-        let proposal = match planned {
-            Ok(p) => p,
-            Err(r) => {
-                ctx.api.reject(r.code());
-                return Err(ApiError::from_rejection(&r));
-            }
-        };
-        match propose(ctx, proposal.command()).await {
-            Ok(Applied::InstancePlaced { instance, slices }) => {
-                ctx.api.placements.fetch_add(1, Ordering::Relaxed);
-                return Ok(InstanceView {
-                    instance,
-                    pool: proposal.pool,
-                    slices,
-                });
-            }
-            Ok(other) => return Err(ApiError::internal(format!("unexpected {other:?}"))),
-            Err(e) if matches!(e.code, "gpu_full" | "quota_exceeded") => {
-                // Planned on a view another placement has since changed.
-                ctx.api.replans.fetch_add(1, Ordering::Relaxed);
-                last = Some(e);
-                tokio::time::sleep(Duration::from_millis(2 << attempt.min(5))).await;
-            }
-            Err(e) => {
-                ctx.api.reject(e.code);
-                return Err(e);
-            }
-        }
-    }
-    let e = last.unwrap_or_else(|| ApiError::internal("no placement attempt"));
-    ctx.api.reject(e.code);
-    Err(e)
-}
-
-/// The slices of `spec.min_instances` instances planned on this replica's
-/// view, each planned with the ones before it counted.
-fn plan_all(ctx: &HttpContext, spec: &FunctionSpec) -> Result<Vec<Vec<Slice>>, ApiError> {
-    let st = ctx.replica.state.read();
-    let d = st.region.domain();
-    // The name is taken: say so (apply would refuse the create the same
-    // way), rather than the planner's view of the existing instances.
-    if d.function(&spec.tenant, &spec.name).is_ok() {
-        return Err(ApiError::from_apply(&ApplyError::DuplicateName {
-            kind: ObjectKind::Function,
-            name: spec.name.clone(),
-        }));
-    }
-    let ranking = ctx.api.ranking(d);
-    let plan = |view: &RegionState| {
-        let options = PlanOptions {
-            feasible_limit: Some(FEASIBLE_LIMIT),
-            start: ctx.api.plan_start.fetch_add(7, Ordering::Relaxed),
-        };
-        plan_spec_with(view, spec, &*ranking, &options).map_err(|r| {
-            ctx.api.reject(r.code());
-            ApiError::from_rejection(&r)
-        })
-    };
-    match spec.min_instances {
-        0 => Ok(Vec::new()),
-        1 => Ok(vec![plan(d)?.slices]),
-        n => {
-            // Later instances are planned on a copy holding the earlier ones.
-            let now = crate::proposer::unix_ms();
-            let mut view = d.clone();
-            view.apply(DomainCommand::FunctionDeploy { spec: spec.clone() }, now)
-                .map_err(|e| ApiError::from_apply(&e))?;
-            let mut out = Vec::new();
-            for _ in 0..n {
-                let p = plan(&view)?;
-                view.apply(p.command(), now)
-                    .map_err(|e| ApiError::from_apply(&e))?;
-                out.push(p.slices);
-            }
-            Ok(out)
-        }
-    }
+    /// With `?wait=ready`: whether every instance was pushed to its node's
+    /// agent before the wait ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<bool>,
 }
 
 /// The answer to an applied create (a replay of its key answers the same).
@@ -268,18 +175,83 @@ fn created(
                 instance: i.instance,
                 pool: pool_of(&i.slices),
                 slices: i.slices,
+                state: None,
             })
             .collect(),
+        ready: None,
     })
 }
 
-/// `POST /v1/functions`: the deploy and the placement of `min_instances`
-/// are one replicated command (all of it or nothing), under the request's
-/// idempotency key. A refusal because the plan's view was stale (another
-/// placement landed first) re-plans, up to [`PLACE_ATTEMPTS`] times.
+/// The query of `POST /v1/functions`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct DeployQuery {
+    /// `true`: plan only and answer where the instances would go (200).
+    #[serde(default)]
+    pub dry_run: bool,
+    /// `ready`: answer once every instance was pushed to its node's agent
+    /// (at most `ready_timeout_ms`); `committed` (the default): once the
+    /// deploy-and-place entry is applied.
+    #[serde(default)]
+    pub wait: Option<WaitFor>,
+    /// Longest wait for `wait=ready`, ms (default 10,000, at most 60,000).
+    #[serde(default)]
+    pub ready_timeout_ms: Option<u64>,
+}
+
+/// What a deploy waits for before it answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WaitFor {
+    /// The deploy-and-place entry is applied (201 then).
+    Committed,
+    /// Every instance was pushed to its node's agent.
+    Ready,
+}
+
+/// Default and largest `ready_timeout_ms`.
+const READY_TIMEOUT_MS: (u64, u64) = (10_000, 60_000);
+
+/// The answer of a dry run: where the instances would go now, or why not.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DryRun {
+    /// The spec planned.
+    pub spec: FunctionSpec,
+    /// Whether every instance found a place.
+    pub placeable: bool,
+    /// Where each would go, with what its plan passed over.
+    pub instances: Vec<PlannedInstance>,
+    /// Why not (the error code a deploy would answer), if not.
+    pub code: Option<String>,
+    /// The planner's rejection with its counts, if not placeable.
+    pub rejection: Option<PlanRejection>,
+}
+
+/// The answer to an evaluation that placed nothing.
+fn eval_error(e: &EvalError) -> ApiError {
+    match e {
+        EvalError::Rejected(r) => ApiError::from_rejection(r),
+        EvalError::Refused(e) => ApiError::from_apply(e),
+        EvalError::NoLeader => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "no_leader", e.to_string())
+        }
+        EvalError::Unknown(_) => ApiError::outcome_unknown(format!(
+            "the deploy may or may not have taken effect ({e}); retry with its {}",
+            idempotency::HEADER
+        )),
+        EvalError::Stopped => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "stopping", e.to_string())
+        }
+    }
+}
+
+/// `POST /v1/functions`: the leader's scheduler commits the deploy and the
+/// placement of `min_instances` as one replicated command (all of it or
+/// nothing) under the request's idempotency key; 201 once it is applied.
+/// `?dry_run=true` plans on this replica's view and proposes nothing.
 async fn deploy(
     req: HttpRequest,
     ctx: web::Data<HttpContext>,
+    query: web::Query<DeployQuery>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let tenant = auth::tenant(&req, &ctx).await?;
@@ -287,64 +259,91 @@ async fn deploy(
     let key = idempotency::write_key(&req, &ctx, &raw)?;
     let body: FunctionBody = parse_json(&raw).map_err(|e| e.with_key(&key.key))?;
     let spec = body.into_spec(tenant.clone());
-    // The same bounds apply re-checks: refused here before anything is proposed.
+    // The same bounds apply re-checks: refused here before anything is planned.
     bounds::check_spec(&spec).map_err(|e| ApiError::from_bounds(e).with_key(&key.key))?;
-    let answer = |view: FunctionView| {
-        HttpResponse::Created()
-            .insert_header((idempotency::HEADER, key.key.as_str()))
-            .json(view)
+    if query.dry_run {
+        return Ok(HttpResponse::Ok().json(dry_run(&ctx, spec)));
+    }
+    let eval = Evaluation::Deploy {
+        tenant: tenant.clone(),
+        key: key.key.clone(),
+        fingerprint: key.fingerprint.clone(),
+        spec: spec.clone(),
     };
-    let mut last = None;
-    for attempt in 0..PLACE_ATTEMPTS {
-        match idempotency::local_lookup(&ctx, &tenant, &key) {
-            KeyLookup::Replay(applied) => return Ok(answer(created(&ctx, spec, applied)?)),
-            KeyLookup::Reused => {
-                return Err(ApiError::from_apply(&ApplyError::IdempotencyKeyReused {
-                    key: key.key.clone(),
-                })
-                .with_key(&key.key))
+    match ctx.replica.scheduler.submit(eval).await {
+        Ok(EvalDone {
+            applied: Some(applied),
+            replans,
+        }) => {
+            ctx.api
+                .replans
+                .fetch_add(u64::from(replans), Ordering::Relaxed);
+            if let Applied::FunctionCreated { instances, .. } = &applied {
+                ctx.api
+                    .placements
+                    .fetch_add(instances.len() as u64, Ordering::Relaxed);
             }
-            KeyLookup::New => {}
+            let mut view = created(&ctx, spec, applied)?;
+            if query.wait == Some(WaitFor::Ready) {
+                let ms = query
+                    .ready_timeout_ms
+                    .unwrap_or(READY_TIMEOUT_MS.0)
+                    .min(READY_TIMEOUT_MS.1);
+                view.ready = Some(wait_ready(&ctx, &view, Duration::from_millis(ms)).await);
+            }
+            Ok(HttpResponse::Created()
+                .insert_header((idempotency::HEADER, key.key.as_str()))
+                .json(view))
         }
-        let placements = match plan_all(&ctx, &spec) {
-            Ok(p) => p,
-            // A key the client sent may already be applied at the leader and
-            // not yet here: give the view a moment before refusing.
-            Err(e) if key.from_client && attempt + 1 < PLACE_ATTEMPTS => {
-                last = Some(e);
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-            Err(e) => return Err(e.with_key(&key.key)),
-        };
-        let command = DomainCommand::FunctionCreate {
-            spec: spec.clone(),
-            placements,
-        };
-        match idempotency::propose_keyed(&ctx, &tenant, &key, command).await {
-            Ok(applied) => {
-                if let Applied::FunctionCreated { instances, .. } = &applied {
-                    ctx.api
-                        .placements
-                        .fetch_add(instances.len() as u64, Ordering::Relaxed);
-                }
-                return Ok(answer(created(&ctx, spec, applied)?));
-            }
-            Err(e) if matches!(e.code, "gpu_full" | "quota_exceeded" | "max_instances") => {
-                // Planned on a view another placement has since changed.
-                ctx.api.replans.fetch_add(1, Ordering::Relaxed);
-                last = Some(e);
-                tokio::time::sleep(Duration::from_millis(2 << attempt.min(5))).await;
-            }
-            Err(e) => {
-                ctx.api.reject(e.code);
-                return Err(e);
-            }
+        Ok(EvalDone { applied: None, .. }) => {
+            Err(ApiError::internal("the deploy's evaluation applied nothing").with_key(&key.key))
+        }
+        Err(e) => {
+            let e = eval_error(&e);
+            ctx.api.reject(e.code);
+            Err(e.with_key(&key.key))
         }
     }
-    let e = last.unwrap_or_else(|| ApiError::internal("no placement attempt"));
-    ctx.api.reject(e.code);
-    Err(e.with_key(&key.key))
+}
+
+/// Plans `spec` on this replica's view through the scheduler's seam.
+fn dry_run(ctx: &HttpContext, spec: FunctionSpec) -> DryRun {
+    let taken = {
+        let st = ctx.replica.state.read();
+        st.region
+            .domain()
+            .function(&spec.tenant, &spec.name)
+            .is_ok()
+    };
+    if taken {
+        let e = ApplyError::DuplicateName {
+            kind: ObjectKind::Function,
+            name: spec.name.clone(),
+        };
+        return DryRun {
+            spec,
+            placeable: false,
+            instances: Vec::new(),
+            code: Some(e.code().to_string()),
+            rejection: None,
+        };
+    }
+    match ctx.replica.scheduler.dry_run(&spec) {
+        Ok(plan) => DryRun {
+            spec,
+            placeable: true,
+            instances: plan.instances,
+            code: None,
+            rejection: None,
+        },
+        Err(r) => DryRun {
+            spec,
+            placeable: false,
+            instances: Vec::new(),
+            code: Some(r.code().to_string()),
+            rejection: Some(*r),
+        },
+    }
 }
 
 fn view(ctx: &HttpContext, tenant: &TenantId, name: &str) -> Result<FunctionView, ApiError> {
@@ -362,8 +361,10 @@ fn view(ctx: &HttpContext, tenant: &TenantId, name: &str) -> Result<FunctionView
                 instance: i.id,
                 pool: i.pool.clone(),
                 slices: i.slices.clone(),
+                state: None,
             })
             .collect(),
+        ready: None,
     })
 }
 
@@ -390,7 +391,82 @@ async fn show(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let tenant = auth::tenant(&req, &ctx).await?;
-    Ok(HttpResponse::Ok().json(view(&ctx, &tenant, &path)?))
+    let mut v = view(&ctx, &tenant, &path)?;
+    for i in &mut v.instances {
+        i.state = Some(instance_state(&ctx, i).await.to_string());
+    }
+    Ok(HttpResponse::Ok().json(v))
+}
+
+/// The node of an instance (its first slice's).
+fn node_of(i: &InstanceView) -> Option<&NodeId> {
+    i.slices.first().map(|s| &s.gpu.node)
+}
+
+/// `resident`, `assigned` or `placed` (see [`InstanceView::state`]).
+async fn instance_state(ctx: &HttpContext, i: &InstanceView) -> &'static str {
+    let Some(node) = node_of(i) else {
+        return "placed";
+    };
+    let resident = ctx.replica.agents.reports.list().iter().any(|r| {
+        r.node == node.0
+            && r.heartbeat
+                .as_ref()
+                .is_some_and(|h| h.gpus.iter().any(|g| g.resident.contains(&i.instance)))
+    });
+    if resident {
+        return "resident";
+    }
+    match ctx
+        .replica
+        .scheduler
+        .delivered(&ctx.replica.agents, node)
+        .await
+    {
+        Some(d) if d.contains(&i.instance) => "assigned",
+        _ => "placed",
+    }
+}
+
+/// Waits until this replica has applied the function and every instance
+/// of `v` was pushed to its node's agent, for at most `wait`.
+async fn wait_ready(ctx: &HttpContext, v: &FunctionView, wait: Duration) -> bool {
+    let until = tokio::time::Instant::now() + wait;
+    let mut pending: Vec<&InstanceView> = v.instances.iter().collect();
+    loop {
+        let here = {
+            let st = ctx.replica.state.read();
+            st.region
+                .domain()
+                .function(&v.spec.tenant, &v.spec.name)
+                .is_ok()
+        };
+        if here {
+            let mut still = Vec::new();
+            for i in pending {
+                let delivered = match node_of(i) {
+                    Some(node) => {
+                        ctx.replica
+                            .scheduler
+                            .delivered(&ctx.replica.agents, node)
+                            .await
+                    }
+                    None => None,
+                };
+                if !delivered.is_some_and(|d| d.contains(&i.instance)) {
+                    still.push(i);
+                }
+            }
+            pending = still;
+            if pending.is_empty() {
+                return true;
+            }
+        }
+        if tokio::time::Instant::now() >= until {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// `DELETE /v1/functions/{name}` under the request's idempotency key: a

@@ -1,20 +1,15 @@
 //! What the API keeps besides the replicated state: counters for
-//! `/metrics`, the topology file to reload, and the planner's ranking cache;
+//! `/metrics` and the topology file to reload;
 //! and [`public_series`], what `/metrics` shows a caller without a token.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use gshare_core::model::PoolKind;
-use gshare_core::state::{FragmentationAware, RegionState};
-
-/// How long a cached [`FragmentationAware`] ranking (the shapes of the
-/// deployed functions) is reused before it is rebuilt from the state.
-const RANKING_TTL: Duration = Duration::from_secs(1);
+use gshare_core::state::RegionState;
 
 /// Per-replica API state shared by the handlers.
 #[derive(Debug, Default)]
@@ -25,11 +20,9 @@ pub struct ApiState {
     pub placements: AtomicU64,
     /// Placements refused, by reason code.
     pub rejections: Mutex<BTreeMap<&'static str, u64>>,
-    /// Re-plans after apply refused a proposal planned on a stale view.
+    /// Re-plans (by the leader's scheduler) of deploys answered here,
+    /// after apply refused a plan made on a changed view.
     pub replans: AtomicU64,
-    /// Rotates where limited plans start scanning.
-    pub plan_start: AtomicUsize,
-    ranking: Mutex<Option<(Instant, Arc<FragmentationAware>)>>,
 }
 
 impl ApiState {
@@ -45,19 +38,6 @@ impl ApiState {
     pub fn reject(&self, code: &'static str) {
         let mut r = self.rejections.lock().unwrap_or_else(|p| p.into_inner());
         *r.entry(code).or_default() += 1;
-    }
-
-    /// The fragmentation-aware ranking, rebuilt at most every [`RANKING_TTL`].
-    pub fn ranking(&self, state: &RegionState) -> Arc<FragmentationAware> {
-        let mut cache = self.ranking.lock().unwrap_or_else(|p| p.into_inner());
-        match &*cache {
-            Some((at, r)) if at.elapsed() < RANKING_TTL => r.clone(),
-            _ => {
-                let r = Arc::new(FragmentationAware::from_state(state));
-                *cache = Some((Instant::now(), r.clone()));
-                r
-            }
-        }
     }
 
     /// Prometheus text: placements, rejections by reason, and per-tenant

@@ -26,7 +26,6 @@ pub mod error;
 pub mod functions;
 pub mod idempotency;
 pub mod metrics;
-pub mod placement_loop;
 mod prices;
 mod quotas;
 mod tenants;

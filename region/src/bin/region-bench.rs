@@ -16,8 +16,10 @@
 //! 1,000 nodes × 8 GPUs (80 GiB) and one tenant with a large quota are loaded
 //! first; then every request is a separate `POST /v1/functions` (a new
 //! function, `min_instances = 1`) that returns once the function is deployed
-//! and its instance is planned (core's planner, limited scan), proposed and
-//! applied (re-checked). The last line is
+//! and its instance is placed: the leader's scheduler (`gshare_region::scheduler`)
+//! plans it (core's planner, limited scan) with the other deploys queued
+//! meanwhile, proposes the batch and answers once it is applied
+//! (re-checked). The last line is
 //! `placements_per_sec=<N> p50_ms=<x> p99_ms=<y>`.
 
 use std::collections::BTreeMap;
@@ -53,7 +55,7 @@ struct Args {
     #[arg(long)]
     placements: bool,
     /// With `--placements`: spread the clients over every replica (followers
-    /// forward writes and plan on their own view) instead of the leader.
+    /// forward each deploy to the leader's scheduler) instead of the leader.
     #[arg(long)]
     spread: bool,
     /// Also run the three replicas with their API over HTTPS and compare.

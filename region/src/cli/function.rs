@@ -1,4 +1,11 @@
-//! `gsharectl function deploy -f fn.toml | ls | rm <name>` (tenant).
+//! `gsharectl function deploy -f fn.toml [--no-wait] [--dry-run] | ls |
+//! describe <name> | rm <name>` (tenant).
+//!
+//! `deploy` waits until the hosting agents have taken the new instances
+//! (`POST /v1/functions?wait=ready`), so the function answers invocations
+//! when it returns; `--no-wait` returns once the deploy is committed.
+//! `--dry-run` shows where the instances would go and what the plan passed
+//! over, or why nothing fits, and deploys nothing.
 //!
 //! `fn.toml` holds the fields of `POST /v1/functions` (see
 //! `configs/examples/function.toml`); unknown keys are refused here, before
@@ -28,9 +35,22 @@ enum FunctionCommand {
         /// The function file (TOML).
         #[arg(short = 'f', long = "file")]
         file: PathBuf,
+        /// Return once the deploy is committed, without waiting for the
+        /// hosting agents to take the instances.
+        #[arg(long)]
+        no_wait: bool,
+        /// Show where the instances would go (and what was rejected);
+        /// deploy nothing.
+        #[arg(long, conflicts_with = "no_wait")]
+        dry_run: bool,
     },
     /// List your functions and their instances.
     Ls,
+    /// Show one function: each instance's node, slices and state.
+    Describe {
+        /// Its name.
+        name: String,
+    },
     /// Delete a function (releases its instances).
     Rm {
         /// Its name.
@@ -85,10 +105,37 @@ pub fn parse(file: &str, text: &str) -> anyhow::Result<FunctionBody> {
 pub fn run(a: Args) -> anyhow::Result<()> {
     let r = &a.region;
     match a.command {
-        FunctionCommand::Deploy { file } => {
+        FunctionCommand::Deploy {
+            file,
+            no_wait,
+            dry_run,
+        } => {
             let body = serde_json::to_value(load(&file)?)?;
-            let v = r.call("POST", "/v1/functions", Some(&body))?;
-            r.show(&v, |v| table(std::slice::from_ref(v)));
+            let path = match (dry_run, no_wait) {
+                (true, _) => "/v1/functions?dry_run=true",
+                (false, true) => "/v1/functions",
+                (false, false) => "/v1/functions?wait=ready",
+            };
+            let v = r.call("POST", path, Some(&body))?;
+            if dry_run {
+                r.show(&v, dry_run_table);
+                if v["placeable"] != Value::Bool(true) {
+                    anyhow::bail!("would not deploy: {}: {}", cell(&v["code"]), reason(&v));
+                }
+            } else {
+                r.show(&v, |v| table(std::slice::from_ref(v)));
+                if v["ready"] == Value::Bool(false) {
+                    anyhow::bail!(
+                        "deployed, but not every hosting agent took its instance in time \
+                         (see `gsharectl function describe {}`)",
+                        cell(&v["spec"]["name"])
+                    );
+                }
+            }
+        }
+        FunctionCommand::Describe { name } => {
+            let v = r.call("GET", &format!("/v1/functions/{name}"), None)?;
+            r.show(&v, describe_table);
         }
         FunctionCommand::Ls => {
             let v = r.call("GET", "/v1/functions", None)?;
@@ -100,6 +147,122 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The rejection of a dry run in one line.
+fn reason(v: &Value) -> String {
+    let r = &v["rejection"];
+    let exhausted = r["exhausted"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, n)| format!("{k}: {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default();
+    format!(
+        "{} ({} nodes, {} GPUs evaluated; rejected by {})",
+        r["reason"],
+        cell(&r["nodes_evaluated"]),
+        cell(&r["gpus_evaluated"]),
+        if exhausted.is_empty() {
+            "-".into()
+        } else {
+            exhausted
+        }
+    )
+}
+
+/// A dry run: one row per instance with where it would go and what its plan passed over.
+fn dry_run_table(v: &Value) -> Vec<Vec<String>> {
+    let mut rows = vec![[
+        "INSTANCE",
+        "POOL",
+        "SLICES",
+        "SCORE",
+        "NODES",
+        "GPUS",
+        "REJECTED BY",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for (n, i) in v["instances"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .enumerate()
+    {
+        let m = &i["metric"];
+        let rejected = m["exhausted"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .map(|(k, n)| format!("{k}: {n}"))
+                    .chain(
+                        i["metric"]["quota_exhausted"]
+                            .as_object()
+                            .into_iter()
+                            .flatten()
+                            .map(|(k, d)| format!("{k} quota: {}", cell(d))),
+                    )
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default();
+        rows.push(vec![
+            format!("#{}", n + 1),
+            cell(&i["pool"]),
+            slices(&i["slices"]),
+            cell(&i["score"]),
+            cell(&m["nodes_evaluated"]),
+            cell(&m["gpus_evaluated"]),
+            if rejected.is_empty() {
+                "-".into()
+            } else {
+                rejected
+            },
+        ]);
+    }
+    rows
+}
+
+fn slices(v: &Value) -> String {
+    v.as_array()
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .map(|sl| {
+            format!(
+                "{}/gpu{} ({} milli, {} MiB)",
+                cell(&sl["gpu"]["node"]),
+                cell(&sl["gpu"]["index"]),
+                cell(&sl["compute_milli"]),
+                cell(&sl["memory_mib"])
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// One function: one row per instance with its node, slices and state.
+fn describe_table(f: &Value) -> Vec<Vec<String>> {
+    let mut rows = table(std::slice::from_ref(f));
+    rows.push(Vec::new());
+    rows.push(
+        ["INSTANCE", "NODE", "POOL", "SLICES", "STATE"]
+            .map(String::from)
+            .to_vec(),
+    );
+    for i in f["instances"].as_array().map_or(&[][..], Vec::as_slice) {
+        rows.push(vec![
+            cell(&i["instance"]),
+            cell(&i["slices"][0]["gpu"]["node"]),
+            cell(&i["pool"]),
+            slices(&i["slices"]),
+            cell(&i["state"]),
+        ]);
+    }
+    rows
 }
 
 fn table(fns: &[Value]) -> Vec<Vec<String>> {

@@ -1,0 +1,115 @@
+//! The one seam through which the region's scheduler asks where the
+//! instances of a function go: [`plan_placements`] over a read-only view,
+//! with a [`PlacementPolicy`], to a [`PlacementPlan`] or a
+//! [`PlanRejection`]. Today it is [`super::plan_spec_explained`] (feasibility
+//! with `fit`, quota, a [`Ranking`]) once per instance; a placement engine
+//! that replaces the planner fills this function and nothing else.
+//!
+//! ```text
+//!   view (&RegionState) ─┐
+//!   spec, count ─────────┼─▶ plan_placements ─▶ PlacementPlan { instances: [slices, pool, metric] }
+//!   PlacementPolicy ─────┘        │
+//!                                 └──────────▶ PlanRejection (why, what was evaluated)
+//! ```
+//!
+//! Each instance after the first is planned on a copy of the view that
+//! holds the ones before it, so a plan of `count` instances is one that
+//! apply takes whole (it re-checks every placement with the same `fit`).
+
+use super::command::DomainCommand;
+use super::plan::{plan_spec_explained, PlanOptions};
+use super::plan_metric::PlanMetric;
+use super::plan_rejection::PlanRejection;
+use super::ranking::Ranking;
+use super::region_state::{RegionState, UnixMillis};
+use crate::model::{FunctionSpec, PoolKind, Slice};
+use serde::{Deserialize, Serialize};
+
+/// How to plan: the ranking and how much of the region to scan.
+#[derive(Clone, Copy)]
+pub struct PlacementPolicy<'a> {
+    /// Scores candidates (lower wins).
+    pub ranking: &'a dyn Ranking,
+    /// The scan's limit and start.
+    pub options: PlanOptions,
+}
+
+/// Where one instance goes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedInstance {
+    /// The pool of its node.
+    pub pool: String,
+    /// That pool's kind.
+    pub pool_kind: PoolKind,
+    /// Its slices.
+    pub slices: Vec<Slice>,
+    /// The ranking's score (lower is better).
+    pub score: i64,
+    /// What the plan evaluated and passed over.
+    pub metric: PlanMetric,
+}
+
+/// Where every instance asked for goes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlacementPlan {
+    /// One per instance, in order.
+    pub instances: Vec<PlannedInstance>,
+}
+
+impl PlacementPlan {
+    /// The slices of each instance (a `FunctionCreate`'s placements).
+    pub fn placements(&self) -> Vec<Vec<Slice>> {
+        self.instances.iter().map(|i| i.slices.clone()).collect()
+    }
+}
+
+/// Plans `count` more instances of `spec` (deployed or not) on `view`.
+/// `now` stamps the copy of the view that later instances are planned on
+/// (nothing outside this function sees it).
+pub fn plan_placements(
+    view: &RegionState,
+    spec: &FunctionSpec,
+    count: u32,
+    policy: &PlacementPolicy<'_>,
+    now: UnixMillis,
+) -> Result<PlacementPlan, Box<PlanRejection>> {
+    let mut instances = Vec::new();
+    let one = |v: &RegionState, k: u32| {
+        let options = PlanOptions {
+            start: policy.options.start.wrapping_add(k as usize),
+            ..policy.options
+        };
+        plan_spec_explained(v, spec, policy.ranking, &options)
+    };
+    if count <= 1 {
+        if count == 1 {
+            let (p, metric) = one(view, 0)?;
+            instances.push(PlannedInstance {
+                pool: p.pool,
+                pool_kind: p.pool_kind,
+                slices: p.slices,
+                score: p.score,
+                metric,
+            });
+        }
+        return Ok(PlacementPlan { instances });
+    }
+    let mut copy = view.clone();
+    if copy.function(&spec.tenant, &spec.name).is_err() {
+        // Deploy it on the copy so that later plans count the earlier instances.
+        let _ = copy.apply(DomainCommand::FunctionDeploy { spec: spec.clone() }, now);
+    }
+    for k in 0..count {
+        let (p, metric) = one(&copy, k)?;
+        // Refused on the copy: the real apply refuses it the same way (and says why).
+        let _ = copy.apply(p.command(), now);
+        instances.push(PlannedInstance {
+            pool: p.pool,
+            pool_kind: p.pool_kind,
+            slices: p.slices,
+            score: p.score,
+            metric,
+        });
+    }
+    Ok(PlacementPlan { instances })
+}

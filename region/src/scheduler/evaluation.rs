@@ -1,0 +1,84 @@
+//! What the scheduler is asked to do, and what became of it.
+//!
+//! Plain serde types: a follower forwards an [`Evaluation`] to the leader
+//! over the peer wire (bincode) and gets the [`EvalResult`] back.
+
+use gshare_core::model::{FunctionSpec, TenantId};
+use gshare_core::state::{Applied, ApplyError, PlanRejection};
+use serde::{Deserialize, Serialize};
+
+/// One thing for the scheduler to decide (Nomad's evaluation).
+///
+/// Each kind names what triggered it. Node liveness (`node not ready`),
+/// drains, the autoscaler (`scale`) and migration add their kinds here;
+/// the worker's `match` is exhaustive, so a new kind cannot be forgotten.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Evaluation {
+    /// A tenant deploys a function: the deploy and the placements of its
+    /// `min_instances` are one `FunctionCreate`, under the request's
+    /// idempotency key.
+    Deploy {
+        /// The owner (the token's tenant).
+        tenant: TenantId,
+        /// The request's idempotency key.
+        key: String,
+        /// What the request was (a reused key with another fingerprint is refused).
+        fingerprint: String,
+        /// The spec (`spec.tenant == tenant`).
+        spec: FunctionSpec,
+    },
+    /// A deployed function is below `min_instances` (a drained node, a
+    /// reshaping update, GPUs an agent no longer has): place one more.
+    Underplaced {
+        /// The owner.
+        tenant: TenantId,
+        /// The function.
+        function: String,
+    },
+}
+
+impl Evaluation {
+    /// A short stable name of the kind (for logs and metrics).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Evaluation::Deploy { .. } => "deploy",
+            Evaluation::Underplaced { .. } => "underplaced",
+        }
+    }
+}
+
+/// An evaluation whose plan was committed (or found already committed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvalDone {
+    /// What the committed entry did (a replayed key: the first outcome;
+    /// an underplaced function already at its minimum: nothing, `None`).
+    pub applied: Option<Applied>,
+    /// Plans made again because apply refused one planned on a view
+    /// another write had changed.
+    pub replans: u32,
+}
+
+/// Why an evaluation placed nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum EvalError {
+    /// The planner found no place; nothing was proposed.
+    #[error(transparent)]
+    Rejected(Box<PlanRejection>),
+    /// The state machine refused the plan (or the view already shows it
+    /// would); nothing changed.
+    #[error(transparent)]
+    Refused(ApplyError),
+    /// No leader is known (or leadership moved); nothing was decided. Retry.
+    #[error("no leader is known; retry")]
+    NoLeader,
+    /// The outcome is not known (a write or a forward lost its answer):
+    /// retry under the same idempotency key.
+    #[error("outcome unknown: {0}")]
+    Unknown(String),
+    /// The scheduler is stopping.
+    #[error("the scheduler is stopping")]
+    Stopped,
+}
+
+/// The answer to one evaluation.
+pub type EvalResult = Result<EvalDone, EvalError>;

@@ -1,0 +1,387 @@
+//! The region's scheduler: a leader-only worker that turns evaluations
+//! into plans and commits them (Nomad's eval → plan → plan-apply).
+//!
+//! ```text
+//!  POST /v1/functions ─▶ Scheduler::submit(Deploy) ──(follower)──▶ PeerRequest::Evaluate ─▶ leader
+//!  underplaced tick (1 s) ─▶ Scheduler::submit(Underplaced)                                    │
+//!                                                                                              ▼
+//!  leader's worker: a batch of queued evaluations (≤ MAX_EVALS_PER_BATCH)
+//!     for each, on the applied view (a plan on a node an earlier plan of the
+//!     batch took waits for the next round, on the view with that one applied):
+//!        key replayed / reused / name taken ─▶ answered, nothing proposed
+//!        plan_placements(view, spec, count, policy) ─▶ PlanRejection ─▶ answered (definite)
+//!                                                 └─▶ PlacementPlan ─▶ one command
+//!     every command of the batch ─▶ Proposer::propose_all ─▶ one Raft entry ─▶ apply (fit, quota)
+//!        applied ─▶ answered          refused, may_succeed_on_replan() ─▶ planned again (≤ PLACE_ATTEMPTS)
+//! ```
+//!
+//! A deploy and its initial placements are one `FunctionCreate` (inside a
+//! `Keyed` under the request's idempotency key): the function exists with
+//! its instances, or not at all. The planner is reached only through core's
+//! [`gshare_core::state::plan_placements`]; every placement is re-checked
+//! by the state machine with the same `fit`. One worker plans for the
+//! whole region, so plans never race each other and conflicts come only
+//! from other writers (a topology reload, a quota change); a refusal
+//! of the class that a newer view may change
+//! ([`gshare_core::state::ApplyError::may_succeed_on_replan`]) is planned
+//! again, any other is the answer.
+//!
+//! Evaluations reach the worker only on the replica that leads: a follower
+//! forwards them over the peer wire; a replica that lost leadership answers
+//! [`EvalError::NoLeader`] and the caller tries again where the leader now
+//! is (a deploy under its idempotency key is applied at most once).
+
+mod evaluation;
+mod worker;
+
+pub use evaluation::{EvalDone, EvalError, EvalResult, Evaluation};
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use gshare_core::model::FunctionSpec;
+use gshare_core::state::{
+    plan_placements, FragmentationAware, PlacementPlan, PlacementPolicy, PlanOptions,
+    PlanRejection, RegionState,
+};
+use gshare_raft_store::{StateReader, TypeConfig};
+use openraft::{Raft, ServerState};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::peer_link::PeerLinks;
+use crate::proposer::Proposer;
+use crate::wire::{PeerReply, PeerRequest};
+
+/// Feasible candidates a plan ranks before it stops (Nomad ranks about
+/// log2(nodes); the region's tests and benchmark use 1,000-node topologies).
+pub const FEASIBLE_LIMIT: u32 = 16;
+/// Plans per evaluation before a refusal on a stale view is the answer.
+pub const PLACE_ATTEMPTS: u32 = 8;
+/// Most evaluations planned into one proposal.
+pub const MAX_EVALS_PER_BATCH: usize = 256;
+/// How often the leader looks for functions below `min_instances`.
+pub const UNDERPLACED_TICK: Duration = Duration::from_secs(1);
+/// How long a cached [`FragmentationAware`] ranking (the shapes of the
+/// deployed functions) is reused before it is rebuilt from the state.
+const RANKING_TTL: Duration = Duration::from_secs(1);
+/// Tries of one submitted evaluation (leader changes, lost forwards).
+const SUBMIT_ATTEMPTS: u32 = 5;
+/// Longest wait for the leader's answer to a forwarded evaluation.
+const FORWARD_TTL: Duration = Duration::from_secs(10);
+
+/// What the scheduler counted (shown in `/metrics` of the replica that led).
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Evaluations answered, by (kind, outcome).
+    evaluations: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
+    /// Proposals the worker made (each one Raft entry or part of one).
+    batches: AtomicU64,
+    /// Commands in those proposals.
+    planned: AtomicU64,
+    /// Plans made again after a refusal on a changed view.
+    replans: AtomicU64,
+}
+
+impl Counters {
+    fn answered(&self, kind: &'static str, result: &EvalResult) {
+        let outcome = match result {
+            Ok(_) => "committed",
+            Err(EvalError::Rejected(_)) => "rejected",
+            Err(EvalError::Refused(_)) => "refused",
+            Err(EvalError::NoLeader) => "no_leader",
+            Err(EvalError::Unknown(_)) => "unknown",
+            Err(EvalError::Stopped) => "stopped",
+        };
+        let mut e = self.evaluations.lock().unwrap_or_else(|p| p.into_inner());
+        *e.entry((kind, outcome)).or_default() += 1;
+    }
+
+    /// Prometheus text of the counters.
+    pub fn render(&self, out: &mut String) {
+        let _ = writeln!(
+            out,
+            "# HELP gshare_region_scheduler_evaluations_total Evaluations the scheduler answered, by kind and outcome\n\
+             # TYPE gshare_region_scheduler_evaluations_total counter"
+        );
+        for ((kind, outcome), n) in self
+            .evaluations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            let _ = writeln!(
+                out,
+                "gshare_region_scheduler_evaluations_total{{kind=\"{kind}\",outcome=\"{outcome}\"}} {n}"
+            );
+        }
+        for (name, help, v) in [
+            (
+                "gshare_region_scheduler_proposals_total",
+                "Proposals of planned commands the scheduler made",
+                &self.batches,
+            ),
+            (
+                "gshare_region_scheduler_planned_commands_total",
+                "Planned commands in those proposals",
+                &self.planned,
+            ),
+            (
+                "gshare_region_scheduler_replans_total",
+                "Plans made again after apply refused one planned on a changed view",
+                &self.replans,
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                v.load(Ordering::Relaxed)
+            );
+        }
+    }
+}
+
+/// One evaluation waiting for the worker.
+struct Queued {
+    eval: Evaluation,
+    attempts: u32,
+    replans: u32,
+    reply: oneshot::Sender<EvalResult>,
+}
+
+struct Inner {
+    id: u64,
+    raft: Raft<TypeConfig>,
+    state: StateReader,
+    proposer: Proposer,
+    links: PeerLinks,
+    tx: mpsc::Sender<Queued>,
+    counters: Counters,
+    ranking: Mutex<Option<(Instant, Arc<FragmentationAware>)>>,
+    plan_start: AtomicUsize,
+}
+
+/// The handle of a replica's scheduler (cheap to clone).
+#[derive(Clone)]
+pub struct Scheduler {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scheduler")
+            .field("id", &self.inner.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Scheduler {
+    /// Starts the worker and the underplaced tick on the current tokio
+    /// runtime; they act only while this replica leads.
+    pub fn start(
+        id: u64,
+        raft: Raft<TypeConfig>,
+        state: StateReader,
+        proposer: Proposer,
+        links: PeerLinks,
+    ) -> Self {
+        let (tx, rx) = mpsc::channel(MAX_EVALS_PER_BATCH * 8);
+        let inner = Arc::new(Inner {
+            id,
+            raft,
+            state,
+            proposer,
+            links,
+            tx,
+            counters: Counters::default(),
+            ranking: Mutex::new(None),
+            plan_start: AtomicUsize::new(0),
+        });
+        tokio::spawn(worker::run(Arc::downgrade(&inner), rx));
+        tokio::spawn(underplaced_tick(Arc::downgrade(&inner)));
+        Scheduler { inner }
+    }
+
+    /// What this scheduler counted.
+    pub fn counters(&self) -> &Counters {
+        &self.inner.counters
+    }
+
+    /// Submits `eval` to the leader's scheduler (this one if this replica
+    /// leads, else over the peer wire) and waits for its answer; follows
+    /// leadership changes.
+    pub async fn submit(&self, eval: Evaluation) -> EvalResult {
+        let mut last = EvalError::NoLeader;
+        for attempt in 0..SUBMIT_ATTEMPTS {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(100 << attempt.min(4))).await;
+            }
+            let (leader, node) = {
+                let m = self.inner.raft.metrics().borrow().clone();
+                let node = m
+                    .current_leader
+                    .and_then(|l| m.membership_config.membership().get_node(&l).cloned());
+                (m.current_leader, node)
+            };
+            let result = match (leader, node) {
+                (Some(l), _) if l == self.inner.id => self.submit_here(eval.clone()).await,
+                (Some(_), Some(node)) => {
+                    let req = PeerRequest::Evaluate(eval.clone());
+                    match self
+                        .inner
+                        .links
+                        .call(&node.raft_addr, &req, FORWARD_TTL)
+                        .await
+                    {
+                        Ok(PeerReply::Evaluate(r)) => r,
+                        Ok(other) => Err(EvalError::Unknown(format!("unexpected reply {other:?}"))),
+                        Err(e) => Err(EvalError::Unknown(e.to_string())),
+                    }
+                }
+                _ => Err(EvalError::NoLeader),
+            };
+            match result {
+                // Nothing was decided, or a retry under the same key is safe.
+                Err(e @ (EvalError::NoLeader | EvalError::Unknown(_))) => last = e,
+                other => return other,
+            }
+        }
+        Err(last)
+    }
+
+    /// Queues `eval` for this replica's worker: [`EvalError::NoLeader`]
+    /// unless this replica leads (what a forwarded evaluation gets).
+    pub async fn submit_here(&self, eval: Evaluation) -> EvalResult {
+        if !self.inner.leads() {
+            return Err(EvalError::NoLeader);
+        }
+        let (reply, rx) = oneshot::channel();
+        let queued = Queued {
+            eval,
+            attempts: 0,
+            replans: 0,
+            reply,
+        };
+        if self.inner.tx.send(queued).await.is_err() {
+            return Err(EvalError::Stopped);
+        }
+        rx.await.unwrap_or(Err(EvalError::Stopped))
+    }
+
+    /// Where `spec.min_instances` instances would go on this replica's
+    /// view now (the same seam and policy as a deploy; nothing is proposed).
+    pub fn dry_run(&self, spec: &FunctionSpec) -> Result<PlacementPlan, Box<PlanRejection>> {
+        let st = self.inner.state.read();
+        let view = st.region.domain();
+        let ranking = self.inner.ranking(view);
+        let policy = self.inner.policy(&*ranking);
+        plan_placements(
+            view,
+            spec,
+            spec.min_instances,
+            &policy,
+            crate::proposer::unix_ms(),
+        )
+    }
+}
+
+impl Scheduler {
+    /// The instances last pushed to `node`'s agent by whichever replica
+    /// holds its link (`hub` is this replica's; the peers are asked over
+    /// the peer wire); `None` if no replica answers that it holds it.
+    pub async fn delivered(
+        &self,
+        hub: &crate::agents::AgentHub,
+        node: &gshare_core::model::NodeId,
+    ) -> Option<Vec<gshare_core::state::InstanceId>> {
+        if let Some(d) = hub.delivered_to(node) {
+            return Some(d);
+        }
+        let peers: Vec<String> = {
+            let m = self.inner.raft.metrics().borrow().clone();
+            m.membership_config
+                .membership()
+                .nodes()
+                .filter(|(id, _)| **id != self.inner.id)
+                .map(|(_, n)| n.raft_addr.clone())
+                .collect()
+        };
+        let req = PeerRequest::Delivered(node.clone());
+        for addr in peers {
+            if let Ok(PeerReply::Delivered(Some(d))) = self
+                .inner
+                .links
+                .call(&addr, &req, Duration::from_secs(2))
+                .await
+            {
+                return Some(d);
+            }
+        }
+        None
+    }
+}
+
+impl Inner {
+    fn leads(&self) -> bool {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        m.state == ServerState::Leader && m.current_leader == Some(self.id)
+    }
+
+    /// The fragmentation-aware ranking, rebuilt at most every [`RANKING_TTL`].
+    fn ranking(&self, state: &RegionState) -> Arc<FragmentationAware> {
+        let mut cache = self.ranking.lock().unwrap_or_else(|p| p.into_inner());
+        match &*cache {
+            Some((at, r)) if at.elapsed() < RANKING_TTL => r.clone(),
+            _ => {
+                let r = Arc::new(FragmentationAware::from_state(state));
+                *cache = Some((Instant::now(), r.clone()));
+                r
+            }
+        }
+    }
+
+    /// The policy of one plan: a limited scan from a rotating start.
+    fn policy<'a>(&self, ranking: &'a FragmentationAware) -> PlacementPolicy<'a> {
+        PlacementPolicy {
+            ranking,
+            options: PlanOptions {
+                feasible_limit: Some(FEASIBLE_LIMIT),
+                start: self.plan_start.fetch_add(7, Ordering::Relaxed),
+            },
+        }
+    }
+}
+
+/// Every [`UNDERPLACED_TICK`], while this replica leads, one
+/// [`Evaluation::Underplaced`] per function below `min_instances`.
+async fn underplaced_tick(inner: std::sync::Weak<Inner>) {
+    loop {
+        tokio::time::sleep(UNDERPLACED_TICK).await;
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        if inner.raft.metrics().borrow().state == ServerState::Shutdown {
+            return;
+        }
+        if !inner.leads() {
+            continue;
+        }
+        let under = inner.state.read().region.domain().underplaced();
+        let scheduler = Scheduler { inner };
+        let mut tasks = tokio::task::JoinSet::new();
+        for (tenant, function, _) in under {
+            let s = scheduler.clone();
+            tasks.spawn(async move {
+                let eval = Evaluation::Underplaced { tenant, function };
+                let what = format!("{eval:?}");
+                if let Err(e) = s.submit_here(eval).await {
+                    tracing::debug!("{what}: {e}");
+                }
+            });
+        }
+        while tasks.join_next().await.is_some() {}
+    }
+}
