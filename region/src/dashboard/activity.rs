@@ -377,7 +377,7 @@ pub fn merge(now_ms: u64, parts: Vec<ActivityView>) -> ActivityView {
     for f in &mut functions {
         f.refresh_percentiles();
     }
-    events.sort_by(|a: &ActivityEvent, b| b.at_ms.cmp(&a.at_ms));
+    events.sort_by_key(|e: &ActivityEvent| std::cmp::Reverse(e.at_ms));
     events.truncate(MERGED_EVENTS);
     ActivityView {
         now_ms,
