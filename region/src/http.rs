@@ -2,6 +2,7 @@
 //!
 //! | route | who | what |
 //! |---|---|---|
+//! | `GET /` | anyone | the dashboard page (`crate::dashboard`; its data come from `/v1` with the token in the URL fragment) |
 //! | `GET /healthz` | anyone | `ok` while the process serves |
 //! | `GET /v1/cluster` | anyone | id, role, leader, term, commit index, members |
 //! | `GET /metrics` | anyone; tenant series with the metrics or operator token | Prometheus text of the same figures and QUIC counters |
@@ -396,6 +397,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             web::delete().to(remove_replica),
         );
     crate::api::routes(cfg);
+    crate::dashboard::routes(cfg);
     cfg.route(
         "/v1/invoke/{tenant}/{name}",
         web::post().to(crate::agents::invoke_route),

@@ -18,6 +18,7 @@ pub mod api;
 pub mod bootstrap;
 pub mod cli;
 pub mod config;
+pub mod dashboard;
 pub mod http;
 pub mod http_client;
 pub mod network;

@@ -335,23 +335,24 @@ pub async fn invoke_route(
         Ok(b) => b,
         Err(e) => return answer(e),
     };
-    let nodes: Vec<NodeId> = {
+    let (nodes, function_deadline_ms): (Vec<NodeId>, u64) = {
         let st = ctx.replica.state.read();
         let d = st.region.domain();
-        if d.function(&tenant, &name).is_err() {
+        let Ok(f) = d.function(&tenant, &name) else {
             return error(
                 StatusCode::NOT_FOUND,
                 "unknown_function",
                 "unknown function",
             );
-        }
+        };
+        let function_deadline_ms = f.spec.deadline_ms;
         let mut nodes: Vec<NodeId> = d
             .instances()
             .filter(|i| i.tenant == tenant && i.function == name)
             .flat_map(|i| i.slices.iter().map(|s| s.gpu.node.clone()))
             .collect();
         nodes.dedup();
-        nodes
+        (nodes, function_deadline_ms)
     };
     if nodes.is_empty() {
         return error(
@@ -372,8 +373,18 @@ pub async fn invoke_route(
             deadline_ms,
             body: body.to_vec(),
         };
+        let sent = std::time::Instant::now();
         match forward_quic(&conn, request, &key).await {
-            Ok(outcome) => return keyed(outcome_response(outcome)),
+            Ok(outcome) => {
+                hub.activity.invoked(
+                    &tenant.0,
+                    &name,
+                    deadline_ms.unwrap_or(function_deadline_ms),
+                    sent.elapsed(),
+                    &outcome,
+                );
+                return keyed(outcome_response(outcome));
+            }
             Err(Lost::NotSent(e)) => {
                 tracing::warn!(node = %node.0, "forwarding to agent failed: {e}")
             }

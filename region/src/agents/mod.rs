@@ -76,6 +76,8 @@ pub struct AgentHub {
     /// assignment pushed to it (on a reliable stream; the agent takes it on
     /// receipt). What `POST /v1/functions?wait=ready` waits for.
     pub delivered: Arc<Mutex<HashMap<NodeId, Vec<gshare_core::state::InstanceId>>>>,
+    /// Invocations forwarded and swaps reported here (for `/v1/activity`).
+    pub activity: Arc<crate::dashboard::Activity>,
     /// This replica's Raft metrics (who leads), once wired.
     pub metrics: Option<tokio::sync::watch::Receiver<openraft::RaftMetrics<u64, ReplicaNode>>>,
 }
@@ -89,6 +91,7 @@ impl AgentHub {
             links: Arc::default(),
             reports: Arc::default(),
             delivered: Arc::default(),
+            activity: Arc::default(),
             metrics: None,
         }
     }
@@ -378,6 +381,7 @@ async fn pushes(conn: quinn::Connection, hub: AgentHub, node: NodeId) {
 pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
     let mut pusher: Option<tokio::task::JoinHandle<()>> = None;
     let mut registered: Option<AgentId> = None;
+    let mut node: Option<NodeId> = None;
     let link = conn.stable_id();
     while let Ok((mut send, mut recv)) = conn.accept_bi().await {
         let msg: AgentMessage = match read_frame(&mut recv).await {
@@ -417,6 +421,7 @@ pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
                         .insert(r.node.clone(), conn.clone());
                     hub.reports.registered(link, &r);
                     registered = Some(r.agent.clone());
+                    node = Some(r.node.clone());
                     pusher = Some(tokio::spawn(pushes(conn.clone(), hub.clone(), r.node)));
                 }
                 reply
@@ -430,6 +435,10 @@ pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
             AgentMessageV1::Swaps { agent, events } => {
                 if registered.as_ref() == Some(&agent) {
                     hub.reports.swaps(&agent, &events);
+                    if let Some(n) = &node {
+                        let st = hub.state.read();
+                        hub.activity.swapped(&n.0, &events, st.region.domain());
+                    }
                 }
                 RegionMessage::v1(RegionMessageV1::Ack)
             }

@@ -4,6 +4,7 @@
 //!  gsharectl up
 //!   ├─ temp dir gshare-up-XXXX: CA + certificates, configs, data, logs (layout.rs)
 //!   ├─ gshare-region × 3 (r1 with --init: configs/local topology + tenants)  ── wait for a leader
+//!   ├─ print `dashboard: http://<r1>/#token=<operator token>` (the live page)
 //!   ├─ gshare-edge × 4 (one per node of configs/local/topology.toml, simulated GPUs)
 //!   ├─ tenant tokens (acme, globex), demo functions on all four tiers (demo.rs)
 //!   ├─ warm-up (cold starts), then the invocation load (load.rs) while sampling GPUs (gpu_usage.rs)
@@ -200,6 +201,10 @@ impl Up {
         a: &Args,
     ) -> anyhow::Result<()> {
         self.start_replicas(bins, stop)?;
+        println!(
+            "dashboard: http://{}/#token={} ",
+            self.layout.replicas[0].http_addr, self.operator
+        );
         self.start_agents(bins)?;
         for t in TENANTS {
             let token = demo::issue_token(&self.api, &self.operator, t)?;
