@@ -269,7 +269,7 @@ fn llm_trace_table_row() {
     let min = |i: usize| outcomes[i].min_gpus.flatten();
     assert_eq!(
         [min(0), min(1), min(2), min(3), min(4)],
-        [Some(49), Some(48), Some(25), Some(GSHARE_M50_S2), Some(8)],
+        [Some(49), Some(48), Some(25), Some(12), Some(8)],
         "exclusive, exclusive-swap, static, gshare, EDF estimate"
     );
     let (proven, _) = outcomes[4].bound.expect("bound reports its bound");
@@ -278,11 +278,9 @@ fn llm_trace_table_row() {
         let n = min(i).expect("every policy reaches the target");
         assert!(proven <= n, "bound {proven} > {policy} {n}");
     }
+    let (gshare, swap) = (min(3).unwrap(), min(1).unwrap());
     assert!(
-        2 * GSHARE_M50_S2 <= 48,
-        "gshare above half of exclusive-swap"
+        2 * gshare <= swap,
+        "gshare {gshare} above half of exclusive-swap {swap}"
     );
 }
-
-/// gshare's `min_gpus` on the LLM workload, M = 50, S = 2.
-const GSHARE_M50_S2: u32 = 12;
