@@ -2,8 +2,8 @@
 //! Alibaba GenAI trace (release builds; CI runs `cargo test --release`).
 
 use gshare_core::sim::serving::{
-    evaluate, mandatory_min_gpus, simulate, GpuCount, RunSpec, ServingParams, ServingPolicy,
-    ServingTrace, SyntheticSpec, TARGET_ATTAINMENT,
+    evaluate, mandatory_min_gpus, simulate, GpuCount, LlmSpec, RunSpec, ServingParams,
+    ServingPolicy, ServingTrace, SyntheticSpec, TARGET_ATTAINMENT,
 };
 
 fn params() -> ServingParams {
@@ -222,4 +222,65 @@ fn genai_trace_tables() {
         }
         assert!(gshare <= swap, "slack {slack}: gshare above exclusive-swap");
     }
+}
+
+/// The LLM workload: the Azure conversation trace over 50 models (seed 1).
+fn llm_trace(p: &ServingParams, models: u32) -> ServingTrace {
+    let rel = "shared/data/azure-llm-inference-2023/AzureLLMInferenceTrace_conv.csv";
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let path = [
+        format!("{dir}/../../{rel}"),
+        format!("{dir}/../../../{rel}"),
+    ]
+    .into_iter()
+    .find(|c| std::path::Path::new(c).exists())
+    .unwrap_or_else(|| panic!("the Azure LLM trace is required at ../{rel} beside the checkout"));
+    let text = std::fs::read_to_string(path).expect("readable trace");
+    LlmSpec { models, seed: 1 }
+        .build("AzureLLMInferenceTrace_conv.csv", &text, p)
+        .unwrap()
+}
+
+/// One row of the LLM table of docs/serving.md, pinned (M = 50, S = 2; the
+/// other rows take minutes on a loaded machine): every policy's exact
+/// `min_gpus`, the proven bound and the EDF estimate; the bound is at most
+/// every policy's count; gshare needs at most half of `exclusive-swap`'s.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "release-only: run with cargo test --release"
+)]
+fn llm_trace_table_row() {
+    use ServingPolicy::*;
+    let p = params();
+    let trace = llm_trace(&p, 50);
+    assert_eq!(trace.functions.len(), 50);
+    let policies = [Exclusive, ExclusiveSwap, Static, Gshare, Bound];
+    let outcomes: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = policies
+            .iter()
+            .map(|&policy| {
+                let (trace, p) = (&trace, &p);
+                s.spawn(move || evaluate(trace, p, policy, GpuCount::Min { max: 4096 }, 2.0))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let min = |i: usize| outcomes[i].min_gpus.flatten();
+    assert_eq!(
+        [min(0), min(1), min(2), min(3), min(4)],
+        [Some(49), Some(48), Some(25), Some(12), Some(8)],
+        "exclusive, exclusive-swap, static, gshare, EDF estimate"
+    );
+    let (proven, _) = outcomes[4].bound.expect("bound reports its bound");
+    assert_eq!(proven, 1);
+    for (i, policy) in policies[..4].iter().enumerate() {
+        let n = min(i).expect("every policy reaches the target");
+        assert!(proven <= n, "bound {proven} > {policy} {n}");
+    }
+    let (gshare, swap) = (min(3).unwrap(), min(1).unwrap());
+    assert!(
+        2 * gshare <= swap,
+        "gshare {gshare} above half of exclusive-swap {swap}"
+    );
 }

@@ -87,3 +87,55 @@ fn sim_placement_writes_the_papers_columns() {
     assert_eq!(j.as_array().unwrap().len(), 3);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn sim_serving_prints_its_table_to_stdout_and_names_every_trace_source() {
+    let json = std::env::temp_dir().join(format!("gsharectl-serving-{}.json", std::process::id()));
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_gsharectl"))
+            .args(["sim", "serving"])
+            .args(args)
+            .arg("--json")
+            .arg(&json)
+            .output()
+            .unwrap()
+    };
+    let out = run(&[
+        "--synthetic",
+        "--functions",
+        "20",
+        "--invocations",
+        "500",
+        "--gpus",
+        "2",
+        "--policy",
+        "gshare",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("gshare") && stdout.contains("events in"),
+        "{stdout}"
+    );
+    // No source: the error names all three, not only --trace.
+    let out = run(&["--gpus", "2"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    for flag in ["--trace", "--llm-trace", "--synthetic"] {
+        assert!(stderr.contains(flag), "{flag}: {stderr}");
+    }
+    // --llm-trace conflicts with --trace and --synthetic.
+    for other in [["--trace", "x.csv"].as_slice(), ["--synthetic"].as_slice()] {
+        let mut args = vec!["--llm-trace", "y.csv", "--gpus", "2"];
+        args.extend_from_slice(other);
+        let out = run(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(stderr.contains("cannot be used with"), "{stderr}");
+    }
+    let _ = std::fs::remove_file(&json);
+}

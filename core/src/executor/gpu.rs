@@ -317,13 +317,17 @@ impl GpuExecutor {
             // service; a batch started so runs its joiners as slowly).
             // Right-size: take only the share that finishes within
             // RIGHT_SIZE_PCT % of the time left, leaving the rest to others.
-            let want = if rules.squeeze && !slotted && compute + hold == q.compute {
+            // Requests that need a whole GPU are never squeezed: on the
+            // latency model a job that saturates the GPU gains nothing from
+            // sharing it, and a slowed one keeps its slowness to the end.
+            let squeeze = rules.squeeze && !slotted && q.compute < WHOLE_GPU;
+            let want = if squeeze && compute + hold == q.compute {
                 right_sized(q.service_us, q.compute, q.deadline.saturating_sub(now))
             } else {
                 compute + hold
             };
             let free = self.compute_free.min(want);
-            let squeezed = (rules.squeeze && !slotted && free > 0 && free < compute + hold)
+            let squeezed = (squeeze && free > 0 && free < compute + hold)
                 .then_some(())
                 .filter(|()| compute + hold == q.compute)
                 .map(|()| squeezed_us(q.service_us, q.compute, free))

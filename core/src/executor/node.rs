@@ -626,6 +626,7 @@ impl NodeExecutor {
                     let waited = ready.max(g.compute_start(now, compute)) + service;
                     // Squeezed onto the free compute now (see `GpuExecutor::dispatch`).
                     let squeezed = (rules.squeeze
+                        && compute < WHOLE_GPU
                         && it.loaded
                         && g.queue.is_empty()
                         && (1..compute).contains(&g.compute_free)

@@ -16,6 +16,13 @@
 //! (least recently used without a host cache), and a rejected request's
 //! scale-out copy may evict that victim (`scale_out_evicts`).
 //!
+//! Under `gshare` a request below a whole GPU is right-sized (it takes only
+//! the share that finishes it within 95 % of the time left to its
+//! deadline) and squeezed (started on the free compute when its share is
+//! not free but the slower service still meets the deadline); see
+//! `squeeze`. Every policy batches requests of one function on one
+//! instance when its profile says so ([`super::FunctionProfile::batch_ppm`]).
+//!
 //! [`NodeExecutor`]: super::NodeExecutor
 
 /// How a node's executor shares GPUs among functions.
@@ -50,8 +57,10 @@ pub struct ExecutorRules {
     /// The extra copy a rejected request starts (scale-out) may evict idle
     /// instances, the eviction order's first; `false`: only free memory.
     pub scale_out_evicts: bool,
-    /// A request whose share is not free may start on the free compute
-    /// when its slower service still meets its deadline (fine-grained
+    /// A request below a whole GPU that starts a batch or runs alone takes
+    /// only the share that finishes it within 95 % of the time left to its
+    /// deadline, and when that share is not free it may start on the free
+    /// compute if its slower service still meets its deadline (fine-grained
     /// sharing only).
     pub squeeze: bool,
 }

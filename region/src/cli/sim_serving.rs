@@ -25,6 +25,7 @@ pub const DEFAULT_TOPOLOGY: &str = include_str!("../../../configs/examples/topol
 
 /// Arguments of `gsharectl sim serving`.
 #[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["trace", "llm_trace", "synthetic"])))]
 pub struct Args {
     /// Region topology TOML (GPU model, H2D bandwidth, host memory, cold-start
     /// and swap costs, prices); the largest GPU group of a center pool is
@@ -44,7 +45,7 @@ pub struct Args {
     #[arg(long, default_value_t = 50, requires = "llm_trace")]
     pub models: u32,
     /// Generate a synthetic trace instead.
-    #[arg(long, required_unless_present_any = ["trace", "llm_trace"])]
+    #[arg(long)]
     pub synthetic: bool,
     /// Synthetic: number of functions.
     #[arg(long, default_value_t = 1000, requires = "synthetic")]
@@ -189,6 +190,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         std::fs::write(svg, chart(&trace.name, args.slack, &outcomes))
             .with_context(|| format!("writing {}", svg.display()))?;
     }
+    // The table goes to stdout; a closed pipe is an error, not a panic.
+    let mut table = String::new();
     for o in &outcomes {
         let r = &o.report;
         let searched = match o.min_gpus {
@@ -197,13 +200,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             None => "-".into(),
         };
         if let Some((bound, kind)) = o.bound {
-            println!(
-                "bound     min_gpus {bound:>6} ({}); EDF estimate (not a bound) min_gpus {searched}",
+            table += &format!(
+                "bound     min_gpus {bound:>6} ({}); EDF estimate (not a bound) min_gpus {searched}\n",
                 kind.as_str()
             );
         }
-        println!(
-            "{:<14} gpus {:>5} min_gpus {:>6} attainment {:.4} p99 {:>9.1} ms cost {:>10.2} swaps {} cold {}",
+        table += &format!(
+            "{:<14} gpus {:>5} min_gpus {:>6} attainment {:.4} p99 {:>9.1} ms cost {:>10.2} swaps {} cold {}\n",
             if o.bound.is_some() { "edf-estimate" } else { r.policy.as_str() },
             r.gpus,
             searched,
@@ -214,10 +217,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             r.cold_starts,
         );
     }
-    println!(
-        "{events} events in {wall_s:.3} s ({:.2} M events/s)",
+    table += &format!(
+        "{events} events in {wall_s:.3} s ({:.2} M events/s)\n",
         events as f64 / wall_s.max(1e-9) / 1e6
     );
+    std::io::Write::write_all(&mut std::io::stdout().lock(), table.as_bytes())
+        .context("writing the table to stdout")?;
     Ok(())
 }
 

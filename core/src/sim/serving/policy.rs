@@ -21,7 +21,8 @@ pub enum ServingPolicy {
     /// swap to host, no remap, no oversubscription. The simulator tries
     /// every slice count of [`super::ServingParams::static_slices`].
     Static,
-    /// Slices + oversubscription + swap to host + remap + deadline-aware waiting.
+    /// Slices + oversubscription + swap to host + remap + deadline-aware
+    /// waiting + right-sized and squeezed shares.
     Gshare,
     /// The proven lower bound on GPUs (mandatory parts, see
     /// [`super::mandatory_min_gpus`]); its runs are the central-queue EDF
