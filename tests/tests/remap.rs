@@ -106,12 +106,16 @@ fn until<T>(what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
     }
 }
 
+/// One hosted function as the agent reports it: its instances with the
+/// GPUs of their slices, the GPUs holding a copy, and whether a remap is
+/// in flight.
+type FunctionView = (Vec<(u64, BTreeSet<u64>)>, BTreeSet<u64>, bool);
+
 /// The agent's placement: per function, its instances' GPUs as the agent
 /// holds them and the GPUs holding a copy; plus its counters.
 #[derive(Debug, Clone, PartialEq)]
 struct AgentView {
-    /// instance ids of the function → (pinned GPUs per instance, copies).
-    functions: Vec<(Vec<(u64, BTreeSet<u64>)>, BTreeSet<u64>, bool)>,
+    functions: Vec<FunctionView>,
     remaps: u64,
     swap_outs: u64,
     swap_ins: u64,
