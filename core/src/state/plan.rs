@@ -160,29 +160,48 @@ pub fn plan_spec_with(
 /// to every pool, so every GPU of the region counts; an `exclusive` spec of
 /// `k` GPUs compares with the `k` largest GPUs of one node.
 pub fn unsatisfiable(topology: &Topology, spec: &FunctionSpec) -> Option<(GpuId, String, Mib)> {
-    let mut largest: Option<(GpuId, String, Mib)> = None;
-    for (id, g) in topology.gpus() {
-        if largest.as_ref().is_none_or(|l| g.memory_mib > l.2) {
-            largest = Some((id, g.model.clone(), g.memory_mib));
+    // (node, index on it, group) of the largest GPU; ids are built once, at the end.
+    let mut largest: Option<(&crate::config::Node, u32, &crate::config::GpuGroup)> = None;
+    let mut fits = false;
+    let exclusive = spec.tier == Tier::Exclusive;
+    let k = (spec.compute_milli / WHOLE_GPU) as usize;
+    let mut sizes: Vec<Mib> = Vec::new();
+    for n in topology.nodes() {
+        let mut index = 0u32;
+        for g in &n.gpus {
+            if largest.is_none_or(|l| g.memory_mib > l.2.memory_mib) {
+                largest = Some((n, index, g));
+            }
+            index = index.saturating_add(g.count);
         }
-    }
-    let largest = largest?;
-    let fits = if spec.tier == Tier::Exclusive {
-        let k = (spec.compute_milli / WHOLE_GPU) as usize;
-        topology.nodes().any(|n| {
-            let mut sizes: Vec<Mib> = n.gpus().map(|(_, g)| g.memory_mib).collect();
+        if exclusive && !fits {
+            sizes.clear();
+            for g in &n.gpus {
+                sizes.extend(std::iter::repeat_n(g.memory_mib, g.count as usize));
+            }
             sizes.sort_unstable_by(|a, b| b.cmp(a));
-            sizes.len() >= k
+            fits = sizes.len() >= k
                 && sizes
                     .iter()
                     .take(k)
                     .fold(0, |m: Mib, s| m.saturating_add(*s))
-                    >= spec.memory_mib
-        })
-    } else {
-        spec.memory_mib <= largest.2
-    };
-    (!fits).then_some(largest)
+                    >= spec.memory_mib;
+        }
+    }
+    let (node, index, group) = largest?;
+    if !exclusive {
+        fits = spec.memory_mib <= group.memory_mib;
+    }
+    (!fits).then(|| {
+        (
+            GpuId {
+                node: node.name.clone(),
+                index,
+            },
+            group.model.clone(),
+            group.memory_mib,
+        )
+    })
 }
 
 /// [`plan_spec_with`] that also says what the plan looked at when it found
