@@ -31,6 +31,7 @@
 
 use crate::agent::{Admission, CheckToken, Invoke, NodeAgent, PlacementQuery, StatusQuery};
 use crate::journal::UsageJournal;
+use crate::region_link::LinkHealth;
 use crate::token::token_digest;
 use actix::Addr;
 use actix_web::http::StatusCode;
@@ -280,7 +281,18 @@ async fn placement(agent: web::Data<Addr<NodeAgent>>) -> HttpResponse {
     }
 }
 
-async fn metrics(agent: web::Data<Addr<NodeAgent>>) -> HttpResponse {
+/// `/healthz`: `ok`, or 503 with the region link's TLS handshake failure
+/// (a mistake in the certificates that retrying does not fix).
+async fn healthz(link: web::Data<LinkHealth>) -> HttpResponse {
+    match link.tls_failure() {
+        None => HttpResponse::Ok().content_type("text/plain").body("ok"),
+        Some(f) => HttpResponse::ServiceUnavailable()
+            .content_type("text/plain")
+            .body(format!("region link: {f}\n")),
+    }
+}
+
+async fn metrics(agent: web::Data<Addr<NodeAgent>>, link: web::Data<LinkHealth>) -> HttpResponse {
     let Ok(s) = agent.send(StatusQuery).await else {
         return failed(&InvokeError::ShuttingDown);
     };
@@ -312,6 +324,11 @@ async fn metrics(agent: web::Data<Addr<NodeAgent>>) -> HttpResponse {
             g.index, g.utilization_milli, g.memory_used_mib, g.queued
         ));
     }
+    // 1 while the region link's TLS handshakes fail (see `/healthz`).
+    out.push_str(&format!(
+        "gshare_edge_region_link_tls_failing {}\n",
+        u8::from(link.tls_failure().is_some())
+    ));
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4")
         .body(out)
@@ -343,24 +360,47 @@ pub fn serve_tls(
     journal: Option<Arc<UsageJournal>>,
     tls: Option<rustls::ServerConfig>,
 ) -> std::io::Result<actix_web::dev::Server> {
+    let listener = std::net::TcpListener::bind(addr)?;
+    serve_listener(
+        listener,
+        agent,
+        workers,
+        journal,
+        tls,
+        LinkHealth::default(),
+    )
+}
+
+/// [`serve_tls`] on a listener already bound (so that a taken port is
+/// found before anything starts); `/healthz` and `/metrics` show `link`'s
+/// TLS handshake failures.
+pub fn serve_listener(
+    listener: std::net::TcpListener,
+    agent: Addr<NodeAgent>,
+    workers: usize,
+    journal: Option<Arc<UsageJournal>>,
+    tls: Option<rustls::ServerConfig>,
+    link: LinkHealth,
+) -> std::io::Result<actix_web::dev::Server> {
     let view = JournalView(journal);
     let server = HttpServer::new(move || {
         App::new()
             .app_data(web::Data::new(agent.clone()))
             .app_data(web::Data::new(view.clone()))
+            .app_data(web::Data::new(link.clone()))
             .route("/v1/invoke/{tenant}/{name}", web::post().to(invoke))
             .route("/v1/agent/usage/{tenant}", web::get().to(tenant_usage))
             .route("/v1/agent/journal", web::get().to(journal_status))
             .route("/v1/agent/placement", web::get().to(placement))
             .route("/metrics", web::get().to(metrics))
-            .route("/healthz", web::get().to(|| async { "ok" }))
+            .route("/healthz", web::get().to(healthz))
             .default_service(web::to(unknown_route))
     })
     .workers(workers.max(1))
     .disable_signals();
     let server = match tls {
-        Some(tls) => server.bind_rustls_0_23(addr, tls)?,
-        None => server.bind(addr)?,
+        Some(tls) => server.listen_rustls_0_23(listener, tls)?,
+        None => server.listen(listener)?,
     };
     Ok(server.run())
 }

@@ -49,6 +49,17 @@ fn main() {
         Err(e) => exit_with(format, &e.to_string(), 2),
     };
     let base = args.config.parent().map(PathBuf::from).unwrap_or_default();
+    // Every certificate file named must exist: found now, with its line,
+    // not later as a failed handshake.
+    let files: Vec<_> = config.files.iter().collect();
+    let missing = gshare_core::net::missing_files(&base, &files);
+    if !missing.is_empty() {
+        let e = gshare_core::config::ConfigError::in_file_order(
+            &args.config.display().to_string(),
+            missing,
+        );
+        exit_with(format, &e.to_string(), 2);
+    }
     let drivers = match load_drivers(&args.config, &base, &config) {
         Ok(d) => d,
         Err(e) => exit_with(format, &e.to_string(), 2),
@@ -134,8 +145,16 @@ fn run(
         interval: std::time::Duration::from_millis(config.metering_interval_ms),
         pool_kind: config.pool_kind,
     };
+    // Bound before anything starts: a taken port is a plain error.
+    let listener = std::net::TcpListener::bind(config.ingress_addr).with_context(|| {
+        format!(
+            "binding ingress_addr {} (is another agent or program using it?)",
+            config.ingress_addr
+        )
+    })?;
+    let health = region_link::LinkHealth::default();
     let system = actix_rt::System::new();
-    system.block_on(async move {
+    let result = system.block_on(async move {
         let agent = actix::Actor::start(
             NodeAgent::new(NodeSetup {
                 node: config.node.clone(),
@@ -148,21 +167,23 @@ fn run(
             .with_metering(metering.clone()),
         );
         let journal = Some(metering.journal.clone());
-        let server = ingress::serve_tls(
-            config.ingress_addr,
+        let server = ingress::serve_listener(
+            listener,
             agent.clone(),
             workers,
             journal,
             ingress_tls,
+            health.clone(),
         )
-        .with_context(|| format!("binding ingress {}", config.ingress_addr))?;
+        .with_context(|| format!("serving ingress {}", config.ingress_addr))?;
         let handle = server.handle();
-        let link = region_link::RegionLink::start_metered(
+        let link = region_link::RegionLink::start_with_health(
             &config,
             &base,
             &discovered,
             agent.clone(),
             Some(&metering),
+            health,
         )
         .context("region link")?;
         tracing::info!(ingress = %config.ingress_addr, "serving");
@@ -189,7 +210,15 @@ fn run(
         drop(link);
         actix_rt::System::current().stop();
         anyhow::Ok(())
-    })?;
+    });
+    if result.is_err() {
+        // A start-up error inside the system: its actors still hold
+        // runtime resources whose drop outside the runtime would panic
+        // ("there is no reactor running"); the process is exiting, so
+        // leave them to it.
+        std::mem::forget(system);
+    }
+    result?;
     tracing::info!("stopped");
     Ok(())
 }

@@ -82,6 +82,49 @@ fn fit_to_frame(outcome: InvokeOutcome) -> InvokeOutcome {
     }
 }
 
+/// What the link knows about its TLS handshakes, shared with the ingress
+/// (`/healthz`, `/metrics`): a handshake that fails (the replica's
+/// certificate is not from this agent's CA, or the replica refused the
+/// agent's) is a configuration mistake that retrying will not fix, so it
+/// is shown rather than only logged. A registration clears it.
+#[derive(Debug, Clone, Default)]
+pub struct LinkHealth(Arc<LinkHealthInner>);
+
+#[derive(Debug, Default)]
+struct LinkHealthInner {
+    last_tls_failure: std::sync::Mutex<Option<String>>,
+}
+
+impl LinkHealth {
+    /// The last TLS handshake failure, while no registration followed it.
+    pub fn tls_failure(&self) -> Option<String> {
+        self.0
+            .last_tls_failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn set(&self, failure: Option<String>) {
+        *self
+            .0
+            .last_tls_failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = failure;
+    }
+}
+
+/// Whether `e` ended the connection in its TLS handshake (a crypto error
+/// code, sent by either side).
+fn is_tls_failure(e: &quinn::ConnectionError) -> bool {
+    let crypto = |code: u64| (0x100..0x200).contains(&code);
+    match e {
+        quinn::ConnectionError::TransportError(t) => crypto(u64::from(t.code)),
+        quinn::ConnectionError::ConnectionClosed(c) => crypto(u64::from(c.error_code)),
+        _ => false,
+    }
+}
+
 /// Why a session with one replica ended.
 #[derive(Debug, thiserror::Error)]
 enum SessionEnd {
@@ -91,6 +134,10 @@ enum SessionEnd {
     Wire(#[from] WireError),
     #[error("connect: {0}")]
     Connect(String),
+    #[error(
+        "TLS handshake failed: {0} (is tls.ca_cert the region's CA, and tls.cert issued by it?)"
+    )]
+    Tls(String),
 }
 
 #[derive(Clone)]
@@ -103,6 +150,7 @@ struct LinkSetup {
     agent: Addr<NodeAgent>,
     meter: GpuMeter,
     usage: Option<(Arc<UsageJournal>, Arc<Notify>)>,
+    health: LinkHealth,
 }
 
 /// The actor holding the link (dropping its address does not stop it; it
@@ -131,6 +179,19 @@ impl RegionLink {
         found: &Discovered,
         agent: Addr<NodeAgent>,
         metering: Option<&Metering>,
+    ) -> anyhow::Result<Addr<RegionLink>> {
+        Self::start_with_health(config, base, found, agent, metering, LinkHealth::default())
+    }
+
+    /// Like [`RegionLink::start_metered`], and records its TLS handshake
+    /// failures in `health` (which the ingress shows).
+    pub fn start_with_health(
+        config: &AgentConfig,
+        base: &Path,
+        found: &Discovered,
+        agent: Addr<NodeAgent>,
+        metering: Option<&Metering>,
+        health: LinkHealth,
     ) -> anyhow::Result<Addr<RegionLink>> {
         let client = client_config(
             &base.join(&config.tls.ca_cert),
@@ -165,6 +226,7 @@ impl RegionLink {
                 agent,
                 meter: GpuMeter::new(found.nvml.clone()),
                 usage: metering.map(|m| (m.journal.clone(), m.appended.clone())),
+                health,
             },
         }
         .start())
@@ -187,7 +249,12 @@ async fn run(setup: LinkSetup) {
         next += 1;
         match session(&setup, addr, &mut backoff).await {
             Ok(()) => {}
-            Err(e) => tracing::warn!(replica = %addr, "region link: {e}"),
+            Err(e) => {
+                if let SessionEnd::Tls(t) = &e {
+                    setup.health.set(Some(format!("{addr}: {t}")));
+                }
+                tracing::warn!(replica = %addr, "region link: {e}")
+            }
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(BACKOFF_MAX);
@@ -195,12 +262,23 @@ async fn run(setup: LinkSetup) {
 }
 
 async fn request(conn: &quinn::Connection, msg: AgentMessage) -> Result<RegionMessage, SessionEnd> {
-    let (mut send, mut recv) = conn
-        .open_bi()
-        .await
-        .map_err(|e| WireError::Stream(e.to_string()))?;
+    let (mut send, mut recv) = conn.open_bi().await.map_err(|e| {
+        if is_tls_failure(&e) {
+            SessionEnd::Tls(e.to_string())
+        } else {
+            WireError::Stream(e.to_string()).into()
+        }
+    })?;
     write_frame(&mut send, &msg).await?;
-    match read_frame(&mut recv).await {
+    let read = read_frame(&mut recv).await;
+    // In TLS 1.3 a refused client certificate shows after the handshake,
+    // as the connection's close with a crypto code.
+    if read.is_err() {
+        if let Some(e) = conn.close_reason().filter(is_tls_failure) {
+            return Err(SessionEnd::Tls(e.to_string()));
+        }
+    }
+    match read {
         Err(WireError::Frame(e)) => {
             conn.close(BAD_FRAME.into(), b"bad frame");
             Err(WireError::Frame(e).into())
@@ -219,7 +297,13 @@ async fn session(
         .connect(addr, &addr.ip().to_string())
         .map_err(|e| SessionEnd::Connect(e.to_string()))?
         .await
-        .map_err(|e| SessionEnd::Connect(e.to_string()))?;
+        .map_err(|e| {
+            if is_tls_failure(&e) {
+                SessionEnd::Tls(e.to_string())
+            } else {
+                SessionEnd::Connect(e.to_string())
+            }
+        })?;
     let reg = AgentMessage::v1(AgentMessageV1::RegisterGpus {
         register: setup.register.clone(),
         allow_fewer_gpus: setup.allow_fewer_gpus,
@@ -239,6 +323,7 @@ async fn session(
                 "registered with the region"
             );
             *backoff = BACKOFF_MIN;
+            setup.health.set(None);
             if let Some((journal, _)) = &setup.usage {
                 let j = journal.clone();
                 match blocking(move || j.reconcile(next_seq)).await {

@@ -291,7 +291,35 @@ fn add_a_fourth_replica_and_remove_one_keeps_every_write() {
         .collect();
     assert_eq!(members, live, "membership after add and remove");
     let (ok, out) = region
-        .gsharectl(&["cluster", "status", "--at", &at])
+        .gsharectl(&["cluster", "status", "--at", &at, "--json"])
         .expect("status");
     assert!(ok && out.contains("\"members\""), "{out}");
+
+    // `cluster` takes the region like every other command: from
+    // GSHARE_REGION (a replica on a non-default port), printed for a person.
+    let other = live[live.len() - 1];
+    let url = format!("http://{}", region.http(other));
+    let out = std::process::Command::new(gshare_tests::binary("gsharectl"))
+        .args(["cluster", "status"])
+        .env("GSHARE_REGION", &url)
+        .output()
+        .expect("gsharectl");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["id:", &other.to_string()]),
+        "not replica {other}'s status:\n{text}"
+    );
+    assert!(text.contains("MEMBER HTTP_ADDR"), "{text}");
+    assert!(!text.contains('{'), "human output, not JSON:\n{text}");
+    let help = std::process::Command::new(gshare_tests::binary("gsharectl"))
+        .args(["cluster", "status", "--help"])
+        .output()
+        .expect("gsharectl");
+    assert!(String::from_utf8_lossy(&help.stdout).contains("--region"));
 }

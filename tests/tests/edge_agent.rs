@@ -599,3 +599,118 @@ async fn a_push_at_the_agent_wire_limit_is_accepted_and_one_byte_more_is_never_s
     assert_eq!(invoke(agent.ingress, "echo").await.0, 200);
     assert!(conn.close_reason().is_none());
 }
+
+fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut s = match TcpStream::connect(addr) {
+        Ok(s) => s,
+        Err(_) => return (0, String::new()),
+    };
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    let status = out
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = out.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+    (status, body)
+}
+
+/// A taken ingress port is a plain start-up error (exit 1, the address
+/// named), never a panic.
+#[test]
+fn agent_process_with_its_ingress_port_taken_exits_with_an_error_not_a_panic() {
+    let ca = new_ca();
+    let dir = tempfile::tempdir().unwrap();
+    let ingress = write_agent_files(dir.path(), &ca, "127.0.0.1:9".parse().unwrap());
+    let _taken = std::net::TcpListener::bind(ingress).unwrap();
+    let out = Command::new(gshare_tests::binary("gshare-edge"))
+        .arg("--config")
+        .arg(dir.path().join("agent.toml"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("binding ingress_addr {ingress}")),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+/// A certificate file that does not exist fails the config check, at its
+/// key and line, saying which `gsharectl certs` command makes it.
+#[test]
+fn agent_process_refuses_missing_certificate_files_at_their_keys() {
+    let ca = new_ca();
+    let dir = tempfile::tempdir().unwrap();
+    write_agent_files(dir.path(), &ca, "127.0.0.1:9".parse().unwrap());
+    std::fs::remove_file(dir.path().join("n1.pem")).unwrap();
+    std::fs::remove_file(dir.path().join("ca.pem")).unwrap();
+    let path = dir.path().join("agent.toml");
+    let out = Command::new(gshare_tests::binary("gshare-edge"))
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let file = path.display().to_string();
+    assert!(
+        err.contains(&format!("{file}:22:11: tls.ca_cert: "))
+            && err.contains("gsharectl certs init"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("{file}:23:8: tls.cert: ")) && err.contains("gsharectl certs issue"),
+        "{err}"
+    );
+    assert!(!err.contains("tls.key"), "{err}");
+}
+
+/// An agent whose region link fails its TLS handshake (the replica's
+/// certificate is from another CA) says so on `/healthz` (503) and
+/// `/metrics`, instead of `ok` while it retries.
+#[actix_rt::test]
+async fn an_agent_whose_link_fails_its_tls_handshake_shows_it_on_healthz_and_metrics() {
+    let ca = new_ca();
+    let other = new_ca();
+    let region = fake_region(&other);
+    let dir = tempfile::tempdir().unwrap();
+    let ingress = write_agent_files(dir.path(), &ca, region.addr);
+    let mut child = Command::new(gshare_tests::binary("gshare-edge"))
+        .arg("--config")
+        .arg(dir.path().join("agent.toml"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut health = (0, String::new());
+    for _ in 0..200 {
+        health = tokio::task::spawn_blocking(move || get(ingress, "/healthz"))
+            .await
+            .unwrap();
+        if health.0 == 503 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let metrics = tokio::task::spawn_blocking(move || get(ingress, "/metrics"))
+        .await
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(health.0, 503, "{health:?}");
+    assert!(health.1.contains("TLS handshake failed"), "{health:?}");
+    assert!(health.1.contains(&region.addr.to_string()), "{health:?}");
+    assert!(
+        metrics.1.contains("gshare_edge_region_link_tls_failing 1"),
+        "{metrics:?}"
+    );
+}

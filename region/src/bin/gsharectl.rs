@@ -2,7 +2,7 @@
 //! experiments. Thin dispatch only; each subcommand's arguments and logic
 //! live in `gshare_region::cli::*`.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use gshare_region::cli;
 
 /// Operate a gshare region and run gshare's trace-driven experiments.
@@ -52,6 +52,20 @@ enum Command {
     /// demo workload, print what happened and where to look.
     #[command(long_about = cli::up::LONG_ABOUT)]
     Up(cli::up::Args),
+    /// Print a shell completion script to stdout, e.g.
+    /// `gsharectl completions bash > /etc/bash_completion.d/gsharectl`.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write man pages (`gsharectl.1`, `gsharectl-<command>.1`, …) into a
+    /// directory, e.g. `gsharectl man --dir /usr/local/share/man/man1`.
+    Man {
+        /// The directory (created if absent).
+        #[arg(long)]
+        dir: std::path::PathBuf,
+    },
     /// Internal: how `gsharectl up` starts its children.
     #[command(hide = true)]
     UpChild(cli::up::ChildArgs),
@@ -63,6 +77,48 @@ enum SimCommand {
     Placement(cli::sim_placement::SimPlacementArgs),
     /// Serving: the deadline-aware executor vs baselines on a trace.
     Serving(cli::sim_serving::Args),
+}
+
+/// Prints the completion script of `shell`.
+fn completions(shell: clap_complete::Shell) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut cmd = Cli::command();
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut cmd, "gsharectl", &mut script);
+    match std::io::stdout().write_all(&script) {
+        // `gsharectl completions bash | head` is not an error.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
+}
+
+/// Writes the man page of `cmd` and of each visible subcommand, named by
+/// their path (`gsharectl-function-deploy.1`).
+fn man(dir: &std::path::Path) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    fn write(dir: &std::path::Path, cmd: clap::Command, name: String) -> anyhow::Result<usize> {
+        // After `build`, a subcommand's display name is its path
+        // (`gsharectl-function-deploy`), which the page's title uses.
+        let mut page = Vec::new();
+        clap_mangen::Man::new(cmd.clone()).render(&mut page)?;
+        let path = dir.join(format!("{name}.1"));
+        std::fs::write(&path, page).with_context(|| path.display().to_string())?;
+        let mut n = 1;
+        let pages = cmd
+            .get_subcommands()
+            .filter(|s| !s.is_hide_set() && s.get_name() != "help");
+        for sub in pages {
+            let sub_name = format!("{name}-{}", sub.get_name());
+            n += write(dir, sub.clone(), sub_name)?;
+        }
+        Ok(n)
+    }
+    std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
+    let mut cmd = Cli::command();
+    cmd.build();
+    let n = write(dir, cmd, "gsharectl".into())?;
+    println!("wrote {n} man pages to {}", dir.display());
+    Ok(())
 }
 
 fn main() {
@@ -80,6 +136,8 @@ fn main() {
         Command::Sim(SimCommand::Serving(a)) => cli::sim_serving::run(a),
         Command::Up(a) => cli::up::run(a),
         Command::UpChild(a) => cli::up::exec_child(a),
+        Command::Completions { shell } => completions(shell),
+        Command::Man { dir } => man(&dir),
     };
     if let Err(e) = result {
         eprintln!("gsharectl: {e:#}");

@@ -4,21 +4,19 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use serde_json::Value;
+
+use super::region_client::{cell, print_table, RegionArgs};
 use crate::http_client::{request_to, HttpReply, HttpTarget};
 
-/// `gsharectl cluster …`
+/// `gsharectl cluster …`: the same `--region/--token/--ca/--json` (and
+/// `GSHARE_*` variables) as every region command; `--at ip:port` still
+/// works (an alias of `--region`). A `--ca` without an `https://` region
+/// speaks HTTPS to `host:port`, as before.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// HTTP address (ip:port) of any replica.
-    #[arg(long, global = true, default_value = "127.0.0.1:8101")]
-    at: SocketAddr,
-    /// Operator bearer token (membership changes).
-    #[arg(long, global = true)]
-    token: Option<String>,
-    /// Speak HTTPS to the replicas, trusting this CA certificate (PEM)
-    /// (default: `$GSHARE_CA`; neither: plain HTTP).
-    #[arg(long, global = true)]
-    ca: Option<PathBuf>,
+    #[command(flatten)]
+    region: RegionArgs,
     #[command(subcommand)]
     command: ClusterCommand,
 }
@@ -83,61 +81,110 @@ fn to_leader(
     anyhow::bail!("no leader answered (last tried {at:?})")
 }
 
-fn print(reply: &HttpReply) -> anyhow::Result<()> {
-    let pretty = serde_json::from_str::<serde_json::Value>(&reply.body)
-        .ok()
-        .and_then(|v| serde_json::to_string_pretty(&v).ok())
-        .unwrap_or_else(|| reply.body.clone());
-    if (200..300).contains(&reply.status) {
-        println!("{pretty}");
-        Ok(())
-    } else {
-        anyhow::bail!("HTTP {}: {pretty}", reply.status)
+fn print(r: &RegionArgs, reply: &HttpReply) -> anyhow::Result<()> {
+    let v = serde_json::from_str::<Value>(&reply.body).ok();
+    if !(200..300).contains(&reply.status) {
+        let e = v.as_ref().map(|v| &v["error"]);
+        anyhow::bail!(
+            "{} {}: {}",
+            reply.status,
+            e.and_then(|e| e["code"].as_str()).unwrap_or("error"),
+            e.and_then(|e| e["message"].as_str()).unwrap_or(&reply.body)
+        );
+    }
+    match v {
+        Some(v) if !r.json => print_table(&status_rows(&v)),
+        Some(v) => println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default()),
+        None => println!("{}", reply.body),
+    }
+    Ok(())
+}
+
+/// `key: value` lines, then the members as a table.
+fn status_rows(v: &Value) -> Vec<Vec<String>> {
+    let Some(m) = v.as_object() else {
+        return vec![vec![cell(v)]];
+    };
+    let mut rows: Vec<Vec<String>> = m
+        .iter()
+        .filter(|(k, _)| k.as_str() != "members")
+        .map(|(k, v)| vec![format!("{k}:"), cell(v)])
+        .collect();
+    if let Some(members) = v["members"].as_array() {
+        rows.push(vec![]);
+        let keys: Vec<String> = members
+            .first()
+            .and_then(Value::as_object)
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default();
+        rows.push(
+            keys.iter()
+                .map(|k| format!("MEMBER {}", k.to_uppercase()))
+                .collect(),
+        );
+        for mem in members {
+            rows.push(keys.iter().map(|k| cell(&mem[k])).collect());
+        }
+    }
+    rows
+}
+
+/// The replica to start from: `--region`/`$GSHARE_REGION`; a plain
+/// `host:port` with `--ca`/`$GSHARE_CA` speaks HTTPS (the old `--at … --ca`).
+fn start(r: &RegionArgs) -> anyhow::Result<HttpTarget> {
+    let target = r.target()?;
+    let raw = r
+        .region
+        .clone()
+        .or_else(|| std::env::var("GSHARE_REGION").ok())
+        .unwrap_or_default();
+    let ca =
+        r.ca.clone()
+            .or_else(|| std::env::var_os("GSHARE_CA").map(PathBuf::from));
+    match ca {
+        Some(ca) if !target.is_tls() && !raw.contains("://") => Ok(HttpTarget::tls(
+            target.addr,
+            std::sync::Arc::new(crate::tls::http_client_config(&ca)?),
+        )),
+        _ => Ok(target),
     }
 }
 
 /// Runs `gsharectl cluster …`.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let token = || {
-        args.token
-            .clone()
-            .ok_or_else(|| anyhow::anyhow!("--token <operator token> is required"))
-    };
-    let ca = args
-        .ca
-        .clone()
-        .or_else(|| std::env::var_os("GSHARE_CA").map(PathBuf::from));
-    let at = match ca {
-        None => HttpTarget::plain(args.at),
-        Some(ca) => HttpTarget::tls(
-            args.at,
-            std::sync::Arc::new(crate::tls::http_client_config(&ca)?),
-        ),
-    };
+    let r = &args.region;
+    let at = start(r)?;
     match &args.command {
-        ClusterCommand::Status => {
-            print(&request_to(&at, "GET", "/v1/cluster", None, None, TIMEOUT)?)
-        }
+        ClusterCommand::Status => print(
+            r,
+            &request_to(&at, "GET", "/v1/cluster", None, None, TIMEOUT)?,
+        ),
         ClusterCommand::AddReplica {
             id,
             raft_addr,
             http_addr,
         } => {
             let body = serde_json::json!({ "id": id, "raft_addr": raft_addr.to_string(), "http_addr": http_addr.to_string() });
-            print(&to_leader(
-                &at,
-                "POST",
-                "/v1/cluster/replicas",
-                &token()?,
-                Some(&body.to_string()),
-            )?)
+            print(
+                r,
+                &to_leader(
+                    &at,
+                    "POST",
+                    "/v1/cluster/replicas",
+                    &r.token()?,
+                    Some(&body.to_string()),
+                )?,
+            )
         }
-        ClusterCommand::RemoveReplica { id } => print(&to_leader(
-            &at,
-            "DELETE",
-            &format!("/v1/cluster/replicas/{id}"),
-            &token()?,
-            None,
-        )?),
+        ClusterCommand::RemoveReplica { id } => print(
+            r,
+            &to_leader(
+                &at,
+                "DELETE",
+                &format!("/v1/cluster/replicas/{id}"),
+                &r.token()?,
+                None,
+            )?,
+        ),
     }
 }

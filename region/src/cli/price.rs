@@ -40,11 +40,20 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         PriceCommand::Set { file } => {
             let text =
                 std::fs::read_to_string(&file).with_context(|| file.display().to_string())?;
+            check(&file.display().to_string(), &text)?;
             let v = r.call("PUT", "/v1/prices", Some(&json!({ "toml": text })))?;
             r.show(&v, key_values);
         }
     }
     Ok(())
+}
+
+/// Checks a price file here, so that every mistake is named by the file
+/// and its line (the region checks again; its answer knows no file name).
+fn check(file: &str, text: &str) -> anyhow::Result<()> {
+    gshare_core::config::PriceList::from_toml(file, text)
+        .map(drop)
+        .map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 fn table(v: &Value) -> Vec<Vec<String>> {
@@ -68,4 +77,16 @@ fn table(v: &Value) -> Vec<Vec<String>> {
         v["discounts_bp"]
     )]);
     rows
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_bad_price_file_is_named_with_its_line() {
+        let text = "[pricing]\ncurrency = \"USD\"\n";
+        let e = super::check("prices.toml", text).unwrap_err().to_string();
+        assert!(e.starts_with("prices.toml:"), "{e}");
+        assert!(!e.contains("(request body)"), "{e}");
+        assert!(e.contains("pricing.unit: missing required key"), "{e}");
+    }
 }

@@ -20,7 +20,8 @@ const ATTEMPTS: u32 = 10;
 pub struct RegionArgs {
     /// Any replica's HTTP address, `http://host:port`, `https://host:port`
     /// or `host:port` (http) (default: `$GSHARE_REGION`, else `127.0.0.1:8101`).
-    #[arg(long, global = true)]
+    /// (`--at` is an alias, kept from `gsharectl cluster`.)
+    #[arg(long, global = true, alias = "at")]
     pub region: Option<String>,
     /// The CA certificate (PEM) an `https://` region's certificate must
     /// chain to, e.g. the operator's `ca.pem` (default: `$GSHARE_CA`).
@@ -35,7 +36,8 @@ pub struct RegionArgs {
 }
 
 impl RegionArgs {
-    fn target(&self) -> anyhow::Result<HttpTarget> {
+    /// The replica to talk to (`--region`, `$GSHARE_REGION`, the default).
+    pub(crate) fn target(&self) -> anyhow::Result<HttpTarget> {
         let raw = self
             .region
             .clone()
@@ -48,7 +50,8 @@ impl RegionArgs {
         HttpTarget::parse(&raw, ca.as_deref()).map_err(|e| anyhow!("--region {e}"))
     }
 
-    fn token(&self) -> anyhow::Result<String> {
+    /// The bearer token (`--token`, `$GSHARE_TOKEN`).
+    pub(crate) fn token(&self) -> anyhow::Result<String> {
         self.token
             .clone()
             .or_else(|| std::env::var("GSHARE_TOKEN").ok())
