@@ -276,7 +276,9 @@ pub fn check_exposition(text: &str) -> Vec<String> {
                 problems.push(format!("{name}: typed twice"));
             }
             if kind == "counter" && !name.ends_with("_total") {
-                problems.push(format!("{name}: a counter whose name does not end in _total"));
+                problems.push(format!(
+                    "{name}: a counter whose name does not end in _total"
+                ));
             }
             if name.ends_with("_total") && kind != "counter" {
                 problems.push(format!("{name}: ends in _total but is typed {kind}"));
@@ -347,11 +349,7 @@ mod tests {
     use super::*;
     use prometheus::{HistogramOpts, HistogramVec, IntCounter};
 
-    const HELD: Series = Series::gauge(
-        "t_held_bytes",
-        "held",
-        &[TENANT_LABEL, "pool_kind"],
-    );
+    const HELD: Series = Series::gauge("t_held_bytes", "held", &[TENANT_LABEL, "pool_kind"]);
     const SEEN: Series = Series::counter("t_seen_total", "seen", &[]);
 
     #[test]
@@ -389,11 +387,21 @@ mod tests {
         }
         let public = exposition(&r, sampled(), false).unwrap();
         assert_eq!(check_exposition(&public), Vec::<String>::new(), "{public}");
-        assert!(!public.contains("acme") && !public.contains("tenant="), "{public}");
-        assert!(!public.contains("t_held_bytes") && !public.contains("t_latency"), "{public}");
+        assert!(
+            !public.contains("acme") && !public.contains("tenant="),
+            "{public}"
+        );
+        assert!(
+            !public.contains("t_held_bytes") && !public.contains("t_latency"),
+            "{public}"
+        );
         assert!(public.contains("t_placed_total 3\n"), "{public}");
         let names = exported_names(&full);
-        for n in ["t_latency_seconds_bucket", "t_latency_seconds_count", "t_held_bytes"] {
+        for n in [
+            "t_latency_seconds_bucket",
+            "t_latency_seconds_count",
+            "t_held_bytes",
+        ] {
             assert!(names.contains(n), "{n}: {names:?}");
         }
     }

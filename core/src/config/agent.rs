@@ -122,6 +122,10 @@ pub struct AgentConfig {
     /// `insecure_http = true`: plain HTTP on a non-loopback ingress address
     /// (bearer tokens in clear); without it such a bind needs `[http_tls]`.
     pub insecure_http: bool,
+    /// `metrics_token_file`: the file (relative to the config) holding the
+    /// token that shows the tenant-labelled series of `/metrics`; without
+    /// it they are shown to nobody.
+    pub metrics_token_file: Option<String>,
 }
 
 impl AgentConfig {

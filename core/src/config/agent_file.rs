@@ -130,6 +130,12 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
         (nonempty(&mut is, cert), nonempty(&mut is, key))
     });
     let quic_bind = root.string(&mut is, "quic_bind", false);
+    let metrics_token_file = root.string(&mut is, "metrics_token_file", false);
+    let metrics_token_file = metrics_token_file
+        .v
+        .is_some()
+        .then(|| nonempty(&mut is, metrics_token_file))
+        .flatten();
 
     let mut replicas = Vec::new();
     let replicas_at = root.loc_of("replicas");
@@ -393,6 +399,7 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
                 _ => None,
             },
             insecure_http: insecure_http.v.unwrap_or(false),
+            metrics_token_file,
         }),
         _ => Err(is.into_error(file)),
     }

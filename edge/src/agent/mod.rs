@@ -26,8 +26,8 @@ pub use gpu_actor::GpuActor;
 pub use instance_actor::InstanceActor;
 pub use messages::{
     Admission, ApplyAssignment, ApplyTokens, CheckToken, FlushUsage, Invoke, KeyAnswer, LoadDone,
-    LoadWeights, LookupKey, ReleaseInstance, ReleaseWeights, RequestDone, Residency, RunRequest,
-    StatusQuery, StopNow, StopRuntimes, TakeSwapEvents,
+    LoadWeights, LookupKey, MetricsQuery, MetricsSnapshot, ReleaseInstance, ReleaseWeights,
+    RequestDone, Residency, RunRequest, StatusQuery, StopNow, StopRuntimes, TakeSwapEvents,
 };
 pub use metering::Metering;
 pub use node_agent::{DriverFactory, NodeAgent, NodeSetup};

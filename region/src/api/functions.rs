@@ -168,7 +168,7 @@ pub async fn place_one(ctx: &HttpContext, spec: &FunctionSpec) -> Result<Instanc
         };
         match propose(ctx, proposal.command()).await {
             Ok(Applied::InstancePlaced { instance, slices }) => {
-                ctx.api.placements.fetch_add(1, Ordering::Relaxed);
+                ctx.api.placements.inc();
                 return Ok(InstanceView {
                     instance,
                     pool: proposal.pool,
@@ -178,7 +178,7 @@ pub async fn place_one(ctx: &HttpContext, spec: &FunctionSpec) -> Result<Instanc
             Ok(other) => return Err(ApiError::internal(format!("unexpected {other:?}"))),
             Err(e) if matches!(e.code, "gpu_full" | "quota_exceeded") => {
                 // Planned on a view another placement has since changed.
-                ctx.api.replans.fetch_add(1, Ordering::Relaxed);
+                ctx.api.replans.inc();
                 last = Some(e);
                 tokio::time::sleep(Duration::from_millis(2 << attempt.min(5))).await;
             }
@@ -324,15 +324,13 @@ async fn deploy(
         match idempotency::propose_keyed(&ctx, &tenant, &key, command).await {
             Ok(applied) => {
                 if let Applied::FunctionCreated { instances, .. } = &applied {
-                    ctx.api
-                        .placements
-                        .fetch_add(instances.len() as u64, Ordering::Relaxed);
+                    ctx.api.placements.inc_by(instances.len() as u64);
                 }
                 return Ok(answer(created(&ctx, spec, applied)?));
             }
             Err(e) if matches!(e.code, "gpu_full" | "quota_exceeded" | "max_instances") => {
                 // Planned on a view another placement has since changed.
-                ctx.api.replans.fetch_add(1, Ordering::Relaxed);
+                ctx.api.replans.inc();
                 last = Some(e);
                 tokio::time::sleep(Duration::from_millis(2 << attempt.min(5))).await;
             }
