@@ -140,6 +140,18 @@ fn every_series_keeps_the_conventions_and_the_dashboard_names_only_exported_seri
         });
         assert!(r.status == 200 || r.status == 201, "{name}: {r:?}");
     }
+    // Eight more instances for globex are past its quotas (2 edge and 6
+    // center instances, one held): a refused placement
+    // (`gshare_region_placement_rejections_total{reason}`).
+    let over = json!({
+        "name": "g2", "runtime": "pytorch", "memory_mib": 1000, "compute_milli": 100,
+        "tier": "oversubscribed", "deadline_ms": 20000, "pool": "edge:edge-a",
+        "min_instances": 8, "max_instances": 8,
+        "latency": {"full_gpu_us": 2000, "saturation_milli": 100},
+    })
+    .to_string();
+    let r = call(http, "POST", "/v1/functions", Some(&globex), Some(&over));
+    assert!(r.status >= 400, "{r:?}");
     let certs = region.certs();
     let (ok, out) = region
         .gsharectl(&[
