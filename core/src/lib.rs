@@ -22,6 +22,8 @@ pub mod http_surface;
 #[cfg(feature = "logging")]
 pub mod logging;
 pub mod metering;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 pub mod model;
 #[cfg(feature = "net")]
 pub mod net;

@@ -29,7 +29,7 @@
 //! | 503 | `shutting_down` |
 //! | 504 | `deadline_unreachable` (on arrival, while queued, or the function ran past it) |
 
-use crate::agent::{Admission, CheckToken, Invoke, NodeAgent, PlacementQuery, StatusQuery};
+use crate::agent::{Admission, CheckToken, Invoke, MetricsQuery, NodeAgent, PlacementQuery};
 use crate::journal::UsageJournal;
 use crate::region_link::LinkHealth;
 use crate::token::token_digest;
@@ -292,46 +292,44 @@ async fn healthz(link: web::Data<LinkHealth>) -> HttpResponse {
     }
 }
 
-async fn metrics(agent: web::Data<Addr<NodeAgent>>, link: web::Data<LinkHealth>) -> HttpResponse {
-    let Ok(s) = agent.send(StatusQuery).await else {
+async fn metrics(
+    req: HttpRequest,
+    agent: web::Data<Addr<NodeAgent>>,
+    link: web::Data<LinkHealth>,
+) -> HttpResponse {
+    let Ok(snap) = agent.send(MetricsQuery).await else {
         return failed(&InvokeError::ShuttingDown);
     };
-    let mut out = String::new();
-    let mut line = |name: &str, v: u64| out.push_str(&format!("gshare_edge_{name} {v}\n"));
-    line("in_flight", s.in_flight as u64);
-    line("functions", s.functions as u64);
-    line("invocations_served_total", s.served);
-    line("invocations_failed_total", s.failed);
-    line("invocations_replayed_total", s.replayed);
-    line("swap_ins_total", s.swap_ins);
-    line("swap_outs_total", s.swap_outs);
-    line("cold_starts_total", s.cold_starts);
-    line("moves_total", s.moves);
-    line("accounting_errors_total", s.accounting_errors);
-    line("process_starts_total", s.process_starts);
-    line("process_crashes_total", s.process_crashes);
-    line("process_restarts_total", s.process_restarts);
-    line("process_failed_starts_total", s.process_failed_starts);
-    line("process_running", s.process_running);
-    line("usage_journal_writes_total", s.usage_writes);
-    line("usage_records_journaled_total", s.usage_records);
-    line("usage_journal_failures_total", s.usage_write_failures);
-    line("usage_results_withheld_total", s.usage_withheld);
-    line("usage_results_waiting", s.usage_waiting);
-    for g in &s.gpus {
-        out.push_str(&format!(
-            "gshare_edge_gpu_utilization_milli{{gpu=\"{0}\"}} {1}\ngshare_edge_gpu_memory_used_mib{{gpu=\"{0}\"}} {2}\ngshare_edge_gpu_queued{{gpu=\"{0}\"}} {3}\n",
-            g.index, g.utilization_milli, g.memory_used_mib, g.queued
-        ));
+    let authorization = match req.headers().get("authorization").map(|v| v.to_str()) {
+        None => None,
+        Some(Ok(v)) => Some(v),
+        Some(Err(_)) => {
+            return error(
+                401,
+                "unauthorized",
+                "the Authorization header is not visible ASCII",
+            )
+        }
+    };
+    let full = match snap.metrics.sees_tenant_series(authorization) {
+        Ok(full) => full,
+        Err(message) => return error(401, "unauthorized", message),
+    };
+    match snap.metrics.exposition(&snap.status, full) {
+        Ok(mut text) => {
+            // 1 while the region link's TLS handshakes fail (see `/healthz`).
+            text.push_str(&format!(
+                "# HELP gshare_edge_region_link_tls_failing 1 while the region link's TLS handshakes fail (see /healthz).\n\
+                 # TYPE gshare_edge_region_link_tls_failing gauge\n\
+                 gshare_edge_region_link_tls_failing {}\n",
+                u8::from(link.tls_failure().is_some())
+            ));
+            HttpResponse::Ok()
+                .content_type("text/plain; version=0.0.4")
+                .body(text)
+        }
+        Err(e) => error(500, "metrics", &e.to_string()),
     }
-    // 1 while the region link's TLS handshakes fail (see `/healthz`).
-    out.push_str(&format!(
-        "gshare_edge_region_link_tls_failing {}\n",
-        u8::from(link.tls_failure().is_some())
-    ));
-    HttpResponse::Ok()
-        .content_type("text/plain; version=0.0.4")
-        .body(out)
 }
 
 /// Any path or method without a route: 404 `unknown_route` (not an empty 404).

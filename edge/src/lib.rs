@@ -20,6 +20,7 @@ pub mod agent;
 pub mod gpu;
 pub mod ingress;
 pub mod journal;
+pub mod metrics;
 pub mod region_link;
 pub mod runtime;
 pub mod tls;

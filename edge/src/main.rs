@@ -110,6 +110,21 @@ fn run(
             None
         }
     };
+    let metrics_token = match &config.metrics_token_file {
+        Some(f) => {
+            let path = base.join(f);
+            let token = std::fs::read_to_string(&path)
+                .with_context(|| format!("metrics_token_file {}", path.display()))?;
+            let token = token.trim().to_string();
+            anyhow::ensure!(
+                !token.is_empty(),
+                "metrics_token_file {}: the file is empty",
+                path.display()
+            );
+            Some(token)
+        }
+        None => None,
+    };
     let discovered = discover(&config.gpus).context("finding GPUs")?;
     if let Some(w) = &discovered.fallback_warning {
         tracing::warn!("{w}");
@@ -164,7 +179,8 @@ fn run(
                 process_counters: drivers.counters(),
                 driver: drivers.into_factory(),
             })
-            .with_metering(metering.clone()),
+            .with_metering(metering.clone())
+            .with_metrics_token(metrics_token.as_deref()),
         );
         let journal = Some(metering.journal.clone());
         let server = ingress::serve_listener(

@@ -185,18 +185,16 @@ async fn metrics(req: HttpRequest, ctx: web::Data<HttpContext>) -> HttpResponse 
         Ok(full) => full,
         Err(e) => return answer(e),
     };
-    match render_metrics(&ctx.replica).await {
-        Ok(mut text) => {
-            text.push_str(&ctx.api.render(ctx.replica.state.read().region.domain()));
-            ctx.replica.agents.reports.render(&mut text);
-            ctx.replica.scheduler.counters().render(&mut text);
-            if !full {
-                text = crate::api::metrics::public_series(&text);
-            }
-            HttpResponse::Ok()
-                .content_type("text/plain; version=0.0.4")
-                .body(text)
-        }
+    let mut sampler = gshare_core::metrics::Sampler::new();
+    sample_replica(&ctx.replica, &mut sampler).await;
+    ctx.api
+        .sample(ctx.replica.state.read().region.domain(), &mut sampler);
+    ctx.replica.agents.reports.sample(&mut sampler);
+    ctx.replica.scheduler.counters().sample(&mut sampler);
+    match gshare_core::metrics::exposition(ctx.api.registry(), sampler.into_families(), full) {
+        Ok(text) => HttpResponse::Ok()
+            .content_type("text/plain; version=0.0.4")
+            .body(text),
         Err(e) => answer(ApiError::new(
             actix_web::http::StatusCode::INTERNAL_SERVER_ERROR,
             "metrics",
@@ -205,93 +203,112 @@ async fn metrics(req: HttpRequest, ctx: web::Data<HttpContext>) -> HttpResponse 
     }
 }
 
-/// Renders the Prometheus text of `replica`.
-pub async fn render_metrics(replica: &Replica) -> Result<String, prometheus::Error> {
-    use prometheus::{Encoder, IntGauge, Registry, TextEncoder};
-    let st = cluster_status(replica).await;
-    let registry = Registry::new();
-    let c = &replica.counters;
-    let keys = replica.state.read().region.len() as i64;
-    let figures: [(&str, &str, i64); 14] = [
-        (
-            "gshare_region_raft_term",
-            "Current Raft term",
-            st.term as i64,
-        ),
-        (
+mod series {
+    use gshare_core::metrics::Series;
+
+    pub const RAFT: [Series; 10] = [
+        Series::gauge("gshare_region_raft_term", "Current Raft term", &[]),
+        Series::gauge(
             "gshare_region_raft_commit_index",
-            "Highest committed log index",
-            st.commit_index.map_or(-1, |i| i as i64),
+            "Highest committed log index, -1 if none",
+            &[],
         ),
-        (
+        Series::gauge(
             "gshare_region_raft_last_applied_index",
-            "Highest applied log index",
-            st.last_applied.map_or(-1, |i| i as i64),
+            "Highest applied log index, -1 if none",
+            &[],
         ),
-        (
+        Series::gauge(
             "gshare_region_raft_last_log_index",
-            "Highest stored log index",
-            st.last_log_index.map_or(-1, |i| i as i64),
+            "Highest stored log index, -1 if none",
+            &[],
         ),
-        (
+        Series::gauge(
             "gshare_region_raft_snapshot_index",
             "Last index in the snapshot, -1 if none",
-            st.snapshot_index.map_or(-1, |i| i as i64),
+            &[],
         ),
-        (
+        Series::gauge(
             "gshare_region_raft_purged_index",
             "Highest purged log index, -1 if none",
-            st.purged_index.map_or(-1, |i| i as i64),
+            &[],
         ),
-        (
+        Series::gauge(
             "gshare_region_raft_is_leader",
             "1 if this replica leads",
-            i64::from(st.role == "leader"),
+            &[],
         ),
-        (
+        Series::gauge(
             "gshare_region_raft_leader_id",
             "Known leader id, 0 if none",
-            st.leader.unwrap_or(0) as i64,
+            &[],
         ),
-        (
+        Series::gauge(
             "gshare_region_raft_members",
             "Members of the configuration",
-            st.members.len() as i64,
+            &[],
         ),
-        (
+        Series::gauge(
             "gshare_region_keys",
             "Key/value entries in the applied state (written by older versions only)",
-            keys,
-        ),
-        (
-            "gshare_region_quic_connections_total",
-            "QUIC connections accepted",
-            c.connections.load(Ordering::Relaxed) as i64,
-        ),
-        (
-            "gshare_region_quic_handshake_failures_total",
-            "QUIC handshakes failed",
-            c.handshake_failures.load(Ordering::Relaxed) as i64,
-        ),
-        (
-            "gshare_region_quic_requests_total",
-            "Peer requests answered",
-            c.requests.load(Ordering::Relaxed) as i64,
-        ),
-        (
-            "gshare_region_quic_bad_frames_total",
-            "Connections closed for a bad frame",
-            c.bad_frames.load(Ordering::Relaxed) as i64,
+            &[],
         ),
     ];
-    for (name, help, value) in figures {
-        let g = IntGauge::new(name, help)?;
-        g.set(value);
-        registry.register(Box::new(g))?;
+
+    pub const QUIC: [Series; 4] = [
+        Series::counter(
+            "gshare_region_quic_connections_total",
+            "QUIC connections accepted",
+            &[],
+        ),
+        Series::counter(
+            "gshare_region_quic_handshake_failures_total",
+            "QUIC handshakes failed",
+            &[],
+        ),
+        Series::counter(
+            "gshare_region_quic_requests_total",
+            "Peer requests answered",
+            &[],
+        ),
+        Series::counter(
+            "gshare_region_quic_bad_frames_total",
+            "Connections closed for a bad frame",
+            &[],
+        ),
+    ];
+}
+
+/// Samples the Raft figures and QUIC counters of `replica`.
+pub async fn sample_replica(replica: &Replica, out: &mut gshare_core::metrics::Sampler) {
+    let st = cluster_status(replica).await;
+    let c = &replica.counters;
+    let keys = replica.state.read().region.len() as f64;
+    let index = |i: Option<u64>| i.map_or(-1.0, |i| i as f64);
+    let raft = [
+        st.term as f64,
+        index(st.commit_index),
+        index(st.last_applied),
+        index(st.last_log_index),
+        index(st.snapshot_index),
+        index(st.purged_index),
+        f64::from(u8::from(st.role == "leader")),
+        st.leader.unwrap_or(0) as f64,
+        st.members.len() as f64,
+        keys,
+    ];
+    for (s, v) in series::RAFT.iter().zip(raft) {
+        out.add(s, &[], v);
     }
-    let mut out = Vec::new();
-    TextEncoder::new().encode(&registry.gather(), &mut out)?;
-    Ok(String::from_utf8_lossy(&out).into_owned())
+    let quic = [
+        &c.connections,
+        &c.handshake_failures,
+        &c.requests,
+        &c.bad_frames,
+    ];
+    for (s, v) in series::QUIC.iter().zip(quic) {
+        out.add(s, &[], v.load(Ordering::Relaxed) as f64);
+    }
 }
 
 /// Parses a JSON body after authorization, so a stranger learns nothing from parse errors.

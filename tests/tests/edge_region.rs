@@ -264,7 +264,7 @@ key = "certs/{node}.key"
     assert!(r.status == 401 || r.status == 403, "{r:?}");
     let metrics = call(region.http(holder), "GET", "/metrics", TOKEN, None).body;
     for line in [
-        format!("gshare_region_agent_gpu_utilization_milli{{agent=\"{node}\",gpu=\"1\"}} "),
+        format!("gshare_region_agent_gpu_utilization_ratio{{agent=\"{node}\",pool=\"center\",node=\"{node}\",gpu=\"1\"}} "),
         format!("gshare_region_agent_swaps_total{{agent=\"{node}\",kind=\"cold_start\"}} "),
         format!("gshare_region_agent_process_crashes_total{{agent=\"{node}\"}} 0\n"),
         format!("gshare_region_agent_usage_pending_records{{agent=\"{node}\"}} "),

@@ -125,6 +125,10 @@ pub struct AgentConfig {
     /// The certificate files named (`tls.*`, `http_tls.*`) with their
     /// places, for the agent's start-up check that each one exists.
     pub files: Vec<super::FileRef>,
+    /// `metrics_token_file`: the file (relative to the config) holding the
+    /// token that shows the tenant-labelled series of `/metrics`; without
+    /// it they are shown to nobody.
+    pub metrics_token_file: Option<String>,
 }
 
 impl AgentConfig {

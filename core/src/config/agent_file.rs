@@ -134,6 +134,12 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
         (nonempty(&mut is, cert), nonempty(&mut is, key))
     });
     let quic_bind = root.string(&mut is, "quic_bind", false);
+    let metrics_token_file = root.string(&mut is, "metrics_token_file", false);
+    let metrics_token_file = metrics_token_file
+        .v
+        .is_some()
+        .then(|| nonempty(&mut is, metrics_token_file))
+        .flatten();
 
     let mut replicas = Vec::new();
     let replicas_at = root.loc_of("replicas");
@@ -403,6 +409,7 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
             },
             insecure_http: insecure_http.v.unwrap_or(false),
             files: files.into_iter().filter(|f| !f.path.is_empty()).collect(),
+            metrics_token_file,
         }),
         _ => Err(is.into_error(file)),
     }

@@ -171,6 +171,20 @@ pub struct FlushUsage;
 #[rtype(result = "NodeStatus")]
 pub struct StatusQuery;
 
+/// The node's state now and the agent's metrics (for `/metrics`).
+#[derive(Debug, Message)]
+#[rtype(result = "MetricsSnapshot")]
+pub struct MetricsQuery;
+
+/// The answer to [`MetricsQuery`].
+#[derive(Debug, Clone, actix::MessageResponse)]
+pub struct MetricsSnapshot {
+    /// As [`StatusQuery`] answers.
+    pub status: NodeStatus,
+    /// The agent's registry and histograms.
+    pub metrics: std::sync::Arc<crate::metrics::AgentMetrics>,
+}
+
 /// Swap and remap events since the last call (for the region).
 #[derive(Debug, Message)]
 #[rtype(result = "Vec<SwapEvent>")]

@@ -4,11 +4,12 @@ use super::metering::{HeldReply, InvocationKey, MeterState, Metering};
 use super::{
     Admission, AgentPlacement, ApplyAssignment, ApplyTokens, CheckToken, FlushUsage,
     FunctionPlacement, GpuActor, InstanceActor, Invoke, KeyAnswer, LoadDone, LoadWeights,
-    LookupKey, NodeStatus, PlacementQuery, ReleaseInstance, ReleaseWeights, RequestDone, Residency,
-    RunRequest, SliceAnswer, SliceRequest, StatusQuery, StopNow, StopRuntimes, TakeSliceRequests,
-    TakeSwapEvents,
+    LookupKey, MetricsQuery, MetricsSnapshot, NodeStatus, PlacementQuery, ReleaseInstance,
+    ReleaseWeights, RequestDone, Residency, RunRequest, SliceAnswer, SliceRequest, StatusQuery,
+    StopNow, StopRuntimes, TakeSliceRequests, TakeSwapEvents,
 };
 use crate::gpu::{GpuInfo, SimulatedGpu};
+use crate::metrics::{AgentMetrics, Measured};
 use crate::runtime::{Invocation, Placement, ProcessCounters, RuntimeDriver, RuntimeError};
 use actix::{Actor, Addr, AsyncContext, Context, Handler, ResponseFuture};
 use gshare_core::config::AgentLoadCosts;
@@ -23,6 +24,7 @@ use gshare_core::protocol::{
 };
 use gshare_core::state::InstanceId;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::oneshot;
 
@@ -87,6 +89,8 @@ struct Pending {
     usage: Option<UsageKey>,
     /// Its idempotency key.
     key: Option<InvocationKey>,
+    /// The function it calls (for its histograms).
+    function: FunctionId,
 }
 
 /// A journal write ended (the blocking task → NodeAgent).
@@ -127,6 +131,10 @@ pub struct NodeAgent {
     remaps: u64,
     /// Reservations the region refused.
     remaps_refused: u64,
+    /// The process's registry and histograms (`/metrics`).
+    metrics: Arc<AgentMetrics>,
+    /// Loads in progress: when each started and what it is.
+    loads: HashMap<(FunctionId, u32), (Micros, Measured)>,
 }
 
 impl NodeAgent {
@@ -175,6 +183,29 @@ impl NodeAgent {
             releasing: BTreeSet::new(),
             remaps: 0,
             remaps_refused: 0,
+            metrics: Arc::new(AgentMetrics::new(None)),
+            loads: HashMap::new(),
+        }
+    }
+
+    /// Shows the tenant-labelled series of `/metrics` to a request bearing
+    /// `token` (`metrics_token_file`; `None`: to nobody).
+    pub fn with_metrics_token(mut self, token: Option<&str>) -> Self {
+        self.metrics = Arc::new(AgentMetrics::new(token));
+        self
+    }
+
+    /// The agent's metrics (registry and histograms).
+    pub fn metrics(&self) -> Arc<AgentMetrics> {
+        self.metrics.clone()
+    }
+
+    /// Records `seconds` of `what` for `function`, if it is still hosted.
+    fn observe(&self, what: Measured, function: FunctionId, us: Micros) {
+        if let Some(h) = self.functions.get(&function) {
+            let seconds = gshare_core::metrics::seconds_from_us(us);
+            self.metrics
+                .observe(what, &h.key.0 .0, &h.key.1, h.spec.tier, seconds);
         }
     }
 
@@ -296,6 +327,19 @@ impl NodeAgent {
         if let Some((_, gpu, compute)) = p.started {
             self.busy[gpu as usize] -= compute;
         }
+        if let InvokeOutcome::Done {
+            queued_us,
+            service_us,
+            ..
+        } = &outcome
+        {
+            self.observe(Measured::QueueWait, p.function, *queued_us);
+            self.observe(
+                Measured::Latency,
+                p.function,
+                queued_us.saturating_add(*service_us),
+            );
+        }
         match (&outcome, p.started, p.usage, self.metering.as_mut()) {
             (InvokeOutcome::Done { .. }, Some((started, _, compute)), Some(key), Some(m)) => {
                 // Held until its usage is journaled.
@@ -415,6 +459,7 @@ impl NodeAgent {
                 ready_at,
             } => {
                 self.status.swap_ins += 1;
+                self.loads.insert((function, gpu), (now, Measured::SwapIn));
                 self.swap_event(function, SwapKind::SwapIn, None, Some(gpu), ready_at - now);
                 self.resident_start(now, function, gpu);
                 self.load(now, function, gpu, ready_at);
@@ -426,6 +471,8 @@ impl NodeAgent {
                 ready_at,
             } => {
                 self.status.cold_starts += 1;
+                self.loads
+                    .insert((function, gpu), (now, Measured::ColdStart));
                 self.swap_event(
                     function,
                     SwapKind::ColdStart,
@@ -444,6 +491,7 @@ impl NodeAgent {
                 ready_at,
             } => {
                 self.status.moves += 1;
+                self.loads.insert((function, to), (now, Measured::SwapIn));
                 self.swap_event(
                     function,
                     SwapKind::Move,
@@ -709,6 +757,7 @@ impl NodeAgent {
         let now = self.now();
         self.step(now, Event::InstanceRemoved { function: id });
         self.functions.remove(&id);
+        self.loads.retain(|(f, _), _| *f != id);
         // Its residency ended with the Unload above: journal it now.
         if let Some(m) = self.metering.as_mut() {
             m.memory_due = true;
@@ -887,6 +936,7 @@ impl Handler<Invoke> for NodeAgent {
                 started: None,
                 usage: None,
                 key: invocation_key.clone(),
+                function,
             },
         );
         if let Some(k) = invocation_key {
@@ -1005,6 +1055,11 @@ impl Handler<LoadDone> for NodeAgent {
             self.status.accounting_errors += 1;
         }
         let now = self.now();
+        if let Some((started, what)) = self.loads.remove(&(msg.function, msg.gpu)) {
+            if msg.error.is_none() {
+                self.observe(what, msg.function, now.saturating_sub(started));
+            }
+        }
         self.step(
             now,
             Event::LoadFinished {
@@ -1103,6 +1158,17 @@ fn token_table(t: TokenDigests) -> HashMap<String, TenantId> {
         }
     }
     out
+}
+
+impl Handler<MetricsQuery> for NodeAgent {
+    type Result = MetricsSnapshot;
+
+    fn handle(&mut self, _: MetricsQuery, ctx: &mut Context<Self>) -> MetricsSnapshot {
+        MetricsSnapshot {
+            status: <Self as Handler<StatusQuery>>::handle(self, StatusQuery, ctx),
+            metrics: self.metrics.clone(),
+        }
+    }
 }
 
 impl Handler<StatusQuery> for NodeAgent {

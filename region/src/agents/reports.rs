@@ -3,11 +3,11 @@
 //! holds the agent's link (not replicated through Raft); an agent's entry
 //! is dropped when its connection ends.
 
+use gshare_core::metrics::{bytes_from_mib, ratio_from_milli, Sampler, Series};
 use gshare_core::protocol::{Heartbeat, NodeGpu, Register, SwapEvent, SwapKind};
 use gshare_core::state::AgentId;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::Mutex;
 
 /// Swap and remap events an agent reported, by kind.
@@ -79,12 +79,6 @@ pub struct AgentReports {
     agents: Mutex<BTreeMap<AgentId, AgentReport>>,
 }
 
-fn label(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
 impl AgentReports {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<AgentId, AgentReport>> {
         self.agents.lock().unwrap_or_else(|p| p.into_inner())
@@ -142,133 +136,126 @@ impl AgentReports {
         self.lock().values().cloned().collect()
     }
 
-    /// Prometheus text: per agent and GPU the reported utilization,
-    /// memory, queue depth and residency; per agent in-flight invocations
-    /// and swap events by kind.
-    pub fn render(&self, out: &mut String) {
+    /// Samples, per agent and GPU, the reported utilization, memory, queue
+    /// depth and residency; per agent in-flight invocations, process and
+    /// journal figures, and swap events by kind.
+    pub fn sample(&self, out: &mut Sampler) {
         let agents = self.list();
-        let gauges: [(&str, &str); 5] = [
-            (
-                "gshare_region_agent_gpu_utilization_milli",
-                "Compute in use on a GPU (milli-GPU), from the agent's latest heartbeat",
-            ),
-            (
-                "gshare_region_agent_gpu_memory_used_mib",
-                "GPU memory held by resident instances (MiB), from the latest heartbeat",
-            ),
-            (
-                "gshare_region_agent_gpu_queued",
-                "Requests queued on a GPU, from the latest heartbeat",
-            ),
-            (
-                "gshare_region_agent_gpu_resident",
-                "Instances resident on a GPU, from the latest heartbeat",
-            ),
-            (
-                "gshare_region_agent_gpu_measured_utilization_pct",
-                "NVML-measured GPU utilization (percent); absent on simulated GPUs",
-            ),
-        ];
-        for (i, (name, help)) in gauges.iter().enumerate() {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} gauge");
-            for a in &agents {
-                let Some(h) = &a.heartbeat else { continue };
-                for g in &h.gpus {
-                    let v = match i {
-                        0 => Some(u64::from(g.utilization_milli)),
-                        1 => Some(g.memory_used_mib),
-                        2 => Some(u64::from(g.queued)),
-                        3 => Some(g.resident.len() as u64),
-                        _ => g.measured_utilization_pct.map(u64::from),
-                    };
-                    if let Some(v) = v {
-                        let _ = writeln!(
-                            out,
-                            "{name}{{agent=\"{}\",gpu=\"{}\"}} {v}",
-                            label(&a.agent),
-                            g.index
-                        );
-                    }
+        for a in &agents {
+            let Some(h) = &a.heartbeat else { continue };
+            for g in &h.gpus {
+                let gpu = g.index.to_string();
+                let labels = [
+                    a.agent.as_str(),
+                    a.pool.as_str(),
+                    a.node.as_str(),
+                    gpu.as_str(),
+                ];
+                out.add(
+                    &GPU_SERIES[0],
+                    &labels,
+                    ratio_from_milli(u64::from(g.utilization_milli)),
+                );
+                out.add(&GPU_SERIES[1], &labels, bytes_from_mib(g.memory_used_mib));
+                out.add(&GPU_SERIES[2], &labels, f64::from(g.queued));
+                out.add(&GPU_SERIES[3], &labels, g.resident.len() as f64);
+                if let Some(pct) = g.measured_utilization_pct {
+                    out.add(&GPU_SERIES[4], &labels, f64::from(pct) / 100.0);
                 }
             }
-        }
-        let name = "gshare_region_agent_in_flight";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Invocations in flight on an agent, from its latest heartbeat"
-        );
-        let _ = writeln!(out, "# TYPE {name} gauge");
-        for a in &agents {
-            if let Some(h) = &a.heartbeat {
-                let _ = writeln!(
-                    out,
-                    "{name}{{agent=\"{}\"}} {}",
-                    label(&a.agent),
-                    h.in_flight
-                );
+            let labels = [a.agent.as_str()];
+            out.add(&AGENT_SERIES[0], &labels, f64::from(h.in_flight));
+            let c = &h.counters;
+            let figures = [
+                c.process_crashes,
+                c.process_restarts,
+                c.process_running,
+                c.usage_pending_records,
+                c.usage_withheld,
+            ];
+            for (s, v) in AGENT_SERIES[1..].iter().zip(figures) {
+                out.add(s, &labels, v as f64);
             }
         }
-        let counters: [(&str, &str, &str); 5] = [
-            (
-                "gshare_region_agent_process_crashes_total",
-                "counter",
-                "Function processes that crashed on an agent, from its latest heartbeat",
-            ),
-            (
-                "gshare_region_agent_process_restarts_total",
-                "counter",
-                "Function processes restarted healthy after a crash, from the latest heartbeat",
-            ),
-            (
-                "gshare_region_agent_process_running",
-                "gauge",
-                "Function processes running on an agent, from its latest heartbeat",
-            ),
-            (
-                "gshare_region_agent_usage_pending_records",
-                "gauge",
-                "Usage records an agent journaled that the region has not acknowledged yet",
-            ),
-            (
-                "gshare_region_agent_usage_withheld_total",
-                "counter",
-                "Results an agent withheld because their usage could not be journaled",
-            ),
-        ];
-        for (i, (name, kind, help)) in counters.iter().enumerate() {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} {kind}");
-            for a in &agents {
-                let Some(h) = &a.heartbeat else { continue };
-                let c = &h.counters;
-                let v = match i {
-                    0 => c.process_crashes,
-                    1 => c.process_restarts,
-                    2 => c.process_running,
-                    3 => c.usage_pending_records,
-                    _ => c.usage_withheld,
-                };
-                let _ = writeln!(out, "{name}{{agent=\"{}\"}} {v}", label(&a.agent));
-            }
-        }
-        let name = "gshare_region_agent_swaps_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Swap and remap events an agent reported to this replica, by kind"
-        );
-        let _ = writeln!(out, "# TYPE {name} counter");
         for a in &agents {
             for (kind, n) in a.swaps.by_kind() {
-                let _ = writeln!(
-                    out,
-                    "{name}{{agent=\"{}\",kind=\"{kind}\"}} {n}",
-                    label(&a.agent)
-                );
+                out.add(&SWAPS, &[a.agent.as_str(), kind], n as f64);
             }
         }
     }
 }
+
+const GPU_LABELS: &[&str] = &["agent", "pool", "node", "gpu"];
+
+/// Per agent and GPU, from the agent's latest heartbeat.
+pub const GPU_SERIES: [Series; 5] = [
+    Series::gauge(
+        "gshare_region_agent_gpu_utilization_ratio",
+        "Compute in use on a GPU, ratio of the GPU (may exceed 1 while overcommitted), from the agent's latest heartbeat",
+        GPU_LABELS,
+    ),
+    Series::gauge(
+        "gshare_region_agent_gpu_memory_used_bytes",
+        "GPU memory held by resident instances, bytes, from the latest heartbeat",
+        GPU_LABELS,
+    ),
+    Series::gauge(
+        "gshare_region_agent_gpu_queued",
+        "Requests queued on a GPU, from the latest heartbeat",
+        GPU_LABELS,
+    ),
+    Series::gauge(
+        "gshare_region_agent_gpu_resident",
+        "Instances resident on a GPU, from the latest heartbeat",
+        GPU_LABELS,
+    ),
+    Series::gauge(
+        "gshare_region_agent_gpu_measured_utilization_ratio",
+        "NVML-measured GPU utilization, ratio (0 to 1); absent on simulated GPUs",
+        GPU_LABELS,
+    ),
+];
+
+/// Per agent, from its latest heartbeat.
+pub const AGENT_SERIES: [Series; 6] = [
+    Series::gauge(
+        "gshare_region_agent_in_flight",
+        "Invocations in flight on an agent, from its latest heartbeat",
+        &["agent"],
+    ),
+    Series::counter(
+        "gshare_region_agent_process_crashes_total",
+        "Function processes that crashed on an agent, from its latest heartbeat",
+        &["agent"],
+    ),
+    Series::counter(
+        "gshare_region_agent_process_restarts_total",
+        "Function processes restarted healthy after a crash, from the latest heartbeat",
+        &["agent"],
+    ),
+    Series::gauge(
+        "gshare_region_agent_process_running",
+        "Function processes running on an agent, from its latest heartbeat",
+        &["agent"],
+    ),
+    Series::gauge(
+        "gshare_region_agent_usage_pending_records",
+        "Usage records an agent journaled that the region has not acknowledged yet",
+        &["agent"],
+    ),
+    Series::counter(
+        "gshare_region_agent_usage_withheld_total",
+        "Results an agent withheld because their usage could not be journaled",
+        &["agent"],
+    ),
+];
+
+/// Swap and remap events reported on an agent's link, by kind.
+pub const SWAPS: Series = Series::counter(
+    "gshare_region_agent_swaps_total",
+    "Swap and remap events an agent reported to this replica, by kind",
+    &["agent", "kind"],
+);
 
 #[cfg(test)]
 mod tests {
@@ -354,18 +341,34 @@ mod tests {
                 ..SwapCounts::default()
             }
         );
-        let mut text = String::new();
-        r.render(&mut text);
-        assert!(
-            text.contains("gshare_region_agent_gpu_utilization_milli{agent=\"a\",gpu=\"0\"} 700\n")
+        let mut sampler = Sampler::new();
+        r.sample(&mut sampler);
+        let text = gshare_core::metrics::exposition(
+            &gshare_core::metrics::prometheus::Registry::new(),
+            sampler.into_families(),
+            true,
+        )
+        .unwrap();
+        assert_eq!(
+            gshare_core::metrics::check_exposition(&text),
+            Vec::<String>::new(),
+            "{text}"
         );
-        assert!(text.contains("gshare_region_agent_gpu_resident{agent=\"a\",gpu=\"0\"} 2\n"));
-        assert!(text.contains("gshare_region_agent_in_flight{agent=\"a\"} 5\n"));
-        assert!(text.contains("gshare_region_agent_swaps_total{agent=\"a\",kind=\"swap_in\"} 2\n"));
-        assert!(!text.contains("measured_utilization_pct{"));
-        assert!(text.contains("gshare_region_agent_process_crashes_total{agent=\"a\"} 2\n"));
-        assert!(text.contains("gshare_region_agent_process_running{agent=\"a\"} 1\n"));
-        assert!(text.contains("gshare_region_agent_usage_pending_records{agent=\"a\"} 40\n"));
+        let gpu = "{agent=\"a\",pool=\"center\",node=\"a\",gpu=\"0\"}";
+        for want in [
+            format!("gshare_region_agent_gpu_utilization_ratio{gpu} 0.7\n"),
+            format!("gshare_region_agent_gpu_memory_used_bytes{gpu} 4294967296\n"),
+            format!("gshare_region_agent_gpu_resident{gpu} 2\n"),
+            "gshare_region_agent_in_flight{agent=\"a\"} 5\n".into(),
+            "gshare_region_agent_swaps_total{agent=\"a\",kind=\"swap_in\"} 2\n".into(),
+            "# TYPE gshare_region_agent_process_crashes_total counter\n".into(),
+            "gshare_region_agent_process_crashes_total{agent=\"a\"} 2\n".into(),
+            "gshare_region_agent_process_running{agent=\"a\"} 1\n".into(),
+            "gshare_region_agent_usage_pending_records{agent=\"a\"} 40\n".into(),
+        ] {
+            assert!(text.contains(&want), "{want} missing in {text}");
+        }
+        assert!(!text.contains("measured_utilization_ratio{"));
     }
 
     #[test]

@@ -99,46 +99,44 @@ impl Counters {
         *e.entry((kind, outcome)).or_default() += 1;
     }
 
-    /// Prometheus text of the counters.
-    pub fn render(&self, out: &mut String) {
-        let _ = writeln!(
-            out,
-            "# HELP gshare_region_scheduler_evaluations_total Evaluations the scheduler answered, by kind and outcome\n\
-             # TYPE gshare_region_scheduler_evaluations_total counter"
+    /// The counters' samples for `/metrics`.
+    pub fn sample(&self, out: &mut gshare_core::metrics::Sampler) {
+        use gshare_core::metrics::Series;
+        const EVALUATIONS: Series = Series::counter(
+            "gshare_region_scheduler_evaluations_total",
+            "Evaluations the scheduler answered, by kind and outcome",
+            &["kind", "outcome"],
         );
+        const PLAIN: [Series; 3] = [
+            Series::counter(
+                "gshare_region_scheduler_proposals_total",
+                "Proposals of planned commands the scheduler made",
+                &[],
+            ),
+            Series::counter(
+                "gshare_region_scheduler_planned_commands_total",
+                "Planned commands in those proposals",
+                &[],
+            ),
+            Series::counter(
+                "gshare_region_scheduler_replans_total",
+                "Plans made again after apply refused one planned on a changed view",
+                &[],
+            ),
+        ];
         for ((kind, outcome), n) in self
             .evaluations
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
         {
-            let _ = writeln!(
-                out,
-                "gshare_region_scheduler_evaluations_total{{kind=\"{kind}\",outcome=\"{outcome}\"}} {n}"
-            );
+            out.add(&EVALUATIONS, &[kind, outcome], *n as f64);
         }
-        for (name, help, v) in [
-            (
-                "gshare_region_scheduler_proposals_total",
-                "Proposals of planned commands the scheduler made",
-                &self.batches,
-            ),
-            (
-                "gshare_region_scheduler_planned_commands_total",
-                "Planned commands in those proposals",
-                &self.planned,
-            ),
-            (
-                "gshare_region_scheduler_replans_total",
-                "Plans made again after apply refused one planned on a changed view",
-                &self.replans,
-            ),
-        ] {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
-                v.load(Ordering::Relaxed)
-            );
+        for (series, v) in PLAIN
+            .iter()
+            .zip([&self.batches, &self.planned, &self.replans])
+        {
+            out.add(series, &[], v.load(Ordering::Relaxed) as f64);
         }
     }
 }
