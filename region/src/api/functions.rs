@@ -12,7 +12,6 @@
 //! the function is larger than every GPU. `?dry_run=true` answers where the
 //! instances would go and what the plan passed over, proposing nothing.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use actix_web::http::StatusCode;
@@ -275,13 +274,9 @@ async fn deploy(
             applied: Some(applied),
             replans,
         }) => {
-            ctx.api
-                .replans
-                .fetch_add(u64::from(replans), Ordering::Relaxed);
+            ctx.api.replans.inc_by(u64::from(replans));
             if let Applied::FunctionCreated { instances, .. } = &applied {
-                ctx.api
-                    .placements
-                    .fetch_add(instances.len() as u64, Ordering::Relaxed);
+                ctx.api.placements.inc_by(instances.len() as u64);
             }
             let mut view = created(&ctx, spec, applied)?;
             if query.wait == Some(WaitFor::Ready) {

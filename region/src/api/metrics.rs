@@ -13,7 +13,6 @@ use gshare_core::metrics::{
 use gshare_core::model::PoolKind;
 use gshare_core::state::RegionState;
 
-
 /// Instances in the replicated state.
 pub const INSTANCES: Series = Series::gauge(
     "gshare_region_instances",

@@ -37,7 +37,6 @@ mod worker;
 pub use evaluation::{EvalDone, EvalError, EvalResult, Evaluation};
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -274,7 +273,7 @@ impl Scheduler {
         let st = self.inner.state.read();
         let view = st.region.domain();
         let ranking = self.inner.ranking(view);
-        let policy = self.inner.policy(&*ranking);
+        let policy = self.inner.policy(&ranking);
         plan_placements(
             view,
             spec,
