@@ -276,7 +276,7 @@ impl Scheduler {
         let st = self.inner.state.read();
         let view = st.region.domain();
         let ranking = self.inner.ranking(view);
-        let policy = self.inner.policy(&*ranking);
+        let policy = self.inner.policy(&ranking);
         plan_placements(
             view,
             spec,
