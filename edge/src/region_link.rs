@@ -250,8 +250,8 @@ async fn run(setup: LinkSetup) {
         match session(&setup, addr, &mut backoff).await {
             Ok(()) => {}
             Err(e) => {
-                if let SessionEnd::Tls(t) = &e {
-                    setup.health.set(Some(format!("{addr}: {t}")));
+                if matches!(e, SessionEnd::Tls(_)) {
+                    setup.health.set(Some(format!("{addr}: {e}")));
                 }
                 tracing::warn!(replica = %addr, "region link: {e}")
             }

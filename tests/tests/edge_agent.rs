@@ -663,12 +663,12 @@ fn agent_process_refuses_missing_certificate_files_at_their_keys() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     let file = path.display().to_string();
     assert!(
-        err.contains(&format!("{file}:22:11: tls.ca_cert: "))
+        err.contains(&format!("{file}:21:11: tls.ca_cert: "))
             && err.contains("gsharectl certs init"),
         "{err}"
     );
     assert!(
-        err.contains(&format!("{file}:23:8: tls.cert: ")) && err.contains("gsharectl certs issue"),
+        err.contains(&format!("{file}:22:8: tls.cert: ")) && err.contains("gsharectl certs issue"),
         "{err}"
     );
     assert!(!err.contains("tls.key"), "{err}");
