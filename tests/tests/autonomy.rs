@@ -264,7 +264,17 @@ key = "certs/{node}.key"
     }
 
     fn agent_metric(&self, name: &str) -> Option<u64> {
-        let r = call(self.ingress, "GET", "/metrics", "", None);
+        // No Authorization header: the public series (an empty bearer
+        // token is a malformed one, answered 401).
+        let r = request(
+            self.ingress,
+            "GET",
+            "/metrics",
+            None,
+            None,
+            Duration::from_secs(10),
+        )
+        .ok()?;
         r.body
             .lines()
             .find_map(|l| l.strip_prefix(&format!("gshare_edge_{name} ")))
