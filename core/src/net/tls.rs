@@ -146,20 +146,6 @@ pub fn check_certificate_names(der: &[u8], node: &str) -> Result<(), String> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn garbage_is_not_a_certificate() {
-        assert!(matches!(
-            certificate_name(b"not a certificate"),
-            Err(CertNameError::Malformed(_))
-        ));
-        assert!(check_certificate_names(b"x", "n1").is_err());
-    }
-}
-
 /// The files of `files` (paths relative to `base`) that cannot be opened,
 /// each as an issue at the key that names it; a missing TLS file says
 /// which `gsharectl certs` command makes it.
@@ -180,4 +166,18 @@ pub fn missing_files(
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn garbage_is_not_a_certificate() {
+        assert!(matches!(
+            certificate_name(b"not a certificate"),
+            Err(CertNameError::Malformed(_))
+        ));
+        assert!(check_certificate_names(b"x", "n1").is_err());
+    }
 }
