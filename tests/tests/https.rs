@@ -266,7 +266,10 @@ key = "certs/{node}.key"
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
-        err.contains("r-bad.toml: http_addr: ") && err.contains("[http_tls]"),
+        // file:line:col, then the key path.
+        err.contains("r-bad.toml:4:")
+            && err.contains(": http_addr: 0.0.0.0")
+            && err.contains("[http_tls]"),
         "{err}"
     );
 }

@@ -216,11 +216,26 @@ async fn assign(conn: &quinn::Connection, index: u64, specs: &[FunctionSpec]) {
 
 /// Blocking HTTP/1.1 request with `Connection: close`: (status, body).
 fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
+    http_as(addr, method, path, body, Some(TOKEN))
+}
+
+/// `token: None` sends no Authorization header (the agent's public
+/// `/metrics`; a tenant's token there is refused with 401).
+fn http_as(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+    token: Option<&str>,
+) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
@@ -264,9 +279,10 @@ async fn first_echo(addr: SocketAddr) -> serde_json::Value {
 }
 
 async fn metric(addr: SocketAddr, name: &str) -> u64 {
-    let (status, text) = tokio::task::spawn_blocking(move || http(addr, "GET", "/metrics", ""))
-        .await
-        .unwrap();
+    let (status, text) =
+        tokio::task::spawn_blocking(move || http_as(addr, "GET", "/metrics", "", None))
+            .await
+            .unwrap();
     assert_eq!(status, 200, "{text}");
     text.lines()
         .find_map(|l| l.strip_prefix(&format!("gshare_edge_{name} ")))
