@@ -1,13 +1,13 @@
 //! The agent's usage journal: metered usage, durable before it is sent.
 //!
 //! Every usage record the agent meters is appended here and flushed to disk
-//! (sled `flush`, an fsync) before anything is sent to the region. Each
+//! (sled `flush`: its log written and synced) before anything is sent to the region. Each
 //! record gets the agent's next sequence number; `(agent, seq)` is what the
 //! region's state machine dedupes on (`gshare_core::state`, "Usage: exactly
 //! once"), so a batch sent twice, or re-sent after a crash, is applied once.
 //!
 //! ```text
-//!   meter ─▶ append(records) ─▶ seq = next_seq.. ─▶ one atomic sled batch ─▶ flush ─▶ Ok(seqs)
+//!   meter ─▶ append(records) ─▶ seq = next_seq.. ─▶ one insert | atomic batch ─▶ flush ─▶ Ok(seqs)
 //!                                                                                     │
 //!   RegionLink ◀─ batch_after(sent, max) ◀─ records in seq order ◀────────────────────┘
 //!        │ UsageBatch { agent, records }  ──▶ region applies once per (agent, seq)
@@ -15,14 +15,24 @@
 //! ```
 //!
 //! Layout: one sled tree `usage`. Keys `r` ‖ seq (u64 big-endian) hold a
-//! record (bincode 2, serde); `m:next_seq` holds the next number to assign
-//! (u64 big-endian) and `m:agent` the agent id the journal belongs to;
-//! `t` ‖ tenant holds the tenant's [`TenantTotals`] (every record ever
-//! appended for it, acknowledged or not: "the agent's own count"). Records,
-//! the new `m:next_seq` and the updated totals are written in one atomic
-//! sled batch, so after a crash the next number is never below one already
-//! handed out, even when every record was acknowledged and removed, and the
-//! totals are exactly the sum of the records that made it to disk.
+//! record (bincode 2, serde); `m:agent` holds the agent id the journal
+//! belongs to, `m:format` its layout (2); `t` ‖ tenant holds the
+//! [`TenantTotals`] of the tenant's records removed so far (acknowledged, or
+//! found applied on reconcile), and `m:next_seq` (u64 big-endian) a number
+//! above every one handed out when records were last removed.
+//!
+//! What an append writes is only its records (and keyed outcomes): a group
+//! of one record is a single sled insert (one log write), a larger group or
+//! one with keyed outcomes one atomic batch. Removals (ack, reconcile) take
+//! records out, add them to `t` ‖ tenant and write `m:next_seq` in one
+//! atomic batch, so a record is counted in the stored totals exactly when it
+//! is no longer held. On open the journal sums the held records: the
+//! totals ("the agent's own count", every record ever appended) are stored
+//! plus held, exactly the records that made it to disk, and the next number
+//! is the larger of `m:next_seq` and the last held record's + 1, never below
+//! one already handed out, even when every record was acknowledged and
+//! removed. (A journal of the first layout, whose appends also wrote the
+//! totals and `m:next_seq`, is converted on open in one batch.)
 //!
 //! Invocation idempotency keys: `k` ‖ tenant ‖ 0 ‖ key holds the
 //! [`KeyedOutcome`] of an invocation completed under that key, written in
@@ -49,6 +59,12 @@ use std::sync::Mutex;
 const TREE: &str = "usage";
 const KEY_NEXT_SEQ: &[u8] = b"m:next_seq";
 const KEY_AGENT: &[u8] = b"m:agent";
+const KEY_FORMAT: &[u8] = b"m:format";
+/// The layout `m:format` names: `t` ‖ tenant holds the totals of the
+/// records removed (acknowledged) so far; those of the records still held
+/// are summed from them on open. (A journal without the key is the first
+/// layout, whose totals counted the held records too; open converts it.)
+const FORMAT: u8 = 2;
 const RECORD_PREFIX: u8 = b'r';
 const TOTALS_PREFIX: u8 = b't';
 const KEY_PREFIX: u8 = b'k';
@@ -137,6 +153,28 @@ pub struct TenantTotals {
 }
 
 impl TenantTotals {
+    fn plus(&self, o: &TenantTotals) -> Option<TenantTotals> {
+        Some(TenantTotals {
+            invocations: self.invocations.checked_add(o.invocations)?,
+            compute_milli_gpu_ms: self
+                .compute_milli_gpu_ms
+                .checked_add(o.compute_milli_gpu_ms)?,
+            memory_mib_ms: self.memory_mib_ms.checked_add(o.memory_mib_ms)?,
+            records: self.records.checked_add(o.records)?,
+        })
+    }
+
+    fn minus(&self, o: &TenantTotals) -> Option<TenantTotals> {
+        Some(TenantTotals {
+            invocations: self.invocations.checked_sub(o.invocations)?,
+            compute_milli_gpu_ms: self
+                .compute_milli_gpu_ms
+                .checked_sub(o.compute_milli_gpu_ms)?,
+            memory_mib_ms: self.memory_mib_ms.checked_sub(o.memory_mib_ms)?,
+            records: self.records.checked_sub(o.records)?,
+        })
+    }
+
     fn add(&mut self, r: &UsageRecord) -> Result<(), JournalError> {
         let sum = |a: u64, b: u64| a.checked_add(b).ok_or(JournalError::TotalsOverflow);
         self.invocations = sum(self.invocations, r.invocations)?;
@@ -237,13 +275,26 @@ pub struct Reconciled {
     pub advanced: bool,
 }
 
+/// What appends change, under one lock.
+#[derive(Debug)]
+struct Appending {
+    /// The next sequence number to assign.
+    next: u64,
+    /// Every tenant's totals: the stored (acknowledged) part plus every
+    /// record still held. Only appends change them.
+    totals: BTreeMap<TenantId, TenantTotals>,
+}
+
 /// The durable usage journal of one agent.
 pub struct UsageJournal {
     db: sled::Db,
     tree: sled::Tree,
     agent: AgentId,
-    /// The next sequence number to assign (guarded: appends are serialized).
-    next_seq: Mutex<u64>,
+    /// The next sequence number and the totals (guarded: appends are serialized).
+    state: Mutex<Appending>,
+    /// Serializes the removals of records (ack, reconcile) that fold them
+    /// into the stored totals, so a record is folded once.
+    folding: Mutex<()>,
     acked_through: AtomicU64,
     region_next_seq: AtomicU64,
     key_window_ms: AtomicU64,
@@ -346,6 +397,8 @@ impl UsageJournal {
     pub fn open(path: &Path, agent: AgentId) -> Result<Self, JournalError> {
         let db = open_db(path)?;
         let tree = db.open_tree(TREE)?;
+        let mut setup = sled::Batch::default();
+        let mut changed = false;
         match tree.get(KEY_AGENT)? {
             Some(stored) if stored.as_ref() != agent.0.as_bytes() => {
                 return Err(JournalError::AgentMismatch {
@@ -355,27 +408,71 @@ impl UsageJournal {
             }
             Some(_) => {}
             None => {
-                tree.insert(KEY_AGENT, agent.0.as_bytes())?;
-                tree.flush()?;
+                setup.insert(KEY_AGENT, agent.0.as_bytes());
+                changed = true;
             }
         }
         let stored_next = match tree.get(KEY_NEXT_SEQ)? {
             Some(b) => decode_u64(KEY_NEXT_SEQ, &b)?,
             None => 1,
         };
-        // Belt and braces: never below the highest record still held.
-        let after_last = match tree.scan_prefix([RECORD_PREFIX]).next_back() {
-            Some(kv) => {
-                let (k, _) = kv?;
-                decode_u64(&k, &k[1..])?.saturating_add(1)
+        // The records still held: their totals, and the number after the
+        // last (appends do not write `m:next_seq`; removals do).
+        let mut held: BTreeMap<TenantId, TenantTotals> = BTreeMap::new();
+        let mut after_last = 1;
+        for kv in tree.scan_prefix([RECORD_PREFIX]) {
+            let (k, v) = kv?;
+            let r = decode_record(&k, &v)?;
+            held.entry(r.tenant.clone()).or_default().add(&r)?;
+            after_last = decode_u64(&k, &k[1..])?.saturating_add(1);
+        }
+        let mut stored = BTreeMap::new();
+        for kv in tree.scan_prefix([TOTALS_PREFIX]) {
+            let (k, v) = kv?;
+            let name = String::from_utf8_lossy(&k[1..]).into_owned();
+            stored.insert(TenantId(name), decode_totals(&v)?);
+        }
+        match tree.get(KEY_FORMAT)? {
+            Some(f) if f.as_ref() == [FORMAT] => {}
+            Some(f) => {
+                return Err(JournalError::Corrupt {
+                    key: "m:format".into(),
+                    reason: format!("unknown journal layout {f:?}"),
+                })
             }
-            None => 1,
-        };
+            None => {
+                // The first layout's totals included the held records:
+                // keep the removed records' part (one atomic batch).
+                for (tenant, h) in &held {
+                    let s: TenantTotals = stored.get(tenant).copied().unwrap_or_default();
+                    let acked = s.minus(h).ok_or_else(|| JournalError::Corrupt {
+                        key: format!("tenant totals {tenant:?}"),
+                        reason: "below the records still held".into(),
+                    })?;
+                    setup.insert(totals_key(tenant), encode_totals(&acked)?);
+                    stored.insert(tenant.clone(), acked);
+                }
+                setup.insert(KEY_FORMAT, &[FORMAT][..]);
+                changed = true;
+            }
+        }
+        if changed {
+            tree.apply_batch(setup)?;
+            tree.flush()?;
+        }
+        for (tenant, h) in held {
+            let t = stored.entry(tenant).or_default();
+            *t = t.plus(&h).ok_or(JournalError::TotalsOverflow)?;
+        }
         Ok(Self {
             db,
             tree,
             agent,
-            next_seq: Mutex::new(stored_next.max(after_last)),
+            state: Mutex::new(Appending {
+                next: stored_next.max(after_last),
+                totals: stored,
+            }),
+            folding: Mutex::new(()),
             acked_through: AtomicU64::new(0),
             region_next_seq: AtomicU64::new(0),
             key_window_ms: AtomicU64::new(DEFAULT_KEY_WINDOW_MS),
@@ -389,7 +486,11 @@ impl UsageJournal {
 
     /// The sequence number the next appended record will get.
     pub fn next_seq(&self) -> u64 {
-        *self.next_seq.lock().unwrap_or_else(|p| p.into_inner())
+        self.state().next
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, Appending> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Appends records durably: each gets the next sequence number (its
@@ -436,80 +537,132 @@ impl UsageJournal {
         keyed: Vec<KeyedOutcome>,
         now_ms: u64,
     ) -> Result<Range<u64>, JournalError> {
-        let mut next = self.next_seq.lock().unwrap_or_else(|p| p.into_inner());
-        let first = *next;
+        let mut st = self.state();
+        let first = st.next;
         if records.is_empty() && keyed.is_empty() {
             return Ok(first..first);
         }
         let end = first
             .checked_add(records.len() as u64)
             .ok_or(JournalError::SequenceExhausted)?;
-        let mut batch = sled::Batch::default();
-        let mut totals: BTreeMap<TenantId, TenantTotals> = BTreeMap::new();
+        // The totals after this append (checked before anything is written;
+        // a group has few tenants, usually one).
+        let mut totals: Vec<(TenantId, TenantTotals)> = Vec::new();
+        let mut writes: Vec<([u8; 9], Vec<u8>)> = Vec::with_capacity(records.len());
         for (i, mut r) in records.into_iter().enumerate() {
             r.seq = first + i as u64;
-            let t = match totals.entry(r.tenant.clone()) {
-                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::btree_map::Entry::Vacant(e) => e.insert(self.totals(&r.tenant)?),
-            };
-            t.add(&r)?;
-            batch.insert(&record_key(r.seq)[..], encode_record(&r)?);
-        }
-        for (tenant, t) in &totals {
-            batch.insert(totals_key(tenant), encode_totals(t)?);
-        }
-        if !keyed.is_empty() {
-            let window = self.key_window_ms.load(Ordering::Relaxed);
-            let horizon = age_key(now_ms.saturating_sub(window), &TenantId(String::new()), "");
-            for kv in self.tree.range(vec![KEY_AGE_PREFIX]..horizon) {
-                let (k, _) = kv?;
-                if let Some(split) = k.get(9..).and_then(|r| r.iter().position(|b| *b == 0)) {
-                    let at = decode_u64(&k, &k[1..9])?;
-                    let tenant = TenantId(String::from_utf8_lossy(&k[9..9 + split]).into_owned());
-                    let key = String::from_utf8_lossy(&k[10 + split..]).into_owned();
-                    // Only the record this age entry was written with (a
-                    // key recorded again later has a newer one).
-                    let stored = self.keyed(&tenant, &key, 0)?;
-                    if stored.is_some_and(|o| o.at_ms == at) {
-                        batch.remove(keyed_key(&tenant, &key));
-                    }
+            let at = match totals.iter().position(|(t, _)| *t == r.tenant) {
+                Some(at) => at,
+                None => {
+                    let now = st.totals.get(&r.tenant).copied().unwrap_or_default();
+                    totals.push((r.tenant.clone(), now));
+                    totals.len() - 1
                 }
-                batch.remove(k);
+            };
+            totals[at].1.add(&r)?;
+            writes.push((record_key(r.seq), encode_record(&r)?));
+        }
+        match (writes.len(), keyed.is_empty()) {
+            // One record alone: a single insert is atomic by itself, and
+            // costs sled one log write where a batch costs two (a batch
+            // manifest in a buffer of its own, then the data).
+            (1, true) => {
+                for (k, v) in writes {
+                    self.tree.insert(k, v)?;
+                }
+            }
+            _ => {
+                let mut batch = sled::Batch::default();
+                for (k, v) in writes {
+                    batch.insert(&k[..], v);
+                }
+                self.expire_keys(&mut batch, &keyed, now_ms)?;
+                for o in &keyed {
+                    let bytes = bincode::serde::encode_to_vec(o, bincode::config::standard())
+                        .map_err(|e| JournalError::Encode(e.to_string()))?;
+                    batch.insert(keyed_key(&o.tenant, &o.key), bytes);
+                    batch.insert(age_key(o.at_ms, &o.tenant, &o.key), &[][..]);
+                }
+                self.tree.apply_batch(batch)?;
             }
         }
-        for o in &keyed {
-            let bytes = bincode::serde::encode_to_vec(o, bincode::config::standard())
-                .map_err(|e| JournalError::Encode(e.to_string()))?;
-            batch.insert(keyed_key(&o.tenant, &o.key), bytes);
-            batch.insert(age_key(o.at_ms, &o.tenant, &o.key), &[][..]);
-        }
-        batch.insert(KEY_NEXT_SEQ, &end.to_be_bytes()[..]);
-        self.tree.apply_batch(batch)?;
-        // The numbers are taken once the batch is in the tree, even if the
-        // flush fails: the records may then still reach the disk and the
+        // The numbers are taken once the records are in the tree, even if
+        // the flush fails: they may then still reach the disk and the
         // region, and a later append must not reuse (and overwrite) them.
-        *next = end;
+        for (tenant, t) in totals {
+            st.totals.insert(tenant, t);
+        }
+        st.next = end;
+        // The flush runs without the lock. sled makes its log stable in
+        // order (a flush returns once everything written before it is on
+        // disk), so when it returns these records, and every one with a
+        // lower number, are durable.
+        drop(st);
         self.db.flush()?;
         Ok(first..end)
     }
 
-    /// `tenant`'s durable totals (zero when it has none).
-    pub fn totals(&self, tenant: &TenantId) -> Result<TenantTotals, JournalError> {
-        match self.tree.get(totals_key(tenant))? {
-            Some(b) => decode_totals(&b),
-            None => Ok(TenantTotals::default()),
+    /// Adds to `batch` the removal of the keys older than the window before
+    /// `now_ms` (only when `keyed` has outcomes to store: keys expire on
+    /// keyed writes).
+    fn expire_keys(
+        &self,
+        batch: &mut sled::Batch,
+        keyed: &[KeyedOutcome],
+        now_ms: u64,
+    ) -> Result<(), JournalError> {
+        if keyed.is_empty() {
+            return Ok(());
         }
+        let window = self.key_window_ms.load(Ordering::Relaxed);
+        let horizon = age_key(now_ms.saturating_sub(window), &TenantId(String::new()), "");
+        for kv in self.tree.range(vec![KEY_AGE_PREFIX]..horizon) {
+            let (k, _) = kv?;
+            if let Some(split) = k.get(9..).and_then(|r| r.iter().position(|b| *b == 0)) {
+                let at = decode_u64(&k, &k[1..9])?;
+                let tenant = TenantId(String::from_utf8_lossy(&k[9..9 + split]).into_owned());
+                let key = String::from_utf8_lossy(&k[10 + split..]).into_owned();
+                // Only the record this age entry was written with (a
+                // key recorded again later has a newer one).
+                let stored = self.keyed(&tenant, &key, 0)?;
+                if stored.is_some_and(|o| o.at_ms == at) {
+                    batch.remove(keyed_key(&tenant, &key));
+                }
+            }
+            batch.remove(k);
+        }
+        Ok(())
     }
 
-    /// Every tenant's durable totals.
+    /// `tenant`'s totals over every record appended (zero when it has none):
+    /// the stored part of the removed records plus the records still held,
+    /// so exactly what is on disk.
+    pub fn totals(&self, tenant: &TenantId) -> Result<TenantTotals, JournalError> {
+        Ok(self.state().totals.get(tenant).copied().unwrap_or_default())
+    }
+
+    /// Every tenant's totals.
     pub fn all_totals(&self) -> Result<BTreeMap<TenantId, TenantTotals>, JournalError> {
-        let mut out = BTreeMap::new();
-        for kv in self.tree.scan_prefix([TOTALS_PREFIX]) {
-            let (k, v) = kv?;
-            let name = String::from_utf8_lossy(&k[1..]).into_owned();
-            out.insert(TenantId(name), decode_totals(&v)?);
+        Ok(self.state().totals.clone())
+    }
+
+    /// Adds to `batch` the stored totals raised by `removed` (the totals of
+    /// records the same batch removes), so records move from held to
+    /// stored atomically. Called under `folding`.
+    fn fold_into(
+        &self,
+        batch: &mut sled::Batch,
+        removed: BTreeMap<TenantId, TenantTotals>,
+    ) -> Result<(), JournalError> {
+        for (tenant, r) in removed {
+            let stored = match self.tree.get(totals_key(&tenant))? {
+                Some(b) => decode_totals(&b)?,
+                None => TenantTotals::default(),
+            };
+            let t = stored.plus(&r).ok_or(JournalError::TotalsOverflow)?;
+            batch.insert(totals_key(&tenant), encode_totals(&t)?);
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Where the journal stands.
@@ -555,16 +708,28 @@ impl UsageJournal {
     /// Removes the records of an acknowledged batch (flushed before return).
     /// Returns how many were still held.
     pub fn ack(&self, batch: &JournalBatch) -> Result<usize, JournalError> {
+        let _folding = self.folding.lock().unwrap_or_else(|p| p.into_inner());
         let mut removed = 0;
         let mut b = sled::Batch::default();
+        let mut folded: BTreeMap<TenantId, TenantTotals> = BTreeMap::new();
         for r in &batch.records {
-            if self.tree.contains_key(record_key(r.seq))? {
+            let k = record_key(r.seq);
+            if let Some(v) = self.tree.get(k)? {
+                let held = decode_record(&k, &v)?;
+                folded.entry(held.tenant.clone()).or_default().add(&held)?;
+                b.remove(&k[..]);
                 removed += 1;
             }
-            b.remove(&record_key(r.seq)[..]);
         }
-        self.tree.apply_batch(b)?;
-        self.db.flush()?;
+        if removed > 0 {
+            self.fold_into(&mut b, folded)?;
+            // Above every number handed out, so a journal emptied by acks
+            // still knows where to go on.
+            let next = self.state().next;
+            b.insert(KEY_NEXT_SEQ, &next.to_be_bytes()[..]);
+            self.tree.apply_batch(b)?;
+            self.db.flush()?;
+        }
         self.acked_through
             .fetch_max(batch.last_seq(), Ordering::Relaxed);
         Ok(removed)
@@ -576,27 +741,33 @@ impl UsageJournal {
     /// journal would assign (the journal was lost or replaced), the journal
     /// jumps ahead so new records are not taken for duplicates.
     pub fn reconcile(&self, region_next_seq: u64) -> Result<Reconciled, JournalError> {
-        let mut next = self.next_seq.lock().unwrap_or_else(|p| p.into_inner());
+        let _folding = self.folding.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self.state();
         self.region_next_seq
             .store(region_next_seq, Ordering::Relaxed);
         let mut b = sled::Batch::default();
         let mut removed = 0;
+        let mut folded: BTreeMap<TenantId, TenantTotals> = BTreeMap::new();
         for kv in self
             .tree
             .range(record_key(0)..record_key(region_next_seq.max(1)))
         {
-            let (k, _) = kv?;
+            let (k, v) = kv?;
+            let held = decode_record(&k, &v)?;
+            folded.entry(held.tenant.clone()).or_default().add(&held)?;
             b.remove(k);
             removed += 1;
         }
-        let advanced = region_next_seq > *next;
-        if advanced {
-            b.insert(KEY_NEXT_SEQ, &region_next_seq.to_be_bytes()[..]);
+        let advanced = region_next_seq > st.next;
+        if removed > 0 || advanced {
+            self.fold_into(&mut b, folded)?;
+            let next = st.next.max(region_next_seq);
+            b.insert(KEY_NEXT_SEQ, &next.to_be_bytes()[..]);
+            self.tree.apply_batch(b)?;
+            self.db.flush()?;
         }
-        self.tree.apply_batch(b)?;
-        self.db.flush()?;
         if advanced {
-            *next = region_next_seq;
+            st.next = region_next_seq;
         }
         Ok(Reconciled { removed, advanced })
     }
@@ -774,6 +945,82 @@ mod tests {
         j.reconcile(5).unwrap();
         assert_eq!(j.status().region_next_seq, 5);
         assert_eq!(j.status().pending_records, 0);
+    }
+
+    #[test]
+    fn removals_fold_into_the_totals_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let acme = TenantId("acme".into());
+        let want = |n: u64, compute: u64| TenantTotals {
+            invocations: n,
+            compute_milli_gpu_ms: compute,
+            memory_mib_ms: 3 * compute,
+            records: n,
+        };
+        {
+            let j = UsageJournal::open(dir.path(), agent()).unwrap();
+            j.append((1..=4).map(rec).collect()).unwrap();
+            let b = j.batch_after(0, 2).unwrap().unwrap();
+            j.ack(&b).unwrap();
+            // A second ack of the same records, and a reconcile that finds
+            // them applied, move nothing again.
+            assert_eq!(j.ack(&b).unwrap(), 0);
+            assert_eq!(j.reconcile(3).unwrap().removed, 0);
+            assert_eq!(j.totals(&acme).unwrap(), want(4, 10));
+            // Stored on disk: exactly the removed records.
+            let stored = decode_totals(&j.tree.get(totals_key(&acme)).unwrap().unwrap()).unwrap();
+            assert_eq!(stored, want(2, 3));
+            // Reconcile removes the third (applied, ack lost).
+            assert_eq!(j.reconcile(4).unwrap().removed, 1);
+            assert_eq!(j.totals(&acme).unwrap(), want(4, 10));
+        }
+        let j = UsageJournal::open(dir.path(), agent()).unwrap();
+        assert_eq!(j.totals(&acme).unwrap(), want(4, 10));
+        assert_eq!(j.pending(), 1);
+        assert_eq!(j.next_seq(), 5);
+    }
+
+    #[test]
+    fn a_journal_of_the_first_layout_is_converted_on_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let acme = TenantId("acme".into());
+        // As the first layout left it: records 2 and 3 held, the totals
+        // counting all three records appended, no format key.
+        {
+            let db = sled::Config::new().path(dir.path()).open().unwrap();
+            let tree = db.open_tree(TREE).unwrap();
+            tree.insert(KEY_AGENT, agent().0.as_bytes()).unwrap();
+            tree.insert(KEY_NEXT_SEQ, &4u64.to_be_bytes()[..]).unwrap();
+            for seq in 2..=3 {
+                let mut r = rec(seq * 10);
+                r.seq = seq;
+                tree.insert(record_key(seq), encode_record(&r).unwrap())
+                    .unwrap();
+            }
+            let all = TenantTotals {
+                invocations: 3,
+                compute_milli_gpu_ms: 60,
+                memory_mib_ms: 180,
+                records: 3,
+            };
+            tree.insert(totals_key(&acme), encode_totals(&all).unwrap())
+                .unwrap();
+            db.flush().unwrap();
+        }
+        for _ in 0..2 {
+            let j = UsageJournal::open(dir.path(), agent()).unwrap();
+            assert_eq!(j.totals(&acme).unwrap().compute_milli_gpu_ms, 60);
+            assert_eq!(j.totals(&acme).unwrap().records, 3);
+            assert_eq!(j.next_seq(), 4);
+            assert_eq!(j.pending(), 2);
+        }
+        let j = UsageJournal::open(dir.path(), agent()).unwrap();
+        let b = j.batch_after(0, 10).unwrap().unwrap();
+        j.ack(&b).unwrap();
+        drop(j);
+        let j = UsageJournal::open(dir.path(), agent()).unwrap();
+        assert_eq!(j.totals(&acme).unwrap().compute_milli_gpu_ms, 60);
+        assert_eq!(j.next_seq(), 4);
     }
 
     #[test]
