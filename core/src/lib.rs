@@ -14,6 +14,7 @@
 //!                                           ◀── sim (trace-driven experiments)
 //! ```
 
+pub mod autoscale;
 pub mod bounds;
 pub mod command;
 pub mod config;
