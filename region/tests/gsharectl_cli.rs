@@ -81,11 +81,88 @@ fn sim_placement_writes_the_papers_columns() {
         lines[1].split_once(",fgd,").unwrap().1,
         lines[3].split_once(",06-FGD,").unwrap().1
     );
-    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+    // Where it wrote each file, by its full path.
+    for (what, path) in [("CSV", &csv), ("SVG plot", &svg), ("JSON summary", &json)] {
+        let abs = std::path::absolute(path).unwrap();
+        assert!(
+            stdout.contains(&format!("wrote {what}")) && stdout.contains(&*abs.to_string_lossy()),
+            "{what}: {stdout}"
+        );
+    }
+    // Progress goes to stderr on runs over a second (this one may be shorter).
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let secs: f64 = stdout
+        .lines()
+        .find_map(|l| {
+            l.split(" experiments in ")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap();
+    if secs > 1.5 {
+        assert!(stderr.contains("experiments done"), "{stderr}");
+    }
+    check_svg(&std::fs::read_to_string(&svg).unwrap(), 3);
     let j: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(j.as_array().unwrap().len(), 3);
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The plot: axis labels, a zoom of 85–130 %, one colour and dash pattern
+/// per policy, and a legend inside the picture.
+fn check_svg(svg: &str, policies: usize) {
+    assert!(svg.starts_with("<svg"), "{svg}");
+    assert!(svg.contains("arrived workload, % of the cluster's GPU capacity"));
+    assert!(svg.contains(">allocated GPU, %</text>"));
+    assert!(svg.contains("zoom: 85–130 %"));
+    let attr = |tag: &str, name: &str| -> Option<String> {
+        let start = tag.find(&format!(" {name}=\""))? + name.len() + 3;
+        Some(tag[start..].split('"').next()?.to_string())
+    };
+    let width: f64 = attr(svg.lines().next().unwrap(), "width")
+        .unwrap()
+        .parse()
+        .unwrap();
+    // Policy curves: full width strokes (the paper's are faded).
+    let styles: std::collections::BTreeSet<(String, String)> = svg
+        .lines()
+        .filter(|l| l.starts_with("<polyline") && l.contains("stroke-width=\"1.8\""))
+        .map(|l| {
+            (
+                attr(l, "stroke").unwrap(),
+                attr(l, "stroke-dasharray").unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(styles.len(), policies, "{styles:?}");
+    let dashes: std::collections::BTreeSet<&String> = styles.iter().map(|(_, d)| d).collect();
+    assert_eq!(
+        dashes.len(),
+        policies,
+        "lines told apart without colour too"
+    );
+    // Legend entries end inside the picture (about 7.2 px a character).
+    let legend: Vec<&str> = svg.lines().filter(|l| l.contains("unalloc.)")).collect();
+    assert_eq!(legend.len(), policies);
+    for l in legend {
+        let text_tag = &l[l.rfind("<text").unwrap()..];
+        let x: f64 = attr(text_tag, "x").unwrap().parse().unwrap();
+        let label = text_tag
+            .split('>')
+            .nth(1)
+            .unwrap()
+            .split('<')
+            .next()
+            .unwrap();
+        assert!(
+            x + label.chars().count() as f64 * 7.2 <= width,
+            "legend cut off: {label} at {x} in {width}"
+        );
+    }
 }
 
 #[test]

@@ -139,6 +139,15 @@ pub enum Applied {
         /// Its slices now.
         slices: Vec<Slice>,
     },
+    /// A tenant was deleted.
+    TenantDeleted {
+        /// The tenant.
+        tenant: TenantId,
+        /// Its functions, deleted with it (`force`).
+        functions: Vec<String>,
+        /// Their instances, released.
+        released: Vec<InstanceId>,
+    },
 }
 
 /// One instance placed by a [`Applied::FunctionCreated`].

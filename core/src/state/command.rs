@@ -5,7 +5,7 @@
 //! a token is carried as the SHA-256 digest the API layer computed.
 //!
 //! ```text
-//!   operator ─▶ TenantCreate/Update, TokenIssue/Revoke, QuotaSet, PriceListSet, TopologyLoad
+//!   operator ─▶ TenantCreate/Update/Delete, TokenIssue/Revoke, QuotaSet, PriceListSet, TopologyLoad
 //!   tenant   ─▶ FunctionDeploy/Update/Delete
 //!   leader   ─▶ InstancePlace (from plan()), InstanceRelease
 //!   agent    ─▶ AgentRegister, UsageBatch,
@@ -193,6 +193,16 @@ pub enum DomainCommand {
         /// The GPU of the slice to release.
         gpu: crate::model::GpuId,
     },
+    /// Deletes a tenant (operator): its tokens, quotas and, with `force`,
+    /// its functions (their instances released). Refused while it has
+    /// functions unless `force`. Its metered usage stays, readable by the
+    /// operator (`bill`), and the name is not given to a new tenant.
+    TenantDelete {
+        /// The tenant.
+        tenant: TenantId,
+        /// Delete its functions too.
+        force: bool,
+    },
 }
 
 impl DomainCommand {
@@ -218,6 +228,7 @@ impl DomainCommand {
             DomainCommand::AgentRegisterGpus { .. } => "agent_register_gpus",
             DomainCommand::InstanceSliceReserve { .. } => "instance_slice_reserve",
             DomainCommand::InstanceSliceRelease { .. } => "instance_slice_release",
+            DomainCommand::TenantDelete { .. } => "tenant_delete",
         }
     }
 

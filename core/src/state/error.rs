@@ -138,6 +138,14 @@ pub enum ApplyError {
     /// No topology has been loaded yet.
     #[error("no topology loaded")]
     NoTopology,
+    /// A tenant with functions cannot be deleted without `force`.
+    #[error("tenant {tenant} has {functions} function(s): delete them first, or delete the tenant with force")]
+    TenantHasFunctions {
+        /// The tenant.
+        tenant: TenantId,
+        /// How many functions it has.
+        functions: u32,
+    },
     /// The node was removed from the topology and is draining.
     #[error("node {node} is draining")]
     NodeDraining {
@@ -280,6 +288,7 @@ impl ApplyError {
             ApplyError::InvalidSpec { .. } => "invalid_spec",
             ApplyError::SliceMismatch { .. } => "slice_mismatch",
             ApplyError::NoTopology => "no_topology",
+            ApplyError::TenantHasFunctions { .. } => "tenant_has_functions",
             ApplyError::NodeDraining { .. } => "node_draining",
             ApplyError::GpuFull { .. } => "gpu_full",
             ApplyError::QuotaExceeded { .. } => "quota_exceeded",
@@ -317,6 +326,7 @@ impl ApplyError {
             | ApplyError::UnknownGpu { .. } => ErrorClass::NotFound,
             ApplyError::DuplicateName { .. }
             | ApplyError::NoTopology
+            | ApplyError::TenantHasFunctions { .. }
             | ApplyError::QuotaBelowHeld { .. }
             | ApplyError::NodeDraining { .. }
             | ApplyError::GpuMismatch { .. }

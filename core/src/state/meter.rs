@@ -71,6 +71,18 @@ impl Meter {
         }
     }
 
+    /// Whether the meter holds an entry for `tenant` (kept, possibly
+    /// empty, when the tenant is deleted).
+    pub fn has(&self, tenant: &TenantId) -> bool {
+        self.tenants.contains_key(tenant)
+    }
+
+    /// Keeps an entry for `tenant` (empty if it has no usage yet), so that
+    /// a deleted tenant's usage stays known and late records still apply.
+    pub(crate) fn keep(&mut self, tenant: &TenantId) {
+        self.tenants.entry(tenant.clone()).or_default();
+    }
+
     /// The tenant's lines of the hours that start in `[from_ms, to_ms)`.
     pub fn lines<'a>(
         &'a self,

@@ -278,8 +278,9 @@ impl RegionState {
     }
 
     /// `tenant`'s bill for the hours that start in `[from_ms, to_ms)`.
+    /// A deleted tenant's bill stays readable.
     pub fn bill(&self, tenant: &TenantId, from_ms: u64, to_ms: u64) -> Result<Bill, QueryError> {
-        if !self.data.tenants.contains_key(tenant) {
+        if !self.data.tenants.contains_key(tenant) && !self.data.meter.has(tenant) {
             return Err(QueryError::NotFound {
                 kind: ObjectKind::Tenant,
                 name: tenant.0.clone(),
@@ -415,6 +416,7 @@ impl RegionState {
             DomainCommand::InstanceSliceRelease { instance, gpu } => {
                 self.instance_slice_release(instance, gpu)
             }
+            DomainCommand::TenantDelete { tenant, force } => self.tenant_delete(tenant, force),
         }
     }
 
@@ -529,7 +531,9 @@ impl RegionState {
         }
         check_label("display_name", display_name.as_deref())?;
         check_quotas(&quotas)?;
-        if self.data.tenants.contains_key(&tenant) {
+        // A deleted tenant's usage is kept under its name: a new tenant of
+        // that name would see it.
+        if self.data.tenants.contains_key(&tenant) || self.data.meter.has(&tenant) {
             return Err(ApplyError::DuplicateName {
                 kind: ObjectKind::Tenant,
                 name: tenant.0,
@@ -938,6 +942,41 @@ impl RegionState {
             tenant,
             name,
             version,
+            released,
+        })
+    }
+
+    /// Deletes `tenant`: its tokens stop working at once; its functions
+    /// (only with `force`) go with their instances; its usage stays.
+    fn tenant_delete(&mut self, tenant: TenantId, force: bool) -> Result<Applied, ApplyError> {
+        self.known_tenant(&tenant)?;
+        let functions: Vec<String> = self
+            .functions_of(&tenant)
+            .map(|f| f.spec.name.clone())
+            .collect();
+        if !functions.is_empty() && !force {
+            return Err(ApplyError::TenantHasFunctions {
+                tenant,
+                functions: u32::try_from(functions.len()).unwrap_or(u32::MAX),
+            });
+        }
+        let mut released = Vec::new();
+        for name in &functions {
+            if let Ok(Applied::FunctionDeleted { released: r, .. }) =
+                self.function_delete(tenant.clone(), name.clone())
+            {
+                released.extend(r);
+            }
+        }
+        if let Some(rec) = self.data.tenants.remove(&tenant) {
+            for tok in rec.tokens.values() {
+                self.index.digests.remove(&tok.digest);
+            }
+        }
+        self.data.meter.keep(&tenant);
+        Ok(Applied::TenantDeleted {
+            tenant,
+            functions,
             released,
         })
     }
@@ -1411,7 +1450,10 @@ impl RegionState {
                 duplicates = duplicates.saturating_add(1);
                 continue;
             }
-            self.known_tenant(&r.tenant)?;
+            // A deleted tenant's late records still count (its meter entry is kept).
+            if !self.data.meter.has(&r.tenant) {
+                self.known_tenant(&r.tenant)?;
+            }
             if !is_valid_name(&r.function) {
                 return Err(ApplyError::InvalidUsage {
                     reason: format!("record {}: invalid function name {:?}", r.seq, r.function),

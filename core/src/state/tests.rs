@@ -97,6 +97,7 @@ memory_gib_hour = 12_500
 mod explained;
 mod keyed;
 mod remap;
+mod tenant_delete;
 
 const T0: u64 = 1_800_000_000_000;
 

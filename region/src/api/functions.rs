@@ -1,5 +1,6 @@
 //! `/v1/functions` (tenant): deploy (and place `min_instances`), list,
-//! show, delete. Names are per tenant; another tenant's function answers
+//! show, update (`PUT`), delete; the operator reads a tenant's under
+//! `/v1/tenants/{tenant}/functions`. Names are per tenant; another tenant's function answers
 //! 404 exactly like a name nobody uses.
 //!
 //! Placement is the scheduler's (`crate::scheduler`): a deploy is an
@@ -365,17 +366,56 @@ fn view(ctx: &HttpContext, tenant: &TenantId, name: &str) -> Result<FunctionView
 
 async fn list(req: HttpRequest, ctx: web::Data<HttpContext>) -> Result<HttpResponse, ApiError> {
     let tenant = auth::tenant(&req, &ctx).await?;
+    list_of(&ctx, &tenant)
+}
+
+/// `GET /v1/tenants/{tenant}/functions` (operator): what the tenant sees
+/// in `GET /v1/functions`.
+async fn list_for_operator(
+    req: HttpRequest,
+    ctx: web::Data<HttpContext>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    auth::operator(&req, &ctx).await?;
+    let tenant = known_tenant(&ctx, path.into_inner())?;
+    list_of(&ctx, &tenant)
+}
+
+/// `GET /v1/tenants/{tenant}/functions/{name}` (operator): what the tenant
+/// sees in `GET /v1/functions/{name}`.
+async fn show_for_operator(
+    req: HttpRequest,
+    ctx: web::Data<HttpContext>,
+    path: web::Path<(String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    auth::operator(&req, &ctx).await?;
+    let (tenant, name) = path.into_inner();
+    let tenant = known_tenant(&ctx, tenant)?;
+    show_of(&ctx, &tenant, &name).await
+}
+
+/// The tenant named in an operator's path (404 if there is none).
+fn known_tenant(ctx: &HttpContext, name: String) -> Result<TenantId, ApiError> {
+    let tenant = TenantId(name);
+    let st = ctx.replica.state.read();
+    if st.region.domain().tenant(&tenant).is_none() {
+        return Err(ApiError::from_apply(&ApplyError::UnknownTenant { tenant }));
+    }
+    Ok(tenant)
+}
+
+fn list_of(ctx: &HttpContext, tenant: &TenantId) -> Result<HttpResponse, ApiError> {
     let names: Vec<String> = {
         let st = ctx.replica.state.read();
         st.region
             .domain()
-            .functions_of(&tenant)
+            .functions_of(tenant)
             .map(|f| f.spec.name.clone())
             .collect()
     };
     let views = names
         .iter()
-        .map(|n| view(&ctx, &tenant, n))
+        .map(|n| view(ctx, tenant, n))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(HttpResponse::Ok().json(views))
 }
@@ -386,11 +426,118 @@ async fn show(
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let tenant = auth::tenant(&req, &ctx).await?;
-    let mut v = view(&ctx, &tenant, &path)?;
+    show_of(&ctx, &tenant, &path).await
+}
+
+async fn show_of(
+    ctx: &HttpContext,
+    tenant: &TenantId,
+    name: &str,
+) -> Result<HttpResponse, ApiError> {
+    let mut v = view(ctx, tenant, name)?;
     for i in &mut v.instances {
-        i.state = Some(instance_state(&ctx, i).await.to_string());
+        i.state = Some(instance_state(ctx, i).await.to_string());
     }
     Ok(HttpResponse::Ok().json(v))
+}
+
+/// The answer of `PUT /v1/functions/{name}`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct UpdateView {
+    /// The function's new version.
+    pub version: u64,
+    /// Instances the update released because it changed their shape
+    /// (runtime, memory, compute, tier or pool) or lowered `max_instances`.
+    pub released: Vec<InstanceId>,
+    /// The function after the update, with the instances placed for it
+    /// since (and, with `?wait=ready`, whether its agents took them).
+    pub function: FunctionView,
+}
+
+/// `PUT /v1/functions/{name}` under the request's idempotency key: a new
+/// spec through `FunctionUpdate`. An update that changes what an instance
+/// holds or runs releases the old instances in the same entry and the
+/// scheduler places new ones right after (the underplaced evaluation),
+/// so such an update is break-before-make: the function has no instance
+/// between the two. Other changes (deadline, instance counts, idle
+/// timeout, latency) keep the instances. `?wait=ready` answers once the
+/// new instances were pushed to their agents (at most `ready_timeout_ms`).
+async fn update(
+    req: HttpRequest,
+    ctx: web::Data<HttpContext>,
+    path: web::Path<String>,
+    query: web::Query<DeployQuery>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    let tenant = auth::tenant(&req, &ctx).await?;
+    let raw = read_body(&req, payload).await?;
+    let key = idempotency::write_key(&req, &ctx, &raw)?;
+    let body: FunctionBody = parse_json(&raw).map_err(|e| e.with_key(&key.key))?;
+    let name = path.into_inner();
+    if body.name != name {
+        return Err(ApiError::bad_request(format!(
+            "the body names function {:?}, the path {name:?}",
+            body.name
+        ))
+        .with_key(&key.key));
+    }
+    if query.dry_run {
+        return Err(ApiError::bad_request("dry_run is for deploys, not updates").with_key(&key.key));
+    }
+    let spec = body.into_spec(tenant.clone());
+    bounds::check_spec(&spec).map_err(|e| ApiError::from_bounds(e).with_key(&key.key))?;
+    let min = spec.min_instances;
+    let applied =
+        idempotency::propose_keyed(&ctx, &tenant, &key, DomainCommand::FunctionUpdate { spec })
+            .await?;
+    let Applied::FunctionUpdated {
+        version, released, ..
+    } = applied
+    else {
+        return Err(ApiError::internal(format!("unexpected {applied:?}")).with_key(&key.key));
+    };
+    // Place the replacements now rather than at the next underplaced tick;
+    // a refusal here leaves the function underplaced for the tick to retry.
+    if !released.is_empty() {
+        for _ in 0..min {
+            let eval = Evaluation::Underplaced {
+                tenant: tenant.clone(),
+                function: name.clone(),
+            };
+            match ctx.replica.scheduler.submit(eval).await {
+                Ok(EvalDone {
+                    applied: Some(_), ..
+                }) => ctx.api.placements.inc(),
+                _ => break,
+            }
+        }
+    }
+    let ms = query
+        .ready_timeout_ms
+        .unwrap_or(READY_TIMEOUT_MS.0)
+        .min(READY_TIMEOUT_MS.1);
+    let until = tokio::time::Instant::now() + Duration::from_millis(ms);
+    let mut function = view(&ctx, &tenant, &name)?;
+    if query.wait == Some(WaitFor::Ready) {
+        // This replica may apply the placements a moment after the leader.
+        while function.version < version || (function.instances.len() as u64) < u64::from(min) {
+            if tokio::time::Instant::now() >= until {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            function = view(&ctx, &tenant, &name)?;
+        }
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        let placed = (function.instances.len() as u64) >= u64::from(min);
+        function.ready = Some(placed && wait_ready(&ctx, &function, left).await);
+    }
+    Ok(HttpResponse::Ok()
+        .insert_header((idempotency::HEADER, key.key.as_str()))
+        .json(UpdateView {
+            version,
+            released,
+            function,
+        }))
 }
 
 /// The node of an instance (its first slice's).
@@ -492,5 +639,14 @@ pub(super) fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/v1/functions", web::post().to(deploy))
         .route("/v1/functions", web::get().to(list))
         .route("/v1/functions/{name}", web::get().to(show))
+        .route("/v1/functions/{name}", web::put().to(update))
+        .route(
+            "/v1/tenants/{tenant}/functions",
+            web::get().to(list_for_operator),
+        )
+        .route(
+            "/v1/tenants/{tenant}/functions/{name}",
+            web::get().to(show_for_operator),
+        )
         .route("/v1/functions/{name}", web::delete().to(delete));
 }

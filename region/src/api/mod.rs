@@ -2,13 +2,15 @@
 //!
 //! | route | who | file |
 //! |---|---|---|
-//! | `GET/POST /v1/tenants`, `PUT /v1/tenants/{t}` | operator | `tenants.rs` |
+//! | `GET/POST /v1/tenants`, `PUT/DELETE /v1/tenants/{t}` | operator | `tenants.rs` |
 //! | `POST /v1/tenants/{t}/tokens`, `DELETE /v1/tenants/{t}/tokens/{id}` | operator | `tokens.rs` |
 //! | `PUT /v1/tenants/{t}/quotas/{kind}` | operator | `quotas.rs` |
 //! | `GET /v1/prices` (any token), `PUT /v1/prices` | operator | `prices.rs` |
 //! | `POST /v1/topology/reload` | operator | `topology.rs` |
 //! | `GET /v1/cluster/view`, `GET /v1/cluster/state`, `GET /v1/cluster/agents` | operator | `cluster_view.rs` |
-//! | `POST/GET /v1/functions`, `GET/DELETE /v1/functions/{name}` | tenant | `functions.rs` |
+//! | `POST/GET /v1/functions`, `GET/PUT/DELETE /v1/functions/{name}` | tenant | `functions.rs` |
+//! | `GET /v1/tenants/{t}/functions[/{name}]`, `GET /v1/tenants/{t}/usage` | operator | `functions.rs`, `usage.rs` |
+//! | `GET /v1/cluster/nodes/{node}` | operator | `node_describe.rs` |
 //! | `POST /v1/agents`, `POST /v1/usage` | operator (agents) | `usage.rs` |
 //! | `GET /v1/usage`, `GET /v1/bill?from=&to=` | tenant | `usage.rs`, `bill.rs` |
 //!
@@ -26,6 +28,7 @@ pub mod error;
 pub mod functions;
 pub mod idempotency;
 pub mod metrics;
+mod node_describe;
 mod prices;
 mod quotas;
 mod tenants;
@@ -120,6 +123,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     prices::routes(cfg);
     topology::routes(cfg);
     cluster_view::routes(cfg);
+    node_describe::routes(cfg);
     functions::routes(cfg);
     usage::routes(cfg);
     bill::routes(cfg);

@@ -1,4 +1,4 @@
-//! `/v1/tenants` (operator): create, update, list.
+//! `/v1/tenants` (operator): create, update, list, delete.
 
 use std::collections::BTreeMap;
 
@@ -140,8 +140,39 @@ async fn list(req: HttpRequest, ctx: web::Data<HttpContext>) -> Result<HttpRespo
     Ok(HttpResponse::Ok().json(views))
 }
 
+/// The query of `DELETE /v1/tenants/{t}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeleteQuery {
+    /// Delete the tenant's functions too.
+    #[serde(default)]
+    force: bool,
+}
+
+/// `DELETE /v1/tenants/{t}[?force=true]`: refused (`409
+/// tenant_has_functions`) while the tenant has functions, unless `force`.
+/// Its usage and bills stay readable by the operator.
+async fn delete(
+    req: HttpRequest,
+    ctx: web::Data<HttpContext>,
+    path: web::Path<String>,
+    q: web::Query<DeleteQuery>,
+) -> Result<HttpResponse, ApiError> {
+    auth::operator(&req, &ctx).await?;
+    let applied = propose(
+        &ctx,
+        DomainCommand::TenantDelete {
+            tenant: TenantId(path.into_inner()),
+            force: q.force,
+        },
+    )
+    .await?;
+    Ok(HttpResponse::Ok().json(applied))
+}
+
 pub(super) fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/v1/tenants", web::post().to(create))
+        .route("/v1/tenants/{tenant}", web::delete().to(delete))
         .route("/v1/tenants", web::get().to(list))
         .route("/v1/tenants/{tenant}", web::put().to(update));
 }

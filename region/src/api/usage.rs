@@ -124,12 +124,28 @@ async fn usage(
     q: web::Query<Period>,
 ) -> Result<HttpResponse, ApiError> {
     let tenant = auth::tenant(&req, &ctx).await?;
+    usage_of(&ctx, &tenant, &q)
+}
+
+/// `GET /v1/tenants/{tenant}/usage` (operator): a tenant's usage, also
+/// after the tenant was deleted.
+async fn usage_for_operator(
+    req: HttpRequest,
+    ctx: web::Data<HttpContext>,
+    path: web::Path<String>,
+    q: web::Query<Period>,
+) -> Result<HttpResponse, ApiError> {
+    auth::operator(&req, &ctx).await?;
+    usage_of(&ctx, &TenantId(path.into_inner()), &q)
+}
+
+fn usage_of(ctx: &HttpContext, tenant: &TenantId, q: &Period) -> Result<HttpResponse, ApiError> {
     let st = ctx.replica.state.read();
     let lines: Vec<_> = st
         .region
         .domain()
         .meter()
-        .lines(&tenant, q.from, q.to.unwrap_or(u64::MAX))
+        .lines(tenant, q.from, q.to.unwrap_or(u64::MAX))
         .cloned()
         .collect();
     Ok(HttpResponse::Ok().json(lines))
@@ -138,5 +154,9 @@ async fn usage(
 pub(super) fn routes(cfg: &mut web::ServiceConfig) {
     cfg.route("/v1/agents", web::post().to(register))
         .route("/v1/usage", web::post().to(apply_batch))
-        .route("/v1/usage", web::get().to(usage));
+        .route("/v1/usage", web::get().to(usage))
+        .route(
+            "/v1/tenants/{tenant}/usage",
+            web::get().to(usage_for_operator),
+        );
 }

@@ -11,7 +11,7 @@ use gshare_region::cli;
     name = "gsharectl",
     version,
     about = "gshare's command-line tool: start a local region (up), operate a region \
-             (certificates, membership, tenants, tokens, quotas, prices, functions, usage, bills) \
+             (certificates, membership, nodes, tenants, tokens, quotas, prices, functions, usage, bills) \
              and run the trace-driven simulators",
     after_help = "Region commands take --region <url> and --token <t> (or GSHARE_REGION, GSHARE_TOKEN).\n\
                   Examples:\n  \
@@ -39,8 +39,10 @@ enum Command {
     Quota(cli::quota::Args),
     /// The price list.
     Price(cli::price::Args),
-    /// Functions (tenant): deploy, list, remove.
+    /// Functions (tenant): deploy, update, invoke, list, describe, remove.
     Function(cli::function::Args),
+    /// Nodes (operator): describe.
+    Node(cli::node::Args),
     /// Metered usage (tenant).
     Usage(cli::usage::Args),
     /// Bills (tenant; operator with --tenant).
@@ -130,6 +132,7 @@ fn main() {
         Command::Quota(a) => cli::quota::run(a),
         Command::Price(a) => cli::price::run(a),
         Command::Function(a) => cli::function::run(a),
+        Command::Node(a) => cli::node::run(a),
         Command::Usage(a) => cli::usage::run(a),
         Command::Bill(a) => cli::bill::run(a),
         Command::Sim(SimCommand::Placement(a)) => cli::sim_placement::run(a),

@@ -1,6 +1,7 @@
 //! `gsharectl bill [--tenant t] --from ms --to ms`: a tenant's own bill,
-//! or (operator, `--tenant`) any tenant's. Amounts are integers in the
-//! price list's smallest unit.
+//! or (operator, `--tenant`) any tenant's, also a deleted tenant's.
+//! Amounts are shown in currency units (`--json`: integers in the price
+//! list's smallest unit).
 
 use serde_json::Value;
 
@@ -33,20 +34,31 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         path.push_str(&format!("&to={to}"));
     }
     let v = a.region.call("GET", &path, None)?;
-    a.region.show(&v, table);
+    let currency = if a.region.json {
+        None
+    } else {
+        a.region.currency()
+    };
+    a.region.show(&v, |v| table(v, currency));
     Ok(())
 }
 
-fn table(v: &Value) -> Vec<Vec<String>> {
+/// The bill's lines; amounts in currency units when the price list's
+/// currency is known (`currency`), else in the bill's unit.
+fn table(v: &Value, currency: Option<(String, u64)>) -> Vec<Vec<String>> {
     let unit = cell(&v["unit"]);
+    let amount = |x: &Value| match (&currency, x.as_u64()) {
+        (Some((c, per)), Some(n)) => super::human::money(n, *per, c),
+        _ => format!("{} {unit}", cell(x)),
+    };
     let mut rows = vec![vec![
         "GPU MODEL".to_string(),
         "POOL KIND".into(),
         "TIER".into(),
         "EPOCH".into(),
         "INVOCATIONS".into(),
-        format!("COMPUTE ({unit})"),
-        format!("MEMORY ({unit})"),
+        "COMPUTE".into(),
+        "MEMORY".into(),
     ]];
     for l in v["lines"].as_array().into_iter().flatten() {
         rows.push(vec![
@@ -55,14 +67,14 @@ fn table(v: &Value) -> Vec<Vec<String>> {
             cell(&l["tier"]),
             cell(&l["price_epoch"]),
             cell(&l["usage"]["invocations"]),
-            cell(&l["charge"]["compute"]),
-            cell(&l["charge"]["memory"]),
+            amount(&l["charge"]["compute"]),
+            amount(&l["charge"]["memory"]),
         ]);
     }
     rows.push(vec![format!(
-        "tenant {}: total {} {unit}",
+        "tenant {}: total {}",
         cell(&v["tenant"]),
-        cell(&v["total"])
+        amount(&v["total"])
     )]);
     rows
 }

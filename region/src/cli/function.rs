@@ -1,5 +1,12 @@
-//! `gsharectl function deploy -f fn.toml [--no-wait] [--dry-run] | ls |
-//! describe <name> | rm <name>` (tenant).
+//! `gsharectl function deploy -f fn.toml [--no-wait] [--dry-run] |
+//! update -f fn.toml [--no-wait] | invoke <name> --tenant t [--data d] |
+//! ls | describe <name> | rm <name>` (tenant; the operator reads a
+//! tenant's with `ls --tenant t` and `describe <name> --tenant t`).
+//!
+//! `update` sends a new spec (`PUT /v1/functions/{name}`). A change of
+//! runtime, memory, compute, tier or pool releases the instances and the
+//! scheduler places new ones at once: break-before-make (the function has
+//! no instance for the moment between); other changes keep the instances.
 //!
 //! `deploy` waits until the hosting agents have taken the new instances
 //! (`POST /v1/functions?wait=ready`), so the function answers invocations
@@ -44,12 +51,46 @@ enum FunctionCommand {
         #[arg(long, conflicts_with = "no_wait")]
         dry_run: bool,
     },
-    /// List your functions and their instances.
-    Ls,
+    /// Replace a deployed function's spec with a function file's (same
+    /// name). A new runtime, memory, compute, tier or pool replaces the
+    /// instances; other changes keep them.
+    Update {
+        /// The function file (TOML).
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+        /// Return once the update is committed, without waiting for the
+        /// hosting agents to take the new instances.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Invoke a function through the region (prints its answer's body).
+    Invoke {
+        /// Its name.
+        name: String,
+        /// The owner (default: `$GSHARE_TENANT`).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// The request body (default: empty).
+        #[arg(long, default_value = "")]
+        data: String,
+        /// The request's deadline, ms (`X-Gshare-Deadline-Ms`); a first
+        /// request may wait for a cold start.
+        #[arg(long, default_value_t = 30_000)]
+        deadline_ms: u64,
+    },
+    /// List your functions and their instances (operator: `--tenant`).
+    Ls {
+        /// Another tenant's functions (operator token).
+        #[arg(long)]
+        tenant: Option<String>,
+    },
     /// Show one function: each instance's node, slices and state.
     Describe {
         /// Its name.
         name: String,
+        /// Another tenant's function (operator token).
+        #[arg(long)]
+        tenant: Option<String>,
     },
     /// Delete a function (releases its instances).
     Rm {
@@ -133,12 +174,36 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 }
             }
         }
-        FunctionCommand::Describe { name } => {
-            let v = r.call("GET", &format!("/v1/functions/{name}"), None)?;
+        FunctionCommand::Update { file, no_wait } => {
+            let fb = load(&file)?;
+            let path = format!(
+                "/v1/functions/{}{}",
+                fb.name,
+                if no_wait { "" } else { "?wait=ready" }
+            );
+            let body = serde_json::to_value(fb)?;
+            let v = r.call("PUT", &path, Some(&body))?;
+            r.show(&v, update_table);
+            if v["function"]["ready"] == Value::Bool(false) {
+                anyhow::bail!(
+                    "updated, but not every new instance was placed and taken by its agent in \
+                     time (see `gsharectl function describe {}`)",
+                    cell(&v["function"]["spec"]["name"])
+                );
+            }
+        }
+        FunctionCommand::Invoke {
+            name,
+            tenant,
+            data,
+            deadline_ms,
+        } => invoke(r, &name, tenant, data.as_bytes(), deadline_ms)?,
+        FunctionCommand::Describe { name, tenant } => {
+            let v = r.call("GET", &format!("{}/{name}", base(tenant.as_deref())), None)?;
             r.show(&v, describe_table);
         }
-        FunctionCommand::Ls => {
-            let v = r.call("GET", "/v1/functions", None)?;
+        FunctionCommand::Ls { tenant } => {
+            let v = r.call("GET", &base(tenant.as_deref()), None)?;
             r.show(&v, |v| table(v.as_array().map_or(&[][..], Vec::as_slice)));
         }
         FunctionCommand::Rm { name } => {
@@ -147,6 +212,95 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The functions of the caller, or (operator) of `tenant`.
+fn base(tenant: Option<&str>) -> String {
+    match tenant {
+        Some(t) => format!("/v1/tenants/{t}/functions"),
+        None => "/v1/functions".into(),
+    }
+}
+
+/// `POST /v1/invoke/{tenant}/{name}` through the replica; the answer's
+/// body goes to stdout as it came. Retried only under one idempotency
+/// key, so a retry never runs the function twice.
+fn invoke(
+    r: &RegionArgs,
+    name: &str,
+    tenant: Option<String>,
+    data: &[u8],
+    deadline_ms: u64,
+) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let tenant = tenant
+        .or_else(|| std::env::var("GSHARE_TENANT").ok())
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| anyhow::anyhow!("give --tenant or set GSHARE_TENANT"))?;
+    let key = format!(
+        "cli-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    );
+    let deadline = deadline_ms.to_string();
+    let headers = [
+        ("X-Gshare-Deadline-Ms", deadline.as_str()),
+        ("Idempotency-Key", key.as_str()),
+        ("Content-Type", "application/octet-stream"),
+    ];
+    let path = format!("/v1/invoke/{tenant}/{name}");
+    let mut attempt = 0;
+    let a = loop {
+        let a = r.send_raw("POST", &path, &headers, data)?;
+        attempt += 1;
+        if a.status == 503 && attempt < 10 {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            continue;
+        }
+        break a;
+    };
+    if !(200..300).contains(&a.status) {
+        let v: Value = serde_json::from_slice(&a.body).unwrap_or_default();
+        anyhow::bail!(
+            "{} {}: {} (idempotency key {key})",
+            a.status,
+            v["error"]["code"].as_str().unwrap_or("error"),
+            v["error"]["message"].as_str().map_or_else(
+                || String::from_utf8_lossy(&a.body).into_owned(),
+                str::to_string
+            )
+        );
+    }
+    let mut out = std::io::stdout();
+    out.write_all(&a.body)?;
+    if !a.body.ends_with(b"\n") {
+        out.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
+/// An update: the new version, what it released, the function now.
+fn update_table(v: &Value) -> Vec<Vec<String>> {
+    let mut rows = describe_table(&v["function"]);
+    let released: Vec<String> = v["released"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .map(cell)
+        .collect();
+    rows.push(Vec::new());
+    rows.push(vec![format!(
+        "version {}; instances replaced: {}",
+        cell(&v["version"]),
+        if released.is_empty() {
+            "none".into()
+        } else {
+            released.join(", ")
+        }
+    )]);
+    rows
 }
 
 /// The rejection of a dry run in one line.

@@ -56,26 +56,38 @@ fn check(file: &str, text: &str) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("{e}"))
 }
 
+/// Prices in currency units; the tier discounts in percent.
 fn table(v: &Value) -> Vec<Vec<String>> {
-    let unit = cell(&v["unit"]);
+    let currency = cell(&v["currency"]);
+    let per = v["units_per_currency"].as_u64().unwrap_or(0);
+    let amount = |x: &Value| {
+        x.as_u64()
+            .map_or_else(|| cell(x), |n| super::human::money(n, per, &currency))
+    };
     let mut rows = vec![vec![
         "GPU MODEL".to_string(),
         "POOL KIND".into(),
-        format!("GPU-HOUR ({unit})"),
-        format!("MEMORY GiB-HOUR ({unit})"),
+        "PER GPU-HOUR".into(),
+        "PER GiB-HOUR OF MEMORY".into(),
     ]];
     for p in v["prices"].as_array().into_iter().flatten() {
         rows.push(vec![
             cell(&p["gpu_model"]),
             cell(&p["pool_kind"]),
-            cell(&p["gpu_hour"]),
-            cell(&p["memory_gib_hour"]),
+            amount(&p["gpu_hour"]),
+            amount(&p["memory_gib_hour"]),
         ]);
     }
-    rows.push(vec![format!(
-        "tier discounts (bp, exclusive/guaranteed/burstable/oversubscribed): {}",
-        v["discounts_bp"]
-    )]);
+    let discounts: Vec<String> = ["exclusive", "guaranteed", "burstable", "oversubscribed"]
+        .iter()
+        .zip(v["discounts_bp"].as_array().into_iter().flatten())
+        .map(|(tier, bp)| {
+            let bp = bp.as_u64().unwrap_or(0);
+            format!("{tier} {}.{:02} %", bp / 100, bp % 100)
+        })
+        .collect();
+    rows.push(Vec::new());
+    rows.push(vec![format!("tier discounts: {}", discounts.join(", "))]);
     rows
 }
 

@@ -94,6 +94,41 @@ impl RegionArgs {
         }
     }
 
+    /// Sends one request with `headers` and a raw `body` and returns the
+    /// answer as it came (any status), for `function invoke`. Not retried:
+    /// the caller passes an `Idempotency-Key` when it retries.
+    pub fn send_raw(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> anyhow::Result<crate::http_client::HttpAnswer> {
+        let target = self.target()?;
+        let auth = format!("Bearer {}", self.token()?);
+        let mut all = vec![("Authorization", auth.as_str())];
+        all.extend_from_slice(headers);
+        Ok(crate::http_client::send(
+            &target,
+            method,
+            path,
+            &all,
+            body,
+            TIMEOUT,
+            crate::http_client::MAX_REPLY_BYTES,
+        )?)
+    }
+
+    /// The price list's currency and how many units make one, for showing
+    /// money (`None` when the region has no price list or refuses).
+    pub fn currency(&self) -> Option<(String, u64)> {
+        let v = self.call("GET", "/v1/prices", None).ok()?;
+        Some((
+            v["currency"].as_str()?.to_string(),
+            v["units_per_currency"].as_u64()?,
+        ))
+    }
+
     /// Prints `v` as JSON with `--json`, else as `table(v)`.
     pub fn show(&self, v: &Value, table: impl FnOnce(&Value) -> Vec<Vec<String>>) {
         if self.json {
@@ -104,12 +139,15 @@ impl RegionArgs {
     }
 }
 
-/// Prints rows as left-aligned columns (first row: the header).
+/// Prints rows as left-aligned columns (first row: the header). A row of
+/// one cell in a table of several columns (a footer such as a total) is
+/// printed as it is and does not widen the first column.
 pub fn print_table(rows: &[Vec<String>]) {
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
         .map(|c| {
             rows.iter()
+                .filter(|r| cols == 1 || r.len() > 1)
                 .filter_map(|r| r.get(c))
                 .map(|s| s.chars().count())
                 .max()
@@ -120,7 +158,13 @@ pub fn print_table(rows: &[Vec<String>]) {
         let line: Vec<String> = r
             .iter()
             .enumerate()
-            .map(|(i, s)| format!("{s:<w$}", w = widths[i]))
+            .map(|(i, s)| {
+                if r.len() == 1 {
+                    s.clone()
+                } else {
+                    format!("{s:<w$}", w = widths[i])
+                }
+            })
             .collect();
         println!("{}", line.join("  ").trim_end());
     }
@@ -150,7 +194,13 @@ pub fn key_values(v: &Value) -> Vec<Vec<String>> {
         }
         Value::Object(m) => m
             .iter()
-            .map(|(k, v)| vec![format!("{k}:"), cell(v)])
+            .map(|(k, v)| {
+                let text = match v.as_u64() {
+                    Some(ms) if super::human::is_time_key(k) => super::human::utc(ms),
+                    _ => cell(v),
+                };
+                vec![format!("{k}:"), text]
+            })
             .collect(),
         other => vec![vec![cell(other)]],
     }

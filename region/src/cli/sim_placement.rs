@@ -178,26 +178,38 @@ pub fn run_all(
     // Costly policies first, so that the tail is short.
     jobs.sort_by_key(|(_, p, _)| !p.to_ascii_lowercase().contains("fgd") && !p.contains("gshare"));
     let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
     let out: Mutex<Vec<(usize, Row)>> = Mutex::new(Vec::with_capacity(jobs.len()));
     let err: Mutex<Option<anyhow::Error>> = Mutex::new(None);
+    let (next_ref, done_ref, out_ref, err_ref) = (&next, &done, &out, &err);
+    let (jobs_ref, frags_ref) = (&jobs, &frags);
     std::thread::scope(|scope| {
-        for _ in 0..threads.max(1) {
-            scope.spawn(|| loop {
-                let k = next.fetch_add(1, Ordering::Relaxed);
-                let Some((w, p, s)) = jobs.get(k) else { break };
-                match run_experiment(&workloads[*w], &frags[*w], p, *s, tune) {
-                    Ok(result) => out.lock().unwrap_or_else(|e| e.into_inner()).push((
-                        k,
-                        Row {
-                            workload: workloads[*w].name.clone(),
-                            policy_label: p.clone(),
-                            result,
-                        },
-                    )),
-                    Err(e) => *err.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.into()),
-                }
-            });
-        }
+        let workers: Vec<_> = (0..threads.max(1))
+            .map(|_| {
+                let (next, done, out, err) = (next_ref, done_ref, out_ref, err_ref);
+                let (jobs, frags) = (jobs_ref, frags_ref);
+                scope.spawn(move || loop {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    let Some((w, p, s)) = jobs.get(k) else { break };
+                    let r = run_experiment(&workloads[*w], &frags[*w], p, *s, tune);
+                    done.fetch_add(1, Ordering::Relaxed);
+                    match r {
+                        Ok(result) => out.lock().unwrap_or_else(|e| e.into_inner()).push((
+                            k,
+                            Row {
+                                workload: workloads[*w].name.clone(),
+                                policy_label: p.clone(),
+                                result,
+                            },
+                        )),
+                        Err(e) => *err.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.into()),
+                    }
+                })
+            })
+            .collect();
+        progress(&done, jobs.len(), || {
+            workers.iter().all(|w| w.is_finished())
+        });
     });
     if let Some(e) = err.into_inner().unwrap_or_else(|e| e.into_inner()) {
         return Err(e);
@@ -217,6 +229,40 @@ pub fn run_all(
             .then(a.0.cmp(&b.0))
     });
     Ok(rows.into_iter().map(|(_, r)| r).collect())
+}
+
+/// Shows `done` of `total` experiments on stderr once a second, from the
+/// first second on (a shorter run prints nothing), until `finished()`.
+/// On a terminal the line is redrawn in place; elsewhere one line a second.
+fn progress(done: &AtomicUsize, total: usize, finished: impl Fn() -> bool) {
+    use std::io::{IsTerminal as _, Write as _};
+    let start = Instant::now();
+    let tty = std::io::stderr().is_terminal();
+    let mut shown = false;
+    let mut next = std::time::Duration::from_secs(1);
+    while !finished() {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        if start.elapsed() < next || finished() {
+            continue;
+        }
+        next += std::time::Duration::from_secs(1);
+        let n = done.load(Ordering::Relaxed);
+        let line = format!(
+            "sim placement: {n}/{total} experiments done ({:.0} %), {:.0} s",
+            n as f64 * 100.0 / total.max(1) as f64,
+            start.elapsed().as_secs_f64()
+        );
+        let mut e = std::io::stderr().lock();
+        let _ = if tty {
+            write!(e, "\r{line}")
+        } else {
+            writeln!(e, "{line}")
+        };
+        shown = true;
+    }
+    if shown && tty {
+        let _ = writeln!(std::io::stderr());
+    }
 }
 
 /// Summary of one workload × policy over its seeds.
@@ -338,8 +384,78 @@ const COLORS: [&str; 8] = [
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
 ];
 
-/// Hand-written SVG: one panel per workload, mean allocated GPU % vs arrived
-/// % per policy (solid), the paper's mean (dashed) where known.
+/// A dash pattern per policy besides its colour, so that lines stay apart
+/// where they overlap and in grey print.
+const DASHES: [&str; 8] = [
+    "",
+    "7 3",
+    "2 2",
+    "9 3 2 3",
+    "4 4",
+    "12 4",
+    "1 3",
+    "6 2 1 2 1 2",
+];
+
+/// The zoomed range of arrived workload, % (where the policies differ).
+const ZOOM: (f64, f64) = (85.0, 130.0);
+
+/// One plot panel: data ranges and where it sits.
+struct Panel {
+    /// Arrived %, first and last shown.
+    x0: f64,
+    x1: f64,
+    /// Allocated %, lowest and highest shown.
+    y0: f64,
+    y1: f64,
+    /// Top-left corner of the plot area, px.
+    left: f64,
+    top: f64,
+}
+
+const PLOT_W: f64 = 520.0;
+const PLOT_H: f64 = 260.0;
+
+impl Panel {
+    fn x(&self, a: f64) -> f64 {
+        self.left + (a - self.x0) / (self.x1 - self.x0) * PLOT_W
+    }
+    fn y(&self, v: f64) -> f64 {
+        self.top + PLOT_H - (v - self.y0) / (self.y1 - self.y0) * PLOT_H
+    }
+}
+
+/// The lowest allocated % any curve reaches within `x0..=x1`, rounded
+/// down to a multiple of 5 (so the zoom shows every curve).
+fn zoom_floor(curves: &[&[f64]], x0: f64, x1: f64) -> f64 {
+    let lo = curves
+        .iter()
+        .flat_map(|c| {
+            c.iter()
+                .enumerate()
+                .filter(|(i, _)| (*i as f64) >= x0 && (*i as f64) <= x1)
+                .map(|(_, v)| *v)
+        })
+        .fold(f64::INFINITY, f64::min);
+    if lo.is_finite() {
+        ((lo / 5.0).floor() * 5.0).clamp(0.0, 95.0)
+    } else {
+        0.0
+    }
+}
+
+/// Escapes text for SVG.
+fn esc(t: &str) -> String {
+    t.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// Hand-written SVG: per workload, the mean allocated GPU % vs arrived %
+/// per policy over 0–130 %, then a zoom of 85–130 % where the policies
+/// part; the paper's mean curves thin and faded where known. Axes are
+/// labelled; each policy has its own colour and dash pattern; the legend
+/// is sized to its longest label.
 pub fn render_svg(summaries: &[Summary]) -> String {
     let mut workloads: Vec<&str> = Vec::new();
     for x in summaries {
@@ -347,47 +463,136 @@ pub fn render_svg(summaries: &[Summary]) -> String {
             workloads.push(&x.workload);
         }
     }
-    let (w, h, ml, mt, pw, ph) = (760.0, 380.0, 60.0, 40.0, 520.0, 280.0);
-    let total_h = h * workloads.len() as f64;
+    let (ml, title_h, gap) = (70.0, 34.0, 70.0);
+    let legend_x = ml + PLOT_W + 20.0;
+    let longest = summaries
+        .iter()
+        .map(|x| x.policy_label.chars().count() + 18)
+        .max()
+        .unwrap_or(10);
+    let w = legend_x + 44.0 + longest as f64 * 7.2 + 12.0;
+    let block_h = title_h + 2.0 * (PLOT_H + gap);
+    let total_h = block_h * workloads.len() as f64;
     let mut s = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{total_h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w:.0}\" height=\"{total_h:.0}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
     );
     for (wi, wl) in workloads.iter().enumerate() {
-        let oy = wi as f64 * h;
-        let x = |a: f64| ml + a / 130.0 * pw;
-        let y = |v: f64| oy + mt + ph - v / 100.0 * ph;
-        let _ = writeln!(s, "<text x=\"{ml}\" y=\"{}\" font-size=\"14\">{wl}: allocated GPU % vs arrived workload % (dashed: paper)</text>", oy + 24.0);
-        let _ = writeln!(s, "<rect x=\"{ml}\" y=\"{}\" width=\"{pw}\" height=\"{ph}\" fill=\"none\" stroke=\"#333\"/>", oy + mt);
-        for t in (0..=130).step_by(10) {
-            let _ = writeln!(s, "<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"#eee\"/><text x=\"{0}\" y=\"{3}\" text-anchor=\"middle\">{t}</text>", x(t as f64), oy + mt, oy + mt + ph, oy + mt + ph + 16.0);
+        let oy = wi as f64 * block_h;
+        let mine: Vec<&Summary> = summaries.iter().filter(|x| x.workload == *wl).collect();
+        let _ = writeln!(
+            s,
+            "<text x=\"{ml}\" y=\"{}\" font-size=\"14\">{}: allocated GPU % vs arrived workload % (faded: the paper's mean)</text>",
+            oy + 22.0,
+            esc(wl)
+        );
+        let curves: Vec<&[f64]> = mine
+            .iter()
+            .flat_map(|x| std::iter::once(x.mean_curve.as_slice()).chain(x.paper.as_deref()))
+            .collect();
+        let full = Panel {
+            x0: 0.0,
+            x1: 130.0,
+            y0: 0.0,
+            y1: 100.0,
+            left: ml,
+            top: oy + title_h,
+        };
+        let zoom = Panel {
+            x0: ZOOM.0,
+            x1: ZOOM.1,
+            y0: zoom_floor(&curves, ZOOM.0, ZOOM.1),
+            y1: 100.0,
+            left: ml,
+            top: oy + title_h + PLOT_H + gap,
+        };
+        for (panel, name, xstep, ystep) in [
+            (&full, "0–130 %", 10usize, 20usize),
+            (&zoom, "zoom: 85–130 %", 5, 5),
+        ] {
+            draw_panel(&mut s, panel, name, xstep, ystep, &mine);
         }
-        for v in (0..=100).step_by(20) {
-            let _ = writeln!(s, "<line x1=\"{ml}\" y1=\"{0}\" x2=\"{1}\" y2=\"{0}\" stroke=\"#eee\"/><text x=\"{2}\" y=\"{3}\" text-anchor=\"end\">{v}</text>", y(v as f64), ml + pw, ml - 6.0, y(v as f64) + 4.0);
-        }
-        for (pi, sm) in summaries.iter().filter(|x| x.workload == *wl).enumerate() {
+        for (pi, sm) in mine.iter().enumerate() {
             let c = COLORS[pi % COLORS.len()];
-            let pts = |curve: &[f64]| {
-                curve
-                    .iter()
-                    .enumerate()
-                    .map(|(i, v)| format!("{:.1},{:.1}", x(i as f64), y(*v)))
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            };
+            let d = DASHES[pi % DASHES.len()];
+            let ly = oy + title_h + 14.0 + pi as f64 * 20.0;
             let _ = writeln!(
                 s,
-                "<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"1.5\" points=\"{}\"/>",
-                pts(&sm.mean_curve)
+                "<line x1=\"{0}\" y1=\"{ly}\" x2=\"{1}\" y2=\"{ly}\" stroke=\"{c}\" stroke-width=\"2.5\" stroke-dasharray=\"{d}\"/><text x=\"{2}\" y=\"{3}\">{4} ({5:.2} % unalloc.)</text>",
+                legend_x,
+                legend_x + 36.0,
+                legend_x + 44.0,
+                ly + 4.0,
+                esc(&sm.policy_label),
+                sm.unallocated_100
             );
-            if let Some(p) = &sm.paper {
-                let _ = writeln!(s, "<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"1\" stroke-dasharray=\"4 3\" points=\"{}\"/>", pts(p));
-            }
-            let ly = oy + mt + 14.0 + pi as f64 * 18.0;
-            let _ = writeln!(s, "<line x1=\"{0}\" y1=\"{ly}\" x2=\"{1}\" y2=\"{ly}\" stroke=\"{c}\" stroke-width=\"3\"/><text x=\"{2}\" y=\"{3}\">{4} ({5:.2}% unalloc.)</text>", ml + pw + 12.0, ml + pw + 32.0, ml + pw + 38.0, ly + 4.0, sm.policy_label, sm.unallocated_100);
         }
     }
     s.push_str("</svg>\n");
     s
+}
+
+/// One panel: frame, grid with tick labels, axis labels, the curves.
+fn draw_panel(
+    s: &mut String,
+    p: &Panel,
+    name: &str,
+    xstep: usize,
+    ystep: usize,
+    mine: &[&Summary],
+) {
+    let (top, bottom, right) = (p.top, p.top + PLOT_H, p.left + PLOT_W);
+    let _ = writeln!(
+        s,
+        "<rect x=\"{}\" y=\"{top}\" width=\"{PLOT_W}\" height=\"{PLOT_H}\" fill=\"none\" stroke=\"#333\"/><text x=\"{right}\" y=\"{}\" text-anchor=\"end\" fill=\"#555\">{name}</text>",
+        p.left,
+        top - 6.0
+    );
+    for t in (p.x0 as usize..=p.x1 as usize).step_by(xstep) {
+        let x = p.x(t as f64);
+        let _ = writeln!(s, "<line x1=\"{x:.1}\" y1=\"{top}\" x2=\"{x:.1}\" y2=\"{bottom}\" stroke=\"#eee\"/><text x=\"{x:.1}\" y=\"{}\" text-anchor=\"middle\">{t}</text>", bottom + 16.0);
+    }
+    for v in (p.y0 as usize..=p.y1 as usize).step_by(ystep) {
+        let y = p.y(v as f64);
+        let _ = writeln!(s, "<line x1=\"{}\" y1=\"{y:.1}\" x2=\"{right}\" y2=\"{y:.1}\" stroke=\"#eee\"/><text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{v}</text>", p.left, p.left - 6.0, y + 4.0);
+    }
+    let _ = writeln!(
+        s,
+        "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">arrived workload, % of the cluster's GPU capacity</text>",
+        p.left + PLOT_W / 2.0,
+        bottom + 36.0
+    );
+    let (lx, ly) = (p.left - 44.0, top + PLOT_H / 2.0);
+    let _ = writeln!(
+        s,
+        "<text x=\"{lx}\" y=\"{ly}\" text-anchor=\"middle\" transform=\"rotate(-90 {lx} {ly})\">allocated GPU, %</text>"
+    );
+    let _ = writeln!(
+        s,
+        "<clipPath id=\"c{0:.0}\"><rect x=\"{1}\" y=\"{top}\" width=\"{PLOT_W}\" height=\"{PLOT_H}\"/></clipPath><g clip-path=\"url(#c{0:.0})\">",
+        top, p.left
+    );
+    let pts = |curve: &[f64]| {
+        curve
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| (*i as f64) >= p.x0 && (*i as f64) <= p.x1)
+            .map(|(i, v)| format!("{:.1},{:.1}", p.x(i as f64), p.y(*v)))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    for (pi, sm) in mine.iter().enumerate() {
+        let c = COLORS[pi % COLORS.len()];
+        let d = DASHES[pi % DASHES.len()];
+        if let Some(paper) = &sm.paper {
+            let _ = writeln!(s, "<polyline fill=\"none\" stroke=\"{c}\" stroke-opacity=\"0.35\" stroke-width=\"1\" stroke-dasharray=\"{d}\" points=\"{}\"/>", pts(paper));
+        }
+        let _ = writeln!(
+            s,
+            "<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"1.8\" stroke-dasharray=\"{d}\" points=\"{}\"/>",
+            pts(&sm.mean_curve)
+        );
+    }
+    s.push_str("</g>\n");
 }
 
 /// Runs the subcommand.
@@ -421,7 +626,7 @@ pub fn run(args: SimPlacementArgs) -> Result<()> {
     let start = Instant::now();
     let rows = run_all(&workloads, &args.policy, &seeds, args.tune, threads)?;
     let secs = start.elapsed().as_secs_f64();
-
+    let mut wrote = Wrote::default();
     if let Some(path) = &args.csv {
         let mut text = csv_header();
         text.push('\n');
@@ -437,15 +642,18 @@ pub fn run(args: SimPlacementArgs) -> Result<()> {
             text.push('\n');
         }
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+        wrote.push(format!("CSV ({} rows)", rows.len()), path);
     }
     let summaries = summarise(&rows, expected.as_ref());
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&summaries_json(&summaries))?;
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+        wrote.push("JSON summary".into(), path);
     }
     if let Some(path) = &args.svg {
         std::fs::write(path, render_svg(&summaries))
             .with_context(|| format!("writing {}", path.display()))?;
+        wrote.push("SVG plot".into(), path);
     }
     println!(
         "unallocated GPU % at 100 % arrived, mean over {} seed(s); d* = |ours - paper| of the mean curve (pp); remap/1k = tasks moved per 1,000 pods",
@@ -459,5 +667,23 @@ pub fn run(args: SimPlacementArgs) -> Result<()> {
         threads,
         rows.len() as f64 / secs.max(1e-9)
     );
+    for (what, path) in &wrote.0 {
+        println!("wrote {what}: {}", absolute(path).display());
+    }
     Ok(())
+}
+
+/// The files a run wrote, to name at its end.
+#[derive(Default)]
+struct Wrote(Vec<(String, PathBuf)>);
+
+impl Wrote {
+    fn push(&mut self, what: String, path: &Path) {
+        self.0.push((what, path.to_path_buf()));
+    }
+}
+
+/// `path` from the root (what a user can open from anywhere).
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }

@@ -1,4 +1,4 @@
-//! `gsharectl tenant create|update|ls` (operator).
+//! `gsharectl tenant create|update|ls|rm` (operator).
 
 use serde_json::{json, Value};
 
@@ -33,6 +33,16 @@ enum TenantCommand {
     },
     /// List tenants with quotas, holdings and token ids.
     Ls,
+    /// Delete a tenant and its tokens: refused while it has functions,
+    /// unless `--force` (which deletes them). Its usage and bills stay
+    /// readable (`gsharectl bill --tenant`, `gsharectl usage --tenant`).
+    Rm {
+        /// The tenant.
+        name: String,
+        /// Delete its functions (and release their instances) too.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 /// Runs `gsharectl tenant …`.
@@ -53,6 +63,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 &format!("/v1/tenants/{name}"),
                 Some(&json!({"display_name": display_name})),
             )?;
+            r.show(&v, key_values);
+        }
+        TenantCommand::Rm { name, force } => {
+            let path = format!("/v1/tenants/{name}?force={force}");
+            let v = r.call("DELETE", &path, None)?;
             r.show(&v, key_values);
         }
         TenantCommand::Ls => {
