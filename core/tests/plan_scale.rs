@@ -106,6 +106,7 @@ fn plans_on_eight_thousand_gpus_all_apply() {
                 PlanOptions {
                     feasible_limit: Some(16),
                     start: i * 7_919,
+                    ..PlanOptions::default()
                 }
             } else {
                 full
