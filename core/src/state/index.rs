@@ -110,7 +110,6 @@ impl Index {
         self.node_pos.get(name).map(|&i| &self.nodes[i])
     }
 
-
     /// All tables for the given data.
     pub fn build(
         topology: Option<&Topology>,

@@ -27,8 +27,8 @@
 use super::command::DomainCommand;
 use super::fit::{fit, fit_gpu, Demand, FitFailure, GpuDimension, NodeLoad};
 use super::free_index::{FreeIndex, GpuAt, GpuClass};
-use super::pending::PendingPlans;
 use super::instance::held_of;
+use super::pending::PendingPlans;
 use super::plan_metric::PlanMetric;
 use super::plan_rejection::{PlanRejection, RejectReason};
 use super::ranking::Ranking;
@@ -518,8 +518,13 @@ fn plan_indexed<'a>(
             return None;
         }
         // (score, class, its GPUs, from the overlay, whether the node's swap rule decides)
-        let mut candidates: Vec<(i64, &GpuClass, &std::collections::BTreeSet<GpuAt>, bool, bool)> =
-            Vec::new();
+        let mut candidates: Vec<(
+            i64,
+            &GpuClass,
+            &std::collections::BTreeSet<GpuAt>,
+            bool,
+            bool,
+        )> = Vec::new();
         let mut evaluated = 0u32;
         for (index, from_overlay) in sources {
             for (class, members) in index.classes() {

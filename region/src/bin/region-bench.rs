@@ -165,7 +165,8 @@ fn replay_full_scan(nodes: usize, events: &[Event]) -> anyhow::Result<(usize, us
                             spec,
                             placements: vec![p.slices],
                         };
-                        s.apply(cmd, 1).map_err(|e| anyhow::anyhow!("replay: {e}"))?;
+                        s.apply(cmd, 1)
+                            .map_err(|e| anyhow::anyhow!("replay: {e}"))?;
                     }
                     Err(_) => unplaced += 1,
                 }
@@ -445,7 +446,11 @@ async fn drive(
                 None => Box::new(tcp),
                 Some(c) => {
                     let name = rustls::pki_types::ServerName::IpAddress(target.ip().into());
-                    Box::new(tokio_rustls::TlsConnector::from(c).connect(name, tcp).await?)
+                    Box::new(
+                        tokio_rustls::TlsConnector::from(c)
+                            .connect(name, tcp)
+                            .await?,
+                    )
                 }
             };
             let mut conn = BufStream::new(stream);
@@ -474,7 +479,10 @@ async fn drive(
                     }
                 }
                 if placements && status == ok {
-                    events.lock().unwrap_or_else(|p| p.into_inner()).push(Event::Create(body));
+                    events
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(Event::Create(body));
                     live.push_back(name);
                     if delete_every > 0 && seq % delete_every == 0 {
                         if let Some(old) = live.pop_front() {

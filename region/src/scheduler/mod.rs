@@ -45,8 +45,8 @@ use std::time::{Duration, Instant};
 
 use gshare_core::model::FunctionSpec;
 use gshare_core::state::{
-    plan_placements, FragmentationAware, PendingPlans, PlacementPlan, PlacementPolicy,
-    PlanOptions, PlanRejection, RegionState,
+    plan_placements, FragmentationAware, PendingPlans, PlacementPlan, PlacementPolicy, PlanOptions,
+    PlanRejection, RegionState,
 };
 use gshare_raft_store::{StateReader, TypeConfig};
 use openraft::{Raft, ServerState};

@@ -324,9 +324,7 @@ async fn commit(
                         inner.counters.replans.fetch_add(1, Ordering::Relaxed);
                         again.push(q);
                     }
-                    CommandOutcome::Domain(Err(e)) => {
-                        answer(&inner, q, Err(EvalError::Refused(e)))
-                    }
+                    CommandOutcome::Domain(Err(e)) => answer(&inner, q, Err(EvalError::Refused(e))),
                     other => answer(
                         &inner,
                         q,

@@ -31,7 +31,13 @@ fn pref(p: u8) -> PoolPreference {
 
 fn shape_spec(i: usize, tenant: u8, shape: u8, p: u8) -> FunctionSpec {
     let (tier, c, m) = SHAPES[shape as usize % SHAPES.len()];
-    let mut f = spec(["acme", "globex"][tenant as usize % 2], &format!("f{i}"), tier, c, m);
+    let mut f = spec(
+        ["acme", "globex"][tenant as usize % 2],
+        &format!("f{i}"),
+        tier,
+        c,
+        m,
+    );
     f.pool = pref(p);
     f
 }
@@ -63,10 +69,19 @@ fn check(steps: &[(u8, u8, u8, u8)]) {
                 .apply(cmd.clone(), T0)
                 .unwrap_or_else(|e| panic!("step {i}: a pending plan does not apply: {e}"));
         }
-        let on_copy = outcome(plan_on(&applied, None, &f, ranking, &PlanOptions::default()));
+        let on_copy = outcome(plan_on(
+            &applied,
+            None,
+            &f,
+            ranking,
+            &PlanOptions::default(),
+        ));
         for options in [PlanOptions::default(), PlanOptions::indexed()] {
             let around = outcome(plan_on(&s, Some(&pending), &f, ranking, &options));
-            assert_eq!(around, on_copy, "step {i} around pending ({options:?}): {f:?}");
+            assert_eq!(
+                around, on_copy,
+                "step {i} around pending ({options:?}): {f:?}"
+            );
         }
         // Every write passes through the overlay while plans are pending
         // (as in the scheduler): a place reserves, a delete waits.
