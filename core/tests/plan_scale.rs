@@ -1,7 +1,8 @@
 //! The planner and apply on a large region (1,000 nodes × 8 GPUs): every
 //! proposal from the current state applies, the invariants hold at the
-//! end, and the time per plan is printed (not asserted) for both rankings,
-//! scanning every node or stopping after 16 feasible candidates.
+//! end, the index over free capacity picks what the full scan picks, and
+//! the time per plan is printed (not asserted) for both rankings, scanning
+//! every node, stopping after 16 feasible candidates, or indexed.
 //!
 //! `cargo test --release -p gshare-core --test plan_scale -- --nocapture`
 
@@ -92,30 +93,38 @@ fn plans_on_eight_thousand_gpus_all_apply() {
     }
     let frag = FragmentationAware::from_state(&base);
     let full = PlanOptions::default();
-    let runs: [(&str, &dyn Ranking, bool); 3] = [
-        ("bestfit, full scan", &BestFit, false),
-        ("fragmentation-aware, full scan", &frag, false),
-        ("fragmentation-aware, 16 feasible", &frag, true),
+    // (label, ranking, 0 full scan / 1 limited / 2 indexed)
+    let runs: [(&str, &dyn Ranking, u8); 5] = [
+        ("bestfit, full scan", &BestFit, 0),
+        ("fragmentation-aware, full scan", &frag, 0),
+        ("fragmentation-aware, 16 feasible", &frag, 1),
+        ("bestfit, indexed", &BestFit, 2),
+        ("fragmentation-aware, indexed", &frag, 2),
     ];
     let mut per_plan_us = Vec::new();
-    for (label, ranking, limited) in runs {
+    let mut chosen: Vec<Vec<Vec<gshare_core::Slice>>> = Vec::new();
+    for (label, ranking, how) in runs {
         let mut s = base.clone();
         let mut planning = 0u128;
+        let mut slices = Vec::new();
         for i in 0..n {
-            let options = if limited {
-                PlanOptions {
+            let options = match how {
+                1 => PlanOptions {
                     feasible_limit: Some(16),
                     start: i * 7_919,
-                }
-            } else {
-                full
+                    ..PlanOptions::default()
+                },
+                2 => PlanOptions::indexed(),
+                _ => full,
             };
             let t0 = Instant::now();
             let p =
                 plan_spec_with(&s, &spec(i), ranking, &options).unwrap_or_else(|r| panic!("{r}"));
             planning += t0.elapsed().as_nanos();
+            slices.push(p.slices.clone());
             s.apply(p.command(), 1).unwrap_or_else(|e| panic!("{e}"));
         }
+        chosen.push(slices);
         s.check_invariants().unwrap();
         assert_eq!(s.instances().count(), n);
         let us = planning as f64 / n as f64 / 1_000.0;
@@ -132,8 +141,19 @@ fn plans_on_eight_thousand_gpus_all_apply() {
         );
     }
     println!(
-        "time per plan relative to bestfit full scan: fragmentation-aware {:.2}, limited {:.3}",
+        "time per plan relative to bestfit full scan: fragmentation-aware {:.2}, limited {:.3}, indexed bestfit {:.3}, indexed fragmentation-aware {:.3}",
         per_plan_us[1] / per_plan_us[0],
-        per_plan_us[2] / per_plan_us[0]
+        per_plan_us[2] / per_plan_us[0],
+        per_plan_us[3] / per_plan_us[0],
+        per_plan_us[4] / per_plan_us[0]
+    );
+    // The index picks what the full scan of the same ranking picks, plan by plan.
+    assert!(
+        chosen[3] == chosen[0],
+        "indexed bestfit differs from its full scan"
+    );
+    assert!(
+        chosen[4] == chosen[1],
+        "indexed fragmentation-aware differs from its full scan"
     );
 }

@@ -68,7 +68,7 @@ pub struct Demand {
 }
 
 /// What a GPU holds, summed over the instances placed on it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct GpuLoad {
     /// Held whole by an exclusive instance.
     pub exclusive: bool,
@@ -162,7 +162,7 @@ impl GpuLoad {
 }
 
 /// The size of one GPU (its compute is always [`WHOLE_GPU`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct GpuCapacity {
     /// GPU memory, MiB.
     pub memory_mib: Mib,
@@ -399,15 +399,26 @@ fn add_checked(
         .gpus
         .get(index as usize)
         .ok_or(fail(GpuDimension::NoSuchGpu))?;
-    let before = before.unwrap_or(slot.load);
+    fit_gpu(caps, &slot.capacity, &before.unwrap_or(slot.load), d).map_err(fail)
+}
+
+/// One GPU of `capacity` loaded with `before` plus `d`, if the tier rules
+/// allow it: [`fit`]'s check of one GPU, without the node's swap rule
+/// (which matters only if the GPU's swap need grows).
+pub fn fit_gpu(
+    caps: &SharingCaps,
+    capacity: &GpuCapacity,
+    before: &GpuLoad,
+    d: &Demand,
+) -> Result<GpuLoad, GpuDimension> {
     if before.exclusive {
-        return Err(fail(GpuDimension::HeldExclusive));
+        return Err(GpuDimension::HeldExclusive);
     }
     if d.tier == Tier::Exclusive && before.instances > 0 {
-        return Err(fail(GpuDimension::NotEmpty));
+        return Err(GpuDimension::NotEmpty);
     }
-    let load = before.checked_with(d).map_err(fail)?;
-    check_gpu(caps, &slot.capacity, &load).map_err(fail)?;
+    let load = before.checked_with(d)?;
+    check_gpu(caps, capacity, &load)?;
     Ok(load)
 }
 

@@ -5,6 +5,7 @@
 //! or holding fails every later check and `check_invariants`).
 
 use super::fit::{GpuCapacity, GpuLoad, GpuSlot, NodeLoad};
+use super::free_index::{FreeIndex, GpuClass};
 use super::instance::{Instance, InstanceId};
 use super::tenant_record::TenantRecord;
 use crate::config::Topology;
@@ -19,6 +20,12 @@ pub(crate) struct Index {
     pub nodes: Vec<NodeLoad>,
     /// Node name → position in `nodes`.
     pub node_pos: HashMap<NodeId, usize>,
+    /// Position of each node's pool in the topology (by position in `nodes`).
+    pub pool_of: Vec<u32>,
+    /// Each node's name (by position in `nodes`).
+    pub names: Vec<NodeId>,
+    /// Every GPU by class (size and load), for the planner.
+    pub free: FreeIndex,
     /// What each tenant holds per pool kind.
     pub held: HashMap<(TenantId, PoolKind), Quota>,
     /// Token digest → (tenant, token id).
@@ -36,40 +43,71 @@ impl Index {
     ) -> Index {
         let mut nodes = Vec::new();
         let mut node_pos = HashMap::new();
-        for node in topology.into_iter().flat_map(|t| t.nodes()) {
-            let off = unavailable.get(&node.name);
-            let gpus = node
-                .gpus()
-                .map(|(id, g)| GpuSlot {
-                    capacity: GpuCapacity {
-                        memory_mib: g.memory_mib,
-                        available: !off.is_some_and(|o| o.contains(&id.index)),
-                    },
-                    load: GpuLoad::default(),
-                    instances: Vec::new(),
-                })
-                .collect();
-            node_pos.insert(node.name.clone(), nodes.len());
-            nodes.push(NodeLoad {
-                swap_mib: node.swap_mib,
-                gpus,
-                swap_need_mib: 0,
-            });
+        let mut pool_of = Vec::new();
+        let mut names = Vec::new();
+        let mut free = FreeIndex::default();
+        let pools = topology.into_iter().flat_map(|t| t.pools().iter());
+        for (p, pool) in pools.enumerate() {
+            let p = u32::try_from(p).unwrap_or(u32::MAX);
+            for node in &pool.nodes {
+                let off = unavailable.get(&node.name);
+                let gpus: Vec<GpuSlot> = node
+                    .gpus()
+                    .map(|(id, g)| GpuSlot {
+                        capacity: GpuCapacity {
+                            memory_mib: g.memory_mib,
+                            available: !off.is_some_and(|o| o.contains(&id.index)),
+                        },
+                        load: GpuLoad::default(),
+                        instances: Vec::new(),
+                    })
+                    .collect();
+                let pos = u32::try_from(nodes.len()).unwrap_or(u32::MAX);
+                for (i, slot) in gpus.iter().enumerate() {
+                    free.insert(
+                        GpuClass::of(p, slot),
+                        (pos, u32::try_from(i).unwrap_or(u32::MAX)),
+                    );
+                }
+                node_pos.insert(node.name.clone(), nodes.len());
+                pool_of.push(p);
+                names.push(node.name.clone());
+                nodes.push(NodeLoad {
+                    swap_mib: node.swap_mib,
+                    gpus,
+                    swap_need_mib: 0,
+                });
+            }
         }
         Index {
             nodes,
             node_pos,
+            pool_of,
+            names,
+            free,
             ..Index::default()
         }
+    }
+
+    /// Refiles GPU `gpu` of the node at `pos` after its load changed from `old`.
+    fn refile(&mut self, pos: usize, gpu: u32, old: GpuLoad) {
+        let (Some(&pool), Some(slot)) = (
+            self.pool_of.get(pos),
+            self.nodes.get(pos).and_then(|n| n.gpus.get(gpu as usize)),
+        ) else {
+            return;
+        };
+        let at = (u32::try_from(pos).unwrap_or(u32::MAX), gpu);
+        let before = GpuClass {
+            load: old,
+            ..GpuClass::of(pool, slot)
+        };
+        self.free.set(&before, GpuClass::of(pool, slot), at);
     }
 
     /// A node's load by name.
     pub fn node(&self, name: &NodeId) -> Option<&NodeLoad> {
         self.node_pos.get(name).map(|&i| &self.nodes[i])
-    }
-
-    fn node_mut(&mut self, name: &NodeId) -> Option<&mut NodeLoad> {
-        self.node_pos.get(name).map(|&i| &mut self.nodes[i])
     }
 
     /// All tables for the given data.
@@ -96,12 +134,19 @@ impl Index {
     /// Counts a newly placed instance.
     pub fn add_instance(&mut self, inst: &Instance) {
         for s in &inst.slices {
-            if let Some(node) = self.node_mut(&s.gpu.node) {
-                if let Some(slot) = node.gpus.get_mut(s.gpu.index as usize) {
-                    slot.load = slot.load.with(&inst.demand(s));
-                    slot.instances.push(inst.id);
-                }
-                node.refresh();
+            let Some(&pos) = self.node_pos.get(&s.gpu.node) else {
+                continue;
+            };
+            let node = &mut self.nodes[pos];
+            let mut old = None;
+            if let Some(slot) = node.gpus.get_mut(s.gpu.index as usize) {
+                old = Some(slot.load);
+                slot.load = slot.load.with(&inst.demand(s));
+                slot.instances.push(inst.id);
+            }
+            node.refresh();
+            if let Some(old) = old {
+                self.refile(pos, s.gpu.index, old);
             }
         }
         let held = self
@@ -120,10 +165,13 @@ impl Index {
     /// placed (the GPUs' loads are recomputed from them).
     pub fn remove_instance(&mut self, inst: &Instance, remaining: &BTreeMap<InstanceId, Instance>) {
         for s in &inst.slices {
-            let Some(node) = self.node_mut(&s.gpu.node) else {
+            let Some(&pos) = self.node_pos.get(&s.gpu.node) else {
                 continue;
             };
+            let node = &mut self.nodes[pos];
+            let mut old = None;
             if let Some(slot) = node.gpus.get_mut(s.gpu.index as usize) {
+                old = Some(slot.load);
                 slot.instances.retain(|id| *id != inst.id);
                 let mut load = GpuLoad::default();
                 for id in &slot.instances {
@@ -136,6 +184,9 @@ impl Index {
                 slot.load = load;
             }
             node.refresh();
+            if let Some(old) = old {
+                self.refile(pos, s.gpu.index, old);
+            }
         }
         let key = (inst.tenant.clone(), inst.pool_kind);
         if let Some(held) = self.held.get_mut(&key) {

@@ -33,12 +33,14 @@ mod command;
 mod drained_node;
 mod error;
 mod fit;
+mod free_index;
 mod function_record;
 mod idempotency;
 mod index;
 mod instance;
 mod meter;
 mod node_gpus;
+mod pending;
 mod placement_plan;
 mod plan;
 mod plan_metric;
@@ -62,8 +64,8 @@ pub use command::{DomainCommand, UsageRecord, MAX_USAGE_BATCH};
 pub use drained_node::DrainedNode;
 pub use error::{ApplyError, ErrorClass, ObjectKind};
 pub use fit::{
-    check_gpu, check_node, fit, Demand, FitFailure, GpuCapacity, GpuDimension, GpuLoad, GpuSlot,
-    NodeLoad, SharingCaps,
+    check_gpu, check_node, fit, fit_gpu, Demand, FitFailure, GpuCapacity, GpuDimension, GpuLoad,
+    GpuSlot, NodeLoad, SharingCaps,
 };
 pub use function_record::FunctionRecord;
 pub use idempotency::{
@@ -73,9 +75,11 @@ pub use idempotency::{
 pub use instance::{Instance, InstanceId};
 pub use meter::{Meter, MeterKey, MeterLine, HOUR_MS};
 pub use node_gpus::{check_reported_gpus, same_memory, same_model, MEMORY_TOLERANCE_PCT};
+pub use pending::{PendingPlans, PlanTicket};
 pub use placement_plan::{plan_placements, PlacementPlan, PlacementPolicy, PlannedInstance};
 pub use plan::{
-    plan, plan_spec, plan_spec_explained, plan_spec_with, unsatisfiable, PlanOptions, Proposal,
+    plan, plan_on, plan_spec, plan_spec_explained, plan_spec_with, unsatisfiable, PlanOptions,
+    Proposal,
 };
 pub use plan_metric::PlanMetric;
 pub use plan_rejection::{PlanRejection, RejectReason};

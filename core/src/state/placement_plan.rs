@@ -12,12 +12,14 @@
 //!                                 └──────────▶ PlanRejection (why, what was evaluated)
 //! ```
 //!
-//! Each instance after the first is planned on a copy of the view that
-//! holds the ones before it, so a plan of `count` instances is one that
-//! apply takes whole (it re-checks every placement with the same `fit`).
+//! Each instance is planned on the view plus the policy's pending plans
+//! (those the scheduler proposed and that are not applied yet); each one
+//! after the first also around the ones before it (reserved on a copy of
+//! the pending plans), so a plan of `count` instances is one that apply
+//! takes whole (it re-checks every placement with the same `fit`).
 
-use super::command::DomainCommand;
-use super::plan::{plan_spec_explained, PlanOptions};
+use super::pending::PendingPlans;
+use super::plan::{plan_on, PlanOptions};
 use super::plan_metric::PlanMetric;
 use super::plan_rejection::PlanRejection;
 use super::ranking::Ranking;
@@ -25,13 +27,16 @@ use super::region_state::{RegionState, UnixMillis};
 use crate::model::{FunctionSpec, PoolKind, Slice};
 use serde::{Deserialize, Serialize};
 
-/// How to plan: the ranking and how much of the region to scan.
+/// How to plan: the ranking, how much of the region to scan, and the
+/// plans made but not yet applied that the view does not hold yet.
 #[derive(Clone, Copy)]
 pub struct PlacementPolicy<'a> {
     /// Scores candidates (lower wins).
     pub ranking: &'a dyn Ranking,
-    /// The scan's limit and start.
+    /// The scan's limit and start, or the index.
     pub options: PlanOptions,
+    /// Plans not yet applied, planned around (`None`: the view alone).
+    pub pending: Option<&'a PendingPlans>,
 }
 
 /// Where one instance goes.
@@ -64,26 +69,25 @@ impl PlacementPlan {
 }
 
 /// Plans `count` more instances of `spec` (deployed or not) on `view`.
-/// `now` stamps the copy of the view that later instances are planned on
-/// (nothing outside this function sees it).
+/// `now` is the scheduler's clock (the planner itself reads no time).
 pub fn plan_placements(
     view: &RegionState,
     spec: &FunctionSpec,
     count: u32,
     policy: &PlacementPolicy<'_>,
-    now: UnixMillis,
+    _now: UnixMillis,
 ) -> Result<PlacementPlan, Box<PlanRejection>> {
     let mut instances = Vec::new();
-    let one = |v: &RegionState, k: u32| {
+    let one = |pending: Option<&PendingPlans>, k: u32| {
         let options = PlanOptions {
             start: policy.options.start.wrapping_add(k as usize),
             ..policy.options
         };
-        plan_spec_explained(v, spec, policy.ranking, &options)
+        plan_on(view, pending, spec, policy.ranking, &options)
     };
     if count <= 1 {
         if count == 1 {
-            let (p, metric) = one(view, 0)?;
+            let (p, metric) = one(policy.pending, 0)?;
             instances.push(PlannedInstance {
                 pool: p.pool,
                 pool_kind: p.pool_kind,
@@ -94,15 +98,12 @@ pub fn plan_placements(
         }
         return Ok(PlacementPlan { instances });
     }
-    let mut copy = view.clone();
-    if copy.function(&spec.tenant, &spec.name).is_err() {
-        // Deploy it on the copy so that later plans count the earlier instances.
-        let _ = copy.apply(DomainCommand::FunctionDeploy { spec: spec.clone() }, now);
-    }
+    // Later instances are planned around the earlier ones, reserved on a
+    // copy of the pending plans (nothing outside this function sees it).
+    let mut pending = policy.pending.cloned().unwrap_or_default();
     for k in 0..count {
-        let (p, metric) = one(&copy, k)?;
-        // Refused on the copy: the real apply refuses it the same way (and says why).
-        let _ = copy.apply(p.command(), now);
+        let (p, metric) = one(Some(&pending), k)?;
+        pending.reserve(view, spec, &p.slices);
         instances.push(PlannedInstance {
             pool: p.pool,
             pool_kind: p.pool_kind,

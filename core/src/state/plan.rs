@@ -25,8 +25,10 @@
 //! (the one nearest to fitting; ties: earliest in preference order).
 
 use super::command::DomainCommand;
-use super::fit::{fit, Demand, FitFailure, GpuDimension};
+use super::fit::{fit, fit_gpu, Demand, FitFailure, GpuDimension, NodeLoad};
+use super::free_index::{FreeIndex, GpuAt, GpuClass};
 use super::instance::held_of;
+use super::pending::PendingPlans;
 use super::plan_metric::PlanMetric;
 use super::plan_rejection::{PlanRejection, RejectReason};
 use super::ranking::Ranking;
@@ -132,6 +134,24 @@ pub struct PlanOptions {
     pub feasible_limit: Option<u32>,
     /// Offset of the first node scanned in each pool group.
     pub start: usize,
+    /// Plan a one-GPU instance through the index over free capacity
+    /// ([`super::free_index`]): each class of GPUs (size and load) is
+    /// checked and scored once and its earliest GPU taken, which picks what
+    /// the full scan (from start 0) picks. Exclusive instances, a pool group
+    /// where the tenant's quota refuses, and a plan that finds no place fall
+    /// back to the scan (so a rejection says exactly what the scan says).
+    /// `feasible_limit` and `start` apply only to the scan.
+    pub indexed: bool,
+}
+
+impl PlanOptions {
+    /// Indexed plans (see [`PlanOptions::indexed`]), full scan as fallback.
+    pub fn indexed() -> Self {
+        PlanOptions {
+            indexed: true,
+            ..PlanOptions::default()
+        }
+    }
 }
 
 /// Plans one more instance of `spec` (deployed or not; a deployed one's
@@ -213,6 +233,18 @@ pub fn plan_spec_explained(
     ranking: &dyn Ranking,
     options: &PlanOptions,
 ) -> Result<(Proposal, PlanMetric), Box<PlanRejection>> {
+    plan_on(state, None, spec, ranking, options)
+}
+
+/// [`plan_spec_explained`] on `state` plus the `pending` plans not yet
+/// applied (their loads, held quota and instance counts).
+pub fn plan_on(
+    state: &RegionState,
+    pending: Option<&PendingPlans>,
+    spec: &FunctionSpec,
+    ranking: &dyn Ranking,
+    options: &PlanOptions,
+) -> Result<(Proposal, PlanMetric), Box<PlanRejection>> {
     let reject = |reason| rejection(&spec.tenant, &spec.name, reason);
     let topology = state
         .topology()
@@ -224,7 +256,12 @@ pub fn plan_spec_explained(
             memory_mib,
         }));
     }
-    if state.instance_count(&spec.tenant, &spec.name) >= spec.max_instances {
+    let pending_count = pending.map_or(0, |p| p.count(&spec.tenant, &spec.name));
+    if state
+        .instance_count(&spec.tenant, &spec.name)
+        .saturating_add(pending_count)
+        >= spec.max_instances
+    {
         return Err(reject(RejectReason::MaxInstances {
             max: spec.max_instances,
         }));
@@ -232,15 +269,37 @@ pub fn plan_spec_explained(
     let Some(tenant) = state.tenant(&spec.tenant) else {
         return Err(reject(RejectReason::UnknownTenant));
     };
-    let quota = |kind: PoolKind| (tenant.quota(kind), state.held(&spec.tenant, kind));
+    let quota = |kind: PoolKind| {
+        let mut used = state.held(&spec.tenant, kind);
+        if let Some(p) = pending {
+            used = used.saturating_add(&p.held(&spec.tenant, kind));
+        }
+        (tenant.quota(kind), used)
+    };
     let quotas = [quota(PoolKind::Center), quota(PoolKind::Edge)];
     let kind_index = |k: PoolKind| usize::from(k == PoolKind::Edge);
+    let loads = state.node_loads();
+    let load_at = |i: usize| pending.and_then(|p| p.node(i)).or_else(|| loads.get(i));
+    if options.indexed && spec.tier != Tier::Exclusive {
+        let d = Demand {
+            tier: spec.tier,
+            compute_milli: spec.compute_milli,
+            memory_mib: spec.memory_mib,
+        };
+        let admitted = |kind: PoolKind| {
+            let (q, used) = &quotas[kind_index(kind)];
+            q.admits(used, &held_of([(d.compute_milli, d.memory_mib)]))
+                .is_ok()
+        };
+        if let Some(found) = plan_indexed(state, pending, spec, ranking, &d, &load_at, &admitted) {
+            return Ok(found);
+        }
+    }
 
     let mut out = reject(RejectReason::NoNodes);
     let mut furthest: Option<(u8, GpuId, GpuDimension)> = None;
     let mut quota_blocked: Option<(PoolKind, QuotaDimension)> = None;
     let caps = state.caps();
-    let loads = state.node_loads();
     // Where each pool's nodes start in `loads` (topology order).
     let mut first_node = Vec::with_capacity(topology.pools().len());
     let mut total = 0usize;
@@ -276,7 +335,7 @@ pub fn plan_spec_explained(
             let node = &pool.nodes[j];
             let (q, used) = &quotas[kind_index(pool.kind)];
             {
-                let Some(load) = first_node[p].checked_add(j).and_then(|i| loads.get(i)) else {
+                let Some(load) = first_node[p].checked_add(j).and_then(load_at) else {
                     continue;
                 };
                 out.nodes_evaluated = out.nodes_evaluated.saturating_add(1);
@@ -417,6 +476,127 @@ pub fn plan_spec_explained(
         (None, None) => RejectReason::NoNodes,
     };
     Err(out)
+}
+
+/// The indexed plan of one single-GPU instance of demand `d` (see
+/// [`PlanOptions::indexed`]): in the first pool group with a GPU that takes
+/// it, the lowest score and, among equal scores, the earliest GPU (node
+/// position, then GPU index), as the full scan from start 0 would pick.
+/// `None` when the scan must decide: a group whose quota refuses (in one
+/// of its pool kinds), or no GPU in any group.
+fn plan_indexed<'a>(
+    state: &'a RegionState,
+    pending: Option<&'a PendingPlans>,
+    spec: &FunctionSpec,
+    ranking: &dyn Ranking,
+    d: &Demand,
+    load_at: &dyn Fn(usize) -> Option<&'a NodeLoad>,
+    admitted: &dyn Fn(PoolKind) -> bool,
+) -> Option<(Proposal, PlanMetric)> {
+    let topology = state.topology()?;
+    let caps = state.caps();
+    let pools = topology.pools();
+    let empty = FreeIndex::default();
+    let sources: [(&FreeIndex, bool); 2] = [
+        (state.free_index(), false),
+        (pending.map_or(&empty, |p| p.free()), true),
+    ];
+    let overlaid = |pos: u32| pending.is_some_and(|p| p.node(pos as usize).is_some());
+    for g in 0..=2u8 {
+        let in_group: Vec<bool> = pools
+            .iter()
+            .map(|p| group(&spec.pool, &p.name, p.kind) == g)
+            .collect();
+        if !in_group.iter().any(|b| *b) {
+            continue;
+        }
+        if pools
+            .iter()
+            .zip(&in_group)
+            .any(|(p, inside)| *inside && !admitted(p.kind))
+        {
+            return None;
+        }
+        // (score, class, its GPUs, from the overlay, whether the node's swap rule decides)
+        let mut candidates: Vec<(
+            i64,
+            &GpuClass,
+            &std::collections::BTreeSet<GpuAt>,
+            bool,
+            bool,
+        )> = Vec::new();
+        let mut evaluated = 0u32;
+        for (index, from_overlay) in sources {
+            for (class, members) in index.classes() {
+                if !in_group.get(class.pool as usize).copied().unwrap_or(false) {
+                    continue;
+                }
+                evaluated = evaluated.saturating_add(1);
+                let Ok(after) = fit_gpu(caps, &class.capacity, &class.load, d) else {
+                    continue;
+                };
+                let node_rule =
+                    after.swap_need(&class.capacity) > class.load.swap_need(&class.capacity);
+                let score = ranking.score_slice(&class.capacity, &class.load, d);
+                candidates.push((score, class, members, from_overlay, node_rule));
+            }
+        }
+        candidates.sort_by_key(|c| c.0);
+        let mut i = 0;
+        while i < candidates.len() {
+            let score = candidates[i].0;
+            let mut best: Option<GpuAt> = None;
+            while i < candidates.len() && candidates[i].0 == score {
+                let (_, _, members, from_overlay, node_rule) = candidates[i];
+                i = i.saturating_add(1);
+                let first = members.iter().copied().find(|&(pos, gpu)| {
+                    if best.is_some_and(|b| b < (pos, gpu)) {
+                        return true; // no later member can win: stop here
+                    }
+                    if !from_overlay && overlaid(pos) {
+                        return false; // its load is the overlay's
+                    }
+                    !node_rule
+                        || load_at(pos as usize).is_some_and(|n| fit(caps, n, &[(gpu, *d)]).is_ok())
+                });
+                if let Some(at) = first {
+                    if best.is_none_or(|b| at < b) {
+                        best = Some(at);
+                    }
+                }
+            }
+            let Some((pos, gpu)) = best else {
+                continue;
+            };
+            let pool = state.pool_of_position(pos as usize)?;
+            let node = state.node_name_at(pos as usize)?;
+            let slice = Slice {
+                gpu: GpuId {
+                    node: node.clone(),
+                    index: gpu,
+                },
+                compute_milli: d.compute_milli,
+                memory_mib: d.memory_mib,
+            };
+            let metric = PlanMetric {
+                nodes_evaluated: 1,
+                gpus_evaluated: evaluated,
+                ..PlanMetric::default()
+            };
+            return Some((
+                Proposal {
+                    tenant: spec.tenant.clone(),
+                    function: spec.name.clone(),
+                    pool: pool.name.clone(),
+                    pool_kind: pool.kind,
+                    slices: vec![slice],
+                    score,
+                },
+                metric,
+            ));
+        }
+    }
+    None
 }
 
 fn fill_exhausted(out: &mut PlanRejection, counts: &[u32; GpuDimension::ALL.len()]) {

@@ -227,6 +227,32 @@ impl RegionState {
         &self.index.nodes
     }
 
+    /// A node's position in [`RegionState::node_loads`].
+    pub fn node_position(&self, node: &NodeId) -> Option<usize> {
+        self.index.node_pos.get(node).copied()
+    }
+
+    /// The position in the topology of the pool of the node at `pos`.
+    pub(crate) fn pool_index_of(&self, pos: usize) -> Option<u32> {
+        self.index.pool_of.get(pos).copied()
+    }
+
+    /// The name of the node at `pos`.
+    pub fn node_name_at(&self, pos: usize) -> Option<&NodeId> {
+        self.index.names.get(pos)
+    }
+
+    /// The pool of the node at `pos`.
+    pub fn pool_of_position(&self, pos: usize) -> Option<&crate::config::Pool> {
+        let p = self.pool_index_of(pos)?;
+        self.topology()?.pools().get(p as usize)
+    }
+
+    /// Every GPU by class, for the planner.
+    pub(crate) fn free_index(&self) -> &super::free_index::FreeIndex {
+        &self.index.free
+    }
+
     /// A node's GPUs and their loads (`None` for a node not in the topology).
     pub fn node_load(&self, node: &NodeId) -> Option<&NodeLoad> {
         self.index.node(node)

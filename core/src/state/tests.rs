@@ -95,6 +95,7 @@ memory_gib_hour = 12_500
 "#;
 
 mod explained;
+mod indexed;
 mod keyed;
 mod remap;
 mod tenant_delete;
@@ -1359,6 +1360,7 @@ fn a_limited_plan_stops_early_and_rotates_its_start() {
         let options = PlanOptions {
             feasible_limit: Some(1),
             start,
+            ..PlanOptions::default()
         };
         plan_spec_with(&s, &f, &BestFit, &options).unwrap()
     };
@@ -1379,6 +1381,7 @@ fn a_limited_plan_stops_early_and_rotates_its_start() {
     let options = PlanOptions {
         feasible_limit: Some(1),
         start: 5,
+        ..PlanOptions::default()
     };
     let r = plan_spec_with(&s, &huge, &BestFit, &options).unwrap_err();
     assert_eq!(r.code(), "unsatisfiable");

@@ -13,14 +13,21 @@
 //! `writes_per_sec=<N> p50_ms=<x> p99_ms=<y>` for the three replicas.
 //!
 //! `--placements` measures function deploys instead: a synthetic topology of
-//! 1,000 nodes × 8 GPUs (80 GiB) and one tenant with a large quota are loaded
-//! first; then every request is a separate `POST /v1/functions` (a new
-//! function, `min_instances = 1`) that returns once the function is deployed
-//! and its instance is placed: the leader's scheduler (`gshare_region::scheduler`)
-//! plans it (core's planner, limited scan) with the other deploys queued
-//! meanwhile, proposes the batch and answers once it is applied
-//! (re-checked). The last line is
-//! `placements_per_sec=<N> p50_ms=<x> p99_ms=<y>`.
+//! `--nodes` nodes (default 1,000) × 8 GPUs (80 GiB) and one tenant with a
+//! large quota are loaded first; then every request is a separate
+//! `POST /v1/functions` (a new function, `min_instances = 1`, of one of four
+//! shapes in turn: 2 GiB/100 guaranteed, 4 GiB/250 burstable, 8 GiB/500
+//! guaranteed, 20 GiB/300 oversubscribed) that returns once the function is
+//! deployed and its instance is placed: the leader's scheduler
+//! (`gshare_region::scheduler`) plans it (core's planner, through the index
+//! over free capacity) with the other deploys queued meanwhile, proposes
+//! the batch and answers once it is applied (re-checked). After every
+//! `--delete-every` deploys (default 4) a client deletes its oldest
+//! function (`DELETE`, not timed). At the end the acknowledged deploys and deletes are replayed,
+//! in acknowledgement order, on a fresh state with the kept full-scan
+//! planner (same ranking), and the GPUs in use are compared. The last line
+//! is `placements_per_sec=<N> p50_ms=<x> p99_ms=<y> gpus_used=<G>
+//! gpus_used_full_scan=<F>` for the three replicas.
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
@@ -61,6 +68,120 @@ struct Args {
     /// Also run the three replicas with their API over HTTPS and compare.
     #[arg(long)]
     https: bool,
+    /// With `--placements`: nodes of the synthetic topology (8 GPUs each).
+    #[arg(long, default_value_t = 1_000)]
+    nodes: usize,
+    /// With `--placements`: a client deletes its oldest function after
+    /// every this many deploys (0: never).
+    #[arg(long, default_value_t = 4)]
+    delete_every: u64,
+}
+
+/// The deploys' shapes, in turn: (memory MiB, compute milli, tier).
+const SHAPES: [(u64, u32, &str); 4] = [
+    (2_048, 100, "guaranteed"),
+    (4_096, 250, "burstable"),
+    (8_192, 500, "guaranteed"),
+    (20_480, 300, "oversubscribed"),
+];
+
+/// The body of the `i`-th deploy of a client.
+fn deploy_body(name: &str, i: u64) -> String {
+    let (m, c, tier) = SHAPES[(i % SHAPES.len() as u64) as usize];
+    format!(
+        "{{\"name\":\"{name}\",\"runtime\":\"pytorch\",\"memory_mib\":{m},\
+         \"compute_milli\":{c},\"tier\":\"{tier}\",\"deadline_ms\":100}}"
+    )
+}
+
+/// What a client saw acknowledged, in acknowledgement order.
+#[derive(Debug, Clone)]
+enum Event {
+    /// A deploy: its body.
+    Create(String),
+    /// A delete of this function.
+    Delete(String),
+}
+
+type Events = std::sync::Arc<std::sync::Mutex<Vec<Event>>>;
+
+/// The bench tenant's quota (the same in the region and the replay).
+fn bench_quota() -> gshare_core::model::Quota {
+    gshare_core::model::Quota {
+        compute_milli: gshare_core::bounds::MAX_QUOTA,
+        memory_mib: gshare_core::bounds::MAX_QUOTA,
+        instances: u32::MAX / 2,
+    }
+}
+
+/// GPUs with at least one instance.
+fn gpus_used(state: &gshare_core::state::RegionState) -> usize {
+    state
+        .node_loads()
+        .iter()
+        .flat_map(|n| &n.gpus)
+        .filter(|g| g.load.instances > 0)
+        .count()
+}
+
+/// Replays `events` on a fresh state of `nodes` nodes with the full-scan
+/// planner and the region's ranking (its shapes rebuilt every 1,000
+/// events, as the leader rebuilds it every second); returns the GPUs in
+/// use at the end and the deploys that found no place.
+fn replay_full_scan(nodes: usize, events: &[Event]) -> anyhow::Result<(usize, usize)> {
+    use gshare_core::model::{PoolKind, TenantId};
+    use gshare_core::state::{
+        plan_spec_explained, DomainCommand, FragmentationAware, PlanOptions, RegionState,
+    };
+    use gshare_region::api::functions::FunctionBody;
+    let topology =
+        gshare_core::config::Topology::from_toml("synthetic", &synthetic_topology(nodes))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let tenant = TenantId("bench".into());
+    let mut s = RegionState::default();
+    let setup = [
+        DomainCommand::TopologyLoad { topology },
+        DomainCommand::TenantCreate {
+            tenant: tenant.clone(),
+            display_name: None,
+            quotas: [(PoolKind::Center, bench_quota())].into_iter().collect(),
+        },
+    ];
+    for c in setup {
+        s.apply(c, 0).map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    let mut ranking = FragmentationAware::from_state(&s);
+    let mut unplaced = 0;
+    for (i, e) in events.iter().enumerate() {
+        if i % 1_000 == 0 {
+            ranking = FragmentationAware::from_state(&s);
+        }
+        match e {
+            Event::Create(body) => {
+                let spec = serde_json::from_str::<FunctionBody>(body)?.into_spec(tenant.clone());
+                match plan_spec_explained(&s, &spec, &ranking, &PlanOptions::default()) {
+                    Ok((p, _)) => {
+                        let cmd = DomainCommand::FunctionCreate {
+                            spec,
+                            placements: vec![p.slices],
+                        };
+                        s.apply(cmd, 1)
+                            .map_err(|e| anyhow::anyhow!("replay: {e}"))?;
+                    }
+                    Err(_) => unplaced += 1,
+                }
+            }
+            Event::Delete(name) => {
+                let cmd = DomainCommand::FunctionDelete {
+                    tenant: tenant.clone(),
+                    name: name.clone(),
+                };
+                // A delete of a deploy the replay could not place: nothing to do.
+                let _ = s.apply(cmd, 1);
+            }
+        }
+    }
+    Ok((gpus_used(&s), unplaced))
 }
 
 /// A client connection, plain or TLS.
@@ -92,18 +213,15 @@ fn synthetic_topology(nodes: usize) -> String {
 }
 
 /// Loads the synthetic topology and a tenant with a token through the leader.
-async fn load_domain(r: &Running) -> anyhow::Result<()> {
+async fn load_domain(r: &Running, nodes: usize) -> anyhow::Result<()> {
     use gshare_core::command::{CommandOutcome, RegionCommand};
-    use gshare_core::model::{PoolKind, Quota, TenantId};
+    use gshare_core::model::{PoolKind, TenantId};
     use gshare_core::state::DomainCommand;
-    let topology = gshare_core::config::Topology::from_toml("synthetic", &synthetic_topology(1000))
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let topology =
+        gshare_core::config::Topology::from_toml("synthetic", &synthetic_topology(nodes))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
     let tenant = TenantId("bench".into());
-    let quota = Quota {
-        compute_milli: gshare_core::bounds::MAX_QUOTA,
-        memory_mib: gshare_core::bounds::MAX_QUOTA,
-        instances: u32::MAX / 2,
-    };
+    let quota = bench_quota();
     let commands = vec![
         DomainCommand::TopologyLoad { topology },
         DomainCommand::TenantCreate {
@@ -252,8 +370,19 @@ async fn post<S: AsyncRead + AsyncWrite + Unpin>(
     token: &str,
     body: &str,
 ) -> anyhow::Result<u16> {
+    request(conn, "POST", path, token, body).await
+}
+
+/// One keep-alive HTTP/1.1 request; returns the status code.
+async fn request<S: AsyncRead + AsyncWrite + Unpin>(
+    conn: &mut BufStream<S>,
+    method: &str,
+    path: &str,
+    token: &str,
+    body: &str,
+) -> anyhow::Result<u16> {
     let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         body.len()
     );
     conn.write_all(head.as_bytes()).await?;
@@ -292,6 +421,7 @@ async fn drive(
     client_tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     args: &Args,
     label: &str,
+    events: &Events,
 ) -> anyhow::Result<Figures> {
     let warmup = Duration::from_secs(1);
     let measure = Duration::from_secs(args.seconds);
@@ -304,7 +434,9 @@ async fn drive(
         let label = label.to_string();
         let target = targets[c % targets.len()];
         let placements = args.placements;
+        let delete_every = args.delete_every;
         let client_tls = client_tls.clone();
+        let events = events.clone();
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
             let mut errors = 0u64;
@@ -314,26 +446,26 @@ async fn drive(
                 None => Box::new(tcp),
                 Some(c) => {
                     let name = rustls::pki_types::ServerName::IpAddress(target.ip().into());
-                    Box::new(tokio_rustls::TlsConnector::from(c).connect(name, tcp).await?)
+                    Box::new(
+                        tokio_rustls::TlsConnector::from(c)
+                            .connect(name, tcp)
+                            .await?,
+                    )
                 }
             };
             let mut conn = BufStream::new(stream);
             let mut seq = 0u64;
+            let mut live = std::collections::VecDeque::new();
             loop {
                 let sent = Instant::now();
                 if sent >= until {
                     break;
                 }
+                let name = format!("{label}-c{c}-{seq}");
                 let (path, token, body, ok) = if placements {
-                    let body = format!(
-                        "{{\"name\":\"{label}-c{c}-{seq}\",\"runtime\":\"pytorch\",\"memory_mib\":512,\
-                         \"compute_milli\":50,\"tier\":\"guaranteed\",\"deadline_ms\":100}}"
-                    );
-                    ("/v1/functions", TENANT_TOKEN, body, 201)
+                    ("/v1/functions", TENANT_TOKEN, deploy_body(&name, seq), 201)
                 } else {
-                    let body = format!(
-                        "{{\"name\":\"{label}-c{c}-{seq}\",\"display_name\":\"{value}\"}}"
-                    );
+                    let body = format!("{{\"name\":\"{name}\",\"display_name\":\"{value}\"}}");
                     ("/v1/tenants", TOKEN, body, 201)
                 };
                 seq += 1;
@@ -344,6 +476,24 @@ async fn drive(
                         lat.push(done - sent);
                     } else {
                         errors += 1;
+                    }
+                }
+                if placements && status == ok {
+                    events
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(Event::Create(body));
+                    live.push_back(name);
+                    if delete_every > 0 && seq % delete_every == 0 {
+                        if let Some(old) = live.pop_front() {
+                            let path = format!("/v1/functions/{old}");
+                            if request(&mut conn, "DELETE", &path, TENANT_TOKEN, "").await? == 200 {
+                                events
+                                    .lock()
+                                    .unwrap_or_else(|p| p.into_inner())
+                                    .push(Event::Delete(old));
+                            }
+                        }
                     }
                 }
             }
@@ -382,23 +532,24 @@ fn main() -> anyhow::Result<()> {
     runtime.block_on(async {
         let dir = tempfile::tempdir()?;
         let (what, unit) = if args.placements {
-            (if args.spread {
-                "function deploys placing 1 instance each (POST /v1/functions) on 1,000 nodes x 8 GPUs, spread over every replica"
-            } else {
-                "function deploys placing 1 instance each (POST /v1/functions) on 1,000 nodes x 8 GPUs, to the leader"
-            }, "placements_per_sec")
+            let to = if args.spread { "spread over every replica" } else { "to the leader" };
+            (format!(
+                "function deploys placing 1 instance each (POST /v1/functions, 4 shapes, a delete after every {} (0: none)) on {} nodes x 8 GPUs, {to}",
+                args.delete_every, args.nodes
+            ), "placements_per_sec")
         } else {
-            ("domain writes (HTTP POST /v1/tenants, one new tenant each) to the leader", "writes_per_sec")
+            ("domain writes (HTTP POST /v1/tenants, one new tenant each) to the leader".to_string(), "writes_per_sec")
         };
         println!(
             "region-bench: {} clients, {} s measured after 1 s warm-up, {what}",
             args.clients, args.seconds
         );
         let mut figures = Vec::new();
+        let mut packing = (0usize, 0usize);
         for n in [1u64, 3] {
             let running = start_region(dir.path(), n, false).await?;
             let targets = if args.placements {
-                load_domain(&running).await?;
+                load_domain(&running, args.nodes).await?;
                 if args.spread {
                     running.https.clone()
                 } else {
@@ -407,12 +558,30 @@ fn main() -> anyhow::Result<()> {
             } else {
                 vec![running.leader_http]
             };
-            let f = drive(&targets, running.client_tls.clone(), &args, &format!("r{n}")).await?;
+            let events: Events = Default::default();
+            let f = drive(&targets, running.client_tls.clone(), &args, &format!("r{n}"), &events).await?;
             if args.placements {
-                let st = running.replicas[0].state.read();
-                let d = st.region.domain();
-                d.check_invariants().map_err(|e| anyhow::anyhow!("invariants: {e}"))?;
-                println!("  {n} replica(s): {} instances placed in all, invariants hold", d.instances().count());
+                // Every replica applies what was acknowledged; give the last entries a moment.
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let used = {
+                    let st = running.replicas[0].state.read();
+                    let d = st.region.domain();
+                    d.check_invariants().map_err(|e| anyhow::anyhow!("invariants: {e}"))?;
+                    println!("  {n} replica(s): {} instances placed at the end, invariants hold", d.instances().count());
+                    gpus_used(d)
+                };
+                if n == 3 {
+                    let events = std::mem::take(&mut *events.lock().unwrap_or_else(|p| p.into_inner()));
+                    let nodes = args.nodes;
+                    let t0 = Instant::now();
+                    let (full, unplaced) =
+                        tokio::task::spawn_blocking(move || replay_full_scan(nodes, &events)).await??;
+                    println!(
+                        "  full-scan replay of the acknowledged deploys and deletes: {full} GPUs in use ({unplaced} unplaced), {:.1} s",
+                        t0.elapsed().as_secs_f64()
+                    );
+                    packing = (used, full);
+                }
             }
             stop_region(running).await;
             let label = if n == 1 { "baseline (1 replica, no peers)" } else { "region (3 replicas, QUIC+mTLS)" };
@@ -426,7 +595,7 @@ fn main() -> anyhow::Result<()> {
             let tls_dir = tempfile::tempdir()?;
             let running = start_region(tls_dir.path(), 3, true).await?;
             let targets = if args.placements {
-                load_domain(&running).await?;
+                load_domain(&running, args.nodes).await?;
                 if args.spread {
                     running.https.clone()
                 } else {
@@ -435,7 +604,7 @@ fn main() -> anyhow::Result<()> {
             } else {
                 vec![running.leader_http]
             };
-            let f = drive(&targets, running.client_tls.clone(), &args, "tls").await?;
+            let f = drive(&targets, running.client_tls.clone(), &args, "tls", &Default::default()).await?;
             stop_region(running).await;
             let plain = &figures[1];
             println!(
@@ -458,10 +627,17 @@ fn main() -> anyhow::Result<()> {
             region.writes_per_sec / base.writes_per_sec.max(1e-9),
             region.p99_ms / base.p99_ms.max(1e-9)
         );
-        println!(
-            "{unit}={:.0} p50_ms={:.2} p99_ms={:.2}",
-            region.writes_per_sec, region.p50_ms, region.p99_ms
-        );
+        if args.placements {
+            println!(
+                "{unit}={:.0} p50_ms={:.2} p99_ms={:.2} gpus_used={} gpus_used_full_scan={}",
+                region.writes_per_sec, region.p50_ms, region.p99_ms, packing.0, packing.1
+            );
+        } else {
+            println!(
+                "{unit}={:.0} p50_ms={:.2} p99_ms={:.2}",
+                region.writes_per_sec, region.p50_ms, region.p99_ms
+            );
+        }
         anyhow::Ok(())
     })
 }

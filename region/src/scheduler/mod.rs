@@ -6,13 +6,14 @@
 //!  underplaced tick (1 s) ─▶ Scheduler::submit(Underplaced)                                    │
 //!                                                                                              ▼
 //!  leader's worker: a batch of queued evaluations (≤ MAX_EVALS_PER_BATCH)
-//!     for each, on the applied view (a plan on a node an earlier plan of the
-//!     batch took waits for the next round, on the view with that one applied):
+//!     for each, on the applied view plus the pending plans (this batch's
+//!     earlier plans and those of the batches still committing):
 //!        key replayed / reused / name taken ─▶ answered, nothing proposed
 //!        plan_placements(view, spec, count, policy) ─▶ PlanRejection ─▶ answered (definite)
-//!                                                 └─▶ PlacementPlan ─▶ one command
+//!                                                 └─▶ PlacementPlan ─▶ one command, reserved as pending
 //!     every command of the batch ─▶ Proposer::propose_all ─▶ one Raft entry ─▶ apply (fit, quota)
-//!        applied ─▶ answered          refused, may_succeed_on_replan() ─▶ planned again (≤ PLACE_ATTEMPTS)
+//!        (≤ IN_FLIGHT_BATCHES proposals commit while the next batch is planned)
+//!        applied ─▶ released, answered   refused, may_succeed_on_replan() ─▶ planned again (≤ PLACE_ATTEMPTS)
 //! ```
 //!
 //! A deploy and its initial placements are one `FunctionCreate` (inside a
@@ -35,15 +36,16 @@ mod evaluation;
 mod worker;
 
 pub use evaluation::{EvalDone, EvalError, EvalResult, Evaluation};
+pub use worker::IN_FLIGHT_BATCHES;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use gshare_core::model::FunctionSpec;
 use gshare_core::state::{
-    plan_placements, FragmentationAware, PlacementPlan, PlacementPolicy, PlanOptions,
+    plan_placements, FragmentationAware, PendingPlans, PlacementPlan, PlacementPolicy, PlanOptions,
     PlanRejection, RegionState,
 };
 use gshare_raft_store::{StateReader, TypeConfig};
@@ -54,9 +56,6 @@ use crate::peer_link::PeerLinks;
 use crate::proposer::Proposer;
 use crate::wire::{PeerReply, PeerRequest};
 
-/// Feasible candidates a plan ranks before it stops (Nomad ranks about
-/// log2(nodes); the region's tests and benchmark use 1,000-node topologies).
-pub const FEASIBLE_LIMIT: u32 = 16;
 /// Plans per evaluation before a refusal on a stale view is the answer.
 pub const PLACE_ATTEMPTS: u32 = 8;
 /// Most evaluations planned into one proposal.
@@ -157,7 +156,6 @@ struct Inner {
     tx: mpsc::Sender<Queued>,
     counters: Counters,
     ranking: Mutex<Option<(Instant, Arc<FragmentationAware>)>>,
-    plan_start: AtomicUsize,
 }
 
 /// The handle of a replica's scheduler (cheap to clone).
@@ -194,7 +192,6 @@ impl Scheduler {
             tx,
             counters: Counters::default(),
             ranking: Mutex::new(None),
-            plan_start: AtomicUsize::new(0),
         });
         tokio::spawn(worker::run(Arc::downgrade(&inner), rx));
         tokio::spawn(underplaced_tick(Arc::downgrade(&inner)));
@@ -273,7 +270,7 @@ impl Scheduler {
         let st = self.inner.state.read();
         let view = st.region.domain();
         let ranking = self.inner.ranking(view);
-        let policy = self.inner.policy(&ranking);
+        let policy = self.inner.policy(&ranking, None);
         plan_placements(
             view,
             spec,
@@ -340,14 +337,17 @@ impl Inner {
         }
     }
 
-    /// The policy of one plan: a limited scan from a rotating start.
-    fn policy<'a>(&self, ranking: &'a FragmentationAware) -> PlacementPolicy<'a> {
+    /// The policy of one plan: the index over free capacity (what a full
+    /// scan would pick), around the `pending` plans not yet applied.
+    fn policy<'a>(
+        &self,
+        ranking: &'a FragmentationAware,
+        pending: Option<&'a PendingPlans>,
+    ) -> PlacementPolicy<'a> {
         PlacementPolicy {
             ranking,
-            options: PlanOptions {
-                feasible_limit: Some(FEASIBLE_LIMIT),
-                start: self.plan_start.fetch_add(7, Ordering::Relaxed),
-            },
+            options: PlanOptions::indexed(),
+            pending,
         }
     }
 }

@@ -1,25 +1,60 @@
-//! The leader's worker: batches of evaluations → plans → one proposal.
+//! The leader's worker: batches of evaluations → plans → proposals,
+//! pipelined.
 //!
-//! A deferred evaluation (its node or key taken by an earlier plan of the
-//! batch) goes first into the next round, so every round commits at least
-//! its first plan.
+//! Each batch is planned on the applied view plus the plans of the batches
+//! still being committed ([`PendingPlans`]: every plan is reserved there as
+//! soon as it is made, so the next plan of the same batch, and of the next
+//! batch, plans around it). Up to [`IN_FLIGHT_BATCHES`] proposals are being
+//! committed while the next batch is planned; a proposal's plans are
+//! released from the overlay once its outcome is applied. Apply re-checks
+//! every placement with the same `fit`, so a plan made around a stale
+//! overlay is refused and planned again, never over-allocated.
+//!
+//! A deploy whose idempotency key is already planned (in this batch or one
+//! in flight) waits for that plan's outcome and is then decided again (a
+//! replay of it, usually).
 
-use std::collections::BTreeSet;
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use gshare_core::command::{CommandOutcome, RegionCommand};
-use gshare_core::model::{NodeId, Slice, TenantId};
+use gshare_core::model::TenantId;
 use gshare_core::state::{
-    plan_placements, ApplyError, DomainCommand, KeyLookup, ObjectKind, PlacementPolicy, RegionState,
+    plan_placements, ApplyError, DomainCommand, KeyLookup, ObjectKind, PendingPlans,
+    PlacementPolicy, PlanTicket, RegionState,
 };
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use super::{
     EvalDone, EvalError, EvalResult, Evaluation, Inner, Queued, MAX_EVALS_PER_BATCH, PLACE_ATTEMPTS,
 };
 use crate::proposer::{unix_ms, WriteError};
+
+/// Proposals of planned batches being committed at once (the next batch
+/// is planned while they commit).
+pub const IN_FLIGHT_BATCHES: usize = 4;
+
+/// A deploy key: (tenant, idempotency key).
+type DeployKey = (TenantId, String);
+
+/// What the worker and its in-flight proposals share.
+struct Shared {
+    /// Plans proposed and not yet applied (or refused).
+    pending: Mutex<PendingPlans>,
+    /// Deploy keys planned and not yet decided, with the evaluations of
+    /// the same key that wait for that.
+    keys: Mutex<HashMap<DeployKey, Vec<Queued>>>,
+    /// Evaluations to plan again.
+    again: mpsc::UnboundedSender<Queued>,
+    /// One permit per proposal in flight.
+    slots: Arc<Semaphore>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// What one evaluation comes to before anything is proposed.
 enum Decision {
@@ -31,28 +66,13 @@ enum Decision {
     Propose(DomainCommand),
 }
 
-/// The nodes a planned command places on.
-fn nodes_of(cmd: &DomainCommand) -> BTreeSet<NodeId> {
-    let slices: Vec<&Slice> = match cmd {
-        DomainCommand::Keyed { command, .. } => match &**command {
-            DomainCommand::FunctionCreate { placements, .. } => {
-                placements.iter().flatten().collect()
-            }
-            _ => Vec::new(),
-        },
-        DomainCommand::InstancePlace { slices, .. } => slices.iter().collect(),
-        _ => Vec::new(),
-    };
-    slices.into_iter().map(|s| s.gpu.node.clone()).collect()
-}
-
-/// Decides `eval` on the applied `view`; `keys` are the deploy keys
-/// planned already in this batch.
+/// Decides `eval` on the applied `view` (plus the policy's pending plans);
+/// `planned` says whether a deploy key is planned already and undecided.
 fn decide(
     view: &RegionState,
     eval: &Evaluation,
     policy: &PlacementPolicy<'_>,
-    keys: &BTreeSet<(TenantId, String)>,
+    planned: &dyn Fn(&DeployKey) -> bool,
     now: u64,
 ) -> Decision {
     match eval {
@@ -76,7 +96,7 @@ fn decide(
                 }
                 KeyLookup::New => {}
             }
-            if keys.contains(&(tenant.clone(), key.clone())) {
+            if planned(&(tenant.clone(), key.clone())) {
                 return Decision::Defer;
             }
             // The name is taken: say so (apply would refuse the create the
@@ -130,15 +150,34 @@ fn answer(inner: &Inner, q: Queued, result: EvalResult) {
 
 /// Runs until the scheduler is dropped.
 pub(super) async fn run(inner: Weak<Inner>, mut rx: mpsc::Receiver<Queued>) {
-    let mut again: Vec<Queued> = Vec::new();
+    let (again, mut again_rx) = mpsc::unbounded_channel();
+    let shared = Arc::new(Shared {
+        pending: Mutex::new(PendingPlans::default()),
+        keys: Mutex::new(HashMap::new()),
+        again,
+        slots: Arc::new(Semaphore::new(IN_FLIGHT_BATCHES)),
+    });
     loop {
-        let mut batch = std::mem::take(&mut again);
-        if batch.is_empty() {
-            match rx.recv().await {
-                Some(q) => batch.push(q),
-                None => return,
+        let mut batch = Vec::new();
+        while batch.len() < MAX_EVALS_PER_BATCH {
+            match again_rx.try_recv() {
+                Ok(q) => batch.push(q),
+                Err(_) => break,
             }
         }
+        if batch.is_empty() {
+            tokio::select! {
+                q = rx.recv() => match q {
+                    Some(q) => batch.push(q),
+                    None => return,
+                },
+                Some(q) = again_rx.recv() => batch.push(q),
+            }
+        }
+        // Plan on the freshest view: after a slot frees (its plans released).
+        let Ok(permit) = shared.slots.clone().acquire_owned().await else {
+            return;
+        };
         while batch.len() < MAX_EVALS_PER_BATCH {
             match rx.try_recv() {
                 Ok(q) => batch.push(q),
@@ -148,58 +187,90 @@ pub(super) async fn run(inner: Weak<Inner>, mut rx: mpsc::Receiver<Queued>) {
         let Some(inner) = inner.upgrade() else {
             return;
         };
-        again = round(&inner, batch).await;
-        if let Some(attempt) = again.iter().map(|q| q.attempts).max() {
-            // Give the writes that changed the view a moment to land.
-            tokio::time::sleep(Duration::from_millis(2 << attempt.min(5))).await;
+        let planned = plan_batch(&inner, &shared, batch);
+        if planned.is_empty() {
+            continue;
         }
+        tokio::spawn(commit(inner, shared.clone(), planned, permit));
     }
 }
 
-/// Plans and proposes one batch; returns the evaluations to plan again.
-async fn round(inner: &Arc<Inner>, batch: Vec<Queued>) -> Vec<Queued> {
-    let mut again = Vec::new();
+/// One planned command of a batch: its evaluation, the command, its
+/// reservations in the overlay and its deploy key.
+struct Planned {
+    q: Queued,
+    cmd: DomainCommand,
+    tickets: Vec<PlanTicket>,
+    key: Option<DeployKey>,
+}
+
+/// Plans one batch on the applied view plus the pending plans, reserving
+/// each plan as it is made; answers what needs no proposal.
+fn plan_batch(inner: &Arc<Inner>, shared: &Shared, batch: Vec<Queued>) -> Vec<Planned> {
+    let mut planned = Vec::new();
     if !inner.leads() {
         for q in batch {
             answer(inner, q, Err(EvalError::NoLeader));
         }
-        return again;
+        return planned;
     }
     let now = unix_ms();
-    let mut planned: Vec<(Queued, DomainCommand)> = Vec::new();
-    {
-        let st = inner.state.read();
-        let view = st.region.domain();
-        let ranking = inner.ranking(view);
-        // Every plan of the batch is made on the applied view (copying a
-        // region's state per batch costs more than the plans); a plan that
-        // lands on a node an earlier plan of this batch took is deferred to
-        // the next round, planned on the view with that one applied.
-        let mut touched: BTreeSet<NodeId> = BTreeSet::new();
-        let mut keys = BTreeSet::new();
-        for q in batch {
-            let policy = inner.policy(&ranking);
-            match decide(view, &q.eval, &policy, &keys, now) {
-                Decision::Answer(r) => answer(inner, q, r),
-                Decision::Defer => again.push(q),
-                Decision::Propose(cmd) => {
-                    let nodes = nodes_of(&cmd);
-                    if nodes.iter().any(|n| touched.contains(n)) {
-                        again.push(q);
-                        continue;
+    let st = inner.state.read();
+    let view = st.region.domain();
+    let ranking = inner.ranking(view);
+    let mut pending = lock(&shared.pending);
+    let mut keys = lock(&shared.keys);
+    for q in batch {
+        let decision = {
+            let policy = inner.policy(&ranking, Some(&pending));
+            decide(view, &q.eval, &policy, &|k| keys.contains_key(k), now)
+        };
+        match decision {
+            Decision::Answer(r) => answer(inner, q, r),
+            Decision::Defer => match &q.eval {
+                Evaluation::Deploy { tenant, key, .. } => {
+                    let k = (tenant.clone(), key.clone());
+                    match keys.get_mut(&k) {
+                        Some(waiting) => waiting.push(q),
+                        None => {
+                            let _ = shared.again.send(q);
+                        }
                     }
-                    touched.extend(nodes);
-                    if let Evaluation::Deploy { tenant, key, .. } = &q.eval {
-                        keys.insert((tenant.clone(), key.clone()));
-                    }
-                    planned.push((q, cmd));
                 }
+                Evaluation::Underplaced { .. } => {
+                    let _ = shared.again.send(q);
+                }
+            },
+            Decision::Propose(cmd) => {
+                let tickets = pending.reserve_command(view, &cmd);
+                let key = match &q.eval {
+                    Evaluation::Deploy { tenant, key, .. } => {
+                        let k = (tenant.clone(), key.clone());
+                        keys.insert(k.clone(), Vec::new());
+                        Some(k)
+                    }
+                    Evaluation::Underplaced { .. } => None,
+                };
+                planned.push(Planned {
+                    q,
+                    cmd,
+                    tickets,
+                    key,
+                });
             }
         }
     }
-    if planned.is_empty() {
-        return again;
-    }
+    planned
+}
+
+/// Proposes one planned batch and answers its evaluations once the outcome
+/// is applied; releases its plans from the overlay first, then its slot.
+async fn commit(
+    inner: Arc<Inner>,
+    shared: Arc<Shared>,
+    planned: Vec<Planned>,
+    permit: OwnedSemaphorePermit,
+) {
     inner.counters.batches.fetch_add(1, Ordering::Relaxed);
     inner
         .counters
@@ -207,16 +278,36 @@ async fn round(inner: &Arc<Inner>, batch: Vec<Queued>) -> Vec<Queued> {
         .fetch_add(planned.len() as u64, Ordering::Relaxed);
     let commands = planned
         .iter()
-        .map(|(_, c)| RegionCommand::domain(c.clone()))
+        .map(|p| RegionCommand::domain(p.cmd.clone()))
         .collect();
-    match inner.proposer.propose_all(commands).await {
+    let result = inner.proposer.propose_all(commands).await;
+    {
+        let st = inner.state.read();
+        let view = st.region.domain();
+        let mut pending = lock(&shared.pending);
+        let mut keys = lock(&shared.keys);
+        for p in &planned {
+            for t in &p.tickets {
+                pending.release(view, *t);
+            }
+            if let Some(waiting) = p.key.as_ref().and_then(|k| keys.remove(k)) {
+                for q in waiting {
+                    let _ = shared.again.send(q);
+                }
+            }
+        }
+    }
+    drop(permit);
+    let mut again = Vec::new();
+    match result {
         Ok(outcomes) if outcomes.len() == planned.len() => {
-            for ((mut q, _), outcome) in planned.into_iter().zip(outcomes) {
+            for (p, outcome) in planned.into_iter().zip(outcomes) {
+                let mut q = p.q;
                 match outcome {
                     CommandOutcome::Domain(Ok(applied)) => {
                         let replans = q.replans;
                         answer(
-                            inner,
+                            &inner,
                             q,
                             Ok(EvalDone {
                                 applied: Some(applied),
@@ -233,9 +324,9 @@ async fn round(inner: &Arc<Inner>, batch: Vec<Queued>) -> Vec<Queued> {
                         inner.counters.replans.fetch_add(1, Ordering::Relaxed);
                         again.push(q);
                     }
-                    CommandOutcome::Domain(Err(e)) => answer(inner, q, Err(EvalError::Refused(e))),
+                    CommandOutcome::Domain(Err(e)) => answer(&inner, q, Err(EvalError::Refused(e))),
                     other => answer(
-                        inner,
+                        &inner,
                         q,
                         Err(EvalError::Unknown(format!("unexpected outcome {other:?}"))),
                     ),
@@ -244,8 +335,8 @@ async fn round(inner: &Arc<Inner>, batch: Vec<Queued>) -> Vec<Queued> {
         }
         Ok(outcomes) => {
             let e = format!("{} outcomes for {} commands", outcomes.len(), planned.len());
-            for (q, _) in planned {
-                answer(inner, q, Err(EvalError::Unknown(e.clone())));
+            for p in planned {
+                answer(&inner, p.q, Err(EvalError::Unknown(e.clone())));
             }
         }
         Err(e) => {
@@ -255,10 +346,16 @@ async fn round(inner: &Arc<Inner>, batch: Vec<Queued>) -> Vec<Queued> {
                 // A deploy is keyed: its submitter retries under the key.
                 e => EvalError::Unknown(e.to_string()),
             };
-            for (q, _) in planned {
-                answer(inner, q, Err(result.clone()));
+            for p in planned {
+                answer(&inner, p.q, Err(result.clone()));
             }
         }
     }
-    again
+    if let Some(attempt) = again.iter().map(|q| q.attempts).max() {
+        // Give the writes that changed the view a moment to land.
+        tokio::time::sleep(Duration::from_millis(2 << attempt.min(5))).await;
+        for q in again {
+            let _ = shared.again.send(q);
+        }
+    }
 }

@@ -1,0 +1,168 @@
+//! The index over free capacity picks what the full scan picks, and the
+//! overlay of pending plans plans as if they were applied: a property test
+//! over random places, deletes and reservations on a small region of mixed
+//! pools, tiers, quotas and swap. (While plans are pending every write is
+//! one of them, as in the scheduler: another writer's change to a node
+//! with a pending plan shows only after a release, see `PendingPlans`.)
+
+use super::*;
+use proptest::prelude::*;
+
+/// (tier, compute, memory) of the shapes the test deploys.
+const SHAPES: [(Tier, u32, u64); 8] = [
+    (Tier::Guaranteed, 250, 4_096),
+    (Tier::Burstable, 500, 2_048),
+    (Tier::Guaranteed, 100, 1_024),
+    (Tier::Oversubscribed, 100, 6_144),
+    (Tier::Exclusive, 1_000, 8_192),
+    (Tier::Guaranteed, 600, 12_288),
+    (Tier::Burstable, 300, 8_192),
+    (Tier::Oversubscribed, 50, 12_000),
+];
+
+fn pref(p: u8) -> PoolPreference {
+    match p % 4 {
+        0 => PoolPreference::Any,
+        1 => PoolPreference::Center,
+        2 => PoolPreference::Edge("edge-a".into()),
+        _ => PoolPreference::Edge("edge-b".into()),
+    }
+}
+
+fn shape_spec(i: usize, tenant: u8, shape: u8, p: u8) -> FunctionSpec {
+    let (tier, c, m) = SHAPES[shape as usize % SHAPES.len()];
+    let mut f = spec(
+        ["acme", "globex"][tenant as usize % 2],
+        &format!("f{i}"),
+        tier,
+        c,
+        m,
+    );
+    f.pool = pref(p);
+    f
+}
+
+/// The proposal (or the rejection) of a plan, for comparing.
+fn outcome(r: Result<(Proposal, PlanMetric), Box<PlanRejection>>) -> Result<Proposal, String> {
+    r.map(|(p, _)| p).map_err(|e| format!("{e:?}"))
+}
+
+fn check(steps: &[(u8, u8, u8, u8)]) {
+    let mut s = region();
+    let frag = FragmentationAware::from_shapes(SHAPES.iter().map(|(_, c, m)| (*c, *m, 1)));
+    let rankings: [&dyn Ranking; 2] = [&BestFit, &frag];
+    let mut pending = PendingPlans::default();
+    // The reserved plans: (ticket, the command that applies them).
+    let mut reserved: Vec<(Vec<PlanTicket>, DomainCommand)> = Vec::new();
+    let mut names: Vec<FunctionSpec> = Vec::new();
+    for (i, &(op, tenant, shape, p)) in steps.iter().enumerate() {
+        let f = shape_spec(i, tenant, shape, p);
+        let ranking = rankings[usize::from(op % 2)];
+        // On the applied view: the index picks what the scan picks.
+        let full = outcome(plan_on(&s, None, &f, ranking, &PlanOptions::default()));
+        let indexed = outcome(plan_on(&s, None, &f, ranking, &PlanOptions::indexed()));
+        assert_eq!(indexed, full, "step {i}: {f:?}");
+        // Around the pending plans: as on a copy with them applied.
+        let mut applied = s.clone();
+        for (_, cmd) in &reserved {
+            applied
+                .apply(cmd.clone(), T0)
+                .unwrap_or_else(|e| panic!("step {i}: a pending plan does not apply: {e}"));
+        }
+        let on_copy = outcome(plan_on(
+            &applied,
+            None,
+            &f,
+            ranking,
+            &PlanOptions::default(),
+        ));
+        for options in [PlanOptions::default(), PlanOptions::indexed()] {
+            let around = outcome(plan_on(&s, Some(&pending), &f, ranking, &options));
+            assert_eq!(
+                around, on_copy,
+                "step {i} around pending ({options:?}): {f:?}"
+            );
+        }
+        // Every write passes through the overlay while plans are pending
+        // (as in the scheduler): a place reserves, a delete waits.
+        let op = match op % 10 {
+            0..=5 if !reserved.is_empty() => 8,
+            6 | 7 if !reserved.is_empty() => 9,
+            op => op,
+        };
+        match op {
+            0..=5 => {
+                // Place it.
+                if let Ok(p) = full {
+                    let cmd = DomainCommand::FunctionCreate {
+                        spec: f.clone(),
+                        placements: vec![p.slices],
+                    };
+                    s.apply(cmd, T0).unwrap_or_else(|e| panic!("step {i}: {e}"));
+                    names.push(f);
+                }
+            }
+            6 | 7 => {
+                // Delete a placed function.
+                if !names.is_empty() {
+                    let g = names.remove(usize::from(shape) % names.len());
+                    ok(
+                        &mut s,
+                        DomainCommand::FunctionDelete {
+                            tenant: g.tenant,
+                            name: g.name,
+                        },
+                    );
+                }
+            }
+            8 => {
+                // Reserve it around the pending plans, without applying.
+                if let Ok(p) = on_copy {
+                    let cmd = DomainCommand::FunctionCreate {
+                        spec: f.clone(),
+                        placements: vec![p.slices],
+                    };
+                    let tickets = pending.reserve_command(&s, &cmd);
+                    assert_eq!(tickets.len(), 1);
+                    reserved.push((tickets, cmd));
+                    names.push(f);
+                }
+            }
+            _ => {
+                // Commit the reserved plans, then release them.
+                for (_, cmd) in &reserved {
+                    s.apply(cmd.clone(), T0)
+                        .unwrap_or_else(|e| panic!("step {i}: {e}"));
+                }
+                for (tickets, _) in reserved.drain(..) {
+                    for t in tickets {
+                        pending.release(&s, t);
+                    }
+                }
+                assert!(pending.is_empty());
+                assert_eq!(pending.nodes(), 0);
+            }
+        }
+        // The index is kept in step on apply (a rebuilt one is equal).
+        s.check_invariants()
+            .unwrap_or_else(|e| panic!("step {i}: {e}"));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn indexed_plans_pick_what_the_full_scan_picks(
+        steps in prop::collection::vec((0u8..10, 0u8..2, 0u8..8, 0u8..4), 1..80)
+    ) {
+        check(&steps);
+    }
+}
+
+#[test]
+fn a_full_region_falls_back_to_the_scans_rejection() {
+    // Fill the center with exclusive instances, then ask for more.
+    let steps: Vec<(u8, u8, u8, u8)> = (0..8).map(|_| (0, 0, 4, 1)).collect();
+    check(&steps);
+}
