@@ -605,6 +605,7 @@ async fn heartbeats(conn: quinn::Connection, setup: &LinkSetup) -> Result<(), Se
                 usage_pending_records: usage_pending(setup).await,
                 usage_withheld: s.usage_withheld,
             },
+            instances: s.instances,
         }));
         if let RegionMessage::V1(RegionMessageV1::Refused { code, message, .. }) =
             request(&conn, beat).await?

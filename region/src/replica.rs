@@ -192,7 +192,8 @@ impl Replica {
         let counters = Arc::new(QuicCounters::default());
         let proposer = Proposer::start(raft.clone(), links.clone());
         let agents = crate::agents::AgentHub::new(proposer.clone(), state.clone())
-            .with_metrics(raft.metrics());
+            .with_metrics(raft.metrics())
+            .with_peers(spec.id, links.clone());
         let scheduler = Scheduler::start(
             spec.id,
             raft.clone(),

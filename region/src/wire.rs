@@ -48,6 +48,9 @@ pub enum PeerRequest {
     /// Which instances the replica last pushed to `node`'s agent (`None`
     /// in the reply: the agent is not linked there).
     Delivered(gshare_core::model::NodeId),
+    /// The reports of the agents linked to the replica
+    /// (`crate::agents::region_agents`).
+    AgentReports,
 }
 
 /// Why a forwarded write was not committed.
@@ -81,6 +84,8 @@ pub enum PeerReply {
     Evaluate(crate::scheduler::EvalResult),
     /// Reply to [`PeerRequest::Delivered`].
     Delivered(Option<Vec<gshare_core::state::InstanceId>>),
+    /// Reply to [`PeerRequest::AgentReports`].
+    AgentReports(crate::agents::ReplicaAgents),
 }
 
 pub use gshare_core::net::{WireError, BAD_FRAME};

@@ -253,6 +253,9 @@ key = "certs/{node}.key"
         });
         found.unwrap()
     };
+    // Every replica lists it; `replica` names the one holding the link
+    // (whose `/metrics` has its series).
+    let holder = report["replica"].as_u64().unwrap_or(holder);
     assert_eq!(report["gpus"].as_array().map(Vec::len), Some(2), "{report}");
     let r = call(
         region.http(holder),

@@ -165,6 +165,12 @@ impl GpuExecutor {
         self.instances.iter().map(|i| i.function)
     }
 
+    /// The functions with a copy on this GPU, each with whether its load
+    /// has finished (`false`: still loading).
+    pub fn copies(&self) -> impl Iterator<Item = (FunctionId, bool)> + '_ {
+        self.instances.iter().map(|i| (i.function, i.loaded))
+    }
+
     /// Nothing loaded, queued or running, and the link idle at `now`.
     pub(crate) fn pristine(&self, now: Micros) -> bool {
         self.instances.is_empty()

@@ -1,6 +1,6 @@
 //! Messages from a node agent to the region.
 
-use super::{AgentCounters, GpuStatus, InvokeReply, NodeGpu, SwapEvent};
+use super::{AgentCounters, GpuStatus, InstanceStatus, InvokeReply, NodeGpu, SwapEvent};
 use crate::model::NodeId;
 use crate::state::{AgentId, UsageRecord};
 use serde::{Deserialize, Serialize};
@@ -109,6 +109,9 @@ pub struct Heartbeat {
     pub swaps: u64,
     /// Function processes and the usage journal.
     pub counters: AgentCounters,
+    /// Every instance the agent hosts, with where its weights are (what
+    /// `POST /v1/functions?wait=ready` waits for).
+    pub instances: Vec<InstanceStatus>,
 }
 
 impl AgentMessage {

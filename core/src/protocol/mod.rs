@@ -8,7 +8,8 @@
 //! ```text
 //!   agent ──AgentMessage──▶ region            region ──RegionMessage──▶ agent
 //!     Register (node, GPUs)                      Registered { next_seq } | Refused
-//!     Heartbeat (utilization, residency, queue)  Assignment (instances: spec + slices)
+//!     Heartbeat (utilization, residency, queue,  Assignment (instances: spec + slices)
+//!       each instance's state)
 //!     Swaps (swap / remap reports)               Tokens (tenant token digests)
 //!     Usage (usage batch)                        UsageAck
 //!     InvokeReply                                Invoke (forwarded invocation)
@@ -28,6 +29,7 @@ mod agent_message;
 pub mod codec;
 mod gpu_report;
 mod instance_assignment;
+mod instance_report;
 mod invoke;
 mod region_message;
 mod swap_report;
@@ -41,6 +43,7 @@ pub use codec::{
 };
 pub use gpu_report::{GpuStatus, NodeGpu};
 pub use instance_assignment::{AssignedInstance, Assignment};
+pub use instance_report::{InstanceState, InstanceStatus};
 pub use invoke::{
     InvokeError, InvokeOutcome, InvokeReply, InvokeRequest, MAX_INVOKE_BODY_BYTES, MAX_REPLAY_BODY,
 };

@@ -70,6 +70,11 @@ fn every_message() -> (Vec<AgentMessage>, Vec<RegionMessage>) {
                 usage_pending_records: 12,
                 ..AgentCounters::default()
             },
+            instances: vec![InstanceStatus {
+                instance: InstanceId(3),
+                state: InstanceState::Resident,
+                gpus: vec![0],
+            }],
         })),
         AgentMessage::v1(AgentMessageV1::Swaps {
             agent: agent.clone(),

@@ -20,7 +20,8 @@ use gshare_core::executor::{
 use gshare_core::metering::{ResidencyId, UsageKey};
 use gshare_core::model::{FunctionSpec, GpuId, Mib, Micros, MilliGpu, NodeId, Slice, TenantId};
 use gshare_core::protocol::{
-    GpuStatus, InvokeError, InvokeOutcome, SwapEvent, SwapKind, TokenDigests,
+    GpuStatus, InstanceState, InstanceStatus, InvokeError, InvokeOutcome, SwapEvent, SwapKind,
+    TokenDigests,
 };
 use gshare_core::state::InstanceId;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -1121,6 +1122,7 @@ impl Handler<ApplyAssignment> for NodeAgent {
         for id in stale {
             self.remove_function(id);
         }
+        let mut added = Vec::new();
         for (key, (spec, version, instances, slices)) in wanted {
             match self.names.get(&key) {
                 Some(id) => {
@@ -1129,11 +1131,25 @@ impl Handler<ApplyAssignment> for NodeAgent {
                         h.slices = slices;
                     }
                 }
-                None => self.add_function(ctx, key, spec, version, instances, slices),
+                None => {
+                    let warm = !spec.tier.swappable();
+                    self.add_function(ctx, key.clone(), spec, version, instances, slices);
+                    if let Some(id) = self.names.get(&key).filter(|_| warm) {
+                        added.push(*id);
+                    }
+                }
             }
         }
         let now = self.now();
         self.pin_all(now);
+        // Instances that are never swapped out hold their memory anyway:
+        // their weights are loaded now (onto a pinned GPU with room; nothing
+        // is evicted), so the first request runs without a cold start and
+        // `?wait=ready` sees them resident. `oversubscribed` ones load on
+        // their first request.
+        for function in added {
+            self.step(now, Event::Prefetch { function });
+        }
         self.status.functions = self.functions.len() as u32;
     }
 }
@@ -1201,7 +1217,49 @@ impl Handler<StatusQuery> for NodeAgent {
                 }
             })
             .collect();
+        s.instances = self.instance_states();
         s
+    }
+}
+
+impl NodeAgent {
+    /// Each hosted instance with where its weights are: a copy on a GPU
+    /// counts for the instance whose slices hold that GPU (as in
+    /// [`GpuStatus::resident`]).
+    fn instance_states(&self) -> Vec<InstanceStatus> {
+        let mut out = Vec::new();
+        for (id, h) in &self.functions {
+            let mut copies: BTreeMap<InstanceId, Vec<(u32, bool)>> = BTreeMap::new();
+            for g in 0..self.setup.gpus.len() as u32 {
+                for (f, loaded) in self.executor.gpu(g).copies() {
+                    if f == *id {
+                        if let Some(i) = h.instance_on(g) {
+                            copies.entry(i).or_default().push((g, loaded));
+                        }
+                    }
+                }
+            }
+            let in_host = self.executor.in_host(*id);
+            for instance in &h.instances {
+                let mine = copies.remove(instance).unwrap_or_default();
+                let state = if mine.iter().any(|(_, loaded)| *loaded) {
+                    InstanceState::Resident
+                } else if !mine.is_empty() {
+                    InstanceState::Loading
+                } else if in_host {
+                    InstanceState::SwappedOut
+                } else {
+                    InstanceState::Cold
+                };
+                out.push(InstanceStatus {
+                    instance: *instance,
+                    state,
+                    gpus: mine.into_iter().map(|(g, _)| g).collect(),
+                });
+            }
+        }
+        out.sort_by_key(|i| i.instance);
+        out
     }
 }
 

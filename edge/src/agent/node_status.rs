@@ -1,12 +1,14 @@
 //! A snapshot of the node for heartbeats and `/metrics`.
 
-use gshare_core::protocol::GpuStatus;
+use gshare_core::protocol::{GpuStatus, InstanceStatus};
 
 /// Counters and per-GPU state of the node.
 #[derive(Debug, Clone, Default, PartialEq, Eq, actix::MessageResponse)]
 pub struct NodeStatus {
     /// Per GPU.
     pub gpus: Vec<GpuStatus>,
+    /// Per hosted instance: where its weights are.
+    pub instances: Vec<InstanceStatus>,
     /// Invocations accepted and not answered yet.
     pub in_flight: u32,
     /// Functions hosted.

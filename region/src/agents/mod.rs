@@ -32,13 +32,17 @@
 //! replica's applied state, polled every 200 ms and pushed when changed.
 //! `POST /v1/invoke/{tenant}/{name}` on any replica is forwarded to a
 //! hosting agent ([`invoke`]). Heartbeats and swap reports are kept in
-//! memory on this replica ([`AgentReports`]) for `GET /v1/cluster/agents`
-//! and `/metrics`.
+//! memory on this replica ([`AgentReports`]) for `/metrics` (each replica
+//! exports the agents linked to it); `GET /v1/cluster/agents`,
+//! `/v1/cluster/view`, `GET /v1/functions/{name}` and `?wait=ready` read
+//! every replica's ([`region_agents`]).
 
 mod invoke;
+pub mod region_agents;
 mod reports;
 
 pub use invoke::invoke_route;
+pub use region_agents::{RegionAgents, ReplicaAgents};
 pub use reports::{AgentReport, AgentReports, SwapCounts};
 
 use crate::proposer::{Proposer, WriteError};
@@ -80,6 +84,10 @@ pub struct AgentHub {
     pub activity: Arc<crate::dashboard::Activity>,
     /// This replica's Raft metrics (who leads), once wired.
     pub metrics: Option<tokio::sync::watch::Receiver<openraft::RaftMetrics<u64, ReplicaNode>>>,
+    /// This replica's id (0 until wired with [`AgentHub::with_peers`]).
+    pub id: u64,
+    /// Connections to the other replicas, to read their agents' reports.
+    pub peers: Option<crate::peer_link::PeerLinks>,
 }
 
 impl AgentHub {
@@ -93,7 +101,17 @@ impl AgentHub {
             delivered: Arc::default(),
             activity: Arc::default(),
             metrics: None,
+            id: 0,
+            peers: None,
         }
+    }
+
+    /// This replica is `id`; it reads the other replicas' agent reports
+    /// through `links` (their members come from the Raft metrics).
+    pub fn with_peers(mut self, id: u64, links: crate::peer_link::PeerLinks) -> Self {
+        self.id = id;
+        self.peers = Some(links);
+        self
     }
 
     /// Reads the leader's id from `metrics` (for the `Registered` reply).

@@ -1,14 +1,16 @@
 //! What the agents connected to this replica report: the latest heartbeat
 //! of each and its swap/remap counts. Kept in memory on the replica that
 //! holds the agent's link (not replicated through Raft); an agent's entry
-//! is dropped when its connection ends.
+//! is dropped when its connection ends. Every replica reads the others'
+//! over the peer wire ([`super::region_agents`]).
 
 use gshare_core::metrics::{bytes_from_mib, ratio_from_milli, Sampler, Series};
-use gshare_core::protocol::{Heartbeat, NodeGpu, Register, SwapEvent, SwapKind};
-use gshare_core::state::AgentId;
+use gshare_core::protocol::{Heartbeat, InstanceStatus, NodeGpu, Register, SwapEvent, SwapKind};
+use gshare_core::state::{AgentId, InstanceId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::time::Instant;
 
 /// Swap and remap events an agent reported, by kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,8 +71,33 @@ pub struct AgentReport {
     pub heartbeats: u64,
     /// Swap/remap events reported on this link.
     pub swaps: SwapCounts,
+    /// The replica holding the agent's link (the one these reports come from).
+    #[serde(default)]
+    pub replica: u64,
+    /// How long ago that replica received the latest heartbeat, ms, when
+    /// it answered (`None`: no heartbeat yet). Measured on the holder's
+    /// clock, not the agent's.
+    #[serde(default)]
+    pub age_ms: Option<u64>,
+    /// The instances that replica last pushed to the agent (its assignment).
+    #[serde(default)]
+    pub delivered: Vec<InstanceId>,
     #[serde(skip)]
     link: usize,
+    #[serde(skip)]
+    received: Option<Instant>,
+}
+
+impl AgentReport {
+    /// The agent's reported state of `instance` (`None`: not in its latest
+    /// heartbeat).
+    pub fn instance(&self, instance: InstanceId) -> Option<&InstanceStatus> {
+        self.heartbeat
+            .as_ref()?
+            .instances
+            .iter()
+            .find(|i| i.instance == instance)
+    }
 }
 
 /// The reports of the agents connected to this replica.
@@ -99,7 +126,11 @@ impl AgentReports {
                 heartbeat: None,
                 heartbeats: 0,
                 swaps: SwapCounts::default(),
+                replica: 0,
+                age_ms: None,
+                delivered: Vec::new(),
                 link,
+                received: None,
             },
         );
     }
@@ -110,6 +141,7 @@ impl AgentReports {
         if let Some(r) = self.lock().get_mut(&h.agent) {
             r.heartbeats += 1;
             r.heartbeat = Some(h);
+            r.received = Some(Instant::now());
         }
     }
 
@@ -131,9 +163,19 @@ impl AgentReports {
         }
     }
 
-    /// The connected agents, by id.
+    /// The connected agents, by id, each with the age of its latest
+    /// heartbeat now.
     pub fn list(&self) -> Vec<AgentReport> {
-        self.lock().values().cloned().collect()
+        let now = Instant::now();
+        self.lock()
+            .values()
+            .map(|r| AgentReport {
+                age_ms: r.received.map(|at| {
+                    u64::try_from(now.duration_since(at).as_millis()).unwrap_or(u64::MAX)
+                }),
+                ..r.clone()
+            })
+            .collect()
     }
 
     /// Samples, per agent and GPU, the reported utilization, memory, queue
@@ -262,7 +304,6 @@ mod tests {
     use super::*;
     use gshare_core::model::NodeId;
     use gshare_core::protocol::{AgentCounters, GpuStatus};
-    use gshare_core::state::InstanceId;
 
     fn register(agent: &str) -> Register {
         Register {
@@ -300,6 +341,7 @@ mod tests {
                 usage_pending_records: 40,
                 ..AgentCounters::default()
             },
+            instances: Vec::new(),
         }
     }
 
@@ -328,6 +370,10 @@ mod tests {
         let list = r.list();
         assert_eq!(list.len(), 1);
         assert_eq!(list[0].heartbeats, 2);
+        assert!(
+            list[0].age_ms.is_some(),
+            "a heartbeat came: its age is known"
+        );
         assert_eq!(
             list[0].heartbeat.as_ref().unwrap().gpus[0].utilization_milli,
             700

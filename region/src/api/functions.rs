@@ -21,12 +21,14 @@ use gshare_core::bounds;
 use gshare_core::model::{
     FunctionSpec, LatencyProfile, NodeId, PoolPreference, Runtime, Slice, TenantId, Tier,
 };
+use gshare_core::protocol::InstanceState;
 use gshare_core::state::{
     Applied, ApplyError, DomainCommand, InstanceId, ObjectKind, PlanRejection, PlannedInstance,
 };
 use serde::{Deserialize, Serialize};
 
 use super::{auth, idempotency, parse_json, read_body, ApiError};
+use crate::agents::RegionAgents;
 use crate::http::HttpContext;
 use crate::scheduler::{EvalDone, EvalError, Evaluation};
 
@@ -123,11 +125,24 @@ pub struct InstanceView {
     pub pool: String,
     /// Its slices.
     pub slices: Vec<Slice>,
-    /// In `GET /v1/functions/{name}`: `placed` (committed), `assigned`
-    /// (pushed to its node's agent) or `resident` (the agent reports its
-    /// weights on a GPU; known where the agent is linked).
+    /// In `GET /v1/functions/{name}` and a `?wait=ready` answer: `placed`
+    /// (committed; its agent reports nothing of it), `assigned` (pushed to
+    /// its node's agent, not reported yet), or what the agent reports:
+    /// `cold` (hosted, no weights loaded), `loading`, `resident` or
+    /// `swapped_out` (read from whichever replica holds the agent's link).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
+}
+
+/// The error body inside a `202` answer of `?wait=ready`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NotReady {
+    /// `not_ready`.
+    pub code: String,
+    /// What is committed and what is still missing.
+    pub message: String,
+    /// `true`: the same request with the same `Idempotency-Key` waits again.
+    pub retryable: bool,
 }
 
 /// A function as its tenant sees it.
@@ -139,10 +154,14 @@ pub struct FunctionView {
     pub version: u64,
     /// Placed instances.
     pub instances: Vec<InstanceView>,
-    /// With `?wait=ready`: whether every instance was pushed to its node's
-    /// agent before the wait ended.
+    /// With `?wait=ready`: whether the function was ready (see
+    /// [`WaitFor::Ready`]) before the wait ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready: Option<bool>,
+    /// With `?wait=ready`, when it was not ready in time: why (the answer
+    /// is then `202 Accepted` with `X-Gshare-Error: not_ready`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<NotReady>,
 }
 
 /// The answer to an applied create (a replay of its key answers the same).
@@ -179,6 +198,7 @@ fn created(
             })
             .collect(),
         ready: None,
+        error: None,
     })
 }
 
@@ -188,9 +208,9 @@ pub struct DeployQuery {
     /// `true`: plan only and answer where the instances would go (200).
     #[serde(default)]
     pub dry_run: bool,
-    /// `ready`: answer once every instance was pushed to its node's agent
-    /// (at most `ready_timeout_ms`); `committed` (the default): once the
-    /// deploy-and-place entry is applied.
+    /// `ready`: answer once the function is ready (see [`WaitFor::Ready`];
+    /// at most `ready_timeout_ms`, then `202 not_ready`); `committed` (the
+    /// default): once the deploy-and-place entry is applied.
     #[serde(default)]
     pub wait: Option<WaitFor>,
     /// Longest wait for `wait=ready`, ms (default 10,000, at most 60,000).
@@ -204,7 +224,10 @@ pub struct DeployQuery {
 pub enum WaitFor {
     /// The deploy-and-place entry is applied (201 then).
     Committed,
-    /// Every instance was pushed to its node's agent.
+    /// Every replica that answers has applied the deploy, and every hosting
+    /// agent reports its instances: with a copy of the weights resident on
+    /// each hosting node (`oversubscribed` instances: hosted, in any state,
+    /// since they load on their first request by design).
     Ready,
 }
 
@@ -285,7 +308,27 @@ async fn deploy(
                     .ready_timeout_ms
                     .unwrap_or(READY_TIMEOUT_MS.0)
                     .min(READY_TIMEOUT_MS.1);
-                view.ready = Some(wait_ready(&ctx, &view, Duration::from_millis(ms)).await);
+                let waited = wait_ready(&ctx, &mut view, Duration::from_millis(ms)).await;
+                view.ready = Some(waited.is_ok());
+                if let Err(missing) = waited {
+                    view.error = Some(NotReady {
+                        code: "not_ready".into(),
+                        message: format!(
+                            "the deploy committed (version {}, {} instance(s) placed) but is \
+                             not ready after {ms} ms: {missing}; the same request with {}: {} \
+                             waits again",
+                            view.version,
+                            view.instances.len(),
+                            idempotency::HEADER,
+                            key.key
+                        ),
+                        retryable: true,
+                    });
+                    return Ok(HttpResponse::Accepted()
+                        .insert_header((idempotency::HEADER, key.key.as_str()))
+                        .insert_header((gshare_core::http_surface::ERROR_HEADER, "not_ready"))
+                        .json(view));
+                }
             }
             Ok(HttpResponse::Created()
                 .insert_header((idempotency::HEADER, key.key.as_str()))
@@ -361,6 +404,7 @@ fn view(ctx: &HttpContext, tenant: &TenantId, name: &str) -> Result<FunctionView
             })
             .collect(),
         ready: None,
+        error: None,
     })
 }
 
@@ -435,8 +479,9 @@ async fn show_of(
     name: &str,
 ) -> Result<HttpResponse, ApiError> {
     let mut v = view(ctx, tenant, name)?;
+    let agents = ctx.replica.agents.gather().await;
     for i in &mut v.instances {
-        i.state = Some(instance_state(ctx, i).await.to_string());
+        i.state = Some(instance_state(&agents, i).to_string());
     }
     Ok(HttpResponse::Ok().json(v))
 }
@@ -529,7 +574,27 @@ async fn update(
         }
         let left = until.saturating_duration_since(tokio::time::Instant::now());
         let placed = (function.instances.len() as u64) >= u64::from(min);
-        function.ready = Some(placed && wait_ready(&ctx, &function, left).await);
+        let waited = if placed {
+            wait_ready(&ctx, &mut function, left).await
+        } else {
+            Err(format!(
+                "{} of {min} instance(s) placed",
+                function.instances.len()
+            ))
+        };
+        function.ready = Some(waited.is_ok());
+        if let Err(missing) = waited {
+            function.error = Some(NotReady {
+                code: "not_ready".into(),
+                message: format!(
+                    "the update committed (version {version}) but is not ready after {ms} ms: \
+                     {missing}; the same request with {}: {} waits again",
+                    idempotency::HEADER,
+                    key.key
+                ),
+                retryable: true,
+            });
+        }
     }
     Ok(HttpResponse::Ok()
         .insert_header((idempotency::HEADER, key.key.as_str()))
@@ -545,67 +610,119 @@ fn node_of(i: &InstanceView) -> Option<&NodeId> {
     i.slices.first().map(|s| &s.gpu.node)
 }
 
-/// `resident`, `assigned` or `placed` (see [`InstanceView::state`]).
-async fn instance_state(ctx: &HttpContext, i: &InstanceView) -> &'static str {
-    let Some(node) = node_of(i) else {
-        return "placed";
-    };
-    let resident = ctx.replica.agents.reports.list().iter().any(|r| {
-        r.node == node.0
-            && r.heartbeat
-                .as_ref()
-                .is_some_and(|h| h.gpus.iter().any(|g| g.resident.contains(&i.instance)))
-    });
-    if resident {
-        return "resident";
+/// The agent's report of `i`, if its node's agent is linked to a replica
+/// that answered and reports it.
+fn reported(agents: &RegionAgents, i: &InstanceView) -> Option<InstanceState> {
+    let node = node_of(i)?;
+    agents
+        .of_node(&node.0)?
+        .instance(i.instance)
+        .map(|s| s.state)
+}
+
+/// See [`InstanceView::state`].
+fn instance_state(agents: &RegionAgents, i: &InstanceView) -> &'static str {
+    if let Some(s) = reported(agents, i) {
+        return s.name();
     }
-    match ctx
-        .replica
-        .scheduler
-        .delivered(&ctx.replica.agents, node)
-        .await
-    {
-        Some(d) if d.contains(&i.instance) => "assigned",
-        _ => "placed",
+    let delivered = node_of(i)
+        .and_then(|n| agents.of_node(&n.0))
+        .is_some_and(|a| a.delivered.contains(&i.instance));
+    if delivered {
+        "assigned"
+    } else {
+        "placed"
     }
 }
 
-/// Waits until this replica has applied the function and every instance
-/// of `v` was pushed to its node's agent, for at most `wait`.
-async fn wait_ready(ctx: &HttpContext, v: &FunctionView, wait: Duration) -> bool {
+/// What keeps `v` from being ready (see [`WaitFor::Ready`]), given every
+/// replica's agents and the log index the deploy is applied at; `None`
+/// when nothing does.
+fn not_ready(v: &FunctionView, agents: &RegionAgents, index: u64) -> Option<String> {
+    let mut missing = Vec::new();
+    for (part, applied) in &agents.replicas {
+        if let Some(a) = applied.filter(|a| *a < index) {
+            missing.push(format!(
+                "replica {} has applied up to index {a}, the deploy is at {index}",
+                part.id
+            ));
+        }
+    }
+    let swappable = v.spec.tier.swappable();
+    for i in &v.instances {
+        let Some(node) = node_of(i) else { continue };
+        let state = reported(agents, i);
+        // A copy resident for another instance of the function on the
+        // same node serves this one's first request without a load too.
+        let warm = v
+            .instances
+            .iter()
+            .filter(|o| node_of(o) == Some(node))
+            .any(|o| reported(agents, o) == Some(InstanceState::Resident));
+        let ok = match state {
+            Some(_) if swappable => true,
+            Some(_) => warm,
+            None => false,
+        };
+        if !ok {
+            let why = match state {
+                Some(s) => s.name().to_string(),
+                None if agents.of_node(&node.0).is_none() => format!(
+                    "{} (no replica that answered holds an agent link for {})",
+                    instance_state(agents, i),
+                    node.0
+                ),
+                None => instance_state(agents, i).to_string(),
+            };
+            missing.push(format!("instance {} on {}: {why}", i.instance, node.0));
+        }
+    }
+    let n = missing.len();
+    if n == 0 {
+        return None;
+    }
+    missing.truncate(5);
+    let more = if n > 5 {
+        format!(" (and {} more)", n - 5)
+    } else {
+        String::new()
+    };
+    Some(format!("{}{more}", missing.join("; ")))
+}
+
+/// Waits, for at most `wait`, until `v` is ready (see [`WaitFor::Ready`]):
+/// this replica applied the deploy, every replica that answers applied it
+/// too (so an invocation through any of them finds the function), and its
+/// hosting agents report its instances. Sets each instance's state as last
+/// seen; `Err` says what was still missing.
+async fn wait_ready(ctx: &HttpContext, v: &mut FunctionView, wait: Duration) -> Result<(), String> {
     let until = tokio::time::Instant::now() + wait;
-    let mut pending: Vec<&InstanceView> = v.instances.iter().collect();
+    let mut index = None;
+    let mut missing = "this replica has not applied the deploy yet".to_string();
     loop {
-        let here = {
+        if index.is_none() {
             let st = ctx.replica.state.read();
-            st.region
+            let here = st
+                .region
                 .domain()
                 .function(&v.spec.tenant, &v.spec.name)
-                .is_ok()
-        };
-        if here {
-            let mut still = Vec::new();
-            for i in pending {
-                let delivered = match node_of(i) {
-                    Some(node) => {
-                        ctx.replica
-                            .scheduler
-                            .delivered(&ctx.replica.agents, node)
-                            .await
-                    }
-                    None => None,
-                };
-                if !delivered.is_some_and(|d| d.contains(&i.instance)) {
-                    still.push(i);
-                }
+                .is_ok();
+            if here {
+                index = Some(st.last_applied.map_or(0, |l| l.index));
             }
-            pending = still;
-            if pending.is_empty() {
-                return true;
+        }
+        if let Some(index) = index {
+            let agents = ctx.replica.agents.gather().await;
+            for i in &mut v.instances {
+                i.state = Some(instance_state(&agents, i).to_string());
+            }
+            match not_ready(v, &agents, index) {
+                None => return Ok(()),
+                Some(why) => missing = why,
             }
         }
         if tokio::time::Instant::now() >= until {
-            return false;
+            return Err(missing);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -8,9 +8,13 @@
 //! scheduler places new ones at once: break-before-make (the function has
 //! no instance for the moment between); other changes keep the instances.
 //!
-//! `deploy` waits until the hosting agents have taken the new instances
-//! (`POST /v1/functions?wait=ready`), so the function answers invocations
-//! when it returns; `--no-wait` returns once the deploy is committed.
+//! `deploy` waits until the function is ready (`POST
+//! /v1/functions?wait=ready`: every replica knows it and the hosting
+//! agents report its instances resident), so it answers invocations when
+//! it returns; not ready in time, it says that the deploy committed and
+//! what is missing, and exits non-zero. `--no-wait` returns once the
+//! deploy is committed. `describe` shows each instance's state as its
+//! agent reports it, from whichever replica it asks.
 //! `--dry-run` shows where the instances would go and what the plan passed
 //! over, or why nothing fits, and deploys nothing.
 //!
@@ -167,8 +171,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 r.show(&v, |v| table(std::slice::from_ref(v)));
                 if v["ready"] == Value::Bool(false) {
                     anyhow::bail!(
-                        "deployed, but not every hosting agent took its instance in time \
-                         (see `gsharectl function describe {}`)",
+                        "{} (see `gsharectl function describe {}`)",
+                        v["error"]["message"]
+                            .as_str()
+                            .unwrap_or("deployed, but not ready in time"),
                         cell(&v["spec"]["name"])
                     );
                 }

@@ -281,42 +281,6 @@ impl Scheduler {
     }
 }
 
-impl Scheduler {
-    /// The instances last pushed to `node`'s agent by whichever replica
-    /// holds its link (`hub` is this replica's; the peers are asked over
-    /// the peer wire); `None` if no replica answers that it holds it.
-    pub async fn delivered(
-        &self,
-        hub: &crate::agents::AgentHub,
-        node: &gshare_core::model::NodeId,
-    ) -> Option<Vec<gshare_core::state::InstanceId>> {
-        if let Some(d) = hub.delivered_to(node) {
-            return Some(d);
-        }
-        let peers: Vec<String> = {
-            let m = self.inner.raft.metrics().borrow().clone();
-            m.membership_config
-                .membership()
-                .nodes()
-                .filter(|(id, _)| **id != self.inner.id)
-                .map(|(_, n)| n.raft_addr.clone())
-                .collect()
-        };
-        let req = PeerRequest::Delivered(node.clone());
-        for addr in peers {
-            if let Ok(PeerReply::Delivered(Some(d))) = self
-                .inner
-                .links
-                .call(&addr, &req, Duration::from_secs(2))
-                .await
-            {
-                return Some(d);
-            }
-        }
-        None
-    }
-}
-
 impl Inner {
     fn leads(&self) -> bool {
         let m = self.raft.metrics();

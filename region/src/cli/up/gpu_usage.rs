@@ -77,7 +77,13 @@ impl GpuUsage {
     pub fn listing(api: &ApiClient, operator: &str) -> Vec<AgentReport> {
         let mut all = Vec::new();
         for &addr in api.replicas() {
-            if let Ok(v) = ApiClient::call_at(addr, "GET", "/v1/cluster/agents", operator, None) {
+            if let Ok(v) = ApiClient::call_at(
+                addr,
+                "GET",
+                "/v1/cluster/agents?scope=replica",
+                operator,
+                None,
+            ) {
                 if let Ok(list) = serde_json::from_value::<Vec<AgentReport>>(v) {
                     all.extend(list);
                 }

@@ -1,0 +1,256 @@
+//! What every replica knows of the agents: each replica holds the reports
+//! of the agents linked to it ([`super::AgentReports`]); a read that needs
+//! all of them asks the other replicas over the peer wire
+//! (`PeerRequest::AgentReports`, mutual TLS between replicas, so a tenant's
+//! request can use it without the operator's token) and merges the parts.
+//!
+//! ```text
+//!  GET /v1/cluster/agents ─┐
+//!  GET /v1/cluster/view ───┤                 ┌─ this replica's part (local)
+//!  GET /v1/functions/{f} ──┼─▶ gather() ─────┼─ peer 2: PeerRequest::AgentReports ─▶ ReplicaAgents
+//!  ?wait=ready ────────────┘   (concurrent)  └─ peer 3: …            (≤ PEER_TIMEOUT each)
+//!                                   ▼
+//!                  RegionAgents { replicas (who answered), agents (newest report per agent) }
+//! ```
+//!
+//! Staleness: a report read anywhere is its holder's latest heartbeat; the
+//! holder states its age (`age_ms`, on its own clock) when it answers, and
+//! its answer arrives within [`PEER_TIMEOUT`]. An agent heartbeats every
+//! `heartbeat_ms` (default 1 s), so while it is linked a report read on
+//! any replica is at most `heartbeat_ms` + [`PEER_TIMEOUT`] old. A replica
+//! that does not answer in time is named in `replicas` with its error, and
+//! the agents linked to it are missing from that answer.
+
+use super::{AgentHub, AgentReport};
+use crate::dashboard::activity::ReplicaPart;
+use crate::wire::{PeerReply, PeerRequest};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// Longest wait for one peer's part.
+pub const PEER_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// One replica's part: the agents linked to it, and how far it has applied
+/// the log (so a reader can tell whether it knows of a recent deploy).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaAgents {
+    /// The replica.
+    pub replica: u64,
+    /// Its last applied log index.
+    pub applied_index: u64,
+    /// The agents linked to it, with `replica`, `age_ms` and `delivered` set.
+    pub agents: Vec<AgentReport>,
+}
+
+/// Every replica's agents, merged.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RegionAgents {
+    /// Each replica asked (this one first), whether its part came and its
+    /// applied index when it did.
+    pub replicas: Vec<(ReplicaPart, Option<u64>)>,
+    /// One report per agent: the one with the newest heartbeat when two
+    /// replicas hold one (an agent that moved and an old link not closed yet).
+    pub agents: Vec<AgentReport>,
+}
+
+impl RegionAgents {
+    /// Merges `parts`; the ones that did not come are listed with their error.
+    pub fn merge(parts: Vec<(ReplicaPart, Option<ReplicaAgents>)>) -> Self {
+        let mut agents = BTreeMap::<String, AgentReport>::new();
+        let mut replicas = Vec::new();
+        for (part, got) in parts {
+            let applied = got.as_ref().map(|g| g.applied_index);
+            replicas.push((part, applied));
+            for a in got.into_iter().flat_map(|g| g.agents) {
+                // Newer: a heartbeat received more recently (no heartbeat is oldest).
+                let newer = |old: &AgentReport| match (a.age_ms, old.age_ms) {
+                    (Some(new), Some(old)) => new < old,
+                    (Some(_), None) => true,
+                    _ => false,
+                };
+                match agents.get(&a.agent) {
+                    Some(old) if !newer(old) => {}
+                    _ => {
+                        agents.insert(a.agent.clone(), a);
+                    }
+                }
+            }
+        }
+        Self {
+            replicas,
+            agents: agents.into_values().collect(),
+        }
+    }
+
+    /// The report of `node`'s agent, if some replica holds its link.
+    pub fn of_node(&self, node: &str) -> Option<&AgentReport> {
+        self.agents.iter().find(|a| a.node == node)
+    }
+
+    /// The replicas whose part did not come.
+    pub fn missing(&self) -> Vec<u64> {
+        self.replicas
+            .iter()
+            .filter(|(p, _)| !p.ok)
+            .map(|(p, _)| p.id)
+            .collect()
+    }
+}
+
+impl AgentHub {
+    /// This replica's part.
+    pub fn local_part(&self) -> ReplicaAgents {
+        let applied_index = self.state.read().last_applied.map_or(0, |l| l.index);
+        let delivered = self
+            .delivered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let agents = self
+            .reports
+            .list()
+            .into_iter()
+            .map(|mut r| {
+                r.replica = self.id;
+                r.delivered = delivered
+                    .get(&gshare_core::model::NodeId(r.node.clone()))
+                    .cloned()
+                    .unwrap_or_default();
+                r
+            })
+            .collect();
+        ReplicaAgents {
+            replica: self.id,
+            applied_index,
+            agents,
+        }
+    }
+
+    /// Every replica's part, merged: this one's, and each peer's asked
+    /// concurrently over the peer wire (at most [`PEER_TIMEOUT`] each).
+    pub async fn gather(&self) -> RegionAgents {
+        let me = ReplicaPart {
+            id: self.id,
+            http_addr: String::new(),
+            ok: true,
+            error: None,
+        };
+        let mut parts = vec![(me, Some(self.local_part()))];
+        let peers: Vec<(u64, gshare_raft_store::ReplicaNode)> = match &self.metrics {
+            Some(m) => m
+                .borrow()
+                .membership_config
+                .membership()
+                .nodes()
+                .filter(|(id, _)| **id != self.id)
+                .map(|(id, n)| (*id, n.clone()))
+                .collect(),
+            None => Vec::new(),
+        };
+        let asks: Vec<_> = peers
+            .into_iter()
+            .map(|(id, node)| {
+                let links = self.peers.clone();
+                tokio::spawn(async move {
+                    let part = |ok: bool, error: Option<String>| ReplicaPart {
+                        id,
+                        http_addr: node.http_addr.clone(),
+                        ok,
+                        error,
+                    };
+                    let Some(links) = links else {
+                        return (part(false, Some("no peer links".into())), None);
+                    };
+                    match links
+                        .call(&node.raft_addr, &PeerRequest::AgentReports, PEER_TIMEOUT)
+                        .await
+                    {
+                        Ok(PeerReply::AgentReports(p)) => (part(true, None), Some(p)),
+                        Ok(other) => (
+                            part(false, Some(format!("unexpected reply {other:?}"))),
+                            None,
+                        ),
+                        Err(e) => (part(false, Some(e.to_string())), None),
+                    }
+                })
+            })
+            .collect();
+        for a in asks {
+            if let Ok(p) = a.await {
+                parts.push(p);
+            }
+        }
+        RegionAgents::merge(parts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(agent: &str, replica: u64, age_ms: Option<u64>) -> AgentReport {
+        let mut r: AgentReport = serde_json::from_value(serde_json::json!({
+            "agent": agent, "node": agent, "pool": "center", "version": "v",
+            "ingress": "127.0.0.1:1", "gpus": [], "heartbeat": null,
+            "heartbeats": 1, "swaps": {"swap_in": 0, "swap_out": 0, "cold_start": 0,
+            "moves": 0, "unload": 0},
+        }))
+        .unwrap();
+        r.replica = replica;
+        r.age_ms = age_ms;
+        r
+    }
+
+    fn part(id: u64, ok: bool) -> ReplicaPart {
+        ReplicaPart {
+            id,
+            http_addr: String::new(),
+            ok,
+            error: (!ok).then(|| "timed out".into()),
+        }
+    }
+
+    #[test]
+    fn merged_parts_keep_the_newest_report_of_each_agent_and_name_the_missing() {
+        let p1 = ReplicaAgents {
+            replica: 1,
+            applied_index: 7,
+            agents: vec![report("a", 1, Some(900)), report("b", 1, None)],
+        };
+        let p2 = ReplicaAgents {
+            replica: 2,
+            applied_index: 6,
+            agents: vec![report("a", 2, Some(100)), report("c", 2, Some(5))],
+        };
+        let m = RegionAgents::merge(vec![
+            (part(1, true), Some(p1)),
+            (part(2, true), Some(p2)),
+            (part(3, false), None),
+        ]);
+        let holders: Vec<(&str, u64)> = m
+            .agents
+            .iter()
+            .map(|a| (a.agent.as_str(), a.replica))
+            .collect();
+        assert_eq!(holders, vec![("a", 2), ("b", 1), ("c", 2)]);
+        assert_eq!(m.missing(), vec![3]);
+        assert_eq!(m.replicas[0].1, Some(7));
+        assert_eq!(m.replicas[2].1, None);
+        assert_eq!(m.of_node("c").map(|a| a.replica), Some(2));
+    }
+
+    #[test]
+    fn a_part_round_trips_on_the_peer_wire() {
+        let p = ReplicaAgents {
+            replica: 2,
+            applied_index: 40,
+            agents: vec![report("a", 2, Some(12))],
+        };
+        let frame = crate::wire::encode_frame(&PeerReply::AgentReports(p.clone())).unwrap();
+        match crate::wire::decode_payload::<PeerReply>(&frame[4..]).unwrap() {
+            PeerReply::AgentReports(back) => assert_eq!(back, p),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
