@@ -250,6 +250,15 @@ pub enum ApplyError {
         /// What is wrong.
         reason: String,
     },
+    /// The node takes no new placements: its agent is not ready, or the
+    /// operator drains it.
+    #[error("node {node} takes no placements: {why}")]
+    NodeNotReady {
+        /// The node.
+        node: NodeId,
+        /// Its state.
+        why: String,
+    },
 }
 
 impl From<crate::bounds::OutOfBounds> for ApplyError {
@@ -281,6 +290,7 @@ impl ApplyError {
             ApplyError::SliceMismatch { .. } => "slice_mismatch",
             ApplyError::NoTopology => "no_topology",
             ApplyError::NodeDraining { .. } => "node_draining",
+            ApplyError::NodeNotReady { .. } => "node_not_ready",
             ApplyError::GpuFull { .. } => "gpu_full",
             ApplyError::QuotaExceeded { .. } => "quota_exceeded",
             ApplyError::QuotaBelowHeld { .. } => "quota_below_held",
@@ -322,6 +332,7 @@ impl ApplyError {
             | ApplyError::GpuMismatch { .. }
             | ApplyError::Pinned { .. } => ErrorClass::Conflict,
             ApplyError::GpuFull { .. }
+            | ApplyError::NodeNotReady { .. }
             | ApplyError::QuotaExceeded { .. }
             | ApplyError::MaxInstances { .. } => ErrorClass::Exhausted,
             ApplyError::UnknownPool { .. }

@@ -113,6 +113,7 @@ fn rejection(tenant: &TenantId, function: &str, reason: RejectReason) -> Box<Pla
         gpus_evaluated: 0,
         exhausted: BTreeMap::new(),
         quota_exhausted: BTreeMap::new(),
+        nodes_not_ready: 0,
         reason,
     })
 }
@@ -275,6 +276,11 @@ pub fn plan_spec_explained(
             let pool = &topology.pools()[p];
             let node = &pool.nodes[j];
             let (q, used) = &quotas[kind_index(pool.kind)];
+            if !state.takes_placements(&node.name) {
+                // Not ready or drained: apply would refuse it (no GPU counted).
+                out.nodes_not_ready = out.nodes_not_ready.saturating_add(1);
+                continue;
+            }
             {
                 let Some(load) = first_node[p].checked_add(j).and_then(|i| loads.get(i)) else {
                     continue;
@@ -414,6 +420,9 @@ pub fn plan_spec_explained(
             dimension,
         },
         (None, Some((_, gpu, dimension))) => RejectReason::Gpu { gpu, dimension },
+        (None, None) if out.nodes_not_ready > 0 => RejectReason::NoReadyNodes {
+            not_ready: out.nodes_not_ready,
+        },
         (None, None) => RejectReason::NoNodes,
     };
     Err(out)

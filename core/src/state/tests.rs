@@ -96,6 +96,7 @@ memory_gib_hour = 12_500
 
 mod explained;
 mod keyed;
+mod liveness;
 mod remap;
 
 const T0: u64 = 1_800_000_000_000;
