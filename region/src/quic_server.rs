@@ -125,6 +125,7 @@ async fn answer(
         // Only the leader's worker plans; elsewhere `NoLeader` (the sender retries).
         PeerRequest::Evaluate(eval) => PeerReply::Evaluate(scheduler.submit_here(eval).await),
         PeerRequest::Delivered(node) => PeerReply::Delivered(agents.delivered_to(&node)),
+        PeerRequest::Heard => PeerReply::Heard(agents.heard_ages()),
     };
     counters.requests.fetch_add(1, Ordering::Relaxed);
     if let Err(e) = write_frame(&mut send, &reply).await {

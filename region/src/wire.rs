@@ -48,6 +48,9 @@ pub enum PeerRequest {
     /// Which instances the replica last pushed to `node`'s agent (`None`
     /// in the reply: the agent is not linked there).
     Delivered(gshare_core::model::NodeId),
+    /// How long ago the replica last heard each node's agent (node
+    /// liveness, gathered by the leader).
+    Heard,
 }
 
 /// Why a forwarded write was not committed.
@@ -81,6 +84,8 @@ pub enum PeerReply {
     Evaluate(crate::scheduler::EvalResult),
     /// Reply to [`PeerRequest::Delivered`].
     Delivered(Option<Vec<gshare_core::state::InstanceId>>),
+    /// Reply to [`PeerRequest::Heard`]: (node, ms since last heard).
+    Heard(Vec<(gshare_core::model::NodeId, u64)>),
 }
 
 pub use gshare_core::net::{WireError, BAD_FRAME};

@@ -8,6 +8,7 @@
 //! | `GET /v1/prices` (any token), `PUT /v1/prices` | operator | `prices.rs` |
 //! | `POST /v1/topology/reload` | operator | `topology.rs` |
 //! | `GET /v1/cluster/view`, `GET /v1/cluster/state`, `GET /v1/cluster/agents` | operator | `cluster_view.rs` |
+//! | `GET /v1/nodes`, `POST /v1/nodes/{node}/drain`, `POST /v1/nodes/{node}/undrain` | operator | `nodes.rs` |
 //! | `POST/GET /v1/functions`, `GET/DELETE /v1/functions/{name}` | tenant | `functions.rs` |
 //! | `POST /v1/agents`, `POST /v1/usage` | operator (agents) | `usage.rs` |
 //! | `GET /v1/usage`, `GET /v1/bill?from=&to=` | tenant | `usage.rs`, `bill.rs` |
@@ -26,6 +27,7 @@ pub mod error;
 pub mod functions;
 pub mod idempotency;
 pub mod metrics;
+mod nodes;
 mod prices;
 mod quotas;
 mod tenants;
@@ -120,6 +122,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     prices::routes(cfg);
     topology::routes(cfg);
     cluster_view::routes(cfg);
+    nodes::routes(cfg);
     functions::routes(cfg);
     usage::routes(cfg);
     bill::routes(cfg);

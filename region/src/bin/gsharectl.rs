@@ -31,6 +31,8 @@ enum Command {
     Certs(cli::certs::Args),
     /// Cluster status and membership.
     Cluster(cli::cluster::Args),
+    /// Nodes (operator): liveness, drain, undrain.
+    Node(cli::node::Args),
     /// Tenants (operator).
     Tenant(cli::tenant::Args),
     /// Tenant tokens (operator).
@@ -125,6 +127,7 @@ fn main() {
     let result = match Cli::parse().command {
         Command::Certs(a) => cli::certs::run(a),
         Command::Cluster(a) => cli::cluster::run(a),
+        Command::Node(a) => cli::node::run(a),
         Command::Tenant(a) => cli::tenant::run(a),
         Command::Token(a) => cli::token::run(a),
         Command::Quota(a) => cli::quota::run(a),

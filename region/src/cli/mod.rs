@@ -4,6 +4,7 @@ pub mod bill;
 pub mod certs;
 pub mod cluster;
 pub mod function;
+pub mod node;
 pub mod price;
 pub mod quota;
 pub mod region_client;

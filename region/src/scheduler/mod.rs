@@ -32,9 +32,11 @@
 //! is (a deploy under its idempotency key is applied at most once).
 
 mod evaluation;
+mod liveness;
 mod worker;
 
 pub use evaluation::{EvalDone, EvalError, EvalResult, Evaluation};
+pub use liveness::LIVENESS_TICK;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
