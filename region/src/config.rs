@@ -12,6 +12,9 @@
 //! metrics_token_file = "metrics.token"  # optional: unlocks tenant series on /metrics
 //! snapshot_every = 20000            # optional: entries between snapshots
 //! keep_logs = 1000                  # optional: entries kept behind a snapshot
+//! agent_join_grace_s = 60           # optional: a never-seen node takes placements this long
+//! node_ready_grace_ms = 3000        # optional: silence after which a node is not_ready
+//! node_replace_grace_ms = 2000      # optional: not_ready this long: its instances move
 //!
 //! [tls]                             # QUIC mutual TLS (Raft, agents)
 //! ca_cert = "certs/ca.pem"
@@ -96,6 +99,8 @@ pub struct ReplicaConfig {
     pub http_tls: Option<HttpTlsPaths>,
     /// `insecure_http = true`: plain HTTP allowed on a non-loopback address.
     pub insecure_http: bool,
+    /// `agent_join_grace_s`, `node_ready_grace_ms`, `node_replace_grace_ms`.
+    pub liveness: gshare_core::state::LivenessRules,
 }
 
 pub use gshare_core::config::{ConfigError, DEFAULT_KEEP_LOGS, DEFAULT_SNAPSHOT_EVERY};
@@ -211,6 +216,7 @@ impl ReplicaConfig {
             keep_logs: f.keep_logs,
             http_tls,
             insecure_http: f.insecure_http,
+            liveness: f.liveness,
         })
     }
 }

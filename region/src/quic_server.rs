@@ -126,6 +126,7 @@ async fn answer(
         PeerRequest::Evaluate(eval) => PeerReply::Evaluate(scheduler.submit_here(eval).await),
         PeerRequest::Delivered(node) => PeerReply::Delivered(agents.delivered_to(&node)),
         PeerRequest::AgentReports => PeerReply::AgentReports(agents.local_part()),
+        PeerRequest::Heard => PeerReply::Heard(agents.heard_ages()),
     };
     counters.requests.fetch_add(1, Ordering::Relaxed);
     if let Err(e) = write_frame(&mut send, &reply).await {

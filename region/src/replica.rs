@@ -80,6 +80,8 @@ pub struct ReplicaSpec {
     pub snapshot_every: u64,
     /// Log entries kept behind the last snapshot.
     pub keep_logs: u64,
+    /// The leader's node liveness graces.
+    pub liveness: gshare_core::state::LivenessRules,
 }
 
 impl From<&ReplicaConfig> for ReplicaSpec {
@@ -92,6 +94,7 @@ impl From<&ReplicaConfig> for ReplicaSpec {
             tls: c.tls.clone(),
             snapshot_every: c.snapshot_every,
             keep_logs: c.keep_logs,
+            liveness: c.liveness,
         }
     }
 }
@@ -201,6 +204,7 @@ impl Replica {
             proposer.clone(),
             links,
         );
+        scheduler.watch_liveness(agents.clone(), spec.liveness);
         tokio::spawn(quic_server::serve(
             endpoint.clone(),
             raft.clone(),

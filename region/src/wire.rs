@@ -51,6 +51,9 @@ pub enum PeerRequest {
     /// The reports of the agents linked to the replica
     /// (`crate::agents::region_agents`).
     AgentReports,
+    /// How long ago the replica last heard each node's agent (node
+    /// liveness, gathered by the leader).
+    Heard,
 }
 
 /// Why a forwarded write was not committed.
@@ -86,6 +89,8 @@ pub enum PeerReply {
     Delivered(Option<Vec<gshare_core::state::InstanceId>>),
     /// Reply to [`PeerRequest::AgentReports`].
     AgentReports(crate::agents::ReplicaAgents),
+    /// Reply to [`PeerRequest::Heard`]: (node, ms since last heard).
+    Heard(Vec<(gshare_core::model::NodeId, u64)>),
 }
 
 pub use gshare_core::net::{WireError, BAD_FRAME};

@@ -83,7 +83,11 @@ struct Stand {
 
 impl Stand {
     fn new(seed: u64) -> Stand {
-        let mut region = TestRegion::new(3).expect("region");
+        // The agent is cut off (or dead) far longer than the default
+        // replace grace: keep its function where it is, as autonomy is
+        // what this file tests (node liveness moves it: tests/tests/liveness.rs).
+        let mut region =
+            TestRegion::with_config(3, "node_replace_grace_ms = 600000\n").expect("region");
         for id in 1..=3 {
             region.start(id, id == 1).expect("start");
         }

@@ -99,6 +99,9 @@ pub struct ReplicaFile {
     pub insecure_http: bool,
     /// `[[peers]]`.
     pub peers: Vec<ReplicaPeer>,
+    /// `agent_join_grace_s`, `node_ready_grace_ms`, `node_replace_grace_ms`
+    /// (the leader's node liveness; defaults in [`crate::state::LivenessRules`]).
+    pub liveness: crate::state::LivenessRules,
 }
 
 impl ReplicaFile {
@@ -190,6 +193,28 @@ fn read(
     let metrics_token_file = path(is, &mut root, "metrics_token_file", false);
     let snapshot_every = count(is, &mut root, "snapshot_every", DEFAULT_SNAPSHOT_EVERY, 1);
     let keep_logs = count(is, &mut root, "keep_logs", DEFAULT_KEEP_LOGS, 0);
+    let d = crate::state::LivenessRules::default();
+    let join_grace_s = bounded(
+        is,
+        &mut root,
+        "agent_join_grace_s",
+        crate::state::DEFAULT_AGENT_JOIN_GRACE_S,
+        (0, 365 * 86_400),
+    );
+    let ready_grace_ms = bounded(
+        is,
+        &mut root,
+        "node_ready_grace_ms",
+        d.ready_grace_ms,
+        (100, 86_400_000),
+    );
+    let replace_grace_ms = bounded(
+        is,
+        &mut root,
+        "node_replace_grace_ms",
+        d.replace_grace_ms,
+        (0, 7 * 86_400_000),
+    );
     let tls = root.table(is, "tls", true).map(|mut t| {
         let ca_cert = path(is, &mut t, "ca_cert", true);
         let cert = path(is, &mut t, "cert", true);
@@ -296,6 +321,11 @@ fn read(
     else {
         return None;
     };
+    let liveness = crate::state::LivenessRules {
+        join_grace_ms: join_grace_s?.saturating_mul(1000),
+        ready_grace_ms: ready_grace_ms?,
+        replace_grace_ms: replace_grace_ms?,
+    };
     let http_tls = match http_tls {
         None => None,
         Some((Some(cert), Some(key), ca_written, ca_cert)) if !ca_written || ca_cert.is_some() => {
@@ -321,7 +351,24 @@ fn read(
         http_tls,
         insecure_http: insecure_http.v.unwrap_or(false),
         peers,
+        liveness,
     })
+}
+
+/// An optional count within `range` (`default` when absent).
+fn bounded(
+    is: &mut Issues<'_>,
+    t: &mut TableReader<'_, '_>,
+    key: &'static str,
+    default: u64,
+    (min, max): (u64, u64),
+) -> Option<u64> {
+    let written = t.has(key);
+    let f: Field<u64> = t.uint(is, key, false);
+    if !written {
+        return Some(default);
+    }
+    check_range(is, &f, min, max)
 }
 
 /// An optional count of at least `min` (`default` when absent).
@@ -372,6 +419,35 @@ mod tests {
             ["topology", "tenants", "tls.ca_cert", "tls.cert", "tls.key"]
         );
         assert_eq!((f.tls.cert.line, f.tls.cert.column), (Some(10), Some(8)));
+    }
+
+    #[test]
+    fn the_liveness_graces_are_optional_and_checked() {
+        let f = ReplicaFile::from_toml("r1.toml", VALID).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(f.liveness, crate::state::LivenessRules::default());
+        assert_eq!(f.liveness.join_grace_ms, 60_000);
+        let text = VALID.replace(
+            "operator_token = \"t\"\n",
+            "operator_token = \"t\"\nagent_join_grace_s = 2\nnode_ready_grace_ms = 700\nnode_replace_grace_ms = 0\n",
+        );
+        let f = ReplicaFile::from_toml("r1.toml", &text).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            f.liveness,
+            crate::state::LivenessRules {
+                join_grace_ms: 2_000,
+                ready_grace_ms: 700,
+                replace_grace_ms: 0,
+            }
+        );
+        let text = VALID.replace(
+            "operator_token = \"t\"\n",
+            "operator_token = \"t\"\nagent_join_grace_s = -1\nnode_ready_grace_ms = 5\n",
+        );
+        let s = ReplicaFile::from_toml("r1.toml", &text)
+            .unwrap_err()
+            .to_string();
+        assert!(s.contains("agent_join_grace_s"), "{s}");
+        assert!(s.contains("node_ready_grace_ms"), "{s}");
     }
 
     #[test]

@@ -148,6 +148,33 @@ pub enum Applied {
         /// Their instances, released.
         released: Vec<InstanceId>,
     },
+    /// An instance was moved: `released` gave way to `instance`.
+    InstanceReplaced {
+        /// The instance released.
+        released: InstanceId,
+        /// The instance placed instead.
+        instance: InstanceId,
+        /// Its slices.
+        slices: Vec<Slice>,
+    },
+    /// A node's liveness was committed.
+    NodeStateSet {
+        /// The node.
+        node: NodeId,
+        /// Its state now.
+        state: super::node_status::NodeState,
+        /// Whether it differs from the one before.
+        changed: bool,
+    },
+    /// A node's drain was set.
+    NodeDrainSet {
+        /// The node.
+        node: NodeId,
+        /// Whether it drains now.
+        draining: bool,
+        /// Whether that differs from before.
+        changed: bool,
+    },
 }
 
 /// One instance placed by a [`Applied::FunctionCreated`].

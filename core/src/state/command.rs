@@ -7,7 +7,9 @@
 //! ```text
 //!   operator ─▶ TenantCreate/Update/Delete, TokenIssue/Revoke, QuotaSet, PriceListSet, TopologyLoad
 //!   tenant   ─▶ FunctionDeploy/Update/Delete
-//!   leader   ─▶ InstancePlace (from plan()), InstanceRelease
+//!   leader   ─▶ InstancePlace (from plan()), InstanceRelease, InstanceReplace,
+//!               NodeReadySet (liveness)
+//!   operator ─▶ NodeDrainSet
 //!   agent    ─▶ AgentRegister, UsageBatch,
 //!               InstanceSliceReserve / InstanceSliceRelease (a remap, two phases)
 //! ```
@@ -203,6 +205,33 @@ pub enum DomainCommand {
         /// Delete its functions too.
         force: bool,
     },
+    /// The leader's liveness verdict on a node's agent (from heartbeats
+    /// heard by any replica): `ready`, or `not_ready` (no new placements).
+    /// Committed only when it changes.
+    NodeReadySet {
+        /// The node (in the topology).
+        node: NodeId,
+        /// Heard within the grace.
+        ready: bool,
+    },
+    /// The operator drains a node (no new placements; the leader places
+    /// its instances elsewhere) or undrains it.
+    NodeDrainSet {
+        /// The node (in the topology).
+        node: NodeId,
+        /// `true`: drain; `false`: undrain.
+        drain: bool,
+    },
+    /// Moves an instance in one step: releases it and places a new one of
+    /// its function on `slices` (re-checked like an
+    /// [`DomainCommand::InstancePlace`], counted without the old one). The
+    /// leader's answer to a node that is not ready or drained.
+    InstanceReplace {
+        /// The instance to release.
+        instance: InstanceId,
+        /// The new instance's slices.
+        slices: Vec<Slice>,
+    },
 }
 
 impl DomainCommand {
@@ -229,6 +258,9 @@ impl DomainCommand {
             DomainCommand::InstanceSliceReserve { .. } => "instance_slice_reserve",
             DomainCommand::InstanceSliceRelease { .. } => "instance_slice_release",
             DomainCommand::TenantDelete { .. } => "tenant_delete",
+            DomainCommand::NodeReadySet { .. } => "node_ready_set",
+            DomainCommand::NodeDrainSet { .. } => "node_drain_set",
+            DomainCommand::InstanceReplace { .. } => "instance_replace",
         }
     }
 

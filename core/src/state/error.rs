@@ -258,6 +258,15 @@ pub enum ApplyError {
         /// What is wrong.
         reason: String,
     },
+    /// The node takes no new placements: its agent is not ready, or the
+    /// operator drains it.
+    #[error("node {node} takes no placements: {why}")]
+    NodeNotReady {
+        /// The node.
+        node: NodeId,
+        /// Its state.
+        why: String,
+    },
 }
 
 impl From<crate::bounds::OutOfBounds> for ApplyError {
@@ -290,6 +299,7 @@ impl ApplyError {
             ApplyError::NoTopology => "no_topology",
             ApplyError::TenantHasFunctions { .. } => "tenant_has_functions",
             ApplyError::NodeDraining { .. } => "node_draining",
+            ApplyError::NodeNotReady { .. } => "node_not_ready",
             ApplyError::GpuFull { .. } => "gpu_full",
             ApplyError::QuotaExceeded { .. } => "quota_exceeded",
             ApplyError::QuotaBelowHeld { .. } => "quota_below_held",
@@ -332,6 +342,7 @@ impl ApplyError {
             | ApplyError::GpuMismatch { .. }
             | ApplyError::Pinned { .. } => ErrorClass::Conflict,
             ApplyError::GpuFull { .. }
+            | ApplyError::NodeNotReady { .. }
             | ApplyError::QuotaExceeded { .. }
             | ApplyError::MaxInstances { .. } => ErrorClass::Exhausted,
             ApplyError::UnknownPool { .. }

@@ -40,6 +40,7 @@ mod index;
 mod instance;
 mod meter;
 mod node_gpus;
+mod node_status;
 mod pending;
 mod placement_plan;
 mod plan;
@@ -75,6 +76,10 @@ pub use idempotency::{
 pub use instance::{Instance, InstanceId};
 pub use meter::{Meter, MeterKey, MeterLine, HOUR_MS};
 pub use node_gpus::{check_reported_gpus, same_memory, same_model, MEMORY_TOLERANCE_PCT};
+pub use node_status::{
+    liveness_changes, LivenessChange, LivenessRules, NodeState, NodeStatus,
+    DEFAULT_AGENT_JOIN_GRACE_S, DEFAULT_NODE_READY_GRACE_MS, DEFAULT_NODE_REPLACE_GRACE_MS,
+};
 pub use pending::{PendingPlans, PlanTicket};
 pub use placement_plan::{plan_placements, PlacementPlan, PlacementPolicy, PlannedInstance};
 pub use plan::{

@@ -167,6 +167,19 @@ impl PendingPlans {
                 Ok(f) => vec![self.reserve(view, &f.spec.clone(), slices)],
                 Err(_) => Vec::new(),
             },
+            // A move: its new slices are held like a placement's until it
+            // applies (the old instance's stay counted until then too, as
+            // they are in the view).
+            DomainCommand::InstanceReplace { instance, slices } => {
+                let spec = view
+                    .instance(*instance)
+                    .and_then(|i| view.function(&i.tenant, &i.function).ok())
+                    .map(|f| f.spec.clone());
+                match spec {
+                    Some(spec) => vec![self.reserve(view, &spec, slices)],
+                    None => Vec::new(),
+                }
+            }
             _ => Vec::new(),
         }
     }

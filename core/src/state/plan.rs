@@ -115,6 +115,7 @@ fn rejection(tenant: &TenantId, function: &str, reason: RejectReason) -> Box<Pla
         gpus_evaluated: 0,
         exhausted: BTreeMap::new(),
         quota_exhausted: BTreeMap::new(),
+        nodes_not_ready: 0,
         reason,
     })
 }
@@ -334,6 +335,11 @@ pub fn plan_on(
             let pool = &topology.pools()[p];
             let node = &pool.nodes[j];
             let (q, used) = &quotas[kind_index(pool.kind)];
+            if !state.takes_placements(&node.name) {
+                // Not ready or drained: apply would refuse it (no GPU counted).
+                out.nodes_not_ready = out.nodes_not_ready.saturating_add(1);
+                continue;
+            }
             {
                 let Some(load) = first_node[p].checked_add(j).and_then(load_at) else {
                     continue;
@@ -473,6 +479,9 @@ pub fn plan_on(
             dimension,
         },
         (None, Some((_, gpu, dimension))) => RejectReason::Gpu { gpu, dimension },
+        (None, None) if out.nodes_not_ready > 0 => RejectReason::NoReadyNodes {
+            not_ready: out.nodes_not_ready,
+        },
         (None, None) => RejectReason::NoNodes,
     };
     Err(out)
@@ -502,6 +511,11 @@ fn plan_indexed<'a>(
         (pending.map_or(&empty, |p| p.free()), true),
     ];
     let overlaid = |pos: u32| pending.is_some_and(|p| p.node(pos as usize).is_some());
+    let takes = |pos: u32| {
+        state
+            .node_name_at(pos as usize)
+            .is_some_and(|n| state.takes_placements(n))
+    };
     for g in 0..=2u8 {
         let in_group: Vec<bool> = pools
             .iter()
@@ -555,6 +569,9 @@ fn plan_indexed<'a>(
                     }
                     if !from_overlay && overlaid(pos) {
                         return false; // its load is the overlay's
+                    }
+                    if !takes(pos) {
+                        return false; // not ready or drained: apply would refuse it
                     }
                     !node_rule
                         || load_at(pos as usize).is_some_and(|n| fit(caps, n, &[(gpu, *d)]).is_ok())

@@ -54,6 +54,12 @@ pub enum RejectReason {
     /// The topology has no node to try.
     #[error("no nodes")]
     NoNodes,
+    /// Every node that could take it is not ready or drained.
+    #[error("no ready node: {not_ready} nodes not ready or drained")]
+    NoReadyNodes {
+        /// Nodes skipped.
+        not_ready: u32,
+    },
 }
 
 /// A plan that found no place, with what was tried (Nomad's `AllocMetric`).
@@ -72,6 +78,9 @@ pub struct PlanRejection {
     pub exhausted: BTreeMap<GpuDimension, u32>,
     /// Pool kinds whose quota refused a candidate that had room.
     pub quota_exhausted: BTreeMap<PoolKind, QuotaDimension>,
+    /// Nodes skipped because they are not ready or drained.
+    #[serde(default)]
+    pub nodes_not_ready: u32,
     /// The reason (see the module docs).
     pub reason: RejectReason,
 }
@@ -87,6 +96,7 @@ impl PlanRejection {
             RejectReason::Quota { .. } => "quota_exceeded",
             RejectReason::Gpu { .. } => "gpu_full",
             RejectReason::NoNodes => "no_nodes",
+            RejectReason::NoReadyNodes { .. } => "no_ready_nodes",
             RejectReason::Unsatisfiable { .. } => "unsatisfiable",
         }
     }

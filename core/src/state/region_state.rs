@@ -18,6 +18,7 @@ use super::idempotency::{is_valid_key, IdempotencyTable, KeyLookup, MAX_FINGERPR
 use super::index::Index;
 use super::instance::{held, Instance, InstanceId};
 use super::meter::{Meter, MeterKey, HOUR_MS};
+use super::node_status::{NodeState, NodeStatus};
 use super::price_history::PriceHistory;
 use super::query_error::QueryError;
 use super::sequence::SequenceCursor;
@@ -85,6 +86,8 @@ struct StateData {
     prices: PriceHistory,
     meter: Meter,
     idempotency: IdempotencyTable,
+    /// Every node's committed liveness and drain (see [`NodeStatus`]).
+    node_status: BTreeMap<NodeId, NodeStatus>,
 }
 
 impl From<StateData> for RegionState {
@@ -278,6 +281,41 @@ impl RegionState {
         &self.data.drained
     }
 
+    /// A node's committed status (`None`: not in the topology, or a state
+    /// from before node liveness: the leader treats it as pending).
+    pub fn node_status(&self, node: &NodeId) -> Option<NodeStatus> {
+        self.data.node_status.get(node).copied()
+    }
+
+    /// A node's committed liveness (`pending` when none was committed).
+    pub fn node_state(&self, node: &NodeId) -> NodeState {
+        self.node_status(node)
+            .map_or(NodeState::Pending, |s| s.state)
+    }
+
+    /// Whether a new instance may be placed on `node` now: not `not_ready`
+    /// and not drained by the operator.
+    pub fn takes_placements(&self, node: &NodeId) -> bool {
+        self.data
+            .node_status
+            .get(node)
+            .is_none_or(NodeStatus::takes_placements)
+    }
+
+    /// The instances holding a slice of `node`.
+    pub fn instances_on<'a>(&'a self, node: &'a NodeId) -> impl Iterator<Item = &'a Instance> + 'a {
+        let ids: Vec<InstanceId> = self
+            .index
+            .node(node)
+            .into_iter()
+            .flat_map(|l| l.gpus.iter().flat_map(|g| g.instances.iter().copied()))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        ids.into_iter()
+            .filter_map(|id| self.data.instances.get(&id))
+    }
+
     /// Registered agents.
     pub fn agents(&self) -> impl Iterator<Item = &AgentRecord> + '_ {
         self.data.agents.values()
@@ -443,6 +481,111 @@ impl RegionState {
                 self.instance_slice_release(instance, gpu)
             }
             DomainCommand::TenantDelete { tenant, force } => self.tenant_delete(tenant, force),
+            DomainCommand::NodeReadySet { node, ready } => self.node_ready_set(node, ready, now),
+            DomainCommand::NodeDrainSet { node, drain } => self.node_drain_set(node, drain),
+            DomainCommand::InstanceReplace { instance, slices } => {
+                self.instance_replace(instance, slices, now)
+            }
+        }
+    }
+
+    fn known_node(&self, node: &NodeId) -> Result<(), ApplyError> {
+        let topology = self.data.topology.as_ref().ok_or(ApplyError::NoTopology)?;
+        topology
+            .node(&node.0)
+            .map(|_| ())
+            .ok_or_else(|| ApplyError::UnknownNode { node: node.clone() })
+    }
+
+    fn node_ready_set(
+        &mut self,
+        node: NodeId,
+        ready: bool,
+        now: UnixMillis,
+    ) -> Result<Applied, ApplyError> {
+        self.known_node(&node)?;
+        let state = if ready {
+            NodeState::Ready
+        } else {
+            NodeState::NotReady
+        };
+        let s = self
+            .data
+            .node_status
+            .entry(node.clone())
+            .or_insert(NodeStatus::pending(now));
+        let changed = s.state != state;
+        if changed {
+            s.state = state;
+            s.since = now;
+        }
+        Ok(Applied::NodeStateSet {
+            node,
+            state,
+            changed,
+        })
+    }
+
+    fn node_drain_set(&mut self, node: NodeId, drain: bool) -> Result<Applied, ApplyError> {
+        self.known_node(&node)?;
+        let s = self
+            .data
+            .node_status
+            .entry(node.clone())
+            .or_insert(NodeStatus::pending(0));
+        let changed = s.draining != drain;
+        s.draining = drain;
+        Ok(Applied::NodeDrainSet {
+            node,
+            draining: drain,
+            changed,
+        })
+    }
+
+    /// Moves an instance to `slices` (another node's, usually) in one step:
+    /// the old one is released and a new one placed with the same checks as
+    /// [`DomainCommand::InstancePlace`], counted without the old one; a
+    /// refusal changes nothing.
+    fn instance_replace(
+        &mut self,
+        instance: InstanceId,
+        slices: Vec<Slice>,
+        now: UnixMillis,
+    ) -> Result<Applied, ApplyError> {
+        let old = self
+            .data
+            .instances
+            .get(&instance)
+            .cloned()
+            .ok_or(ApplyError::UnknownInstance { instance })?;
+        let next_instance = self.data.next_instance;
+        self.release(instance);
+        match self.instance_place(old.tenant.clone(), old.function.clone(), slices, now) {
+            Ok(Applied::InstancePlaced {
+                instance: placed,
+                slices,
+            }) => Ok(Applied::InstanceReplaced {
+                released: instance,
+                instance: placed,
+                slices,
+            }),
+            other => {
+                self.data.instances.insert(old.id, old);
+                self.data.next_instance = next_instance;
+                self.index = Index::build(
+                    self.data.topology.as_ref(),
+                    &self.data.unavailable_gpus,
+                    &self.data.tenants,
+                    &self.data.instances,
+                );
+                match other {
+                    Err(e) => Err(e),
+                    Ok(a) => Err(ApplyError::InvalidSpec {
+                        field: "slices".into(),
+                        reason: format!("unexpected outcome {a:?}"),
+                    }),
+                }
+            }
         }
     }
 
@@ -783,6 +926,15 @@ impl RegionState {
         if self.data.prices.current() != Some(topology.pricing()) {
             self.data.prices.push(now, topology.pricing().clone());
         }
+        self.data
+            .node_status
+            .retain(|n, _| topology.node(&n.0).is_some());
+        for n in topology.nodes() {
+            self.data
+                .node_status
+                .entry(n.name.clone())
+                .or_insert(NodeStatus::pending(now));
+        }
         let nodes = topology.nodes().count() as u32;
         self.data.topology = Some(topology);
         self.index = Index::build(
@@ -1047,6 +1199,18 @@ impl RegionState {
             return Err(ApplyError::NodeDraining {
                 node: node_id.clone(),
             });
+        }
+        if let Some(s) = self.data.node_status.get(node_id) {
+            if !s.takes_placements() {
+                return Err(ApplyError::NodeNotReady {
+                    node: node_id.clone(),
+                    why: if s.draining {
+                        "drained by the operator".into()
+                    } else {
+                        format!("{} since {}", s.state, s.since)
+                    },
+                });
+            }
         }
         let node = topology
             .node(&node_id.0)

@@ -97,6 +97,7 @@ memory_gib_hour = 12_500
 mod explained;
 mod indexed;
 mod keyed;
+mod liveness;
 mod remap;
 mod tenant_delete;
 

@@ -88,6 +88,9 @@ pub struct AgentHub {
     pub id: u64,
     /// Connections to the other replicas, to read their agents' reports.
     pub peers: Option<crate::peer_link::PeerLinks>,
+    /// When this replica last heard each node's agent (a registration or
+    /// a heartbeat on its link): what the leader's liveness gathers.
+    pub heard: Arc<Mutex<HashMap<NodeId, std::time::Instant>>>,
 }
 
 impl AgentHub {
@@ -103,6 +106,7 @@ impl AgentHub {
             metrics: None,
             id: 0,
             peers: None,
+            heard: Arc::default(),
         }
     }
 
@@ -112,6 +116,24 @@ impl AgentHub {
         self.id = id;
         self.peers = Some(links);
         self
+    }
+
+    /// `node`'s agent was heard now.
+    pub fn heard_from(&self, node: &NodeId) {
+        self.heard
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(node.clone(), std::time::Instant::now());
+    }
+
+    /// How long ago this replica last heard each node's agent, in ms.
+    pub fn heard_ages(&self) -> Vec<(NodeId, u64)> {
+        self.heard
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(n, at)| (n.clone(), at.elapsed().as_millis() as u64))
+            .collect()
     }
 
     /// Reads the leader's id from `metrics` (for the `Registered` reply).
@@ -438,6 +460,7 @@ pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
                         .unwrap_or_else(|p| p.into_inner())
                         .insert(r.node.clone(), conn.clone());
                     hub.reports.registered(link, &r);
+                    hub.heard_from(&r.node);
                     registered = Some(r.agent.clone());
                     node = Some(r.node.clone());
                     pusher = Some(tokio::spawn(pushes(conn.clone(), hub.clone(), r.node)));
@@ -446,6 +469,9 @@ pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
             }
             AgentMessageV1::Heartbeat(h) => {
                 if registered.as_ref() == Some(&h.agent) {
+                    if let Some(n) = &node {
+                        hub.heard_from(n);
+                    }
                     hub.reports.heartbeat(h);
                 }
                 RegionMessage::v1(RegionMessageV1::Ack)

@@ -49,6 +49,24 @@ pub const FUNCTION_MIN_INSTANCES: Series = Series::gauge(
     "The min_instances a function was deployed with (summed under function=\"_other\" past the label bound)",
     &[TENANT_LABEL, "function", "tier"],
 );
+/// A node's committed liveness (one series per state: 1 for its state).
+pub const NODE_STATE: Series = Series::gauge(
+    "gshare_region_node_state",
+    "A node's committed liveness: 1 for the state it is in (pending, ready, not_ready), 0 for the others",
+    &["pool", "node", "state"],
+);
+/// Whether the operator drains a node.
+pub const NODE_DRAINING: Series = Series::gauge(
+    "gshare_region_node_draining",
+    "1 while the operator drains the node (no new placements), else 0",
+    &["pool", "node"],
+);
+/// Nodes per committed liveness state.
+pub const NODES: Series = Series::gauge(
+    "gshare_region_nodes",
+    "Nodes of the topology in each committed liveness state",
+    &["state"],
+);
 /// Capacity of a GPU of the topology.
 pub const GPU_MEMORY: Series = Series::gauge(
     "gshare_region_gpu_memory_bytes",
@@ -189,6 +207,31 @@ impl ApiState {
         let Some(topology) = state.topology() else {
             return;
         };
+        let mut per_state = [0u32; gshare_core::state::NodeState::ALL.len()];
+        for pool in topology.pools() {
+            for node in &pool.nodes {
+                let now = state.node_state(&node.name);
+                for (i, s) in gshare_core::state::NodeState::ALL.into_iter().enumerate() {
+                    let labels = [pool.name.as_str(), node.name.0.as_str(), s.as_str()];
+                    out.add(&NODE_STATE, &labels, f64::from(u8::from(s == now)));
+                    if s == now {
+                        per_state[i] = per_state[i].saturating_add(1);
+                    }
+                }
+                let draining = state.node_status(&node.name).is_some_and(|s| s.draining);
+                out.add(
+                    &NODE_DRAINING,
+                    &[pool.name.as_str(), node.name.0.as_str()],
+                    f64::from(u8::from(draining)),
+                );
+            }
+        }
+        for (s, n) in gshare_core::state::NodeState::ALL
+            .into_iter()
+            .zip(per_state)
+        {
+            out.add(&NODES, &[s.as_str()], f64::from(n));
+        }
         for pool in topology.pools() {
             for node in &pool.nodes {
                 let Some(load) = state.node_load(&node.name) else {

@@ -11,6 +11,7 @@
 //! | `POST/GET /v1/functions`, `GET/PUT/DELETE /v1/functions/{name}` | tenant | `functions.rs` |
 //! | `GET /v1/tenants/{t}/functions[/{name}]`, `GET /v1/tenants/{t}/usage` | operator | `functions.rs`, `usage.rs` |
 //! | `GET /v1/cluster/nodes/{node}` | operator | `node_describe.rs` |
+//! | `GET /v1/nodes`, `POST /v1/nodes/{node}/drain`, `POST /v1/nodes/{node}/undrain` | operator | `nodes.rs` |
 //! | `POST /v1/agents`, `POST /v1/usage` | operator (agents) | `usage.rs` |
 //! | `GET /v1/usage`, `GET /v1/bill?from=&to=` | tenant | `usage.rs`, `bill.rs` |
 //!
@@ -29,6 +30,7 @@ pub mod functions;
 pub mod idempotency;
 pub mod metrics;
 mod node_describe;
+mod nodes;
 mod prices;
 mod quotas;
 mod tenants;
@@ -124,6 +126,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     topology::routes(cfg);
     cluster_view::routes(cfg);
     node_describe::routes(cfg);
+    nodes::routes(cfg);
     functions::routes(cfg);
     usage::routes(cfg);
     bill::routes(cfg);

@@ -31,6 +31,8 @@ enum Command {
     Certs(cli::certs::Args),
     /// Cluster status and membership.
     Cluster(cli::cluster::Args),
+    /// Nodes (operator): list with liveness, describe, drain, undrain.
+    Node(cli::node::Args),
     /// Tenants (operator).
     Tenant(cli::tenant::Args),
     /// Tenant tokens (operator).
@@ -41,8 +43,6 @@ enum Command {
     Price(cli::price::Args),
     /// Functions (tenant): deploy, update, invoke, list, describe, remove.
     Function(cli::function::Args),
-    /// Nodes (operator): describe.
-    Node(cli::node::Args),
     /// Metered usage (tenant).
     Usage(cli::usage::Args),
     /// Bills (tenant; operator with --tenant).
@@ -127,12 +127,12 @@ fn main() {
     let result = match Cli::parse().command {
         Command::Certs(a) => cli::certs::run(a),
         Command::Cluster(a) => cli::cluster::run(a),
+        Command::Node(a) => cli::node::run(a),
         Command::Tenant(a) => cli::tenant::run(a),
         Command::Token(a) => cli::token::run(a),
         Command::Quota(a) => cli::quota::run(a),
         Command::Price(a) => cli::price::run(a),
         Command::Function(a) => cli::function::run(a),
-        Command::Node(a) => cli::node::run(a),
         Command::Usage(a) => cli::usage::run(a),
         Command::Bill(a) => cli::bill::run(a),
         Command::Sim(SimCommand::Placement(a)) => cli::sim_placement::run(a),

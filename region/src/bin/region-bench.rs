@@ -297,6 +297,12 @@ async fn start_region(dir: &std::path::Path, n: u64, over_tls: bool) -> anyhow::
             },
             snapshot_every: gshare_region::config::DEFAULT_SNAPSHOT_EVERY,
             keep_logs: gshare_region::config::DEFAULT_KEEP_LOGS,
+            // No agents run in the benchmark: its nodes stay pending, and
+            // take placements for the whole run.
+            liveness: gshare_core::state::LivenessRules {
+                join_grace_ms: u64::MAX,
+                ..Default::default()
+            },
         };
         let server_tls = if over_tls {
             Some(tls::http_server_config(&spec.tls.cert, &spec.tls.key)?)

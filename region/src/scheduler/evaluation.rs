@@ -3,14 +3,14 @@
 //! Plain serde types: a follower forwards an [`Evaluation`] to the leader
 //! over the peer wire (bincode) and gets the [`EvalResult`] back.
 
-use gshare_core::model::{FunctionSpec, TenantId};
-use gshare_core::state::{Applied, ApplyError, PlanRejection};
+use gshare_core::model::{FunctionSpec, NodeId, TenantId};
+use gshare_core::state::{Applied, ApplyError, InstanceId, PlanRejection};
 use serde::{Deserialize, Serialize};
 
 /// One thing for the scheduler to decide (Nomad's evaluation).
 ///
-/// Each kind names what triggered it. Node liveness (`node not ready`),
-/// drains, the autoscaler (`scale`) and migration add their kinds here;
+/// Each kind names what triggered it. The autoscaler (`scale`) and
+/// migration add their kinds here;
 /// the worker's `match` is exhaustive, so a new kind cannot be forgotten.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Evaluation {
@@ -35,6 +35,25 @@ pub enum Evaluation {
         /// The function.
         function: String,
     },
+    /// `node` has been `not_ready` past `node_replace_grace_ms`: move
+    /// `instance` elsewhere in one step (`InstanceReplace`), under the
+    /// function's pool preference.
+    NodeNotReady {
+        /// The node.
+        node: NodeId,
+        /// One of its instances.
+        instance: InstanceId,
+    },
+    /// The operator drains `node`: place a new instance of `instance`'s
+    /// function elsewhere first where `max_instances` allows (the drain
+    /// controller releases the old one once the new one is delivered), or
+    /// else move it in one step.
+    Drain {
+        /// The node.
+        node: NodeId,
+        /// One of its instances.
+        instance: InstanceId,
+    },
 }
 
 impl Evaluation {
@@ -43,6 +62,8 @@ impl Evaluation {
         match self {
             Evaluation::Deploy { .. } => "deploy",
             Evaluation::Underplaced { .. } => "underplaced",
+            Evaluation::NodeNotReady { .. } => "node_not_ready",
+            Evaluation::Drain { .. } => "drain",
         }
     }
 }

@@ -33,9 +33,11 @@
 //! is (a deploy under its idempotency key is applied at most once).
 
 mod evaluation;
+mod liveness;
 mod worker;
 
 pub use evaluation::{EvalDone, EvalError, EvalResult, Evaluation};
+pub use liveness::LIVENESS_TICK;
 pub use worker::IN_FLIGHT_BATCHES;
 
 use std::collections::BTreeMap;

@@ -140,6 +140,49 @@ fn decide(
                 }),
             }
         }
+        Evaluation::NodeNotReady { node, instance } | Evaluation::Drain { node, instance } => {
+            let nothing = Decision::Answer(Ok(EvalDone {
+                applied: None,
+                replans: 0,
+            }));
+            // Moved or released meanwhile, or the node takes placements
+            // again (its agent came back, or it was undrained): nothing.
+            let Some(inst) = view.instance(*instance) else {
+                return nothing;
+            };
+            if !inst.slices.iter().any(|s| &s.gpu.node == node) || view.takes_placements(node) {
+                return nothing;
+            }
+            let Ok(f) = view.function(&inst.tenant, &inst.function) else {
+                return nothing;
+            };
+            let count = view.instance_count(&inst.tenant, &inst.function);
+            let make_first =
+                matches!(eval, Evaluation::Drain { .. }) && count < f.spec.max_instances;
+            let mut spec = f.spec.clone();
+            if !make_first {
+                // A move keeps the count: plan as if the old one were gone.
+                spec.max_instances = spec.max_instances.saturating_add(1);
+            }
+            match plan_placements(view, &spec, 1, policy, now) {
+                Err(r) => Decision::Answer(Err(EvalError::Rejected(r))),
+                Ok(plan) => {
+                    let slices = plan.placements().pop().unwrap_or_default();
+                    Decision::Propose(if make_first {
+                        DomainCommand::InstancePlace {
+                            tenant: inst.tenant.clone(),
+                            function: inst.function.clone(),
+                            slices,
+                        }
+                    } else {
+                        DomainCommand::InstanceReplace {
+                            instance: *instance,
+                            slices,
+                        }
+                    })
+                }
+            }
+        }
     }
 }
 
@@ -237,7 +280,9 @@ fn plan_batch(inner: &Arc<Inner>, shared: &Shared, batch: Vec<Queued>) -> Vec<Pl
                         }
                     }
                 }
-                Evaluation::Underplaced { .. } => {
+                Evaluation::Underplaced { .. }
+                | Evaluation::NodeNotReady { .. }
+                | Evaluation::Drain { .. } => {
                     let _ = shared.again.send(q);
                 }
             },
@@ -249,7 +294,9 @@ fn plan_batch(inner: &Arc<Inner>, shared: &Shared, batch: Vec<Queued>) -> Vec<Pl
                         keys.insert(k.clone(), Vec::new());
                         Some(k)
                     }
-                    Evaluation::Underplaced { .. } => None,
+                    Evaluation::Underplaced { .. }
+                    | Evaluation::NodeNotReady { .. }
+                    | Evaluation::Drain { .. } => None,
                 };
                 planned.push(Planned {
                     q,

@@ -1,0 +1,233 @@
+//! Node liveness: the leader's rule ([`liveness_changes`]) as data in and
+//! changes out, and what a committed `not_ready` or drain does to
+//! placements (the planner skips the node, apply refuses it, an
+//! `InstanceReplace` moves an instance off it in one step).
+
+use super::*;
+
+const RULES: LivenessRules = LivenessRules {
+    join_grace_ms: 60_000,
+    ready_grace_ms: 3_000,
+    replace_grace_ms: 2_000,
+};
+
+fn n(name: &str) -> NodeId {
+    NodeId(name.into())
+}
+
+fn changes(s: &RegionState, heard: &[(&str, u64)], since: u64, now: u64) -> Vec<LivenessChange> {
+    let heard = heard.iter().map(|(k, v)| (n(k), *v)).collect();
+    liveness_changes(s, &heard, since, now, &RULES)
+}
+
+fn mark(s: &mut RegionState, node: &str, ready: bool, at: u64) {
+    s.apply(
+        DomainCommand::NodeReadySet {
+            node: n(node),
+            ready,
+        },
+        at,
+    )
+    .unwrap();
+    s.check_invariants().unwrap();
+}
+
+#[test]
+fn a_node_is_pending_until_heard_and_not_ready_after_its_join_grace() {
+    let s = region();
+    for node in ["c1", "c2", "ea1", "eb1"] {
+        assert_eq!(s.node_state(&n(node)), NodeState::Pending);
+        assert!(s.takes_placements(&n(node)));
+    }
+    // Heard c1: ready. Nothing else changes within the join grace.
+    assert_eq!(
+        changes(&s, &[("c1", T0 + 10)], T0, T0 + 1_000),
+        vec![LivenessChange::Ready(n("c1"))]
+    );
+    // After the join grace, every node never heard is not ready.
+    let late = T0 + RULES.join_grace_ms + 1;
+    assert_eq!(
+        changes(&s, &[("c1", late - 100)], T0, late),
+        vec![
+            LivenessChange::Ready(n("c1")),
+            LivenessChange::NotReady(n("c2")),
+            LivenessChange::NotReady(n("ea1")),
+            LivenessChange::NotReady(n("eb1")),
+        ]
+    );
+    // A committed registration counts as heard.
+    let mut s = s;
+    register(&mut s, "c2", "c2");
+    assert!(changes(&s, &[], T0, T0 + 10).contains(&LivenessChange::Ready(n("c2"))));
+}
+
+#[test]
+fn a_silent_node_goes_not_ready_then_its_instances_are_replaced_elsewhere() {
+    let mut s = region();
+    deploy(&mut s, spec("acme", "chat", Tier::Guaranteed, 300, 4_000));
+    let id = place(&mut s, "acme", "chat");
+    let node = s.instance(id).unwrap().slices[0].gpu.node.clone();
+    mark(&mut s, &node.0, true, T0);
+    let heard = [(node.0.as_str(), T0)];
+    // Within the ready grace: nothing.
+    assert_eq!(changes(&s, &heard, T0, T0 + RULES.ready_grace_ms), vec![]);
+    // Silent past it: not ready.
+    let t1 = T0 + RULES.ready_grace_ms + 1;
+    assert_eq!(
+        changes(&s, &heard, T0, t1),
+        vec![LivenessChange::NotReady(node.clone())]
+    );
+    // A new leader (watching since t1) gives a fresh grace.
+    assert_eq!(changes(&s, &heard, t1, t1 + 1), vec![]);
+    mark(&mut s, &node.0, false, t1);
+    assert_eq!(s.node_state(&node), NodeState::NotReady);
+    assert!(!s.takes_placements(&node));
+    // Not ready: the planner passes it over, apply refuses it.
+    let slices = s.instance(id).unwrap().slices.clone();
+    let e = refused(
+        &mut s,
+        DomainCommand::InstancePlace {
+            tenant: t("acme"),
+            function: "chat".into(),
+            slices: slices.clone(),
+        },
+    );
+    assert_eq!(e.code(), "node_not_ready");
+    assert!(e.may_succeed_on_replan());
+    let p = plan(&s, &t("acme"), "chat", &BestFit).unwrap();
+    assert_ne!(p.slices[0].gpu.node, node);
+    // Before the replace grace: no replacement; after it: replace.
+    assert_eq!(changes(&s, &heard, T0, t1 + 1), vec![]);
+    let t2 = t1 + RULES.replace_grace_ms;
+    assert_eq!(
+        changes(&s, &heard, T0, t2),
+        vec![LivenessChange::Replace(node.clone())]
+    );
+    // The replacement moves the instance in one step (same count).
+    let r = ok(
+        &mut s,
+        DomainCommand::InstanceReplace {
+            instance: id,
+            slices: p.slices.clone(),
+        },
+    );
+    let Applied::InstanceReplaced {
+        released, instance, ..
+    } = r
+    else {
+        panic!("{r:?}")
+    };
+    assert_eq!(released, id);
+    assert!(s.instance(id).is_none());
+    assert_eq!(s.instance(instance).unwrap().slices, p.slices);
+    assert_eq!(s.instance_count(&t("acme"), "chat"), 1);
+    assert_eq!(s.instances_on(&node).count(), 0);
+    // Nothing left on it: no more replacements; heard again: ready.
+    assert_eq!(changes(&s, &heard, T0, t2 + 10), vec![]);
+    assert_eq!(
+        changes(&s, &[(node.0.as_str(), t2 + 5)], T0, t2 + 10),
+        vec![LivenessChange::Ready(node.clone())]
+    );
+}
+
+#[test]
+fn a_replacement_onto_a_node_without_room_changes_nothing() {
+    let mut s = region();
+    let mut f = spec("acme", "big", Tier::Guaranteed, 1_000, 16_000);
+    f.max_instances = 1;
+    deploy(&mut s, f);
+    let id = place(&mut s, "acme", "big");
+    let here = s.instance(id).unwrap().slices.clone();
+    // Onto itself (taken by itself until released): allowed, as the old
+    // one is released first; onto an unknown GPU: refused, nothing changed.
+    let mut bad = here.clone();
+    bad[0].gpu.index = 9;
+    let e = refused(
+        &mut s,
+        DomainCommand::InstanceReplace {
+            instance: id,
+            slices: bad,
+        },
+    );
+    assert_eq!(e.code(), "unknown_gpu");
+    let e = refused(
+        &mut s,
+        DomainCommand::InstanceReplace {
+            instance: InstanceId(999),
+            slices: here.clone(),
+        },
+    );
+    assert_eq!(e.code(), "unknown_instance");
+    // max_instances = 1 does not block a move.
+    ok(
+        &mut s,
+        DomainCommand::InstanceReplace {
+            instance: id,
+            slices: here,
+        },
+    );
+    assert_eq!(s.instance_count(&t("acme"), "big"), 1);
+}
+
+#[test]
+fn a_drained_node_takes_nothing_until_undrained() {
+    let mut s = region();
+    for node in ["c2", "ea1", "eb1"] {
+        ok(
+            &mut s,
+            DomainCommand::NodeDrainSet {
+                node: n(node),
+                drain: true,
+            },
+        );
+    }
+    deploy(&mut s, spec("acme", "chat", Tier::Guaranteed, 300, 4_000));
+    let p = plan(&s, &t("acme"), "chat", &BestFit).unwrap();
+    assert_eq!(p.slices[0].gpu.node, n("c1"));
+    // The index over free capacity skips them too (the scheduler's path).
+    let f = s.function(&t("acme"), "chat").unwrap().spec.clone();
+    let (indexed, _) = plan_on(&s, None, &f, &BestFit, &PlanOptions::indexed()).unwrap();
+    assert_eq!(indexed.slices, p.slices);
+    ok(
+        &mut s,
+        DomainCommand::NodeDrainSet {
+            node: n("c1"),
+            drain: true,
+        },
+    );
+    let r = plan(&s, &t("acme"), "chat", &BestFit).unwrap_err();
+    assert_eq!(r.code(), "no_ready_nodes");
+    assert_eq!(r.nodes_not_ready, 4);
+    let r = plan_on(&s, None, &f, &BestFit, &PlanOptions::indexed()).unwrap_err();
+    assert_eq!((r.code(), r.nodes_not_ready), ("no_ready_nodes", 4));
+    let e = refused(&mut s, p.command());
+    assert_eq!(e.code(), "node_not_ready");
+    let e = refused(
+        &mut s,
+        DomainCommand::NodeDrainSet {
+            node: n("nowhere"),
+            drain: true,
+        },
+    );
+    assert_eq!(e.code(), "unknown_node");
+    let r = ok(
+        &mut s,
+        DomainCommand::NodeDrainSet {
+            node: n("c1"),
+            drain: false,
+        },
+    );
+    assert_eq!(
+        r,
+        Applied::NodeDrainSet {
+            node: n("c1"),
+            draining: false,
+            changed: true
+        }
+    );
+    ok(&mut s, p.command());
+    // A snapshot keeps the statuses.
+    let back: RegionState = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+    assert_eq!(back, s);
+    assert!(!back.takes_placements(&n("c2")));
+}

@@ -1,0 +1,234 @@
+//! The leader's node liveness: heartbeats heard by any replica, gathered
+//! by the leader, turned into committed node states and evaluations.
+//!
+//! ```text
+//!  agent ─heartbeat─▶ the replica holding its link: AgentHub::heard_from(node)
+//!  leader, every LIVENESS_TICK:
+//!     heard = own links ∪ PeerRequest::Heard to every peer (ages, not clocks)
+//!     liveness_changes(view, heard, watching_since, now, rules)   (core, pure)
+//!        Ready / NotReady ─▶ NodeReadySet entries (only on a change)
+//!        Replace(node)    ─▶ Evaluation::NodeNotReady per instance on it
+//!     draining nodes with instances ─▶ Evaluation::Drain per instance
+//!        placed a new one (make) ─▶ wait until delivered to its agent ─▶ InstanceRelease old
+//! ```
+//!
+//! Liveness is forwarded to the leader, not committed per heartbeat: only
+//! the transitions are Raft entries, so the log grows with changes, not
+//! with time. A new leader has heard nothing yet: it starts watching with
+//! a fresh grace for every node (`watching_since`), as Nomad's leader
+//! resets its heartbeat timers on election; committed `not_ready` nodes
+//! keep their `since`, so a replacement already due is not delayed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use gshare_core::command::RegionCommand;
+use gshare_core::model::NodeId;
+use gshare_core::protocol::InstanceState;
+use gshare_core::state::{
+    liveness_changes, Applied, DomainCommand, InstanceId, LivenessChange, LivenessRules,
+};
+use openraft::ServerState;
+
+use super::{EvalDone, Evaluation, Inner, Scheduler};
+use crate::agents::AgentHub;
+use crate::proposer::unix_ms;
+use crate::wire::{PeerReply, PeerRequest};
+
+/// How often the leader looks at its nodes' liveness.
+pub const LIVENESS_TICK: Duration = Duration::from_millis(500);
+/// Longest wait for a peer's answer to [`PeerRequest::Heard`].
+const HEARD_TTL: Duration = Duration::from_secs(1);
+/// Longest a drain waits for a new instance to reach its agent before it
+/// releases the old one anyway.
+const DRAIN_DELIVERY_WAIT: Duration = Duration::from_secs(10);
+
+impl Scheduler {
+    /// When each node's agent was last heard (Unix ms) by this replica or
+    /// any peer that answers within a second (peers report ages, so their
+    /// clocks do not matter).
+    pub async fn heard(&self, hub: &AgentHub) -> BTreeMap<NodeId, u64> {
+        let now = unix_ms();
+        let mut out: BTreeMap<NodeId, u64> = BTreeMap::new();
+        let mut add = |ages: Vec<(NodeId, u64)>| {
+            for (node, age) in ages {
+                let at = now.saturating_sub(age);
+                let e = out.entry(node).or_insert(at);
+                *e = (*e).max(at);
+            }
+        };
+        add(hub.heard_ages());
+        let peers: Vec<String> = {
+            let m = self.inner.raft.metrics().borrow().clone();
+            m.membership_config
+                .membership()
+                .nodes()
+                .filter(|(id, _)| **id != self.inner.id)
+                .map(|(_, n)| n.raft_addr.clone())
+                .collect()
+        };
+        let mut calls = tokio::task::JoinSet::new();
+        for addr in peers {
+            let links = self.inner.links.clone();
+            calls.spawn(async move { links.call(&addr, &PeerRequest::Heard, HEARD_TTL).await });
+        }
+        while let Some(r) = calls.join_next().await {
+            if let Ok(Ok(PeerReply::Heard(ages))) = r {
+                add(ages);
+            }
+        }
+        out
+    }
+
+    /// Starts the leader's liveness watch with `rules` (it acts only while
+    /// this replica leads).
+    pub fn watch_liveness(&self, hub: AgentHub, rules: LivenessRules) {
+        tokio::spawn(watch(Arc::downgrade(&self.inner), hub, rules));
+    }
+}
+
+/// Instances a drain or replacement is working on (one task each).
+type InFlight = Arc<Mutex<BTreeSet<InstanceId>>>;
+
+async fn watch(inner: Weak<Inner>, hub: AgentHub, rules: LivenessRules) {
+    let mut watching_since: Option<u64> = None;
+    let in_flight: InFlight = Arc::default();
+    loop {
+        tokio::time::sleep(LIVENESS_TICK).await;
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        if inner.raft.metrics().borrow().state == ServerState::Shutdown {
+            return;
+        }
+        if !inner.leads() {
+            watching_since = None;
+            continue;
+        }
+        let now = unix_ms();
+        let since = *watching_since.get_or_insert(now);
+        let scheduler = Scheduler { inner };
+        let heard = scheduler.heard(&hub).await;
+        let now = unix_ms();
+        let (marks, work) = {
+            let st = scheduler.inner.state.read();
+            let view = st.region.domain();
+            let mut marks = Vec::new();
+            let mut work: Vec<Evaluation> = Vec::new();
+            for change in liveness_changes(view, &heard, since, now, &rules) {
+                match change {
+                    LivenessChange::Ready(node) => marks.push((node, true)),
+                    LivenessChange::NotReady(node) => marks.push((node, false)),
+                    LivenessChange::Replace(node) => {
+                        for i in view.instances_on(&node) {
+                            work.push(Evaluation::NodeNotReady {
+                                node: node.clone(),
+                                instance: i.id,
+                            });
+                        }
+                    }
+                }
+            }
+            if let Some(t) = view.topology() {
+                for n in t.nodes() {
+                    let draining = view.node_status(&n.name).is_some_and(|s| s.draining);
+                    if draining {
+                        for i in view.instances_on(&n.name) {
+                            work.push(Evaluation::Drain {
+                                node: n.name.clone(),
+                                instance: i.id,
+                            });
+                        }
+                    }
+                }
+            }
+            (marks, work)
+        };
+        if !marks.is_empty() {
+            let commands = marks
+                .iter()
+                .map(|(node, ready)| {
+                    RegionCommand::domain(DomainCommand::NodeReadySet {
+                        node: node.clone(),
+                        ready: *ready,
+                    })
+                })
+                .collect();
+            match scheduler.inner.proposer.propose_all(commands).await {
+                Ok(_) => {
+                    for (node, ready) in &marks {
+                        let state = if *ready { "ready" } else { "not_ready" };
+                        tracing::info!(node = %node.0, "node {state}");
+                    }
+                }
+                Err(e) => tracing::debug!("node states not committed: {e}"),
+            }
+        }
+        for eval in work {
+            let instance = match &eval {
+                Evaluation::NodeNotReady { instance, .. } | Evaluation::Drain { instance, .. } => {
+                    *instance
+                }
+                _ => continue,
+            };
+            let fresh = in_flight
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(instance);
+            if !fresh {
+                continue;
+            }
+            let (s, hub, in_flight) = (scheduler.clone(), hub.clone(), in_flight.clone());
+            tokio::spawn(async move {
+                carry_out(&s, &hub, eval, instance).await;
+                in_flight
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&instance);
+            });
+        }
+    }
+}
+
+/// Submits one replacement or drain evaluation; a drain that placed a new
+/// instance first releases the old one once the new one reached its agent
+/// and its agent reports it loaded (make-before-break), or after
+/// [`DRAIN_DELIVERY_WAIT`].
+async fn carry_out(s: &Scheduler, hub: &AgentHub, eval: Evaluation, old: InstanceId) {
+    let what = format!("{eval:?}");
+    match s.submit_here(eval).await {
+        Ok(EvalDone {
+            applied: Some(Applied::InstancePlaced { instance, slices }),
+            ..
+        }) => {
+            tracing::info!("{what}: placed instance {instance}; releasing {old} once delivered");
+            if let Some(target) = slices.first().map(|sl| sl.gpu.node.clone()) {
+                let deadline = tokio::time::Instant::now() + DRAIN_DELIVERY_WAIT;
+                while tokio::time::Instant::now() < deadline {
+                    // Make-before-break: the new instance's agent reports
+                    // it loaded (an on-demand tier's copy loads on its
+                    // first request: then the wait runs out).
+                    let agents = hub.gather().await;
+                    let resident = agents
+                        .of_node(&target.0)
+                        .and_then(|a| a.instance(instance))
+                        .is_some_and(|i| i.state == InstanceState::Resident);
+                    if resident {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+            let cmd = RegionCommand::domain(DomainCommand::InstanceRelease { instance: old });
+            if let Err(e) = s.inner.proposer.propose(cmd).await {
+                tracing::debug!("{what}: release of {old} not committed: {e}");
+            }
+        }
+        Ok(EvalDone {
+            applied: Some(a), ..
+        }) => tracing::info!("{what}: {a:?}"),
+        Ok(_) => {}
+        Err(e) => tracing::debug!("{what}: {e}"),
+    }
+}
