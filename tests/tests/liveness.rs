@@ -23,6 +23,10 @@ use std::time::{Duration, Instant};
 /// Graces small enough for a quick test (the defaults are 60 s, 3 s, 2 s).
 const GRACES: &str =
     "agent_join_grace_s = 6\nnode_ready_grace_ms = 1500\nnode_replace_grace_ms = 1000\n";
+/// With `GSHARE_LIVENESS_DEFAULTS=1`: the default ready and replace graces
+/// (only the join grace is shortened), to measure kill → serving as
+/// shipped.
+const DEFAULT_GRACES: &str = "agent_join_grace_s = 6\n";
 const NODES: [&str; 2] = ["local-c1", "local-c2"];
 
 /// What the load saw: when, which function, the HTTP status.
@@ -215,7 +219,12 @@ fn node_of(region: &TestRegion, function: &str) -> Option<String> {
 
 #[test]
 fn liveness_moves_work_off_dead_and_drained_nodes_and_reconciles_a_returning_agent() {
-    let mut region = TestRegion::with_config(3, GRACES).expect("region");
+    let graces = if std::env::var_os("GSHARE_LIVENESS_DEFAULTS").is_some() {
+        DEFAULT_GRACES
+    } else {
+        GRACES
+    };
+    let mut region = TestRegion::with_config(3, graces).expect("region");
     for id in 1..=3 {
         region.start(id, id == 1).expect("start");
     }

@@ -974,6 +974,13 @@ impl RegionState {
         Some((node_id.clone(), demands))
     }
 
+    /// The checks a deploy's apply makes of `spec` alone (its fields,
+    /// bounds, pool and tenant), without planning: the scheduler refuses
+    /// an invalid spec before planning it, as apply would.
+    pub fn check_function_spec(&self, spec: &FunctionSpec) -> Result<(), ApplyError> {
+        self.validate_spec(spec)
+    }
+
     fn validate_spec(&self, spec: &FunctionSpec) -> Result<(), ApplyError> {
         let bad = |field: &str, reason: String| ApplyError::InvalidSpec {
             field: field.to_string(),

@@ -107,6 +107,11 @@ fn decide(
                     name: spec.name.clone(),
                 })));
             }
+            // An invalid spec is refused as apply would refuse it (not as
+            // whatever the planner runs into first, e.g. min > max).
+            if let Err(e) = view.check_function_spec(spec) {
+                return Decision::Answer(Err(EvalError::Refused(e)));
+            }
             match plan_placements(view, spec, spec.min_instances, policy, now) {
                 Err(r) => Decision::Answer(Err(EvalError::Rejected(r))),
                 Ok(plan) => Decision::Propose(DomainCommand::Keyed {
