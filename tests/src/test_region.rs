@@ -374,6 +374,70 @@ impl TestRegion {
         self.path("certs")
     }
 
+    /// Writes the config of a simulated center agent for `node` (two
+    /// 16 GiB GPUs, 200 ms heartbeats) with a certificate issued by the
+    /// region's CA, listing the replicas `order` first, then the others
+    /// (the agent links to the first that answers). Returns the config's
+    /// path and the agent's ingress address.
+    pub fn sim_agent_config(
+        &self,
+        node: &str,
+        order: &[u64],
+    ) -> anyhow::Result<(PathBuf, SocketAddr)> {
+        let certs = self.certs();
+        let certs = certs.to_str().context("certs path")?;
+        let (ok, out) = self.gsharectl(&["certs", "issue", "--dir", certs, "--name", node])?;
+        if !ok {
+            bail!("certs issue --name {node}: {out}");
+        }
+        let ingress = TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+        let mut ids: Vec<u64> = self.replicas.keys().copied().collect();
+        ids.sort_by_key(|id| {
+            (
+                order.iter().position(|o| o == id).unwrap_or(usize::MAX),
+                *id,
+            )
+        });
+        let replicas: String = ids
+            .iter()
+            .map(|id| {
+                format!(
+                    "[[replicas]]\nquic_addr = \"{}\"\n",
+                    self.replicas[id].raft_addr
+                )
+            })
+            .collect();
+        let config = self.root().join(format!("agent-{node}.toml"));
+        fs::write(
+            &config,
+            format!(
+                r#"node = "{node}"
+pool = "center"
+pool_kind = "center"
+data_dir = "data/agent-{node}"
+ingress_addr = "{ingress}"
+host_swap_mib = 8192
+heartbeat_ms = 200
+[gpus]
+backend = "simulated"
+[[gpus.simulated]]
+model = "sim-gpu-16g"
+memory_mib = 16384
+h2d_mib_per_s = 12000
+count = 2
+[load]
+cold_setup_us = 20000
+{replicas}
+[tls]
+ca_cert = "certs/ca.pem"
+cert = "certs/{node}.pem"
+key = "certs/{node}.key"
+"#
+            ),
+        )?;
+        Ok((config, ingress))
+    }
+
     /// The config directory of the region.
     pub fn root(&self) -> &Path {
         self.dir.path()

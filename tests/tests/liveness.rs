@@ -111,56 +111,7 @@ impl Drop for Agent {
 }
 
 fn agent(region: &TestRegion, node: &str) -> Agent {
-    let certs = region.certs();
-    let (ok, out) = region
-        .gsharectl(&[
-            "certs",
-            "issue",
-            "--dir",
-            certs.to_str().unwrap(),
-            "--name",
-            node,
-        ])
-        .unwrap();
-    assert!(ok, "{out}");
-    let ingress = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let replicas: String = region
-        .replicas
-        .values()
-        .map(|r| format!("[[replicas]]\nquic_addr = \"{}\"\n", r.raft_addr))
-        .collect();
-    let config = region.root().join(format!("agent-{node}.toml"));
-    std::fs::write(
-        &config,
-        format!(
-            r#"node = "{node}"
-pool = "center"
-pool_kind = "center"
-data_dir = "data/agent-{node}"
-ingress_addr = "{ingress}"
-host_swap_mib = 8192
-heartbeat_ms = 200
-[gpus]
-backend = "simulated"
-[[gpus.simulated]]
-model = "sim-gpu-16g"
-memory_mib = 16384
-h2d_mib_per_s = 12000
-count = 2
-[load]
-cold_setup_us = 20000
-{replicas}
-[tls]
-ca_cert = "certs/ca.pem"
-cert = "certs/{node}.pem"
-key = "certs/{node}.key"
-"#
-        ),
-    )
-    .unwrap();
+    let (config, ingress) = region.sim_agent_config(node, &[]).expect("agent config");
     let mut a = Agent {
         config,
         ingress,

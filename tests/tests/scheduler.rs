@@ -262,56 +262,7 @@ fn a_deploy_that_waits_for_ready_serves_its_first_invocation() {
         let r = call(region.http(1), "POST", "/v1/topology/reload", TOKEN, None);
         (r.status == 200).then_some(r)
     });
-    let certs = region.certs();
-    let (ok, out) = region
-        .gsharectl(&[
-            "certs",
-            "issue",
-            "--dir",
-            certs.to_str().unwrap(),
-            "--name",
-            node,
-        ])
-        .unwrap();
-    assert!(ok, "{out}");
-    let ingress = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let replicas: String = region
-        .replicas
-        .values()
-        .map(|r| format!("[[replicas]]\nquic_addr = \"{}\"\n", r.raft_addr))
-        .collect();
-    let config = region.root().join("agent.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"node = "{node}"
-pool = "center"
-pool_kind = "center"
-data_dir = "data/agent"
-ingress_addr = "{ingress}"
-host_swap_mib = 8192
-heartbeat_ms = 200
-[gpus]
-backend = "simulated"
-[[gpus.simulated]]
-model = "sim-gpu-16g"
-memory_mib = 16384
-h2d_mib_per_s = 12000
-count = 2
-[load]
-cold_setup_us = 20000
-{replicas}
-[tls]
-ca_cert = "certs/ca.pem"
-cert = "certs/{node}.pem"
-key = "certs/{node}.key"
-"#
-        ),
-    )
-    .unwrap();
+    let (config, _ingress) = region.sim_agent_config(node, &[]).expect("agent config");
     let mut agent = Command::new(gshare_tests::binary("gshare-edge"))
         .arg("--config")
         .arg(&config)
