@@ -220,6 +220,20 @@ async fn carry_out(s: &Scheduler, hub: &AgentHub, eval: Evaluation, old: Instanc
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
             }
+            // The new instance may have been moved or deleted meanwhile:
+            // then the old one stays, and the drain's next tick decides again.
+            let alive = s
+                .inner
+                .state
+                .read()
+                .region
+                .domain()
+                .instance(instance)
+                .is_some();
+            if !alive {
+                tracing::info!("{what}: new instance {instance} is gone; {old} stays for now");
+                return;
+            }
             let cmd = RegionCommand::domain(DomainCommand::InstanceRelease { instance: old });
             if let Err(e) = s.inner.proposer.propose(cmd).await {
                 tracing::debug!("{what}: release of {old} not committed: {e}");
