@@ -3,8 +3,10 @@
 //! the same state: the same GPUs, the same sharing tasks already on them,
 //! the same typical shapes, the same request. Where the two FGD rules agree
 //! they must choose the same GPU; where their rules differ (how equal FGD
-//! scores are broken, and FGD's integer sigmoid buckets) the cases below pin
-//! what each one does, so that making them one FGD shows up here.
+//! scores are broken, FGD's integer sigmoid buckets, whole GPUs) the cases below pin
+//! what each one does, so that making them one FGD shows up here. A seeded
+//! sweep of random states checks that every difference is a tie in the
+//! simulator's own score.
 //!
 //! The simulator has no GPU memory, so every task here asks for 64 MiB of
 //! a 16 GiB GPU (memory never binds), and its node has CPU to spare.
@@ -321,4 +323,104 @@ fn where_the_rules_differ_each_side_does_what_its_rule_says() {
         ("n0".to_string(), 0),
         "simulator: equal scores, first node"
     );
+}
+
+/// The simulator's score of a sharing `request` on GPU `g` of a node whose
+/// GPUs have `left` milli free (its node score when it takes that GPU).
+fn simulator_score(model: &FragModel, left: &[u16], g: usize, request: u16) -> i64 {
+    let before = model.node_frag(64_000, Some(0), left);
+    let mut after = left.to_vec();
+    after[g] -= request;
+    let after = model.node_frag(64_000 - 100, Some(0), &after);
+    (100.0 / (1.0 + (-(before - after) / 1000.0).exp())) as i64
+}
+
+#[test]
+fn on_random_states_every_difference_is_a_tie_in_the_simulators_score() {
+    // Seeded random states of 1–3 nodes × 1–4 GPUs with sharing tasks on
+    // them, 2–3 typical shapes, one sharing request. With single-GPU
+    // shapes, CPU to spare and memory never binding, the simulator's node
+    // fragmentation is the sum of its GPUs' (the live ranking's measure),
+    // so where the two pick differently the simulator must score both
+    // choices alike: the difference is its buckets and tie-break, not the
+    // fragmentation they measure.
+    const SIZES: [u32; 8] = [50, 100, 150, 200, 250, 300, 400, 500];
+    let (mut same, mut tied) = (0, 0);
+    for seed in 0..300u64 {
+        let mut rng = Rng::new(seed);
+        let mut pick = |n: u64| rng.below(n) as usize;
+        let nodes: Vec<Vec<Vec<u32>>> = (0..1 + pick(3))
+            .map(|_| {
+                (0..1 + pick(4))
+                    .map(|_| {
+                        let mut taken = Vec::new();
+                        let mut used = 0;
+                        for _ in 0..pick(4) {
+                            let c = SIZES[pick(SIZES.len() as u64)];
+                            if used + c <= 1_000 {
+                                taken.push(c);
+                                used += c;
+                            }
+                        }
+                        taken
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut shapes: Vec<(u32, u64)> = Vec::new();
+        for _ in 0..2 + pick(2) {
+            let c = SIZES[pick(SIZES.len() as u64)];
+            if shapes.iter().all(|s| s.0 != c) {
+                shapes.push((c, 1 + pick(5) as u64));
+            }
+        }
+        let request = SIZES[pick(SIZES.len() as u64)];
+        let left: Vec<Vec<u16>> = nodes
+            .iter()
+            .map(|n| {
+                n.iter()
+                    .map(|t| 1_000 - t.iter().sum::<u32>() as u16)
+                    .collect()
+            })
+            .collect();
+        if !left.iter().flatten().any(|&l| u32::from(l) >= request) {
+            continue;
+        }
+        let case = Case {
+            name: "random",
+            nodes,
+            shapes,
+            request,
+        };
+        let [full, indexed] = live(&case);
+        assert_eq!(
+            full, indexed,
+            "seed {seed}: the index picks what the scan picks"
+        );
+        let sim = simulated(&case);
+        if full == sim {
+            same += 1;
+            continue;
+        }
+        let pods: Vec<PodRequest> = case
+            .shapes
+            .iter()
+            .flat_map(|&(m, w)| (0..w).map(move |_| pod(m)))
+            .collect();
+        let model = FragModel::from_pods(&pods);
+        let node = |name: &str| name[1..].parse::<usize>().expect("node index");
+        let r = u16::try_from(request).expect("request fits");
+        let score =
+            |(n, g): &(String, u32)| simulator_score(&model, &left[node(n)], *g as usize, r);
+        assert_eq!(
+            score(&full),
+            score(&sim),
+            "seed {seed}: live {full:?} and simulator {sim:?} differ by more than a tie \
+             (left {left:?}, shapes {:?}, request {request})",
+            case.shapes
+        );
+        tied += 1;
+    }
+    eprintln!("{same} states: the same GPU; {tied}: different GPUs the simulator scores alike");
+    assert!(same > 100, "too few comparable states ({same})");
 }
