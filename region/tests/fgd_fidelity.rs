@@ -15,8 +15,9 @@
 //! are regenerated (README's command).
 //!
 //! The 320 experiments (4 traces × 8 policies × 10 seeds) run once per test
-//! binary and are shared by the tests (27 s measured on 2 cores that other
-//! builds shared; the README's 14.2 s for the same 320 on a quiet machine).
+//! binary and are shared by the tests (27–65 s measured on 2 cores shared
+//! with other builds; the README gives 14.2 s for the same 320 on a quiet
+//! machine).
 //!
 //! Data: `../shared/data` next to the workspace (CI has it), or next to a
 //! worktree's parent. Missing data is a failure, not a skip.
