@@ -20,9 +20,10 @@ use crate::autoscale::Signal;
 use crate::model::TenantId;
 
 /// Most entries in one agent's load report. With function names of at
-/// most 64 bytes and tenant names of at most 64 bytes an entry encodes in
-/// under 200 bytes, so a full report for 1,000 functions on a node is
-/// under 200 KiB; above the cap the least loaded entries are left out.
+/// most 63 bytes and tenant names of at most 63 bytes an entry encodes in
+/// under 200 bytes (bincode, fixed-width integers), so a full report for
+/// 1,000 functions on a node is under 200 KiB; above the cap the least
+/// loaded entries are left out.
 pub const MAX_FUNCTION_LOADS: usize = 1024;
 
 /// One function's load on one agent since that agent's previous report.
