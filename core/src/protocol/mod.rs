@@ -27,6 +27,7 @@
 mod agent_counters;
 mod agent_message;
 pub mod codec;
+mod function_load;
 mod gpu_report;
 mod instance_assignment;
 mod instance_report;
@@ -41,6 +42,7 @@ pub use codec::{
     decode_payload, encode_frame, AgentFrames, AgentWire, FrameDecoder, FrameError, Frames,
     PeerFrames, PeerWire, Wire, AGENT_FRAME_BYTES, PEER_FRAME_BYTES,
 };
+pub use function_load::{cap_loads, sum_loads, FunctionLoad, RegionLoad, MAX_FUNCTION_LOADS};
 pub use gpu_report::{GpuStatus, NodeGpu};
 pub use instance_assignment::{AssignedInstance, Assignment};
 pub use instance_report::{InstanceState, InstanceStatus};
