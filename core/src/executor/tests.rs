@@ -788,7 +788,9 @@ fn removed_function_rejects_its_queue_and_unloads() {
         ]
     );
     assert_eq!(n.gpu(0).free_mib(), 12_000);
-    assert_eq!(n.host_used_mib(), 0);
+    // Its weights stay in host memory for a later resume, but it serves nothing.
+    assert_eq!(n.host_used_mib(), 4_000);
+    assert_eq!(n.host_copies(), vec![(FunctionId(0), 4_000)]);
     assert_eq!(
         step(&mut n, S, arrive(2, 0, S, FAR)),
         vec![Command::Reject {
@@ -901,4 +903,122 @@ fn memory_frees_when_enough_instances_are_idle_whatever_their_order() {
     assert_eq!(at(8_001, &g, &mut scratch), Some(8 * S));
     assert_eq!(at(12_000, &g, &mut scratch), Some(8 * S));
     assert_eq!(at(12_001, &g, &mut scratch), None);
+}
+
+/// Runs one request of function `f` (cold or warm as the executor decides)
+/// to completion at `t`, then removes the function; returns the load command.
+fn serve_once_and_remove(n: &mut NodeExecutor, t: Micros, f: u32, r: u64) -> Command {
+    let out = step(n, t, arrive(r, f, 100 * MS, FAR));
+    let load = out[0];
+    let ready = match load {
+        Command::ColdStart { ready_at, .. } | Command::SwapIn { ready_at, .. } => ready_at,
+        other => panic!("expected a load, got {other:?}"),
+    };
+    step(n, ready, loaded(f, 0));
+    step(n, ready + 100 * MS, finished(r, 0));
+    assert_eq!(
+        step(
+            n,
+            ready + 200 * MS,
+            Event::InstanceRemoved {
+                function: FunctionId(f)
+            }
+        ),
+        vec![Command::Unload {
+            function: FunctionId(f),
+            gpu: 0
+        }]
+    );
+    load
+}
+
+#[test]
+fn a_removed_function_keeps_its_host_copy_and_resumes_by_swap_in() {
+    let mut n = node(1, ExecutorRules::gshare(), &[Tier::Oversubscribed]);
+    assert_eq!(serve_once_and_remove(&mut n, 0, 0, 1), cold(0, 0, COLD));
+    assert_eq!(n.host_copies(), vec![(FunctionId(0), 4_000)]);
+    assert_eq!(n.host_used_mib(), 4_000);
+    // Assigned again: the first load is a swap-in.
+    step(
+        &mut n,
+        10 * S,
+        Event::InstanceAdded {
+            function: FunctionId(0),
+            profile: profile(Tier::Oversubscribed),
+        },
+    );
+    assert_eq!(n.host_copies(), vec![]);
+    assert!(n.in_host(FunctionId(0)));
+    assert_eq!(
+        step(&mut n, 11 * S, arrive(2, 0, 100 * MS, FAR)),
+        vec![Command::SwapIn {
+            function: FunctionId(0),
+            gpu: 0,
+            ready_at: 11 * S + SWAP_IN
+        }]
+    );
+}
+
+#[test]
+fn a_dropped_or_unfitting_host_copy_means_a_cold_start_again() {
+    let mut n = node(1, ExecutorRules::gshare(), &[Tier::Oversubscribed]);
+    serve_once_and_remove(&mut n, 0, 0, 1);
+    assert!(n.drop_host_copy(FunctionId(0)));
+    assert!(!n.drop_host_copy(FunctionId(0)));
+    assert_eq!(n.host_used_mib(), 0);
+    step(
+        &mut n,
+        10 * S,
+        Event::InstanceAdded {
+            function: FunctionId(0),
+            profile: profile(Tier::Oversubscribed),
+        },
+    );
+    assert_eq!(
+        step(&mut n, 11 * S, arrive(2, 0, 100 * MS, FAR)),
+        vec![cold(0, 0, 11 * S + COLD)]
+    );
+    // Without host memory nothing is kept at all.
+    let mut c = config(1, ExecutorRules::gshare());
+    c.host_memory_mib = 0;
+    let mut z = NodeExecutor::new(c);
+    z.handle(
+        0,
+        Event::InstanceAdded {
+            function: FunctionId(0),
+            profile: profile(Tier::Oversubscribed),
+        },
+    );
+    serve_once_and_remove(&mut z, 0, 0, 1);
+    assert_eq!(z.host_copies(), vec![]);
+    assert_eq!(z.host_used_mib(), 0);
+}
+
+#[test]
+fn host_copies_of_removed_functions_go_least_recently_invoked_first() {
+    // 10 000 MiB of host memory: two 4 000 MiB copies fit, a third does not.
+    let mut c = config(1, ExecutorRules::gshare());
+    c.host_memory_mib = 10_000;
+    let mut n = NodeExecutor::new(c);
+    for f in 0..3 {
+        n.handle(
+            0,
+            Event::InstanceAdded {
+                function: FunctionId(f),
+                profile: profile(Tier::Oversubscribed),
+            },
+        );
+    }
+    serve_once_and_remove(&mut n, 0, 0, 1);
+    serve_once_and_remove(&mut n, 10 * S, 1, 2);
+    assert_eq!(
+        n.host_copies(),
+        vec![(FunctionId(1), 4_000), (FunctionId(0), 4_000)]
+    );
+    serve_once_and_remove(&mut n, 20 * S, 2, 3);
+    assert_eq!(
+        n.host_copies(),
+        vec![(FunctionId(2), 4_000), (FunctionId(1), 4_000)]
+    );
+    assert_eq!(n.host_used_mib(), 8_000);
 }

@@ -342,6 +342,7 @@ mod tests {
                 ..AgentCounters::default()
             },
             instances: Vec::new(),
+            host_copies: Vec::new(),
         }
     }
 
