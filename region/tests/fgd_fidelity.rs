@@ -31,17 +31,9 @@ use gshare_region::cli::sim_placement::{load_workloads, run_all, summarise, Summ
 /// The four pod lists, in the README's row order.
 const TRACES: [&str; 4] = ["default", "gpushare40", "gpuspec20", "multigpu30"];
 
-/// The policies, in the README's column order.
-const POLICIES: [&str; 8] = [
-    "random",
-    "dotprod",
-    "clustering",
-    "packing",
-    "bestfit",
-    "fgd",
-    "gshare",
-    "gshare-noremap",
-];
+/// The policies, in the README's column order (the simulator's canonical
+/// list, which the README's columns follow).
+const POLICIES: [&str; 8] = gshare_core::placement::POLICY_NAMES;
 
 /// How far (percentage points) a result may move past what was achieved.
 const MARGIN_PP: f64 = 0.05;
