@@ -606,7 +606,6 @@ async fn heartbeats(conn: quinn::Connection, setup: &LinkSetup) -> Result<(), Se
                 usage_withheld: s.usage_withheld,
             },
             instances: s.instances,
-            host_copies: s.host_copies,
         }));
         if let RegionMessage::V1(RegionMessageV1::Refused { code, message, .. }) =
             request(&conn, beat).await?

@@ -6,9 +6,8 @@ use crate::model::Micros;
 /// One input to [`super::NodeExecutor::handle`], stamped by the caller with `now`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
-    /// The region placed a function on this node (its weights are on no GPU
-    /// yet; in host memory only if the node kept a host copy of the same id
-    /// when it was removed, see [`super::NodeExecutor::host_copies`]).
+    /// The region placed a function on this node (its weights are in neither
+    /// GPU nor host memory yet).
     InstanceAdded {
         /// The function.
         function: FunctionId,
@@ -16,9 +15,7 @@ pub enum Event {
         profile: FunctionProfile,
     },
     /// The function leaves this node: queued requests are rejected, idle
-    /// copies unloaded, busy ones unloaded when their requests finish. Under
-    /// host-cache rules its weights stay in host memory while the budget
-    /// allows (a later `InstanceAdded` of the same id resumes by swap-in).
+    /// copies unloaded, busy ones unloaded when their requests finish.
     InstanceRemoved {
         /// The function.
         function: FunctionId,

@@ -26,7 +26,6 @@ use super::{
     Command, Event, FunctionId, FunctionProfile, GpuExecutor, NodeConfig, RejectReason, RequestId,
 };
 use crate::model::{Mib, Micros, MilliGpu, Tier, WHOLE_GPU};
-use std::collections::BTreeMap;
 
 /// Host memory is shrunk to this percentage of its capacity when it overflows.
 const HOST_LOW_WATER_PCT: u64 = 95;
@@ -116,12 +115,6 @@ pub struct NodeExecutor {
     pins: Vec<Option<Vec<u32>>>,
     /// Remaps asked and not answered yet.
     open_reservations: u32,
-    /// Host copies of functions removed from the node (host cache rules
-    /// only): function → (weights MiB, its last arrival). Counted in
-    /// `host_used_mib`, dropped least recently invoked first with the
-    /// hosted functions' copies; an `InstanceAdded` of the same id resumes
-    /// from it (a swap-in instead of a cold start).
-    released: BTreeMap<FunctionId, (Mib, Option<Micros>)>,
 }
 
 impl NodeExecutor {
@@ -141,7 +134,6 @@ impl NodeExecutor {
             memory_scratch: Vec::new(),
             pins: Vec::new(),
             open_reservations: 0,
-            released: BTreeMap::new(),
         }
     }
 
@@ -158,30 +150,6 @@ impl NodeExecutor {
     /// Whether the function's weights are in host memory.
     pub fn in_host(&self, function: FunctionId) -> bool {
         self.state(function).is_some_and(|f| f.in_host)
-    }
-
-    /// Host copies kept of removed functions, with their weights in MiB,
-    /// most recently invoked first.
-    pub fn host_copies(&self) -> Vec<(FunctionId, Mib)> {
-        let mut v: Vec<_> = self
-            .released
-            .iter()
-            .map(|(f, (m, a))| (*a, *f, *m))
-            .collect();
-        v.sort_unstable_by(|a, b| b.cmp(a));
-        v.into_iter().map(|(_, f, m)| (f, m)).collect()
-    }
-
-    /// Drops the host copy kept of a removed function (its weights are no
-    /// longer wanted, or an operator asked); `false` if none was kept.
-    pub fn drop_host_copy(&mut self, function: FunctionId) -> bool {
-        match self.released.remove(&function) {
-            Some((mib, _)) => {
-                self.host_used_mib = self.host_used_mib.saturating_sub(mib);
-                true
-            }
-            None => false,
-        }
     }
 
     /// Number of requests waiting for GPU memory (not yet on a GPU's queue).
@@ -453,21 +421,10 @@ impl NodeExecutor {
             f.profile = profile;
             return;
         }
-        // A kept host copy of the same weights makes the first load a swap-in.
-        let mut in_host = false;
-        let mut last_arrival = None;
-        if let Some((mib, arrival)) = self.released.remove(&function) {
-            if mib == profile.memory_mib {
-                in_host = true;
-                last_arrival = arrival;
-            } else {
-                self.host_used_mib = self.host_used_mib.saturating_sub(mib);
-            }
-        }
         self.functions[i] = Some(FunctionState {
             profile,
-            in_host,
-            last_arrival,
+            in_host: false,
+            last_arrival: None,
             mean_gap: NO_GAP,
             copies: 0,
             loading: 0,
@@ -485,16 +442,7 @@ impl NodeExecutor {
             return;
         };
         if fs.in_host {
-            if self.config.rules.host_cache {
-                // Kept while host memory allows (see `shrink_host`).
-                self.released
-                    .insert(function, (fs.profile.memory_mib, fs.last_arrival));
-                if self.host_used_mib > self.config.host_memory_mib {
-                    self.shrink_host(function, true);
-                }
-            } else {
-                self.host_used_mib = self.host_used_mib.saturating_sub(fs.profile.memory_mib);
-            }
+            self.host_used_mib = self.host_used_mib.saturating_sub(fs.profile.memory_mib);
         }
         if fs.reserving.is_some() {
             self.open_reservations = self.open_reservations.saturating_sub(1);
@@ -989,7 +937,7 @@ impl NodeExecutor {
         let tier = fs.profile.tier;
         let batch_ppm = fs.profile.batch_ppm;
         if self.host_used_mib > self.config.host_memory_mib {
-            self.shrink_host(function, false);
+            self.shrink_host(function);
         }
         self.gpus[g].add_instance(Instance {
             function,
@@ -1011,11 +959,10 @@ impl NodeExecutor {
         })
     }
 
-    /// Drop host copies of functions with no GPU instance and of removed
-    /// functions, least recently invoked first (never `keep`'s, unless
-    /// `keep_too` and nothing else is left), down to [`HOST_LOW_WATER_PCT`] %
-    /// of host memory so that the scan over all functions is amortized.
-    fn shrink_host(&mut self, keep: FunctionId, keep_too: bool) {
+    /// Drop host copies of functions with no GPU instance, least recently
+    /// invoked first (never `keep`'s), down to [`HOST_LOW_WATER_PCT`] % of
+    /// host memory so that the scan over all functions is amortized.
+    fn shrink_host(&mut self, keep: FunctionId) {
         let target = self.config.host_memory_mib / 100 * HOST_LOW_WATER_PCT;
         let mut candidates = std::mem::take(&mut self.host_scratch);
         candidates.clear();
@@ -1027,22 +974,10 @@ impl NodeExecutor {
                 .filter(|(k, f)| *k != keep.0 as usize && f.in_host && f.copies == 0)
                 .map(|(k, f)| (f.last_arrival, k as u32)),
         );
-        candidates.extend(
-            self.released
-                .iter()
-                .filter(|(f, _)| **f != keep)
-                .map(|(f, (_, a))| (*a, f.0)),
-        );
         candidates.sort_unstable();
-        if keep_too {
-            candidates.push((None, keep.0));
-        }
         for &(_, k) in candidates.iter() {
             if self.host_used_mib <= target {
                 break;
-            }
-            if self.drop_host_copy(FunctionId(k)) {
-                continue;
             }
             let f = self.functions[k as usize].as_mut().expect("listed above");
             f.in_host = false;

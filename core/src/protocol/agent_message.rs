@@ -1,6 +1,6 @@
 //! Messages from a node agent to the region.
 
-use super::{AgentCounters, GpuStatus, HostCopy, InstanceStatus, InvokeReply, NodeGpu, SwapEvent};
+use super::{AgentCounters, GpuStatus, InstanceStatus, InvokeReply, NodeGpu, SwapEvent};
 use crate::model::NodeId;
 use crate::state::{AgentId, UsageRecord};
 use serde::{Deserialize, Serialize};
@@ -112,11 +112,6 @@ pub struct Heartbeat {
     /// Every instance the agent hosts, with where its weights are (what
     /// `POST /v1/functions?wait=ready` waits for).
     pub instances: Vec<InstanceStatus>,
-    /// Host copies of released functions' weights the node keeps, most
-    /// recently invoked first, at most [`super::MAX_HOST_COPIES_REPORTED`]
-    /// (the region prefers such a node when it places the function again).
-    /// Added after the first release: older binaries cannot decode it.
-    pub host_copies: Vec<HostCopy>,
 }
 
 impl AgentMessage {

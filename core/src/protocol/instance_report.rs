@@ -1,7 +1,6 @@
 //! What an agent tells the region about each instance it hosts: where its
 //! weights are, so that the region can tell "committed" from "ready".
 
-use crate::model::{Mib, TenantId};
 use crate::state::InstanceId;
 use serde::{Deserialize, Serialize};
 
@@ -46,23 +45,4 @@ pub struct InstanceStatus {
     pub state: InstanceState,
     /// The GPUs holding (or loading) a copy.
     pub gpus: Vec<u32>,
-}
-
-/// Most host copies one heartbeat reports (the most recently invoked
-/// first): 64 entries of a few dozen bytes each.
-pub const MAX_HOST_COPIES_REPORTED: usize = 64;
-
-/// Weights of a function the region released from the node, kept in the
-/// node's host memory: assigning the function here again resumes it by a
-/// swap-in instead of a cold start.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HostCopy {
-    /// The function's tenant.
-    pub tenant: TenantId,
-    /// The function's name.
-    pub function: String,
-    /// The function version the weights belong to.
-    pub version: u64,
-    /// Host memory they hold, MiB.
-    pub memory_mib: Mib,
 }

@@ -45,7 +45,7 @@ pub use codec::{
 pub use function_load::{cap_loads, sum_loads, FunctionLoad, RegionLoad, MAX_FUNCTION_LOADS};
 pub use gpu_report::{GpuStatus, NodeGpu};
 pub use instance_assignment::{AssignedInstance, Assignment};
-pub use instance_report::{HostCopy, InstanceState, InstanceStatus, MAX_HOST_COPIES_REPORTED};
+pub use instance_report::{InstanceState, InstanceStatus};
 pub use invoke::{
     InvokeError, InvokeOutcome, InvokeReply, InvokeRequest, MAX_INVOKE_BODY_BYTES, MAX_REPLAY_BODY,
 };

@@ -75,12 +75,6 @@ fn every_message() -> (Vec<AgentMessage>, Vec<RegionMessage>) {
                 state: InstanceState::Resident,
                 gpus: vec![0],
             }],
-            host_copies: vec![HostCopy {
-                tenant: TenantId("acme".into()),
-                function: "resnet".into(),
-                version: 2,
-                memory_mib: 4_000,
-            }],
         })),
         AgentMessage::v1(AgentMessageV1::Swaps {
             agent: agent.clone(),

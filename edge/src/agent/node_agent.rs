@@ -20,8 +20,8 @@ use gshare_core::executor::{
 use gshare_core::metering::{ResidencyId, UsageKey};
 use gshare_core::model::{FunctionSpec, GpuId, Mib, Micros, MilliGpu, NodeId, Slice, TenantId};
 use gshare_core::protocol::{
-    GpuStatus, HostCopy, InstanceState, InstanceStatus, InvokeError, InvokeOutcome, SwapEvent,
-    SwapKind, TokenDigests, MAX_HOST_COPIES_REPORTED,
+    GpuStatus, InstanceState, InstanceStatus, InvokeError, InvokeOutcome, SwapEvent, SwapKind,
+    TokenDigests,
 };
 use gshare_core::state::InstanceId;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -136,11 +136,6 @@ pub struct NodeAgent {
     metrics: Arc<AgentMetrics>,
     /// Loads in progress: when each started and what it is.
     loads: HashMap<(FunctionId, u32), (Micros, Measured)>,
-    /// Functions the region released whose weights the executor may still
-    /// hold in host memory (its `host_copies` say which): assigning the same
-    /// function, version and spec again reuses the id, so the executor
-    /// resumes it by swap-in.
-    released: HashMap<FunctionKey, (FunctionId, u64, FunctionSpec)>,
 }
 
 impl NodeAgent {
@@ -191,7 +186,6 @@ impl NodeAgent {
             remaps_refused: 0,
             metrics: Arc::new(AgentMetrics::new(None)),
             loads: HashMap::new(),
-            released: HashMap::new(),
         }
     }
 
@@ -718,15 +712,8 @@ impl NodeAgent {
         placed: Vec<(InstanceId, Vec<Slice>)>,
     ) {
         let slices: Vec<Slice> = placed.iter().flat_map(|(_, s)| s.clone()).collect();
-        let id = match self.released.remove(&key) {
-            Some((id, v, s)) if v == version && s == spec => id,
-            Some((old, _, _)) => {
-                // Another version's weights: of no use to this one.
-                self.executor.drop_host_copy(old);
-                self.fresh_id()
-            }
-            None => self.fresh_id(),
-        };
+        let id = FunctionId(self.next_function);
+        self.next_function += 1;
         let profile = FunctionProfile {
             tier: spec.tier,
             memory_mib: spec.memory_mib,
@@ -762,37 +749,6 @@ impl NodeAgent {
         );
     }
 
-    fn fresh_id(&mut self) -> FunctionId {
-        let id = FunctionId(self.next_function);
-        self.next_function += 1;
-        id
-    }
-
-    /// The host copies the executor keeps of released functions, most
-    /// recently invoked first, at most [`MAX_HOST_COPIES_REPORTED`]; forgets
-    /// the released functions whose copy is gone.
-    fn host_copies(&mut self) -> Vec<HostCopy> {
-        let kept = self.executor.host_copies();
-        let ids: BTreeSet<FunctionId> = kept.iter().map(|(f, _)| *f).collect();
-        self.released.retain(|_, (id, _, _)| ids.contains(id));
-        let by_id: HashMap<FunctionId, (&FunctionKey, u64)> = self
-            .released
-            .iter()
-            .map(|(k, (id, v, _))| (*id, (k, *v)))
-            .collect();
-        kept.into_iter()
-            .filter_map(|(f, mib)| {
-                by_id.get(&f).map(|(k, v)| HostCopy {
-                    tenant: k.0.clone(),
-                    function: k.1.clone(),
-                    version: *v,
-                    memory_mib: mib,
-                })
-            })
-            .take(MAX_HOST_COPIES_REPORTED)
-            .collect()
-    }
-
     fn remove_function(&mut self, id: FunctionId) {
         if let Some(h) = self.functions.get(&id) {
             tracing::info!(function = %id, "releasing {}/{}", h.key.0 .0, h.key.1);
@@ -801,11 +757,7 @@ impl NodeAgent {
         }
         let now = self.now();
         self.step(now, Event::InstanceRemoved { function: id });
-        if let Some(h) = self.functions.remove(&id) {
-            if self.executor.host_copies().iter().any(|(f, _)| *f == id) {
-                self.released.insert(h.key, (id, h.version, h.spec));
-            }
-        }
+        self.functions.remove(&id);
         self.loads.retain(|(f, _), _| *f != id);
         // Its residency ended with the Unload above: journal it now.
         if let Some(m) = self.metering.as_mut() {
@@ -1266,7 +1218,6 @@ impl Handler<StatusQuery> for NodeAgent {
             })
             .collect();
         s.instances = self.instance_states();
-        s.host_copies = self.host_copies();
         s
     }
 }

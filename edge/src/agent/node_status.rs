@@ -1,6 +1,6 @@
 //! A snapshot of the node for heartbeats and `/metrics`.
 
-use gshare_core::protocol::{GpuStatus, HostCopy, InstanceStatus};
+use gshare_core::protocol::{GpuStatus, InstanceStatus};
 
 /// Counters and per-GPU state of the node.
 #[derive(Debug, Clone, Default, PartialEq, Eq, actix::MessageResponse)]
@@ -9,9 +9,6 @@ pub struct NodeStatus {
     pub gpus: Vec<GpuStatus>,
     /// Per hosted instance: where its weights are.
     pub instances: Vec<InstanceStatus>,
-    /// Host copies of released functions' weights, most recently invoked
-    /// first (bounded, see `MAX_HOST_COPIES_REPORTED`).
-    pub host_copies: Vec<HostCopy>,
     /// Invocations accepted and not answered yet.
     pub in_flight: u32,
     /// Functions hosted.

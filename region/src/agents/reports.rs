@@ -342,7 +342,6 @@ mod tests {
                 ..AgentCounters::default()
             },
             instances: Vec::new(),
-            host_copies: Vec::new(),
         }
     }
 
