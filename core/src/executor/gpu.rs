@@ -321,13 +321,16 @@ impl GpuExecutor {
             // start on the compute that is free when that still meets its
             // deadline (it runs slower by the latency model for its whole
             // service; a batch started so runs its joiners as slowly).
-            // Right-size: take only the share that finishes within
-            // RIGHT_SIZE_PCT % of the time left, leaving the rest to others.
+            // Right-size: while another function's copy here may still take
+            // requests, take only the share that finishes within
+            // RIGHT_SIZE_PCT % of the time left (at most MAX_SLOWDOWN times
+            // slower), leaving the rest to its arrivals; alone on the GPU,
+            // take the whole share (nobody else wants the compute).
             // Requests that need a whole GPU are never squeezed: on the
             // latency model a job that saturates the GPU gains nothing from
             // sharing it, and a slowed one keeps its slowness to the end.
             let squeeze = rules.squeeze && !slotted && q.compute < WHOLE_GPU;
-            let want = if squeeze && compute + hold == q.compute {
+            let want = if squeeze && compute + hold == q.compute && self.shared_with(q.function) {
                 right_sized(q.service_us, q.compute, q.deadline.saturating_sub(now))
             } else {
                 compute + hold
@@ -396,6 +399,14 @@ impl GpuExecutor {
                 finish_at,
             });
         }
+    }
+
+    /// Whether a copy of another function on this GPU may still take
+    /// requests (so its arrivals may want compute that `function` leaves).
+    fn shared_with(&self, function: FunctionId) -> bool {
+        self.instances
+            .iter()
+            .any(|i| i.function != function && !i.removing && !i.unpinned)
     }
 
     /// Book a finished request; returns its function, or `None` if unknown.
@@ -489,15 +500,24 @@ fn evictable_tier(tier: Tier, rules: &ExecutorRules) -> bool {
 /// Share of the time left to its deadline a right-sized request plans to use, %.
 const RIGHT_SIZE_PCT: u128 = 95;
 
-/// The share (≤ `compute`) on which a request of `service_us` on `compute`
-/// finishes within [`RIGHT_SIZE_PCT`] % of `left` µs.
+/// The most a right-sized request is planned to slow down: it takes at
+/// least `compute / MAX_SLOWDOWN` (rounded up). Going below buys others at
+/// most the last 1/MAX_SLOWDOWN of its share and costs it unbounded latency.
+const MAX_SLOWDOWN: u32 = 8;
+
+/// The share (≤ `compute`, ≥ `compute / MAX_SLOWDOWN`) on which a request
+/// of `service_us` on `compute` finishes within [`RIGHT_SIZE_PCT`] % of
+/// `left` µs.
 fn right_sized(service_us: Micros, compute: MilliGpu, left: Micros) -> MilliGpu {
     let budget = u128::from(left) * RIGHT_SIZE_PCT / 100;
     if budget == 0 {
         return compute;
     }
     let c = (u128::from(service_us) * u128::from(compute)).div_ceil(budget);
-    MilliGpu::try_from(c).unwrap_or(compute).clamp(1, compute)
+    let floor = compute.div_ceil(MAX_SLOWDOWN).max(1);
+    MilliGpu::try_from(c)
+        .unwrap_or(compute)
+        .clamp(floor, compute.max(floor))
 }
 
 /// Service of a request that takes `service_us` on `compute` when it runs

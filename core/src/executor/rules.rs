@@ -16,9 +16,10 @@
 //! (least recently used without a host cache), and a rejected request's
 //! scale-out copy may evict that victim (`scale_out_evicts`).
 //!
-//! Under `gshare` a request below a whole GPU is right-sized (it takes only
-//! the share that finishes it within 95 % of the time left to its
-//! deadline) and squeezed (started on the free compute when its share is
+//! Under `gshare` a request below a whole GPU is right-sized beside other
+//! functions' copies (it takes only the share that finishes it within 95 %
+//! of the time left to its deadline, and at least 1/8 of its share; alone
+//! on its GPU it takes its whole share) and squeezed (started on the free compute when its share is
 //! not free but the slower service still meets the deadline); see
 //! `squeeze`. Every policy batches requests of one function on one
 //! instance when its profile says so ([`super::FunctionProfile::batch_ppm`]).

@@ -902,3 +902,71 @@ fn memory_frees_when_enough_instances_are_idle_whatever_their_order() {
     assert_eq!(at(12_000, &g, &mut scratch), Some(8 * S));
     assert_eq!(at(12_001, &g, &mut scratch), None);
 }
+
+/// One GPU under gshare with `functions` functions of saturation 600,
+/// each prefetched and loaded by `2 × COLD` (the returned time).
+fn sixty_percent_shares(functions: u32) -> (NodeExecutor, Micros) {
+    let mut n = NodeExecutor::new(config(1, ExecutorRules::gshare()));
+    for f in 0..functions {
+        let profile = FunctionProfile {
+            saturation_milli: 600,
+            ..profile(Tier::Oversubscribed)
+        };
+        let function = FunctionId(f);
+        n.handle(0, Event::InstanceAdded { function, profile });
+        n.handle(0, Event::Prefetch { function });
+    }
+    let colds: Vec<_> = (0..functions)
+        .map(|f| cold(f, 0, Micros::from(f + 1) * COLD))
+        .collect();
+    assert_eq!(n.take_commands(), colds);
+    for f in 0..functions {
+        assert_eq!(
+            step(&mut n, Micros::from(f + 1) * COLD, loaded(f, 0)),
+            vec![]
+        );
+    }
+    (n, 2 * COLD)
+}
+
+#[test]
+fn alone_on_an_idle_gpu_a_loose_request_takes_its_whole_share_and_its_solo_time() {
+    let (mut n, t) = sixty_percent_shares(1);
+    // 2 ms of work with 5 s to spare: right-sized it would run 1 s on 1 milli.
+    assert_eq!(
+        step(&mut n, t, arrive(1, 0, 2 * MS, t + 5 * S)),
+        vec![run(1, 0, 0, 600, t + 2 * MS)]
+    );
+    // A second one squeezes onto the 400 milli left, as before.
+    assert_eq!(
+        step(&mut n, t, arrive(2, 0, 2 * MS, t + 5 * S)),
+        vec![run(2, 0, 0, 400, t + 3 * MS)]
+    );
+}
+
+#[test]
+fn beside_another_function_a_loose_request_is_right_sized_and_leaves_room() {
+    let (mut n, t) = sixty_percent_shares(2);
+    // 200 ms on 600 milli within 95 % of 1 s: ⌈200 000 × 600 / 950 000⌉ = 127
+    // milli, ⌈200 000 × 600 / 127⌉ µs.
+    assert_eq!(
+        step(&mut n, t, arrive(1, 0, 200 * MS, t + S)),
+        vec![run(1, 0, 0, 127, t + 944_882)]
+    );
+    // The other function's tight request still finds its whole share free
+    // (on 400 milli it would take 150 ms, past its deadline).
+    assert_eq!(
+        step(&mut n, t, arrive(2, 1, 100 * MS, t + 105 * MS)),
+        vec![run(2, 1, 0, 600, t + 100 * MS)]
+    );
+}
+
+#[test]
+fn a_right_sized_request_is_planned_at_most_eight_times_slower() {
+    let (mut n, t) = sixty_percent_shares(2);
+    // 2 ms with 5 s to spare: ⌈600 / 8⌉ = 75 milli, 16 ms, not 1 milli and 1.2 s.
+    assert_eq!(
+        step(&mut n, t, arrive(1, 0, 2 * MS, t + 5 * S)),
+        vec![run(1, 0, 0, 75, t + 16 * MS)]
+    );
+}

@@ -421,7 +421,6 @@ mod sharing_tests {
     }
 
     #[test]
-    #[ignore = "known flaw: since gshare right-sizes shares, a lone batch at slack 1000 takes a tiny share and under-uses the GPU, so two models finish this burst sooner than one; passed before right-sizing"]
     fn co_resident_models_never_beat_one_gpus_throughput_for_the_same_tokens() {
         for n in [6, 12, 30] {
             let one = run(&burst(n, 1), ServingPolicy::Gshare);
