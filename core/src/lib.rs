@@ -4,7 +4,9 @@
 //! through a seeded [`rng::Rng`]. Everything here is data in, decisions out,
 //! so the region, the node agent and the simulators run the very same code.
 //! The one exception is [`net`] (cargo feature `net`, off by default): the
-//! protocol's frames on QUIC streams, shared by both binaries.
+//! protocol's frames on QUIC streams, shared by both binaries. [`clock`]
+//! holds the seam the runtimes read time through (and the one reader of
+//! the OS clocks, [`clock::SystemClock`]); nothing else here calls it.
 //!
 //! ```text
 //!   operator TOML ──▶ config (parse strictly, validate, every error at once)
@@ -16,6 +18,7 @@
 
 pub mod autoscale;
 pub mod bounds;
+pub mod clock;
 pub mod command;
 pub mod config;
 pub mod executor;

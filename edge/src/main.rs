@@ -178,6 +178,7 @@ fn run(
                 load: config.load,
                 process_counters: drivers.counters(),
                 driver: drivers.into_factory(),
+                clock: gshare_core::clock::SystemClock::shared(),
             })
             .with_metering(metering.clone())
             .with_metrics_token(metrics_token.as_deref()),

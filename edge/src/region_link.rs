@@ -49,7 +49,7 @@ use gshare_core::state::AgentId;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::sync::Notify;
 
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
@@ -587,9 +587,7 @@ async fn heartbeats(conn: quinn::Connection, setup: &LinkSetup) -> Result<(), Se
             return Ok(());
         };
         setup.meter.fill(&mut s.gpus);
-        let at_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        let at_ms = s.at_ms;
         let beat = AgentMessage::v1(AgentMessageV1::Heartbeat(Heartbeat {
             agent: agent_id.clone(),
             at_ms,

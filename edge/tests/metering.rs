@@ -2,10 +2,12 @@
 //! instance actors, sim driver, HTTP ingress; no region link): a result is
 //! released only after its usage is on disk, the tenant's totals endpoint
 //! checks tokens, residency stops accruing when the instance is released,
-//! a journal that cannot append withholds results (fail closed), and an
+//! a journal that cannot append withholds results (fail closed), an
 //! assignment older than the one applied (a lagging replica's, after a
-//! reconnect) never removes instances.
+//! reconnect) never removes instances, and usage is stamped by the agent's
+//! clock (a `ManualClock` here).
 
+use gshare_core::clock::{ManualClock, SharedClock, SystemClock};
 use gshare_core::model::{
     FunctionSpec, GpuId, LatencyProfile, NodeId, PoolKind, PoolPreference, Runtime, Slice,
     TenantId, Tier,
@@ -98,6 +100,10 @@ fn start() -> Stand {
 }
 
 fn start_with(interval: Duration) -> Stand {
+    start_on(interval, SystemClock::shared())
+}
+
+fn start_on(interval: Duration, clock: SharedClock) -> Stand {
     let dir = tempfile::tempdir().unwrap();
     let journal = Arc::new(UsageJournal::open(dir.path(), AgentId("n1".into())).unwrap());
     let metering = Metering {
@@ -123,6 +129,7 @@ fn start_with(interval: Duration) -> Stand {
             },
             driver: Box::new(|_| Box::new(SimDriver::new())),
             process_counters: Default::default(),
+            clock,
         })
         .with_metering(metering),
     );
@@ -314,6 +321,36 @@ async fn flushing_journals_residency_up_to_now() {
     // Resident (1024 MiB) since before the first call, ≥ 300 ms ago.
     assert!(t.memory_mib_ms >= 1_024 * 300, "{t:?}");
     assert_eq!(t.invocations, 1);
+}
+
+#[actix_rt::test]
+async fn usage_is_stamped_by_the_agents_clock() {
+    let (manual, clock) = ManualClock::shared(1_000_000);
+    let s = start_on(Duration::from_secs(3_600), clock);
+    let mut ok = false;
+    for _ in 0..200 {
+        if call(s.ingress, "POST", "/v1/invoke/acme/echo", Some(ACME))
+            .await
+            .0
+            == 200
+        {
+            ok = true;
+            break;
+        }
+    }
+    assert!(ok, "never served");
+    // Real time passed (a load, a run), the agent's clock did not.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    s.agent.send(FlushUsage).await.unwrap();
+    let t = acme_totals(&s.journal);
+    assert_eq!((t.invocations, t.compute_milli_gpu_ms), (1, 0), "{t:?}");
+    assert_eq!(t.memory_mib_ms, 0, "{t:?}");
+    // Ten seconds on the clock: exactly ten seconds of 1024 MiB resident.
+    manual.advance(Duration::from_secs(10));
+    s.agent.send(FlushUsage).await.unwrap();
+    let t = acme_totals(&s.journal);
+    assert_eq!(t.memory_mib_ms, 1_024 * 10_000, "{t:?}");
+    assert_eq!(t.compute_milli_gpu_ms, 0, "{t:?}");
 }
 
 #[actix_rt::test]

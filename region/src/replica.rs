@@ -194,9 +194,13 @@ impl Replica {
             .map_err(|e| ReplicaError::Raft(e.to_string()))?;
         let counters = Arc::new(QuicCounters::default());
         let proposer = Proposer::start(raft.clone(), links.clone());
-        let agents = crate::agents::AgentHub::new(proposer.clone(), state.clone())
-            .with_metrics(raft.metrics())
-            .with_peers(spec.id, links.clone());
+        let agents = crate::agents::AgentHub::new(
+            proposer.clone(),
+            state.clone(),
+            gshare_core::clock::SystemClock::shared(),
+        )
+        .with_metrics(raft.metrics())
+        .with_peers(spec.id, links.clone());
         let scheduler = Scheduler::start(
             spec.id,
             raft.clone(),

@@ -94,6 +94,7 @@ key = "n1.key"
         load: config.load,
         driver: Box::new(|_| Box::new(SimDriver::new())),
         process_counters: Default::default(),
+        clock: gshare_core::clock::SystemClock::shared(),
     }));
     let server = ingress::serve(ingress_addr, addr.clone(), 1).unwrap();
     actix_rt::spawn(server);

@@ -52,8 +52,9 @@ pub enum Event {
         /// The function.
         function: FunctionId,
     },
-    /// A periodic tick: queued requests that can no longer meet their
-    /// deadline are rejected early, and queues are dispatched again.
+    /// A tick, due at [`super::NodeExecutor::next_timeout`]: queued
+    /// requests that can no longer meet their deadline are rejected early,
+    /// and queues are dispatched again.
     Timer,
     /// The region's answer to a [`super::Command::Reserve`]: with
     /// `granted`, GPU `to` is reserved for the function beside `from`, and

@@ -449,6 +449,30 @@ impl GpuExecutor {
         }
     }
 
+    /// The earliest time at which [`Self::reject_hopeless`] (or the
+    /// deadline checks of [`Self::dispatch`]) would turn a queued request
+    /// away: a request of service `s` and deadline `d` becomes hopeless once
+    /// `max(ready, now) + s > d`, i.e. at `d - s + 1` (at once if its
+    /// instance's load already ends too late). `None` with an empty queue.
+    /// Nothing else here changes with time alone: starts follow events.
+    pub(crate) fn next_timeout(&self, rules: &ExecutorRules) -> Option<Micros> {
+        self.queue
+            .iter()
+            .map(|q| {
+                let ready = match (rules.all_resident, self.find(q.function)) {
+                    (false, Some(i)) if !self.instances[i].loaded => self.instances[i].ready_at,
+                    _ => 0,
+                };
+                if ready.saturating_add(q.service_us) > q.deadline {
+                    0
+                } else {
+                    // ready + s ≤ d, so s ≤ d: no underflow.
+                    (q.deadline - q.service_us).saturating_add(1)
+                }
+            })
+            .min()
+    }
+
     /// Remove a function's queued requests (it left the node), rejecting them.
     pub(crate) fn reject_function(
         &mut self,

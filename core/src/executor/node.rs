@@ -93,6 +93,11 @@ struct Waiting {
     request: RequestId,
     function: FunctionId,
     full_gpu_us: Micros,
+    /// When it was last routed.
+    routed_at: Micros,
+    /// Before this, a [`Event::Timer`] leaves it waiting (see
+    /// [`NodeExecutor::next_timeout`]).
+    recheck_at: Micros,
 }
 
 /// The executor of one node: the state machine the node agent runs live
@@ -392,6 +397,36 @@ impl NodeExecutor {
         }
     }
 
+    /// The earliest time at which an [`Event::Timer`] may do something
+    /// (quinn-proto's `poll_timeout`): a queued request becoming hopeless,
+    /// a waiting request whose prediction may have slipped past its
+    /// deadline or that may now ask for a remap, or a reservation expiring.
+    /// A tick before it changes nothing; `None`: no tick is needed until the
+    /// next event. It may lie in the past (then a tick now is due), and it
+    /// may be early for waiting requests (their bound is conservative; the
+    /// tick then only re-arms it), never late. Every other change follows an
+    /// event, not time.
+    pub fn next_timeout(&self) -> Option<Micros> {
+        let rules = self.config.rules;
+        let queues = self.gpus.iter().filter_map(|g| g.next_timeout(&rules));
+        let reservations = self
+            .functions
+            .iter()
+            .flatten()
+            .filter(|_| self.open_reservations > 0)
+            .filter_map(|f| f.reserving)
+            .map(|(_, _, at)| at.saturating_add(RESERVE_TIMEOUT_US));
+        let waiting = self.waiting.iter().map(|w| {
+            // A remap back-off that ended since it was routed.
+            let remap = self
+                .state(w.function)
+                .filter(|f| f.reserving.is_none() && f.reserve_after > w.routed_at)
+                .map(|f| f.reserve_after);
+            remap.map_or(w.recheck_at, |r| r.min(w.recheck_at))
+        });
+        queues.chain(reservations).chain(waiting).min()
+    }
+
     /// Forgets remaps the region did not answer within [`RESERVE_TIMEOUT_US`]
     /// (a late grant still moves: see [`Event::Reserved`]).
     fn expire_reservations(&mut self, now: Micros) {
@@ -509,13 +544,16 @@ impl NodeExecutor {
             }
             fs.last_arrival = Some(now);
         }
-        let w = Waiting {
+        let mut w = Waiting {
             deadline,
             request,
             function,
             full_gpu_us,
+            routed_at: now,
+            recheck_at: now,
         };
-        if self.route(now, w, true) {
+        if let Some(later) = self.route(now, w, true) {
+            w.recheck_at = recheck_at(now, later, deadline);
             let key = (w.deadline, w.request);
             let pos = self
                 .waiting
@@ -531,27 +569,36 @@ impl NodeExecutor {
             return;
         }
         let mut waiting = std::mem::take(&mut self.waiting);
-        waiting.retain(|&w| self.route(now, w, false));
+        waiting.retain_mut(|w| match self.route(now, *w, false) {
+            Some(later) => {
+                w.routed_at = now;
+                w.recheck_at = recheck_at(now, later, w.deadline);
+                true
+            }
+            None => false,
+        });
         self.waiting = waiting;
     }
 
     /// Route request `w`: run or queue it on a GPU (loading its function
-    /// there if needed), or reject it; returns `true` if it must wait for
-    /// memory instead (nothing was output). `arrival`: it has just arrived
+    /// there if needed), or reject it; returns its predicted finish (at
+    /// most its deadline) if it must wait for memory instead (nothing but a
+    /// [`Command::Reserve`] was output). `arrival`: it has just arrived
     /// (else it was waiting).
-    fn route(&mut self, now: Micros, w: Waiting, arrival: bool) -> bool {
+    fn route(&mut self, now: Micros, w: Waiting, arrival: bool) -> Option<Micros> {
         let Waiting {
             deadline,
             request,
             function,
             full_gpu_us,
+            ..
         } = w;
         let Some(fs) = self.state(function).copied() else {
             self.output.push(Command::Reject {
                 request,
                 reason: RejectReason::UnknownFunction,
             });
-            return false;
+            return None;
         };
         let profile = fs.profile;
         let Some((mem_cost, compute, reserved)) = self.footprint(&profile) else {
@@ -559,7 +606,7 @@ impl NodeExecutor {
                 request,
                 reason: RejectReason::NoCapacity,
             });
-            return false;
+            return None;
         };
         let rules = self.config.rules;
         let slotted = rules.slots_per_gpu.is_some();
@@ -725,7 +772,7 @@ impl NodeExecutor {
                 inst,
             );
             self.gpus[g].dispatch(now, &rules, &mut self.output);
-            return false;
+            return None;
         }
         // Nothing meets the deadline now: wait if memory that busy or
         // loading instances will free in time gets it done by the deadline.
@@ -738,7 +785,7 @@ impl NodeExecutor {
             None
         };
         if later.is_some_and(|f| f <= deadline) {
-            return true;
+            return later;
         }
         let predicted = match (chosen.map(|c| c.finish), later) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -749,7 +796,7 @@ impl NodeExecutor {
                 request,
                 reason: RejectReason::NoCapacity,
             });
-            return false;
+            return None;
         };
         self.output.push(Command::Reject {
             request,
@@ -766,7 +813,7 @@ impl NodeExecutor {
             },
         });
         if !arrival {
-            return false;
+            return None;
         }
         // Demand exceeds the copies on the node: warm one up for the next
         // requests (a load alone may exceed this deadline) when there is
@@ -782,7 +829,7 @@ impl NodeExecutor {
         if let Some(c) = warm.filter(|_| !rules.all_resident) {
             self.load(now, function, c.gpu as usize, mem_cost, reserved, load_us);
         }
-        false
+        None
     }
 
     /// Earliest predicted finish of a request of `function` on a GPU that
@@ -1087,6 +1134,15 @@ pub fn footprint(
             (need <= mem).then_some((need, profile.request_compute(), None))
         }
     }
+}
+
+/// Before this a waiting request routed at `now` with predicted finish
+/// `later` ≤ `deadline` certainly still waits: every prediction of
+/// [`NodeExecutor::route`] grows by at most one µs per µs of time alone,
+/// so it passes the deadline no sooner than `deadline - later + 1` from now.
+fn recheck_at(now: Micros, later: Micros, deadline: Micros) -> Micros {
+    now.saturating_add(deadline.saturating_sub(later))
+        .saturating_add(1)
 }
 
 /// Order in which tiers give up GPU memory: oversubscribed first.

@@ -11,7 +11,8 @@ use super::{
 use crate::gpu::{GpuInfo, SimulatedGpu};
 use crate::metrics::{AgentMetrics, Measured};
 use crate::runtime::{Invocation, Placement, ProcessCounters, RuntimeDriver, RuntimeError};
-use actix::{Actor, Addr, AsyncContext, Context, Handler, ResponseFuture};
+use actix::{Actor, Addr, AsyncContext, Context, Handler, ResponseFuture, SpawnHandle};
+use gshare_core::clock::SharedClock;
 use gshare_core::config::AgentLoadCosts;
 use gshare_core::executor::{
     footprint, Command, Event, ExecutorRules, FunctionId, FunctionProfile, LoadCosts, NodeConfig,
@@ -26,11 +27,13 @@ use gshare_core::protocol::{
 use gshare_core::state::InstanceId;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
-/// How often queued requests are re-checked against their deadlines.
-const TIMER: Duration = Duration::from_millis(5);
+/// The longest the agent sleeps between executor ticks while requests are
+/// pending, whatever [`NodeExecutor::next_timeout`] says (a safety net: the
+/// executor's timeouts are exact, so this tick normally finds nothing to do).
+const TICK_FALLBACK: Duration = Duration::from_millis(100);
 /// Swap events kept for the region when nobody collects them.
 const MAX_SWAP_EVENTS: usize = 10_000;
 /// Slice requests kept for the region when no link collects them (the
@@ -54,6 +57,10 @@ pub struct NodeSetup {
     pub driver: DriverFactory,
     /// Counters of the function processes its drivers start (`/metrics`).
     pub process_counters: ProcessCounters,
+    /// Where the agent reads the time (executor `now`, metering and swap
+    /// stamps, idempotency keys): [`gshare_core::clock::SystemClock`] in
+    /// production, a `ManualClock` in tests.
+    pub clock: SharedClock,
 }
 
 type FunctionKey = (TenantId, String);
@@ -106,7 +113,8 @@ struct Written {
 pub struct NodeAgent {
     setup: NodeSetup,
     executor: NodeExecutor,
-    clock: Instant,
+    /// The executor's time zero (its `now` is µs since this, on the clock).
+    epoch: Instant,
     functions: HashMap<FunctionId, Hosted>,
     names: HashMap<FunctionKey, FunctionId>,
     next_function: u32,
@@ -136,6 +144,8 @@ pub struct NodeAgent {
     metrics: Arc<AgentMetrics>,
     /// Loads in progress: when each started and what it is.
     loads: HashMap<(FunctionId, u32), (Micros, Measured)>,
+    /// The armed executor tick: when it fires, and its handle.
+    wake: Option<(Micros, SpawnHandle)>,
 }
 
 impl NodeAgent {
@@ -161,10 +171,11 @@ impl NodeAgent {
             rules: ExecutorRules::gshare(),
         });
         let n = setup.gpus.len();
+        let epoch = setup.clock.now();
         Self {
             setup,
             executor,
-            clock: Instant::now(),
+            epoch,
             functions: HashMap::new(),
             names: HashMap::new(),
             next_function: 0,
@@ -186,6 +197,7 @@ impl NodeAgent {
             remaps_refused: 0,
             metrics: Arc::new(AgentMetrics::new(None)),
             loads: HashMap::new(),
+            wake: None,
         }
     }
 
@@ -213,16 +225,14 @@ impl NodeAgent {
     /// Meters usage into `metering`'s journal; a successful result is
     /// released only once its usage is journaled (see [`super::metering`]).
     pub fn with_metering(mut self, metering: Metering) -> Self {
-        let base = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as u64)
-            .saturating_sub(self.clock.elapsed().as_micros() as u64);
+        let base = self.setup.clock.unix_us().saturating_sub(self.now());
         self.metering = Some(MeterState::new(metering, base));
         self
     }
 
     fn now(&self) -> Micros {
-        self.clock.elapsed().as_micros() as Micros
+        let since = self.setup.clock.now().saturating_duration_since(self.epoch);
+        Micros::try_from(since.as_micros()).unwrap_or(Micros::MAX)
     }
 
     fn usage_key(&self, function: FunctionId, gpu: u32) -> Option<UsageKey> {
@@ -265,6 +275,7 @@ impl NodeAgent {
     /// flight (its completion starts the next).
     fn journal_usage(&mut self) {
         let now = self.now();
+        let unix_ms = self.setup.clock.unix_ms();
         let Some(m) = self.metering.as_mut() else {
             return;
         };
@@ -286,7 +297,7 @@ impl NodeAgent {
         }
         m.writing = true;
         let records: Vec<_> = drafts.into_iter().map(|d| d.into_record()).collect();
-        let (keyed, now_ms) = keyed_outcomes(&replies);
+        let (keyed, now_ms) = keyed_outcomes(&replies, unix_ms);
         let journal = m.setup.journal.clone();
         actix::spawn(async move {
             let append = move || journal.append_keyed(records, keyed, now_ms);
@@ -312,6 +323,41 @@ impl NodeAgent {
             }
         }
         let _ = tx.send(outcome);
+    }
+
+    /// Arms the executor tick for its next timeout (at most
+    /// [`TICK_FALLBACK`] away), unless one is armed no later; called after
+    /// every message that feeds the executor.
+    fn arm(&mut self, ctx: &mut Context<Self>) {
+        let now = self.now();
+        let fallback = now.saturating_add(TICK_FALLBACK.as_micros() as Micros);
+        let at = self
+            .executor
+            .next_timeout()
+            .map_or(fallback, |t| t.min(fallback));
+        if let Some((armed, handle)) = self.wake {
+            if armed <= at {
+                return;
+            }
+            ctx.cancel_future(handle);
+        }
+        let delay = Duration::from_micros(at.saturating_sub(now));
+        let handle = ctx.run_later(delay, |a, ctx| {
+            a.wake = None;
+            a.tick(ctx);
+        });
+        self.wake = Some((at, handle));
+    }
+
+    /// The armed tick fired: the executor's timeouts that are due (and, as
+    /// a safety net, a tick whenever requests are pending), then re-arm.
+    fn tick(&mut self, ctx: &mut Context<Self>) {
+        let now = self.now();
+        let due = self.executor.next_timeout().is_some_and(|t| t <= now);
+        if due || !self.pending.is_empty() {
+            self.step(now, Event::Timer);
+        }
+        self.arm(ctx);
     }
 
     fn step(&mut self, now: Micros, event: Event) {
@@ -341,10 +387,10 @@ impl NodeAgent {
                 queued_us.saturating_add(*service_us),
             );
         }
+        let now = self.now();
         match (&outcome, p.started, p.usage, self.metering.as_mut()) {
             (InvokeOutcome::Done { .. }, Some((started, _, compute)), Some(key), Some(m)) => {
                 // Held until its usage is journaled.
-                let now = self.clock.elapsed().as_micros() as Micros;
                 m.meter.invocation(
                     &key,
                     u64::from(compute),
@@ -383,9 +429,7 @@ impl NodeAgent {
         if self.swap_events.len() >= MAX_SWAP_EVENTS {
             self.swap_events.remove(0);
         }
-        let at_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        let at_ms = self.setup.clock.unix_ms();
         self.swap_events.push(SwapEvent {
             instance,
             kind,
@@ -450,7 +494,7 @@ impl NodeAgent {
                     gpu,
                     compute_milli,
                     service_us: finish_at.saturating_sub(now),
-                    deadline: Some(self.clock + Duration::from_micros(p.deadline)),
+                    deadline: Some(self.epoch + Duration::from_micros(p.deadline)),
                     body: std::mem::take(&mut p.body),
                 }));
             }
@@ -787,12 +831,7 @@ impl Actor for NodeAgent {
             .iter()
             .map(|g| GpuActor::new(SimulatedGpu::new(g.clone()), me.clone().recipient()).start())
             .collect();
-        ctx.run_interval(TIMER, |a, _| {
-            if !a.pending.is_empty() {
-                let now = a.now();
-                a.step(now, Event::Timer);
-            }
-        });
+        self.arm(ctx);
     }
 
     fn stopped(&mut self, _: &mut Context<Self>) {
@@ -829,6 +868,7 @@ impl Handler<FlushUsage> for NodeAgent {
 
     fn handle(&mut self, _: FlushUsage, _: &mut Context<Self>) {
         let now = self.now();
+        let unix_ms = self.setup.clock.unix_ms();
         let Some(m) = self.metering.as_mut() else {
             return;
         };
@@ -840,7 +880,7 @@ impl Handler<FlushUsage> for NodeAgent {
             .collect();
         m.flushed = true;
         let replies = std::mem::take(&mut m.waiting);
-        let (keyed, now_ms) = keyed_outcomes(&replies);
+        let (keyed, now_ms) = keyed_outcomes(&replies, unix_ms);
         let result = m
             .setup
             .journal
@@ -894,7 +934,7 @@ impl Handler<CheckToken> for NodeAgent {
 impl Handler<Invoke> for NodeAgent {
     type Result = Admission;
 
-    fn handle(&mut self, msg: Invoke, _: &mut Context<Self>) -> Admission {
+    fn handle(&mut self, msg: Invoke, ctx: &mut Context<Self>) -> Admission {
         if let Some(digest) = &msg.token_digest {
             if self.tokens.get(digest) != Some(&msg.tenant) {
                 return Admission::Unauthorized;
@@ -952,6 +992,7 @@ impl Handler<Invoke> for NodeAgent {
                 deadline,
             },
         );
+        self.arm(ctx);
         Admission::Accepted(rx)
     }
 }
@@ -968,7 +1009,11 @@ impl NodeAgent {
         let Some(m) = &self.metering else {
             return KeyAnswer::Unknown;
         };
-        match m.setup.journal.keyed(&key.0, &key.1, unix_ms()) {
+        match m
+            .setup
+            .journal
+            .keyed(&key.0, &key.1, self.setup.clock.unix_ms())
+        {
             Ok(Some(stored)) => KeyAnswer::Known(stored.replay()),
             Ok(None) => KeyAnswer::Unknown,
             // Running it again could bill it twice: refuse instead.
@@ -987,15 +1032,9 @@ impl Handler<LookupKey> for NodeAgent {
     }
 }
 
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// The outcomes to store under their keys with the usage being journaled.
-fn keyed_outcomes(replies: &[HeldReply]) -> (Vec<crate::journal::KeyedOutcome>, u64) {
-    let now_ms = unix_ms();
+/// The outcomes to store under their keys, stamped `now_ms`, with the
+/// usage being journaled.
+fn keyed_outcomes(replies: &[HeldReply], now_ms: u64) -> (Vec<crate::journal::KeyedOutcome>, u64) {
     let keyed = replies
         .iter()
         .filter_map(|(_, outcome, key)| match (outcome, key) {
@@ -1011,7 +1050,7 @@ fn keyed_outcomes(replies: &[HeldReply]) -> (Vec<crate::journal::KeyedOutcome>, 
 impl Handler<RequestDone> for NodeAgent {
     type Result = ();
 
-    fn handle(&mut self, msg: RequestDone, _: &mut Context<Self>) {
+    fn handle(&mut self, msg: RequestDone, ctx: &mut Context<Self>) {
         let now = self.now();
         let outcome = match (msg.result, self.pending.get(&msg.request)) {
             (Ok(body), Some(p)) => {
@@ -1045,13 +1084,14 @@ impl Handler<RequestDone> for NodeAgent {
                 gpu: msg.gpu,
             },
         );
+        self.arm(ctx);
     }
 }
 
 impl Handler<LoadDone> for NodeAgent {
     type Result = ();
 
-    fn handle(&mut self, msg: LoadDone, _: &mut Context<Self>) {
+    fn handle(&mut self, msg: LoadDone, ctx: &mut Context<Self>) {
         if msg.error.is_some() {
             self.status.accounting_errors += 1;
         }
@@ -1068,6 +1108,7 @@ impl Handler<LoadDone> for NodeAgent {
                 gpu: msg.gpu,
             },
         );
+        self.arm(ctx);
     }
 }
 
@@ -1151,6 +1192,7 @@ impl Handler<ApplyAssignment> for NodeAgent {
             self.step(now, Event::Prefetch { function });
         }
         self.status.functions = self.functions.len() as u32;
+        self.arm(ctx);
     }
 }
 
@@ -1193,6 +1235,7 @@ impl Handler<StatusQuery> for NodeAgent {
     fn handle(&mut self, _: StatusQuery, _: &mut Context<Self>) -> NodeStatus {
         let mut s = self.status.clone();
         s.in_flight = self.pending.len() as u32;
+        s.at_ms = self.setup.clock.unix_ms();
         let p = &self.setup.process_counters;
         s.process_starts = p.starts();
         s.process_crashes = p.crashes();
@@ -1300,9 +1343,10 @@ impl Handler<TakeSliceRequests> for NodeAgent {
 impl Handler<SliceAnswer> for NodeAgent {
     type Result = ();
 
-    fn handle(&mut self, msg: SliceAnswer, _: &mut Context<Self>) {
+    fn handle(&mut self, msg: SliceAnswer, ctx: &mut Context<Self>) {
         let now = self.now();
         self.slice_answer(now, msg.request, msg.granted);
+        self.arm(ctx);
     }
 }
 

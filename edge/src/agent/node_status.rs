@@ -51,4 +51,6 @@ pub struct NodeStatus {
     pub usage_withheld: u64,
     /// Results waiting for their usage to be journaled now.
     pub usage_waiting: u64,
+    /// When the snapshot was taken, Unix ms on the agent's clock.
+    pub at_ms: u64,
 }

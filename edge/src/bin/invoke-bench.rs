@@ -241,6 +241,7 @@ fn start_agent(
                 },
                 driver: Box::new(|_| Box::new(SimDriver::new())),
                 process_counters: Default::default(),
+                clock: gshare_core::clock::SystemClock::shared(),
             });
             let agent = match &journal {
                 Some(j) => agent.with_metering(Metering {

@@ -46,6 +46,7 @@ pub use region_agents::{RegionAgents, ReplicaAgents};
 pub use reports::{AgentReport, AgentReports, SwapCounts};
 
 use crate::proposer::{Proposer, WriteError};
+use gshare_core::clock::SharedClock;
 use gshare_core::command::{CommandOutcome, RegionCommand};
 use gshare_core::model::NodeId;
 use gshare_core::net::{read_frame, write_encoded, write_frame, WireError, BAD_FRAME};
@@ -91,22 +92,25 @@ pub struct AgentHub {
     /// When this replica last heard each node's agent (a registration or
     /// a heartbeat on its link): what the leader's liveness gathers.
     pub heard: Arc<Mutex<HashMap<NodeId, std::time::Instant>>>,
+    /// Where this replica reads the time (heartbeat ages, liveness).
+    pub clock: SharedClock,
 }
 
 impl AgentHub {
-    /// A hub with no agent connected yet.
-    pub fn new(proposer: Proposer, state: StateReader) -> Self {
+    /// A hub with no agent connected yet, reading the time from `clock`.
+    pub fn new(proposer: Proposer, state: StateReader, clock: SharedClock) -> Self {
         Self {
             proposer,
             state,
             links: Arc::default(),
-            reports: Arc::default(),
+            reports: Arc::new(AgentReports::new(clock.clone())),
             delivered: Arc::default(),
             activity: Arc::default(),
             metrics: None,
             id: 0,
             peers: None,
             heard: Arc::default(),
+            clock,
         }
     }
 
@@ -123,16 +127,20 @@ impl AgentHub {
         self.heard
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(node.clone(), std::time::Instant::now());
+            .insert(node.clone(), self.clock.now());
     }
 
     /// How long ago this replica last heard each node's agent, in ms.
     pub fn heard_ages(&self) -> Vec<(NodeId, u64)> {
+        let now = self.clock.now();
         self.heard
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .map(|(n, at)| (n.clone(), at.elapsed().as_millis() as u64))
+            .map(|(n, at)| {
+                let age = now.saturating_duration_since(*at).as_millis();
+                (n.clone(), u64::try_from(age).unwrap_or(u64::MAX))
+            })
             .collect()
     }
 

@@ -4,6 +4,7 @@
 //! is dropped when its connection ends. Every replica reads the others'
 //! over the peer wire ([`super::region_agents`]).
 
+use gshare_core::clock::{SharedClock, SystemClock};
 use gshare_core::metrics::{bytes_from_mib, ratio_from_milli, Sampler, Series};
 use gshare_core::protocol::{Heartbeat, InstanceStatus, NodeGpu, Register, SwapEvent, SwapKind};
 use gshare_core::state::{AgentId, InstanceId};
@@ -101,12 +102,29 @@ impl AgentReport {
 }
 
 /// The reports of the agents connected to this replica.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct AgentReports {
     agents: Mutex<BTreeMap<AgentId, AgentReport>>,
+    /// What heartbeat ages are measured on.
+    clock: SharedClock,
+}
+
+impl Default for AgentReports {
+    /// Reports on the system clock.
+    fn default() -> Self {
+        Self::new(SystemClock::shared())
+    }
 }
 
 impl AgentReports {
+    /// No reports yet; heartbeat ages measured on `clock`.
+    pub fn new(clock: SharedClock) -> Self {
+        Self {
+            agents: Mutex::default(),
+            clock,
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<AgentId, AgentReport>> {
         self.agents.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -141,7 +159,7 @@ impl AgentReports {
         if let Some(r) = self.lock().get_mut(&h.agent) {
             r.heartbeats += 1;
             r.heartbeat = Some(h);
-            r.received = Some(Instant::now());
+            r.received = Some(self.clock.now());
         }
     }
 
@@ -166,7 +184,7 @@ impl AgentReports {
     /// The connected agents, by id, each with the age of its latest
     /// heartbeat now.
     pub fn list(&self) -> Vec<AgentReport> {
-        let now = Instant::now();
+        let now = self.clock.now();
         self.lock()
             .values()
             .map(|r| AgentReport {
@@ -354,6 +372,20 @@ mod tests {
             at_ms: 1,
             duration_us: 10,
         }
+    }
+
+    #[test]
+    fn heartbeat_ages_are_measured_on_the_replicas_clock() {
+        let (manual, clock) = gshare_core::clock::ManualClock::shared(1_000);
+        let r = AgentReports::new(clock);
+        r.registered(1, &register("a"));
+        assert_eq!(r.list()[0].age_ms, None);
+        r.heartbeat(beat("a", 1));
+        assert_eq!(r.list()[0].age_ms, Some(0));
+        manual.advance(std::time::Duration::from_millis(1_500));
+        assert_eq!(r.list()[0].age_ms, Some(1_500));
+        r.heartbeat(beat("a", 2));
+        assert_eq!(r.list()[0].age_ms, Some(0));
     }
 
     #[test]

@@ -33,7 +33,6 @@ use openraft::ServerState;
 
 use super::{EvalDone, Evaluation, Inner, Scheduler};
 use crate::agents::AgentHub;
-use crate::proposer::unix_ms;
 use crate::wire::{PeerReply, PeerRequest};
 
 /// How often the leader looks at its nodes' liveness.
@@ -49,7 +48,7 @@ impl Scheduler {
     /// any peer that answers within a second (peers report ages, so their
     /// clocks do not matter).
     pub async fn heard(&self, hub: &AgentHub) -> BTreeMap<NodeId, u64> {
-        let now = unix_ms();
+        let now = hub.clock.unix_ms();
         let mut out: BTreeMap<NodeId, u64> = BTreeMap::new();
         let mut add = |ages: Vec<(NodeId, u64)>| {
             for (node, age) in ages {
@@ -106,11 +105,11 @@ async fn watch(inner: Weak<Inner>, hub: AgentHub, rules: LivenessRules) {
             watching_since = None;
             continue;
         }
-        let now = unix_ms();
+        let now = hub.clock.unix_ms();
         let since = *watching_since.get_or_insert(now);
         let scheduler = Scheduler { inner };
         let heard = scheduler.heard(&hub).await;
-        let now = unix_ms();
+        let now = hub.clock.unix_ms();
         let (marks, work) = {
             let st = scheduler.inner.state.read();
             let view = st.region.domain();
