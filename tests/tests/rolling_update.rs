@@ -68,8 +68,11 @@ fn spec(memory_mib: u64) -> String {
     .to_string()
 }
 
-/// `(instance, version, outgoing)` of each instance in a function view.
-fn instances(v: &Value) -> Vec<(u64, u64, bool)> {
+/// `(instance, version, outgoing)` of one instance in a function view.
+type Seen = (u64, u64, bool);
+
+/// Each instance in a function view.
+fn instances(v: &Value) -> Vec<Seen> {
     v["instances"]
         .as_array()
         .into_iter()
@@ -148,7 +151,7 @@ fn a_reshaping_update_replaces_instances_while_every_invocation_succeeds() {
     // Invocations all along, and the function's instances as seen between them.
     let stop = Arc::new(AtomicBool::new(false));
     let statuses: Arc<Mutex<Vec<(u16, String)>>> = Arc::default();
-    let seen: Arc<Mutex<Vec<Vec<(u64, u64, bool)>>>> = Arc::default();
+    let seen: Arc<Mutex<Vec<Vec<Seen>>>> = Arc::default();
     let load = {
         let (stop, statuses, seen, acme) =
             (stop.clone(), statuses.clone(), seen.clone(), acme.clone());
