@@ -160,11 +160,13 @@ fn update_rm_and_the_operators_view_of_a_tenant() {
     let o = ctl.run(TOKEN, &["node", "describe", "no-such-node"]);
     assert!(!o.ok && o.stderr.contains("404"), "{}", o.stderr);
 
-    // A reshaping update (memory) replaces the instance …
+    // A reshaping update (memory) replaces the instance (make-before-break:
+    // the old one is outgoing until the new one is placed and taken) …
     std::fs::write(file, FUNCTION.replace("3000", "4000")).unwrap();
     let u = ctl.json(&acme, &["function", "update", "-f", file, "--no-wait"]);
     assert_eq!(u["version"], 2, "{u}");
-    assert_eq!(u["released"], serde_json::json!([first]), "{u}");
+    assert_eq!(u["released"], serde_json::json!([]), "{u}");
+    assert_eq!(u["replacing"], serde_json::json!([first]), "{u}");
     let f = ctl.until(&acme, &["function", "describe", "hello"], |v| {
         instances(v).len() == 1 && instances(v)[0].1 == 4000
     });

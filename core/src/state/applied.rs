@@ -75,8 +75,13 @@ pub enum Applied {
         name: String,
         /// Its new version.
         version: u64,
-        /// Instances released because the update changed their shape.
+        /// Instances released because the update lowered `max_instances`.
         released: Vec<InstanceId>,
+        /// Instances the update made outgoing because it changed their
+        /// shape: they keep serving (and holding their slices) until the
+        /// leader's roll has replaced each one, make-before-break.
+        #[serde(default)]
+        replacing: Vec<InstanceId>,
     },
     /// A function was deleted.
     FunctionDeleted {

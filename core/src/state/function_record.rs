@@ -1,7 +1,9 @@
-//! A deployed function: its spec and version.
+//! A deployed function: its spec and version, and the specs of earlier
+//! versions its outgoing instances still run.
 
 use crate::model::FunctionSpec;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// One deployed function.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -14,4 +16,21 @@ pub struct FunctionRecord {
     pub deployed_at: u64,
     /// When it was last updated (Unix ms).
     pub updated_at: u64,
+    /// The specs of earlier versions that outgoing instances (placed
+    /// before a reshaping update, not yet replaced) still run, by version;
+    /// an entry goes with the last instance of its version.
+    #[serde(default)]
+    pub older: BTreeMap<u64, FunctionSpec>,
+}
+
+impl FunctionRecord {
+    /// The spec an instance of `version` runs: the current one, or an
+    /// earlier version's while instances of it remain (`None` otherwise).
+    pub fn spec_for(&self, version: u64) -> Option<&FunctionSpec> {
+        if version == self.version {
+            Some(&self.spec)
+        } else {
+            self.older.get(&version)
+        }
+    }
 }

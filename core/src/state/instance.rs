@@ -34,6 +34,13 @@ pub struct Instance {
     pub slices: Vec<Slice>,
     /// When it was placed (Unix ms, from the command's `now`).
     pub placed_at: u64,
+    /// The function version it runs: the function's version when it was
+    /// placed, moved on by updates that keep its shape. An instance of an
+    /// earlier version than its function's is *outgoing*: a reshaping
+    /// update left it serving until its replacement is resident (see
+    /// [`super::FunctionRecord::spec_for`]).
+    #[serde(default)]
+    pub version: u64,
 }
 
 impl Instance {

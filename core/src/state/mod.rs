@@ -50,6 +50,7 @@ mod price_history;
 mod query_error;
 mod ranking;
 mod region_state;
+mod replacement;
 mod sequence;
 mod tenant_record;
 
@@ -92,5 +93,6 @@ pub use price_history::{PriceEpoch, PriceHistory};
 pub use query_error::QueryError;
 pub use ranking::{BestFit, FragmentationAware, Ranking, MAX_SHAPES};
 pub use region_state::{RegionState, UnixMillis, MAX_GPUS_PER_INSTANCE, MAX_LABEL_LEN};
+pub use replacement::{plan_replacement, Replacement};
 pub use sequence::{SequenceCursor, MAX_SEQUENCE_AHEAD};
 pub use tenant_record::{TenantRecord, TokenRecord};

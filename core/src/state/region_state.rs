@@ -217,12 +217,46 @@ impl RegionState {
             .filter_map(|id| self.data.instances.get(id))
     }
 
-    /// Number of instances of `tenant`'s function `name`.
+    /// Number of instances of `tenant`'s function `name` that run its
+    /// current version: what `max_instances` bounds and placements count.
+    /// Outgoing instances (see [`RegionState::outgoing`]) are not counted:
+    /// the roll places their replacements beside them.
     pub fn instance_count(&self, tenant: &TenantId, name: &str) -> u32 {
-        self.index
-            .by_function
-            .get(&(tenant.clone(), name.to_string()))
-            .map_or(0, |s| s.len() as u32)
+        let current = self.function(tenant, name).ok().map(|f| f.version);
+        let n = self
+            .instances_of(tenant, name)
+            .filter(|i| current.is_none_or(|v| i.version == v))
+            .count();
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
+    /// The outgoing instances of `tenant`'s function `name`, oldest first:
+    /// placed for an earlier version than the function's (a reshaping
+    /// update), serving until the roll replaces them.
+    pub fn outgoing<'a>(
+        &'a self,
+        tenant: &TenantId,
+        name: &str,
+    ) -> impl Iterator<Item = &'a Instance> + 'a {
+        let current = self.function(tenant, name).ok().map(|f| f.version);
+        self.instances_of(tenant, name)
+            .filter(move |i| current.is_some_and(|v| i.version != v))
+    }
+
+    /// Every outgoing instance of every function, oldest first per function.
+    pub fn all_outgoing(&self) -> impl Iterator<Item = &Instance> + '_ {
+        self.data.instances.values().filter(|i| {
+            self.function(&i.tenant, &i.function)
+                .is_ok_and(|f| f.version != i.version)
+        })
+    }
+
+    /// The spec instance `id` runs (its version's; see
+    /// [`FunctionRecord::spec_for`]), with that version.
+    pub fn instance_spec(&self, id: InstanceId) -> Option<(&FunctionSpec, u64)> {
+        let i = self.data.instances.get(&id)?;
+        let f = self.function(&i.tenant, &i.function).ok()?;
+        Some((f.spec_for(i.version)?, i.version))
     }
 
     /// Every node's GPUs and loads, in the order of `Topology::nodes`.
@@ -355,11 +389,14 @@ impl RegionState {
 
     /// Functions with fewer instances than their `min_instances`, with how
     /// many are missing: what the leader should plan next (after deploys,
-    /// shape-changing updates and drains).
+    /// drains and GPUs an agent no longer has). Outgoing instances count
+    /// here (they still serve): the roll replaces each of them one for one,
+    /// so a reshaping update is not placed twice.
     pub fn underplaced(&self) -> Vec<(TenantId, String, u32)> {
         self.functions()
             .filter_map(|f| {
-                let have = self.instance_count(&f.spec.tenant, &f.spec.name);
+                let have = self.instances_of(&f.spec.tenant, &f.spec.name).count();
+                let have = u32::try_from(have).unwrap_or(u32::MAX);
                 (have < f.spec.min_instances).then(|| {
                     (
                         f.spec.tenant.clone(),
@@ -398,6 +435,26 @@ impl RegionState {
                 return Err(format!(
                     "function {}/{} has {n} instances, max {}",
                     f.spec.tenant, f.spec.name, f.spec.max_instances
+                ));
+            }
+            for v in f.older.keys() {
+                if *v >= f.version
+                    || !self
+                        .outgoing(&f.spec.tenant, &f.spec.name)
+                        .any(|i| i.version == *v)
+                {
+                    return Err(format!(
+                        "function {}/{} keeps the spec of version {v} with no instance of it",
+                        f.spec.tenant, f.spec.name
+                    ));
+                }
+            }
+        }
+        for i in self.data.instances.values() {
+            if self.instance_spec(i.id).is_none() {
+                return Err(format!(
+                    "instance {} of {}/{} runs version {}, whose spec is not kept",
+                    i.id, i.tenant, i.function, i.version
                 ));
             }
         }
@@ -559,6 +616,7 @@ impl RegionState {
             .cloned()
             .ok_or(ApplyError::UnknownInstance { instance })?;
         let next_instance = self.data.next_instance;
+        let record = self.function(&old.tenant, &old.function).ok().cloned();
         self.release(instance);
         match self.instance_place(old.tenant.clone(), old.function.clone(), slices, now) {
             Ok(Applied::InstancePlaced {
@@ -570,6 +628,11 @@ impl RegionState {
                 slices,
             }),
             other => {
+                if let Some(r) = record {
+                    if let Some(f) = self.data.functions.get_mut(&old.tenant) {
+                        f.insert(old.function.clone(), r);
+                    }
+                }
                 self.data.instances.insert(old.id, old);
                 self.data.next_instance = next_instance;
                 self.index = Index::build(
@@ -943,6 +1006,7 @@ impl RegionState {
             &self.data.tenants,
             &self.data.instances,
         );
+        self.forget_all_unused_versions();
         Applied::TopologyLoaded {
             nodes,
             drained: drained_now,
@@ -1061,6 +1125,7 @@ impl RegionState {
                     version: 1,
                     deployed_at: now,
                     updated_at: now,
+                    older: BTreeMap::new(),
                 },
             );
         Ok(Applied::FunctionDeployed {
@@ -1071,9 +1136,15 @@ impl RegionState {
     }
 
     /// An update that changes what an instance holds or runs (runtime,
-    /// memory, compute, tier, pool preference) releases the function's
-    /// instances: the leader places new ones (see [`RegionState::underplaced`]).
-    /// Other changes keep them.
+    /// memory, compute, tier, pool preference) makes the function's
+    /// instances outgoing: they keep their version (and its spec, kept in
+    /// [`FunctionRecord::older`]) and their slices, so they serve on and
+    /// count against capacity and quota, but not against `max_instances`;
+    /// the leader's roll places a new-version instance for each, waits
+    /// until it is resident, then releases the old one (make-before-break).
+    /// Other changes keep the instances and move the current ones to the
+    /// new version (instances over a lowered `max_instances` go, newest
+    /// first).
     fn function_update(
         &mut self,
         spec: FunctionSpec,
@@ -1100,18 +1171,27 @@ impl RegionState {
             );
         let (tenant, name) = (spec.tenant.clone(), spec.name.clone());
         let mut released = Vec::new();
+        let current: Vec<InstanceId> = self
+            .instances_of(&tenant, &name)
+            .filter(|i| i.version == old.version)
+            .map(|i| i.id)
+            .collect();
+        let mut replacing = Vec::new();
         if reshaped {
-            released = self.instances_of(&tenant, &name).map(|i| i.id).collect();
-            for id in &released {
-                self.release(*id);
-            }
+            replacing = current;
         } else {
-            // Instances over a lowered max_instances go, newest first.
-            let ids: Vec<InstanceId> = self.instances_of(&tenant, &name).map(|i| i.id).collect();
-            let excess = ids.len().saturating_sub(spec.max_instances as usize);
-            for id in ids.iter().rev().take(excess) {
+            // Instances over a lowered max_instances go, newest first; the
+            // others run the new version from now on.
+            let excess = current.len().saturating_sub(spec.max_instances as usize);
+            let keep = current.len().saturating_sub(excess);
+            for id in current.iter().skip(keep) {
                 self.release(*id);
                 released.push(*id);
+            }
+            for id in current.iter().take(keep) {
+                if let Some(i) = self.data.instances.get_mut(id) {
+                    i.version = version;
+                }
             }
         }
         let rec = self
@@ -1120,6 +1200,9 @@ impl RegionState {
             .get_mut(&tenant)
             .and_then(|f| f.get_mut(&name))
             .expect("checked above");
+        if !replacing.is_empty() {
+            rec.older.insert(old.version, old.spec);
+        }
         rec.spec = spec;
         rec.version = version;
         rec.updated_at = now;
@@ -1128,6 +1211,7 @@ impl RegionState {
             name,
             version,
             released,
+            replacing,
         })
     }
 
@@ -1332,6 +1416,7 @@ impl RegionState {
         let id = InstanceId(self.data.next_instance);
         let next = id.0.checked_add(1).ok_or(ApplyError::Overflow)?;
         self.data.next_instance = next;
+        let version = self.function(&tenant, &function).map_or(0, |f| f.version);
         let inst = Instance {
             id,
             tenant,
@@ -1341,6 +1426,7 @@ impl RegionState {
             pool_kind,
             slices: slices.clone(),
             placed_at: now,
+            version,
         };
         self.index.add_instance(&inst);
         self.data.instances.insert(id, inst);
@@ -1353,6 +1439,34 @@ impl RegionState {
     fn release(&mut self, id: InstanceId) {
         if let Some(inst) = self.data.instances.remove(&id) {
             self.index.remove_instance(&inst, &self.data.instances);
+            self.forget_unused_versions(&inst.tenant, &inst.function);
+        }
+    }
+
+    /// Drops the kept specs of `tenant`'s function `name` that no instance
+    /// runs any more (its outgoing ones are all gone).
+    fn forget_unused_versions(&mut self, tenant: &TenantId, name: &str) {
+        let used: BTreeSet<u64> = self.instances_of(tenant, name).map(|i| i.version).collect();
+        if let Some(rec) = self
+            .data
+            .functions
+            .get_mut(tenant)
+            .and_then(|f| f.get_mut(name))
+        {
+            rec.older.retain(|v, _| used.contains(v));
+        }
+    }
+
+    /// [`RegionState::forget_unused_versions`] for every function that
+    /// keeps an earlier version (after instances went in bulk).
+    fn forget_all_unused_versions(&mut self) {
+        let keys: Vec<(TenantId, String)> = self
+            .functions()
+            .filter(|f| !f.older.is_empty())
+            .map(|f| (f.spec.tenant.clone(), f.spec.name.clone()))
+            .collect();
+        for (t, n) in keys {
+            self.forget_unused_versions(&t, &n);
         }
     }
 
@@ -1573,6 +1687,7 @@ impl RegionState {
                 &self.data.tenants,
                 &self.data.instances,
             );
+            self.forget_all_unused_versions();
         }
         self.agent_register(agent, node, version, now)
     }

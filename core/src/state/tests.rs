@@ -99,6 +99,7 @@ mod indexed;
 mod keyed;
 mod liveness;
 mod remap;
+mod rolling_update;
 mod tenant_delete;
 
 const T0: u64 = 1_800_000_000_000;
@@ -935,7 +936,7 @@ fn a_reload_that_shrinks_a_gpu_releases_the_newest_that_no_longer_fit() {
 }
 
 #[test]
-fn updates_that_reshape_a_function_release_its_instances() {
+fn updates_that_lower_max_instances_release_the_newest_and_reshaping_ones_keep_them() {
     let mut s = region();
     let f = spec("acme", "f", Tier::Guaranteed, 100, 1_000);
     deploy(&mut s, f.clone());
@@ -951,15 +952,20 @@ fn updates_that_reshape_a_function_release_its_instances() {
             tenant: t("acme"),
             name: "f".into(),
             version: 2,
-            released: vec![b]
+            released: vec![b],
+            replacing: vec![],
         }
     );
+    assert_eq!(s.instance(a).map(|i| i.version), Some(2));
     g.memory_mib = 2_000;
     let r = ok(&mut s, DomainCommand::FunctionUpdate { spec: g.clone() });
-    assert!(
-        matches!(r, Applied::FunctionUpdated { version: 3, ref released, .. } if released == &[a])
-    );
+    assert!(matches!(
+        r,
+        Applied::FunctionUpdated { version: 3, ref released, ref replacing, .. }
+            if released.is_empty() && replacing == &[a]
+    ));
     assert_eq!(s.instance_count(&t("acme"), "f"), 0);
+    assert_eq!(s.outgoing(&t("acme"), "f").count(), 1);
     g.tenant = t("globex");
     let e = refused(&mut s, DomainCommand::FunctionUpdate { spec: g });
     assert_eq!(e.code(), "unknown_function");

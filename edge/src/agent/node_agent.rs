@@ -63,7 +63,11 @@ pub struct NodeSetup {
     pub clock: SharedClock,
 }
 
-type FunctionKey = (TenantId, String);
+/// A hosted function: (tenant, name, version). During a reshaping
+/// update's roll a node may host two versions of one function at once (an
+/// outgoing instance and its replacement); invocations go to the newest
+/// version with a resident copy (see `NodeAgent::serving`).
+type FunctionKey = (TenantId, String, u64);
 
 struct Hosted {
     key: FunctionKey,
@@ -116,7 +120,7 @@ pub struct NodeAgent {
     /// The executor's time zero (its `now` is µs since this, on the clock).
     epoch: Instant,
     functions: HashMap<FunctionId, Hosted>,
-    names: HashMap<FunctionKey, FunctionId>,
+    names: BTreeMap<FunctionKey, FunctionId>,
     next_function: u32,
     next_request: u64,
     pending: HashMap<RequestId, Pending>,
@@ -177,7 +181,7 @@ impl NodeAgent {
             executor,
             epoch,
             functions: HashMap::new(),
-            names: HashMap::new(),
+            names: BTreeMap::new(),
             next_function: 0,
             next_request: 0,
             pending: HashMap::new(),
@@ -953,8 +957,7 @@ impl Handler<Invoke> for NodeAgent {
                 KeyAnswer::Unknown => {}
             }
         }
-        let key = (msg.tenant, msg.function);
-        let Some(&function) = self.names.get(&key) else {
+        let Some(function) = self.serving(&msg.tenant, &msg.function) else {
             let outcome = InvokeOutcome::Failed(InvokeError::UnknownFunction);
             self.count(&outcome);
             let _ = tx.send(outcome);
@@ -1135,7 +1138,7 @@ impl Handler<ApplyAssignment> for NodeAgent {
                 );
                 continue;
             }
-            let key = (i.spec.tenant.clone(), i.spec.name.clone());
+            let key = (i.spec.tenant.clone(), i.spec.name.clone(), i.version);
             let e = wanted
                 .entry(key)
                 .or_insert_with(|| (i.spec.clone(), i.version, Vec::new(), Vec::new()));
@@ -1266,6 +1269,30 @@ impl Handler<StatusQuery> for NodeAgent {
 }
 
 impl NodeAgent {
+    /// The hosted version of `tenant`'s function `name` an invocation goes
+    /// to: the newest one with a copy loaded on a GPU, or else the newest
+    /// (its copy loads for the request). While a reshaping update's new
+    /// version loads beside the old one, calls keep going to the old one.
+    fn serving(&self, tenant: &TenantId, name: &str) -> Option<FunctionId> {
+        let from = (tenant.clone(), name.to_string(), 0);
+        let to = (tenant.clone(), name.to_string(), u64::MAX);
+        let versions: Vec<FunctionId> = self.names.range(from..=to).map(|(_, id)| *id).collect();
+        let resident = |id: FunctionId| {
+            (0..self.setup.gpus.len() as u32).any(|g| {
+                self.executor
+                    .gpu(g)
+                    .copies()
+                    .any(|(f, loaded)| f == id && loaded)
+            })
+        };
+        versions
+            .iter()
+            .rev()
+            .find(|id| resident(**id))
+            .or(versions.last())
+            .copied()
+    }
+
     /// Each hosted instance with where its weights are: a copy on a GPU
     /// counts for the instance whose slices hold that GPU (as in
     /// [`GpuStatus::resident`]).

@@ -35,9 +35,10 @@ use gshare_core::http_surface::ERROR_HEADER;
 use gshare_core::model::{NodeId, TenantId};
 use gshare_core::net::{read_frame, write_frame};
 use gshare_core::protocol::{
-    token_digest, AgentMessage, AgentMessageV1, InvokeOutcome, InvokeRequest, RegionMessage,
-    RegionMessageV1, AGENT_FRAME_BYTES, MAX_INVOKE_BODY_BYTES,
+    token_digest, AgentMessage, AgentMessageV1, InvokeError, InvokeOutcome, InvokeRequest,
+    RegionMessage, RegionMessageV1, AGENT_FRAME_BYTES, MAX_INVOKE_BODY_BYTES,
 };
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -254,6 +255,28 @@ async fn forward_http(
     }
 }
 
+/// The order in which an invocation tries the nodes holding the
+/// function's instances: first the nodes whose agent (linked here) reports
+/// one of them resident, then the rest (still loading, or their agent is
+/// linked to another replica), each group round-robin from `start`. So
+/// while a reshaping update's new instance loads, calls go to the old one.
+fn preferred_order(
+    nodes: BTreeSet<NodeId>,
+    resident: &BTreeSet<String>,
+    start: usize,
+) -> Vec<NodeId> {
+    let (mut warm, mut rest): (Vec<NodeId>, Vec<NodeId>) =
+        nodes.into_iter().partition(|n| resident.contains(&n.0));
+    for group in [&mut warm, &mut rest] {
+        if !group.is_empty() {
+            let k = start % group.len();
+            group.rotate_left(k);
+        }
+    }
+    warm.extend(rest);
+    warm
+}
+
 /// The route handler.
 pub async fn invoke_route(
     req: HttpRequest,
@@ -335,6 +358,7 @@ pub async fn invoke_route(
         Ok(b) => b,
         Err(e) => return answer(e),
     };
+    let start = NEXT_ID.fetch_add(1, Ordering::Relaxed) as usize;
     let (nodes, function_deadline_ms): (Vec<NodeId>, u64) = {
         let st = ctx.replica.state.read();
         let d = st.region.domain();
@@ -346,13 +370,20 @@ pub async fn invoke_route(
             );
         };
         let function_deadline_ms = f.spec.deadline_ms;
-        let mut nodes: Vec<NodeId> = d
-            .instances()
-            .filter(|i| i.tenant == tenant && i.function == name)
-            .flat_map(|i| i.slices.iter().map(|s| s.gpu.node.clone()))
-            .collect();
-        nodes.dedup();
-        (nodes, function_deadline_ms)
+        let mut ids = Vec::new();
+        let mut nodes: BTreeSet<NodeId> = BTreeSet::new();
+        for i in d.instances_of(&tenant, &name) {
+            ids.push(i.id);
+            nodes.extend(i.slices.iter().map(|s| s.gpu.node.clone()));
+        }
+        (
+            preferred_order(
+                nodes,
+                &ctx.replica.agents.reports.resident_nodes(&ids),
+                start,
+            ),
+            function_deadline_ms,
+        )
     };
     if nodes.is_empty() {
         return error(
@@ -362,9 +393,7 @@ pub async fn invoke_route(
         );
     }
     let hub = &ctx.replica.agents;
-    let start = NEXT_ID.fetch_add(1, Ordering::Relaxed) as usize;
-    for k in 0..nodes.len() {
-        let node = &nodes[(start + k) % nodes.len()];
+    for (k, node) in nodes.iter().enumerate() {
         let Some(conn) = hub.link(node) else { continue };
         let request = InvokeRequest {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -375,6 +404,12 @@ pub async fn invoke_route(
         };
         let sent = std::time::Instant::now();
         match forward_quic(&conn, request, &key).await {
+            // The agent no longer (or not yet) hosts it, and ran nothing:
+            // an instance just released or just placed (a roll or a drain
+            // moved it); the next node may host it.
+            Ok(InvokeOutcome::Failed(InvokeError::UnknownFunction)) if k + 1 < nodes.len() => {
+                tracing::debug!(node = %node.0, "the agent does not host {}/{name}; next node", tenant.0);
+            }
             Ok(outcome) => {
                 hub.activity.invoked(
                     &tenant.0,
@@ -447,6 +482,25 @@ pub async fn invoke_route(
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[test]
+    fn resident_nodes_go_first_and_each_node_once() {
+        let n = |s: &str| NodeId(s.into());
+        let nodes: BTreeSet<NodeId> = [n("a"), n("b"), n("c"), n("d")].into();
+        let resident: BTreeSet<String> = ["c".to_string(), "a".to_string()].into();
+        assert_eq!(
+            preferred_order(nodes.clone(), &resident, 0),
+            [n("a"), n("c"), n("b"), n("d")]
+        );
+        assert_eq!(
+            preferred_order(nodes.clone(), &resident, 1),
+            [n("c"), n("a"), n("d"), n("b")]
+        );
+        assert_eq!(
+            preferred_order(nodes, &BTreeSet::new(), 2),
+            [n("c"), n("d"), n("a"), n("b")]
+        );
+    }
 
     #[tokio::test]
     async fn an_endless_peer_answer_is_cut_at_the_limit() {

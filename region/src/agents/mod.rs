@@ -333,11 +333,13 @@ fn view(hub: &AgentHub, node: &NodeId) -> (Assignment, TokenDigests) {
         .instances()
         .filter(|i| i.slices.iter().any(|sl| &sl.gpu.node == node))
         .filter_map(|i| {
-            let f = domain.function(&i.tenant, &i.function).ok()?;
+            // An outgoing instance runs its own (earlier) version's spec
+            // until the roll of a reshaping update releases it.
+            let (spec, version) = domain.instance_spec(i.id)?;
             Some(AssignedInstance {
                 instance: i.id,
-                spec: f.spec.clone(),
-                version: f.version,
+                spec: spec.clone(),
+                version,
                 slices: i.slices.clone(),
             })
         })

@@ -6,10 +6,12 @@
 
 use gshare_core::clock::{SharedClock, SystemClock};
 use gshare_core::metrics::{bytes_from_mib, ratio_from_milli, Sampler, Series};
-use gshare_core::protocol::{Heartbeat, InstanceStatus, NodeGpu, Register, SwapEvent, SwapKind};
+use gshare_core::protocol::{
+    Heartbeat, InstanceState, InstanceStatus, NodeGpu, Register, SwapEvent, SwapKind,
+};
 use gshare_core::state::{AgentId, InstanceId};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -179,6 +181,21 @@ impl AgentReports {
         if agents.get(agent).is_some_and(|r| r.link == link) {
             agents.remove(agent);
         }
+    }
+
+    /// The nodes of the agents connected here whose latest heartbeat
+    /// reports one of `instances` resident (weights loaded on a GPU).
+    pub fn resident_nodes(&self, instances: &[InstanceId]) -> BTreeSet<String> {
+        self.lock()
+            .values()
+            .filter(|r| {
+                instances.iter().any(|i| {
+                    r.instance(*i)
+                        .is_some_and(|s| s.state == InstanceState::Resident)
+                })
+            })
+            .map(|r| r.node.clone())
+            .collect()
     }
 
     /// The connected agents, by id, each with the age of its latest

@@ -132,6 +132,13 @@ pub struct InstanceView {
     /// `swapped_out` (read from whichever replica holds the agent's link).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
+    /// The function version it runs.
+    #[serde(default)]
+    pub version: u64,
+    /// `true`: it runs an earlier version than the function's (a reshaping
+    /// update's roll replaces it, make-before-break, and then releases it).
+    #[serde(default)]
+    pub outgoing: bool,
 }
 
 /// The error body inside a `202` answer of `?wait=ready`.
@@ -195,6 +202,8 @@ fn created(
                 pool: pool_of(&i.slices),
                 slices: i.slices,
                 state: None,
+                version,
+                outgoing: false,
             })
             .collect(),
         ready: None,
@@ -401,6 +410,8 @@ fn view(ctx: &HttpContext, tenant: &TenantId, name: &str) -> Result<FunctionView
                 pool: i.pool.clone(),
                 slices: i.slices.clone(),
                 state: None,
+                version: i.version,
+                outgoing: i.version != f.version,
             })
             .collect(),
         ready: None,
@@ -491,9 +502,13 @@ async fn show_of(
 pub struct UpdateView {
     /// The function's new version.
     pub version: u64,
-    /// Instances the update released because it changed their shape
-    /// (runtime, memory, compute, tier or pool) or lowered `max_instances`.
+    /// Instances the update released because it lowered `max_instances`.
     pub released: Vec<InstanceId>,
+    /// Instances the update made outgoing because it changed their shape
+    /// (runtime, memory, compute, tier or pool): each keeps serving until
+    /// a new-version instance placed beside it is resident, then goes.
+    #[serde(default)]
+    pub replacing: Vec<InstanceId>,
     /// The function after the update, with the instances placed for it
     /// since (and, with `?wait=ready`, whether its agents took them).
     pub function: FunctionView,
@@ -501,12 +516,17 @@ pub struct UpdateView {
 
 /// `PUT /v1/functions/{name}` under the request's idempotency key: a new
 /// spec through `FunctionUpdate`. An update that changes what an instance
-/// holds or runs releases the old instances in the same entry and the
-/// scheduler places new ones right after (the underplaced evaluation),
-/// so such an update is break-before-make: the function has no instance
-/// between the two. Other changes (deadline, instance counts, idle
-/// timeout, latency) keep the instances. `?wait=ready` answers once the
-/// new instances were pushed to their agents (at most `ready_timeout_ms`).
+/// holds or runs makes the old instances outgoing in that entry (they
+/// keep serving, on their slices, with their version's spec); the
+/// leader's roll then replaces them one at a time, make-before-break
+/// (place a new-version instance, wait until its agent reports it
+/// resident, release the old one), or, where capacity or quota has no
+/// room for both, moves the instance in one step (its log line and the
+/// `replace` evaluation counters say so). Other changes (deadline,
+/// instance counts, idle timeout, latency) keep the instances.
+/// `?wait=ready` answers once the roll is done (no outgoing instance
+/// left, `min_instances` current ones) and the function is ready (at most
+/// `ready_timeout_ms`).
 async fn update(
     req: HttpRequest,
     ctx: web::Data<HttpContext>,
@@ -536,27 +556,14 @@ async fn update(
         idempotency::propose_keyed(&ctx, &tenant, &key, DomainCommand::FunctionUpdate { spec })
             .await?;
     let Applied::FunctionUpdated {
-        version, released, ..
+        version,
+        released,
+        replacing,
+        ..
     } = applied
     else {
         return Err(ApiError::internal(format!("unexpected {applied:?}")).with_key(&key.key));
     };
-    // Place the replacements now rather than at the next underplaced tick;
-    // a refusal here leaves the function underplaced for the tick to retry.
-    if !released.is_empty() {
-        for _ in 0..min {
-            let eval = Evaluation::Underplaced {
-                tenant: tenant.clone(),
-                function: name.clone(),
-            };
-            match ctx.replica.scheduler.submit(eval).await {
-                Ok(EvalDone {
-                    applied: Some(_), ..
-                }) => ctx.api.placements.inc(),
-                _ => break,
-            }
-        }
-    }
     let ms = query
         .ready_timeout_ms
         .unwrap_or(READY_TIMEOUT_MS.0)
@@ -564,23 +571,29 @@ async fn update(
     let until = tokio::time::Instant::now() + Duration::from_millis(ms);
     let mut function = view(&ctx, &tenant, &name)?;
     if query.wait == Some(WaitFor::Ready) {
-        // This replica may apply the placements a moment after the leader.
-        while function.version < version || (function.instances.len() as u64) < u64::from(min) {
-            if tokio::time::Instant::now() >= until {
-                break;
-            }
+        // The roll: until no outgoing instance is left and `min` current
+        // ones are placed (this replica may apply them a moment after the
+        // leader); then until the function is ready.
+        let rolled = |f: &FunctionView| {
+            let current = f.instances.iter().filter(|i| !i.outgoing).count() as u64;
+            let outgoing = f.instances.iter().filter(|i| i.outgoing).count();
+            (f.version >= version && outgoing == 0 && current >= u64::from(min))
+                .then_some(())
+                .ok_or_else(|| {
+                    format!(
+                        "{current} of {min} new instance(s) placed, {outgoing} old one(s) \
+                         not replaced yet"
+                    )
+                })
+        };
+        while rolled(&function).is_err() && tokio::time::Instant::now() < until {
             tokio::time::sleep(Duration::from_millis(100)).await;
             function = view(&ctx, &tenant, &name)?;
         }
         let left = until.saturating_duration_since(tokio::time::Instant::now());
-        let placed = (function.instances.len() as u64) >= u64::from(min);
-        let waited = if placed {
-            wait_ready(&ctx, &mut function, left).await
-        } else {
-            Err(format!(
-                "{} of {min} instance(s) placed",
-                function.instances.len()
-            ))
+        let waited = match rolled(&function) {
+            Ok(()) => wait_ready(&ctx, &mut function, left).await,
+            Err(e) => Err(e),
         };
         function.ready = Some(waited.is_ok());
         if let Err(missing) = waited {
@@ -601,6 +614,7 @@ async fn update(
         .json(UpdateView {
             version,
             released,
+            replacing,
             function,
         }))
 }

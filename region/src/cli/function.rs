@@ -4,9 +4,13 @@
 //! tenant's with `ls --tenant t` and `describe <name> --tenant t`).
 //!
 //! `update` sends a new spec (`PUT /v1/functions/{name}`). A change of
-//! runtime, memory, compute, tier or pool releases the instances and the
-//! scheduler places new ones at once: break-before-make (the function has
-//! no instance for the moment between); other changes keep the instances.
+//! runtime, memory, compute, tier or pool replaces the instances one at a
+//! time, make-before-break: a new-version instance is placed beside each
+//! old one, and the old one is released once the new one is resident (so
+//! invocations keep being served); where capacity or quota has no room
+//! for both, that instance is moved in one step instead. Other changes
+//! keep the instances. Without `--no-wait` it waits (up to a minute) until
+//! the roll is done and the function is ready.
 //!
 //! `deploy` waits until the function is ready (`POST
 //! /v1/functions?wait=ready`: every replica knows it and the hosting
@@ -185,7 +189,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             let path = format!(
                 "/v1/functions/{}{}",
                 fb.name,
-                if no_wait { "" } else { "?wait=ready" }
+                if no_wait {
+                    ""
+                } else {
+                    "?wait=ready&ready_timeout_ms=60000"
+                }
             );
             let body = serde_json::to_value(fb)?;
             let v = r.call("PUT", &path, Some(&body))?;
@@ -297,14 +305,24 @@ fn update_table(v: &Value) -> Vec<Vec<String>> {
         .map(cell)
         .collect();
     rows.push(Vec::new());
-    rows.push(vec![format!(
-        "version {}; instances replaced: {}",
-        cell(&v["version"]),
-        if released.is_empty() {
-            "none".into()
+    let replacing: Vec<String> = v["replacing"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .map(cell)
+        .collect();
+    let list = |l: &[String]| {
+        if l.is_empty() {
+            "none".to_string()
         } else {
-            released.join(", ")
+            l.join(", ")
         }
+    };
+    rows.push(vec![format!(
+        "version {}; instances replaced make-before-break: {}; released: {}",
+        cell(&v["version"]),
+        list(&replacing),
+        list(&released)
     )]);
     rows
 }
@@ -409,13 +427,19 @@ fn describe_table(f: &Value) -> Vec<Vec<String>> {
     let mut rows = table(std::slice::from_ref(f));
     rows.push(Vec::new());
     rows.push(
-        ["INSTANCE", "NODE", "POOL", "SLICES", "STATE"]
+        ["INSTANCE", "VERSION", "NODE", "POOL", "SLICES", "STATE"]
             .map(String::from)
             .to_vec(),
     );
     for i in f["instances"].as_array().map_or(&[][..], Vec::as_slice) {
+        let version = if i["outgoing"] == Value::Bool(true) {
+            format!("{} (outgoing)", cell(&i["version"]))
+        } else {
+            cell(&i["version"])
+        };
         rows.push(vec![
             cell(&i["instance"]),
+            version,
             cell(&i["slices"][0]["gpu"]["node"]),
             cell(&i["pool"]),
             slices(&i["slices"]),

@@ -54,6 +54,14 @@ pub enum Evaluation {
         /// One of its instances.
         instance: InstanceId,
     },
+    /// A reshaping update left `instance` outgoing: place a current-version
+    /// instance first (the roll releases the old one once the new one is
+    /// resident), or, where capacity or quota has no room for both, move it
+    /// in one step (see `gshare_core::state::plan_replacement`).
+    Replace {
+        /// The outgoing instance.
+        instance: InstanceId,
+    },
 }
 
 impl Evaluation {
@@ -64,6 +72,7 @@ impl Evaluation {
             Evaluation::Underplaced { .. } => "underplaced",
             Evaluation::NodeNotReady { .. } => "node_not_ready",
             Evaluation::Drain { .. } => "drain",
+            Evaluation::Replace { .. } => "replace",
         }
     }
 }

@@ -9,7 +9,9 @@
 //!        Ready / NotReady ─▶ NodeReadySet entries (only on a change)
 //!        Replace(node)    ─▶ Evaluation::NodeNotReady per instance on it
 //!     draining nodes with instances ─▶ Evaluation::Drain per instance
-//!        placed a new one (make) ─▶ wait until delivered to its agent ─▶ InstanceRelease old
+//!     outgoing instances (a reshaping update) ─▶ Evaluation::Replace, the
+//!        oldest of each function (one at a time)
+//!        placed a new one (make) ─▶ wait until its agent reports it resident ─▶ InstanceRelease old
 //! ```
 //!
 //! Liveness is forwarded to the leader, not committed per heartbeat: only
@@ -142,6 +144,14 @@ async fn watch(inner: Weak<Inner>, hub: AgentHub, rules: LivenessRules) {
                     }
                 }
             }
+            // The roll of reshaping updates: per function, its oldest
+            // outgoing instance, so each is replaced one at a time.
+            let mut rolling: BTreeSet<(String, String)> = BTreeSet::new();
+            for i in view.all_outgoing() {
+                if rolling.insert((i.tenant.0.clone(), i.function.clone())) {
+                    work.push(Evaluation::Replace { instance: i.id });
+                }
+            }
             (marks, work)
         };
         if !marks.is_empty() {
@@ -166,9 +176,9 @@ async fn watch(inner: Weak<Inner>, hub: AgentHub, rules: LivenessRules) {
         }
         for eval in work {
             let instance = match &eval {
-                Evaluation::NodeNotReady { instance, .. } | Evaluation::Drain { instance, .. } => {
-                    *instance
-                }
+                Evaluation::NodeNotReady { instance, .. }
+                | Evaluation::Drain { instance, .. }
+                | Evaluation::Replace { instance } => *instance,
                 _ => continue,
             };
             let fresh = in_flight
@@ -190,10 +200,9 @@ async fn watch(inner: Weak<Inner>, hub: AgentHub, rules: LivenessRules) {
     }
 }
 
-/// Submits one replacement or drain evaluation; a drain that placed a new
-/// instance first releases the old one once the new one reached its agent
-/// and its agent reports it loaded (make-before-break), or after
-/// [`DRAIN_DELIVERY_WAIT`].
+/// Submits one replacement, drain or roll evaluation; one that placed a
+/// new instance first releases the old one once the new one's agent
+/// reports it loaded (make-before-break), or after [`DRAIN_DELIVERY_WAIT`].
 async fn carry_out(s: &Scheduler, hub: &AgentHub, eval: Evaluation, old: InstanceId) {
     let what = format!("{eval:?}");
     match s.submit_here(eval).await {
@@ -238,6 +247,13 @@ async fn carry_out(s: &Scheduler, hub: &AgentHub, eval: Evaluation, old: Instanc
                 tracing::debug!("{what}: release of {old} not committed: {e}");
             }
         }
+        Ok(EvalDone {
+            applied: Some(Applied::InstanceReplaced { instance, .. }),
+            ..
+        }) => tracing::warn!(
+            "{what}: no room for {old} and a new instance at once (capacity or quota): \
+             moved it in one step to {instance} (break-before-make for this instance)"
+        ),
         Ok(EvalDone {
             applied: Some(a), ..
         }) => tracing::info!("{what}: {a:?}"),

@@ -22,8 +22,8 @@ use std::time::Duration;
 use gshare_core::command::{CommandOutcome, RegionCommand};
 use gshare_core::model::TenantId;
 use gshare_core::state::{
-    plan_placements, ApplyError, DomainCommand, KeyLookup, ObjectKind, PendingPlans,
-    PlacementPolicy, PlanTicket, RegionState,
+    plan_placements, plan_replacement, ApplyError, DomainCommand, KeyLookup, ObjectKind,
+    PendingPlans, PlacementPolicy, PlanTicket, RegionState,
 };
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
@@ -145,6 +145,16 @@ fn decide(
                 }),
             }
         }
+        Evaluation::Replace { instance } => match plan_replacement(view, *instance, policy, now) {
+            Err(r) => Decision::Answer(Err(EvalError::Rejected(r))),
+            Ok(r) => match r.command(view, *instance) {
+                Some(cmd) => Decision::Propose(cmd),
+                None => Decision::Answer(Ok(EvalDone {
+                    applied: None,
+                    replans: 0,
+                })),
+            },
+        },
         Evaluation::NodeNotReady { node, instance } | Evaluation::Drain { node, instance } => {
             let nothing = Decision::Answer(Ok(EvalDone {
                 applied: None,
@@ -287,7 +297,8 @@ fn plan_batch(inner: &Arc<Inner>, shared: &Shared, batch: Vec<Queued>) -> Vec<Pl
                 }
                 Evaluation::Underplaced { .. }
                 | Evaluation::NodeNotReady { .. }
-                | Evaluation::Drain { .. } => {
+                | Evaluation::Drain { .. }
+                | Evaluation::Replace { .. } => {
                     let _ = shared.again.send(q);
                 }
             },
@@ -301,7 +312,8 @@ fn plan_batch(inner: &Arc<Inner>, shared: &Shared, batch: Vec<Queued>) -> Vec<Pl
                     }
                     Evaluation::Underplaced { .. }
                     | Evaluation::NodeNotReady { .. }
-                    | Evaluation::Drain { .. } => None,
+                    | Evaluation::Drain { .. }
+                    | Evaluation::Replace { .. } => None,
                 };
                 planned.push(Planned {
                     q,
