@@ -902,3 +902,20 @@ fn memory_frees_when_enough_instances_are_idle_whatever_their_order() {
     assert_eq!(at(12_000, &g, &mut scratch), Some(8 * S));
     assert_eq!(at(12_001, &g, &mut scratch), None);
 }
+
+#[test]
+fn last_arrival_is_the_latest_request_of_a_placed_function() {
+    let mut n = node(1, ExecutorRules::gshare(), &[Tier::Oversubscribed]);
+    assert_eq!(n.last_arrival(FunctionId(0)), None);
+    n.handle(2 * S, arrive(1, 0, S, FAR));
+    n.handle(3 * S, arrive(2, 0, S, FAR));
+    assert_eq!(n.last_arrival(FunctionId(0)), Some(3 * S));
+    n.handle(
+        4 * S,
+        Event::InstanceRemoved {
+            function: FunctionId(0),
+        },
+    );
+    assert_eq!(n.last_arrival(FunctionId(0)), None);
+    assert_eq!(n.last_arrival(FunctionId(7)), None);
+}
