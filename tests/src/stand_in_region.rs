@@ -130,6 +130,15 @@ pub fn fake_region(ca: &Ca) -> FakeRegion {
                             reports.heartbeat(h);
                             RegionMessageV1::Ack
                         }
+                        AgentMessageV1::Loads {
+                            agent,
+                            loads,
+                            dropped,
+                            ..
+                        } => {
+                            reports.loads(&agent, loads, dropped);
+                            RegionMessageV1::Ack
+                        }
                         AgentMessageV1::Swaps { agent, events } => {
                             reports.swaps(&agent, &events);
                             RegionMessageV1::Ack
