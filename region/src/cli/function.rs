@@ -422,6 +422,34 @@ fn describe_table(f: &Value) -> Vec<Vec<String>> {
             cell(&i["state"]),
         ]);
     }
+    let load = &f["load"];
+    if load.is_object() {
+        let idle = match load["idle_ms"].as_u64() {
+            Some(u64::MAX) | None => "never invoked".to_string(),
+            Some(ms) => format!("{ms} ms"),
+        };
+        rows.push(Vec::new());
+        rows.push(
+            [
+                "LOAD",
+                "ARRIVALS",
+                "DEADLINE MISSES",
+                "EARLY REJECTS",
+                "SWAPS",
+                "IDLE",
+            ]
+            .map(String::from)
+            .to_vec(),
+        );
+        rows.push(vec![
+            format!("{} in flight or waiting", cell(&load["concurrency"])),
+            cell(&load["arrivals"]),
+            cell(&load["deadline_misses"]),
+            cell(&load["early_rejects"]),
+            cell(&load["swaps"]),
+            idle,
+        ]);
+    }
     rows
 }
 
