@@ -369,6 +369,11 @@ fn a_full_load_report_of_longest_names_fits_well_under_the_frame_limit() {
         dropped: u64::MAX,
     });
     let f = encode_frame(&m).unwrap();
+    println!(
+        "a full load report: {} entries of longest names, {} bytes",
+        MAX_FUNCTION_LOADS,
+        f.len()
+    );
     // The documented bound: under 200 bytes an entry, 200 KiB a report.
     assert!(f.len() < MAX_FUNCTION_LOADS * 200, "{} bytes", f.len());
     assert!(f.len() < AGENT_FRAME_BYTES);

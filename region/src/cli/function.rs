@@ -513,6 +513,29 @@ mod tests {
     }
 
     #[test]
+    fn describe_shows_the_load_block_when_there_is_one() {
+        let f = serde_json::json!({
+            "spec": {"name": "f", "max_instances": 2}, "version": 1, "instances": [],
+            "load": {"arrivals": 7, "concurrency": 3, "deadline_misses": 1,
+                     "early_rejects": 2, "swaps": 4, "idle_ms": 250},
+        });
+        let rows = super::describe_table(&f);
+        let last = rows.last().unwrap();
+        assert_eq!(
+            last,
+            &["3 in flight or waiting", "7", "1", "2", "4", "250 ms"].map(String::from)
+        );
+        let mut never = f.clone();
+        never["load"]["idle_ms"] = serde_json::json!(u64::MAX);
+        let rows = super::describe_table(&never);
+        assert_eq!(rows.last().unwrap()[5], "never invoked");
+        let mut none = f;
+        none.as_object_mut().unwrap().remove("load");
+        let rows = super::describe_table(&none);
+        assert!(!rows.iter().any(|r| r.first().is_some_and(|c| c == "LOAD")));
+    }
+
+    #[test]
     fn the_example_function_file_parses_strictly() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../configs/examples/function.toml");
