@@ -50,6 +50,7 @@ mod price_history;
 mod query_error;
 mod ranking;
 mod region_state;
+mod scale_in;
 mod sequence;
 mod tenant_record;
 

@@ -99,6 +99,7 @@ mod indexed;
 mod keyed;
 mod liveness;
 mod remap;
+mod scale_in;
 mod tenant_delete;
 
 const T0: u64 = 1_800_000_000_000;

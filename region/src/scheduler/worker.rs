@@ -145,6 +145,52 @@ fn decide(
                 }),
             }
         }
+        Evaluation::ScaleOut {
+            tenant,
+            function,
+            desired,
+        } => {
+            let nothing = Decision::Answer(Ok(EvalDone {
+                applied: None,
+                replans: 0,
+            }));
+            let Ok(f) = view.function(tenant, function) else {
+                return nothing; // deleted meanwhile
+            };
+            if view.instance_count(tenant, function) >= (*desired).min(f.spec.max_instances) {
+                return nothing;
+            }
+            match plan_placements(view, &f.spec, 1, policy, now) {
+                Err(r) => Decision::Answer(Err(EvalError::Rejected(r))),
+                Ok(plan) => Decision::Propose(DomainCommand::InstancePlace {
+                    tenant: tenant.clone(),
+                    function: function.clone(),
+                    slices: plan.placements().pop().unwrap_or_default(),
+                }),
+            }
+        }
+        Evaluation::ScaleIn {
+            tenant,
+            function,
+            instance,
+        } => {
+            let nothing = Decision::Answer(Ok(EvalDone {
+                applied: None,
+                replans: 0,
+            }));
+            let Ok(f) = view.function(tenant, function) else {
+                return nothing;
+            };
+            let ours = view
+                .instance(*instance)
+                .is_some_and(|i| &i.tenant == tenant && &i.function == function);
+            if !ours || view.instance_count(tenant, function) <= f.spec.min_instances {
+                return nothing;
+            }
+            Decision::Propose(DomainCommand::InstanceRelease {
+                instance: *instance,
+            })
+        }
         Evaluation::NodeNotReady { node, instance } | Evaluation::Drain { node, instance } => {
             let nothing = Decision::Answer(Ok(EvalDone {
                 applied: None,
@@ -287,7 +333,9 @@ fn plan_batch(inner: &Arc<Inner>, shared: &Shared, batch: Vec<Queued>) -> Vec<Pl
                 }
                 Evaluation::Underplaced { .. }
                 | Evaluation::NodeNotReady { .. }
-                | Evaluation::Drain { .. } => {
+                | Evaluation::Drain { .. }
+                | Evaluation::ScaleOut { .. }
+                | Evaluation::ScaleIn { .. } => {
                     let _ = shared.again.send(q);
                 }
             },
@@ -301,7 +349,9 @@ fn plan_batch(inner: &Arc<Inner>, shared: &Shared, batch: Vec<Queued>) -> Vec<Pl
                     }
                     Evaluation::Underplaced { .. }
                     | Evaluation::NodeNotReady { .. }
-                    | Evaluation::Drain { .. } => None,
+                    | Evaluation::Drain { .. }
+                    | Evaluation::ScaleOut { .. }
+                    | Evaluation::ScaleIn { .. } => None,
                 };
                 planned.push(Planned {
                     q,
