@@ -407,5 +407,8 @@ pub fn pick_scale_in<I: Ord>(candidates: &[ScaleInCandidate<I>]) -> Option<&Scal
         })
 }
 
+mod fleet;
+pub use fleet::{Autoscalers, FunctionKey, ScaleAction, ScaleStep};
+
 #[cfg(test)]
 mod tests;

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!   agent ── bi stream: Register ─────────────▶ replica   ◀─ Registered | Refused{retry}
-//!         ── bi stream: Heartbeat / Swaps ────▶           ◀─ Ack
+//!         ── bi stream: Heartbeat / Loads / Swaps ▶          ◀─ Ack
 //!         ◀─ uni stream: Assignment | Tokens ──            (pushed whenever they change)
 //!         ◀─ bi stream: Invoke ───────────────             ─▶ InvokeReply
 //!         ── bi stream: Usage{records} ───────▶           ◀─ UsageAck{seqs} | Refused
@@ -33,7 +33,7 @@
 
 use crate::agent::{
     Admission, ApplyAssignment, ApplyTokens, Invoke, KeyAnswer, LookupKey, Metering, NodeAgent,
-    SliceAnswer, SliceRequest, StatusQuery, TakeSliceRequests, TakeSwapEvents,
+    SliceAnswer, SliceRequest, StatusQuery, TakeLoads, TakeSliceRequests, TakeSwapEvents,
 };
 use crate::gpu::{Discovered, GpuMeter};
 use crate::journal::{JournalBatch, UsageJournal};
@@ -610,6 +610,17 @@ async fn heartbeats(conn: quinn::Connection, setup: &LinkSetup) -> Result<(), Se
         {
             return Err(SessionEnd::Refused(format!("{code}: {message}")));
         }
+        let (loads, dropped) = setup.agent.send(TakeLoads).await.unwrap_or_default();
+        if dropped > 0 {
+            tracing::debug!(dropped, "load report capped");
+        }
+        let loads = AgentMessage::v1(AgentMessageV1::Loads {
+            agent: agent_id.clone(),
+            at_ms,
+            loads,
+            dropped,
+        });
+        request(&conn, loads).await?;
         let events = setup.agent.send(TakeSwapEvents).await.unwrap_or_default();
         if !events.is_empty() {
             let swaps = AgentMessage::v1(AgentMessageV1::Swaps {

@@ -209,6 +209,7 @@ impl Replica {
             links,
         );
         scheduler.watch_liveness(agents.clone(), spec.liveness);
+        scheduler.watch_load(agents.clone(), gshare_core::autoscale::Params::default());
         tokio::spawn(quic_server::serve(
             endpoint.clone(),
             raft.clone(),

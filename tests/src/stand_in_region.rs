@@ -7,7 +7,7 @@
 //! assignments and tokens or forwards invocations on it.
 
 use gshare_core::protocol::{
-    AgentMessage, AgentMessageV1, RegionMessage, RegionMessageV1, AGENT_ALPN,
+    AgentMessage, AgentMessageV1, FunctionLoad, RegionMessage, RegionMessageV1, AGENT_ALPN,
 };
 use gshare_edge::wire::{read_frame, write_frame};
 use gshare_region::agents::AgentReports;
@@ -16,7 +16,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
 /// A test CA.
@@ -63,6 +63,9 @@ pub struct FakeRegion {
     pub refused: Arc<AtomicU64>,
     /// What the agents reported (the replica's own bookkeeping).
     pub reports: Arc<AgentReports>,
+    /// Every load entry the agents sent, in order (the replica keeps only
+    /// the latest report; a test sums these to check the agent's counts).
+    pub loads: Arc<Mutex<Vec<FunctionLoad>>>,
 }
 
 /// Starts a stand-in replica on a free loopback port (call inside an actix or tokio runtime).
@@ -96,12 +99,15 @@ pub fn fake_region(ca: &Ca) -> FakeRegion {
     let (tx, registered) = mpsc::unbounded_channel();
     let refused = Arc::new(AtomicU64::new(0));
     let reports = Arc::new(AgentReports::default());
+    let loads = Arc::new(Mutex::new(Vec::new()));
     let (ep, refused2, reports2) = (endpoint.clone(), refused.clone(), reports.clone());
+    let loads2 = loads.clone();
     tokio::spawn(async move {
         while let Some(incoming) = ep.accept().await {
             let tx = tx.clone();
             let refused = refused2.clone();
             let reports = reports2.clone();
+            let all_loads = loads2.clone();
             tokio::spawn(async move {
                 let Ok(conn) = incoming.await else {
                     refused.fetch_add(1, Ordering::SeqCst);
@@ -130,6 +136,19 @@ pub fn fake_region(ca: &Ca) -> FakeRegion {
                             reports.heartbeat(h);
                             RegionMessageV1::Ack
                         }
+                        AgentMessageV1::Loads {
+                            agent,
+                            loads,
+                            dropped,
+                            ..
+                        } => {
+                            all_loads
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .extend(loads.iter().cloned());
+                            reports.loads(&agent, loads, dropped);
+                            RegionMessageV1::Ack
+                        }
                         AgentMessageV1::Swaps { agent, events } => {
                             reports.swaps(&agent, &events);
                             RegionMessageV1::Ack
@@ -152,5 +171,6 @@ pub fn fake_region(ca: &Ca) -> FakeRegion {
         registered,
         refused,
         reports,
+        loads,
     }
 }

@@ -11,6 +11,11 @@
 //!   through every replica right after it succeeds (no `404
 //!   unknown_function`, no `503`); `GET /v1/functions/{name}` from a
 //!   replica that does not hold the agent's link shows it `resident`.
+//! - The agents' per-function load reports reach every replica: after the
+//!   invocations `GET /v1/functions/{name}` from the replica holding no
+//!   link shows a `load` block (an idle time: it was invoked; nothing in
+//!   flight), and `/metrics` of a replica holding a link carries the
+//!   function's load series for the operator, none without a token.
 //! - A deploy onto a node whose agent never came answers `202 not_ready`
 //!   after its `ready_timeout_ms`, saying the deploy committed.
 
@@ -193,6 +198,46 @@ fn every_replica_knows_the_agents_and_ready_means_resident() {
             json_of(&d)["instances"][0]["state"],
             json!("resident"),
             "replica {no_link}: {d:?}"
+        );
+        // Its load, summed over the agents' latest reports, read there too:
+        // invoked (a finite idle time), nothing in flight any more.
+        let load = until("the function's load on the replica without links", || {
+            let path = format!("/v1/functions/f{n}");
+            let d = call(region.http(no_link), "GET", &path, &acme, None);
+            let l = json_of(&d)["load"].clone();
+            (l["idle_ms"].as_u64().is_some_and(|ms| ms < u64::MAX) && l["concurrency"] == json!(0))
+                .then_some(l)
+        });
+        assert!(load["arrivals"].is_u64(), "{load}");
+    }
+    // The load series: on a replica holding a link, for the operator; never
+    // without a token (tenant-labelled).
+    let series = "gshare_region_function_load_concurrency{tenant=\"acme\",function=\"f0\"}";
+    until("the load series on a replica holding a link", || {
+        holders
+            .values()
+            .any(|&id| {
+                call(region.http(id), "GET", "/metrics", TOKEN, None)
+                    .body
+                    .contains(series)
+            })
+            .then_some(())
+    });
+    for id in 1..=3 {
+        let public = request(
+            region.http(id),
+            "GET",
+            "/metrics",
+            None,
+            None,
+            Duration::from_secs(30),
+        )
+        .expect("public metrics");
+        assert_eq!(public.status, 200, "{public:?}");
+        assert!(
+            !public.body.contains("gshare_region_function_load"),
+            "{}",
+            public.body
         );
     }
 

@@ -396,6 +396,49 @@ async fn oversubscribed_functions_beyond_gpu_memory_all_serve_with_swaps() {
             .map(|h| h.gpus.len()),
         Some(2)
     );
+    // The per-function loads reach it too: summed over every report (each
+    // counts since the previous one), exactly what happened.
+    let per_function = |name: &str| {
+        let all = region.loads.lock().unwrap().clone();
+        let mine: Vec<_> = all.into_iter().filter(|l| l.function == name).collect();
+        let sum =
+            |f: fn(&gshare_core::protocol::FunctionLoad) -> u64| mine.iter().map(f).sum::<u64>();
+        (
+            sum(|l| l.arrivals),
+            sum(|l| l.swaps),
+            sum(|l| l.deadline_misses + l.early_rejects),
+            mine.last().map(|l| (l.in_flight, l.waiting, l.idle_ms)),
+        )
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let swaps: u64 = specs.iter().map(|s| per_function(&s.name).1).sum();
+        let arrivals: Vec<u64> = specs[1..].iter().map(|s| per_function(&s.name).0).collect();
+        // A report taken while the last request still ran says so: wait
+        // for one after it.
+        let quiet = specs.iter().all(|s| {
+            per_function(&s.name)
+                .3
+                .is_some_and(|(in_flight, waiting, _)| in_flight == 0 && waiting == 0)
+        });
+        if quiet && swaps >= st.swap_ins + st.moves && arrivals.iter().all(|&a| a >= 3) {
+            assert_eq!(swaps, st.swap_ins + st.moves);
+            assert_eq!(arrivals, vec![3; specs.len() - 1]);
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "loads at the region: swaps {swaps} of {}, arrivals {arrivals:?}",
+            st.swap_ins + st.moves
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for s in &specs[1..] {
+        let (_, _, missed, last) = per_function(&s.name);
+        assert_eq!(missed, 0, "{}: every request was served", s.name);
+        let (_, _, idle_ms) = last.expect("reported");
+        assert!(idle_ms < 60_000, "{}: invoked, idle {idle_ms} ms", s.name);
+    }
     println!(
         "oversubscription: 8 x 6 GiB on 2 x 16 GiB: served={} swap_ins={} swap_outs={} cold_starts={} moves={} at the region: {at_region:?}",
         st.served, st.swap_ins, st.swap_outs, st.cold_starts, st.moves

@@ -157,6 +157,12 @@ impl NodeExecutor {
         self.state(function).is_some_and(|f| f.in_host)
     }
 
+    /// When the function's last request arrived, µs (`None`: none yet, or
+    /// not placed here).
+    pub fn last_arrival(&self, function: FunctionId) -> Option<Micros> {
+        self.state(function).and_then(|f| f.last_arrival)
+    }
+
     /// Number of requests waiting for GPU memory (not yet on a GPU's queue).
     pub fn waiting(&self) -> usize {
         self.waiting.len()

@@ -971,3 +971,20 @@ fn a_right_sized_request_is_planned_at_most_eight_times_slower() {
         vec![run(1, 0, 0, 75, t + 16 * MS)]
     );
 }
+
+#[test]
+fn last_arrival_is_the_latest_request_of_a_placed_function() {
+    let mut n = node(1, ExecutorRules::gshare(), &[Tier::Oversubscribed]);
+    assert_eq!(n.last_arrival(FunctionId(0)), None);
+    n.handle(2 * S, arrive(1, 0, S, FAR));
+    n.handle(3 * S, arrive(2, 0, S, FAR));
+    assert_eq!(n.last_arrival(FunctionId(0)), Some(3 * S));
+    n.handle(
+        4 * S,
+        Event::InstanceRemoved {
+            function: FunctionId(0),
+        },
+    );
+    assert_eq!(n.last_arrival(FunctionId(0)), None);
+    assert_eq!(n.last_arrival(FunctionId(7)), None);
+}

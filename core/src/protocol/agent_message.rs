@@ -1,6 +1,8 @@
 //! Messages from a node agent to the region.
 
-use super::{AgentCounters, GpuStatus, InstanceStatus, InvokeReply, NodeGpu, SwapEvent};
+use super::{
+    AgentCounters, FunctionLoad, GpuStatus, InstanceStatus, InvokeReply, NodeGpu, SwapEvent,
+};
 use crate::model::NodeId;
 use crate::state::{AgentId, UsageRecord};
 use serde::{Deserialize, Serialize};
@@ -74,6 +76,22 @@ pub enum AgentMessageV1 {
         instance: crate::state::InstanceId,
         /// The GPU left.
         gpu: crate::model::GpuId,
+    },
+    /// Per-function load since the agent's previous `Loads`, sent after
+    /// each heartbeat (the autoscaler's signal). A variant of its own, last
+    /// in the enum, so that `Heartbeat`'s encoding is unchanged; a region
+    /// older than this variant refuses the frame as malformed, so regions
+    /// upgrade before agents.
+    Loads {
+        /// The agent.
+        agent: AgentId,
+        /// Agent's wall clock, Unix ms (for display only).
+        at_ms: u64,
+        /// At most [`super::MAX_FUNCTION_LOADS`] entries, the busiest
+        /// (see [`super::cap_loads`]); every function hosted otherwise.
+        loads: Vec<FunctionLoad>,
+        /// Entries left out by the cap.
+        dropped: u64,
     },
 }
 

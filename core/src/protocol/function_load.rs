@@ -21,7 +21,8 @@ use crate::model::TenantId;
 
 /// Most entries in one agent's load report. With function names of at
 /// most 63 bytes and tenant names of at most 63 bytes an entry encodes in
-/// under 200 bytes (bincode, fixed-width integers), so a full report for
+/// under 200 bytes (bincode; the worst case, every count at its maximum,
+/// is 196,638 bytes for the full 1,024), so a full report for
 /// 1,000 functions on a node is under 200 KiB; above the cap the least
 /// loaded entries are left out.
 pub const MAX_FUNCTION_LOADS: usize = 1024;

@@ -87,6 +87,23 @@ fn every_message() -> (Vec<AgentMessage>, Vec<RegionMessage>) {
                 duration_us: 1_500_000,
             }],
         }),
+        AgentMessage::v1(AgentMessageV1::Loads {
+            agent: agent.clone(),
+            at_ms: 7,
+            loads: vec![FunctionLoad {
+                tenant: TenantId("acme".into()),
+                function: "resnet".into(),
+                arrivals: 12,
+                in_flight: 2,
+                waiting: 3,
+                queue_wait_us: 4_000,
+                deadline_misses: 1,
+                early_rejects: 5,
+                swaps: 6,
+                idle_ms: u64::MAX,
+            }],
+            dropped: 9,
+        }),
         AgentMessage::v1(AgentMessageV1::Usage {
             agent,
             records: vec![UsageRecord {
@@ -328,4 +345,37 @@ fn a_length_inside_the_payload_over_the_limit_is_malformed_not_allocated() {
         decode_payload::<RegionMessage>(&forged),
         Err(FrameError::Malformed { .. })
     ));
+}
+
+#[test]
+fn a_full_load_report_of_longest_names_fits_well_under_the_frame_limit() {
+    let name = "x".repeat(crate::config::MAX_NAME_LEN);
+    let load = FunctionLoad {
+        tenant: TenantId(name.clone()),
+        function: name,
+        arrivals: u64::MAX,
+        in_flight: u32::MAX,
+        waiting: u32::MAX,
+        queue_wait_us: u64::MAX,
+        deadline_misses: u64::MAX,
+        early_rejects: u64::MAX,
+        swaps: u64::MAX,
+        idle_ms: u64::MAX,
+    };
+    let m = AgentMessage::v1(AgentMessageV1::Loads {
+        agent: AgentId("n1".into()),
+        at_ms: u64::MAX,
+        loads: vec![load; MAX_FUNCTION_LOADS],
+        dropped: u64::MAX,
+    });
+    let f = encode_frame(&m).unwrap();
+    println!(
+        "a full load report: {} entries of longest names, {} bytes",
+        MAX_FUNCTION_LOADS,
+        f.len()
+    );
+    // The documented bound: under 200 bytes an entry, 200 KiB a report.
+    assert!(f.len() < MAX_FUNCTION_LOADS * 200, "{} bytes", f.len());
+    assert!(f.len() < AGENT_FRAME_BYTES);
+    assert_eq!(decode_payload::<AgentMessage>(&f[4..]).unwrap(), m);
 }

@@ -51,6 +51,7 @@ mod query_error;
 mod ranking;
 mod region_state;
 mod replacement;
+mod scale_in;
 mod sequence;
 mod tenant_record;
 

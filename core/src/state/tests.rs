@@ -100,6 +100,7 @@ mod keyed;
 mod liveness;
 mod remap;
 mod rolling_update;
+mod scale_in;
 mod tenant_delete;
 
 const T0: u64 = 1_800_000_000_000;

@@ -185,6 +185,13 @@ pub struct MetricsSnapshot {
     pub metrics: std::sync::Arc<crate::metrics::AgentMetrics>,
 }
 
+/// Each hosted function's load since the last call (for the region's
+/// autoscaler): at most `MAX_FUNCTION_LOADS` entries, the busiest, and
+/// how many were left out.
+#[derive(Debug, Message)]
+#[rtype(result = "(Vec<gshare_core::protocol::FunctionLoad>, u64)")]
+pub struct TakeLoads;
+
 /// Swap and remap events since the last call (for the region).
 #[derive(Debug, Message)]
 #[rtype(result = "Vec<SwapEvent>")]

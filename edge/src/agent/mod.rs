@@ -28,8 +28,8 @@ pub use messages::{
     Admission, AgentPlacement, ApplyAssignment, ApplyTokens, CheckToken, FlushUsage,
     FunctionPlacement, Invoke, KeyAnswer, LoadDone, LoadWeights, LookupKey, MetricsQuery,
     MetricsSnapshot, PlacementQuery, ReleaseInstance, ReleaseWeights, RequestDone, Residency,
-    RunRequest, SliceAnswer, SliceRequest, StatusQuery, StopNow, StopRuntimes, TakeSliceRequests,
-    TakeSwapEvents,
+    RunRequest, SliceAnswer, SliceRequest, StatusQuery, StopNow, StopRuntimes, TakeLoads,
+    TakeSliceRequests, TakeSwapEvents,
 };
 pub use metering::Metering;
 pub use node_agent::{DriverFactory, NodeAgent, NodeSetup};

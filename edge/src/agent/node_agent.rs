@@ -6,7 +6,7 @@ use super::{
     FunctionPlacement, GpuActor, InstanceActor, Invoke, KeyAnswer, LoadDone, LoadWeights,
     LookupKey, MetricsQuery, MetricsSnapshot, NodeStatus, PlacementQuery, ReleaseInstance,
     ReleaseWeights, RequestDone, Residency, RunRequest, SliceAnswer, SliceRequest, StatusQuery,
-    StopNow, StopRuntimes, TakeSliceRequests, TakeSwapEvents,
+    StopNow, StopRuntimes, TakeLoads, TakeSliceRequests, TakeSwapEvents,
 };
 use crate::gpu::{GpuInfo, SimulatedGpu};
 use crate::metrics::{AgentMetrics, Measured};
@@ -15,14 +15,14 @@ use actix::{Actor, Addr, AsyncContext, Context, Handler, ResponseFuture, SpawnHa
 use gshare_core::clock::SharedClock;
 use gshare_core::config::AgentLoadCosts;
 use gshare_core::executor::{
-    footprint, Command, Event, ExecutorRules, FunctionId, FunctionProfile, LoadCosts, NodeConfig,
-    NodeExecutor, RejectReason, RequestId,
+    footprint, Command, Event, ExecutorRules, FunctionId, FunctionProfile, LoadCosts, LoadMeter,
+    NodeConfig, NodeExecutor, Occupancy, RejectReason, RequestId,
 };
 use gshare_core::metering::{ResidencyId, UsageKey};
 use gshare_core::model::{FunctionSpec, GpuId, Mib, Micros, MilliGpu, NodeId, Slice, TenantId};
 use gshare_core::protocol::{
-    GpuStatus, InstanceState, InstanceStatus, InvokeError, InvokeOutcome, SwapEvent, SwapKind,
-    TokenDigests,
+    cap_loads, FunctionLoad, GpuStatus, InstanceState, InstanceStatus, InvokeError, InvokeOutcome,
+    SwapEvent, SwapKind, TokenDigests,
 };
 use gshare_core::state::InstanceId;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -150,6 +150,8 @@ pub struct NodeAgent {
     loads: HashMap<(FunctionId, u32), (Micros, Measured)>,
     /// The armed executor tick: when it fires, and its handle.
     wake: Option<(Micros, SpawnHandle)>,
+    /// Per-function load since the last report (the region's autoscaler).
+    meter: LoadMeter,
 }
 
 impl NodeAgent {
@@ -202,6 +204,7 @@ impl NodeAgent {
             metrics: Arc::new(AgentMetrics::new(None)),
             loads: HashMap::new(),
             wake: None,
+            meter: LoadMeter::new(),
         }
     }
 
@@ -492,6 +495,7 @@ impl NodeAgent {
                 };
                 p.started = Some((now, gpu, compute_milli));
                 p.usage = usage;
+                self.meter.started(function, now.saturating_sub(p.arrived));
                 self.busy[gpu as usize] += compute_milli;
                 actor.do_send(RunRequest(Invocation {
                     request,
@@ -508,6 +512,7 @@ impl NodeAgent {
                 ready_at,
             } => {
                 self.status.swap_ins += 1;
+                self.meter.swapped(function);
                 self.loads.insert((function, gpu), (now, Measured::SwapIn));
                 self.swap_event(function, SwapKind::SwapIn, None, Some(gpu), ready_at - now);
                 self.resident_start(now, function, gpu);
@@ -540,6 +545,7 @@ impl NodeAgent {
                 ready_at,
             } => {
                 self.status.moves += 1;
+                self.meter.swapped(function);
                 self.loads.insert((function, to), (now, Measured::SwapIn));
                 self.swap_event(
                     function,
@@ -570,6 +576,9 @@ impl NodeAgent {
             }
             Command::Reject { request, reason } => {
                 let arrived = self.pending.get(&request).map_or(now, |p| p.arrived);
+                if let Some(p) = self.pending.get(&request) {
+                    self.meter.rejected(p.function, &reason);
+                }
                 let error = match reason {
                     RejectReason::DeadlineUnreachable {
                         predicted_finish,
@@ -807,6 +816,7 @@ impl NodeAgent {
         self.step(now, Event::InstanceRemoved { function: id });
         self.functions.remove(&id);
         self.loads.retain(|(f, _), _| *f != id);
+        self.meter.forget(id);
         // Its residency ended with the Unload above: journal it now.
         if let Some(m) = self.metering.as_mut() {
             m.memory_due = true;
@@ -986,6 +996,7 @@ impl Handler<Invoke> for NodeAgent {
         if let Some(k) = invocation_key {
             self.running_keys.insert(k, Vec::new());
         }
+        self.meter.arrived(function);
         self.step(
             now,
             Event::RequestArrived {
@@ -1068,6 +1079,7 @@ impl Handler<RequestDone> for NodeAgent {
                 InvokeOutcome::Failed(InvokeError::FunctionCrashed { detail })
             }
             (Err(RuntimeError::DeadlineExceeded(_)), Some(p)) => {
+                self.meter.missed(p.function);
                 InvokeOutcome::Failed(InvokeError::DeadlineUnreachable {
                     predicted_us: now.saturating_sub(p.arrived),
                     deadline_us: p.deadline.saturating_sub(p.arrived),
@@ -1330,6 +1342,37 @@ impl NodeAgent {
         }
         out.sort_by_key(|i| i.instance);
         out
+    }
+}
+
+impl Handler<TakeLoads> for NodeAgent {
+    type Result = actix::MessageResult<TakeLoads>;
+
+    fn handle(&mut self, _: TakeLoads, _: &mut Context<Self>) -> Self::Result {
+        let now = self.now();
+        let mut occupancy: HashMap<FunctionId, Occupancy> = HashMap::new();
+        for p in self.pending.values() {
+            let o = occupancy.entry(p.function).or_default();
+            if p.started.is_some() {
+                o.in_flight = o.in_flight.saturating_add(1);
+            } else {
+                o.waiting = o.waiting.saturating_add(1);
+            }
+        }
+        let mut loads: Vec<FunctionLoad> = self
+            .functions
+            .iter()
+            .map(|(id, h)| {
+                let occ = Occupancy {
+                    last_arrival: self.executor.last_arrival(*id),
+                    ..occupancy.get(id).copied().unwrap_or_default()
+                };
+                self.meter
+                    .report(now, *id, h.key.0.clone(), h.key.1.clone(), occ)
+            })
+            .collect();
+        let dropped = cap_loads(&mut loads);
+        actix::MessageResult((loads, dropped as u64))
     }
 }
 

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!   agent ── bi: Register ──▶ AgentRegister through Raft ─▶ Registered{next_seq} | Refused
-//!         ── bi: Heartbeat / Swaps ─▶ Ack
+//!         ── bi: Heartbeat / Loads / Swaps ─▶ Ack
 //!         ── bi: Usage{records} ─▶ UsageBatch through Raft ─▶ UsageAck{seqs} | Refused
 //!         ── bi: SliceReserve / SliceRelease ─▶ InstanceSliceReserve / InstanceSliceRelease
 //!            through Raft ─▶ Ack (committed) | Refused
@@ -31,7 +31,7 @@
 //! registration to the leader. Assignments and tokens come from this
 //! replica's applied state, polled every 200 ms and pushed when changed.
 //! `POST /v1/invoke/{tenant}/{name}` on any replica is forwarded to a
-//! hosting agent ([`invoke`]). Heartbeats and swap reports are kept in
+//! hosting agent ([`invoke`]). Heartbeats, load reports and swap reports are kept in
 //! memory on this replica ([`AgentReports`]) for `/metrics` (each replica
 //! exports the agents linked to it); `GET /v1/cluster/agents`,
 //! `/v1/cluster/view`, `GET /v1/functions/{name}` and `?wait=ready` read
@@ -483,6 +483,17 @@ pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
                         hub.heard_from(n);
                     }
                     hub.reports.heartbeat(h);
+                }
+                RegionMessage::v1(RegionMessageV1::Ack)
+            }
+            AgentMessageV1::Loads {
+                agent,
+                loads,
+                dropped,
+                ..
+            } => {
+                if registered.as_ref() == Some(&agent) {
+                    hub.reports.loads(&agent, loads, dropped);
                 }
                 RegionMessage::v1(RegionMessageV1::Ack)
             }

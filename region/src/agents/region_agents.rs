@@ -24,6 +24,8 @@
 use super::{AgentHub, AgentReport};
 use crate::dashboard::activity::ReplicaPart;
 use crate::wire::{PeerReply, PeerRequest};
+use gshare_core::model::TenantId;
+use gshare_core::protocol::{sum_loads, RegionLoad};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -86,6 +88,23 @@ impl RegionAgents {
     /// The report of `node`'s agent, if some replica holds its link.
     pub fn of_node(&self, node: &str) -> Option<&AgentReport> {
         self.agents.iter().find(|a| a.node == node)
+    }
+
+    /// Each function's load: the latest load report of every agent summed
+    /// per (tenant, function) (`sum_loads`), leaving out agents that have
+    /// not heartbeated yet and those `counts` refuses (the caller passes
+    /// the node's committed liveness: a `not_ready` node's load is stale).
+    /// An agent that is gone has no report, so its load is gone with it.
+    pub fn function_loads(
+        &self,
+        counts: impl Fn(&AgentReport) -> bool,
+    ) -> BTreeMap<(TenantId, String), RegionLoad> {
+        sum_loads(
+            self.agents
+                .iter()
+                .filter(|a| a.heartbeat.is_some() && counts(a))
+                .map(|a| a.loads.as_slice()),
+        )
     }
 
     /// The replicas whose part did not come.
@@ -240,12 +259,66 @@ mod tests {
         assert_eq!(m.of_node("c").map(|a| a.replica), Some(2));
     }
 
+    fn load(function: &str, arrivals: u64, in_flight: u32) -> gshare_core::protocol::FunctionLoad {
+        gshare_core::protocol::FunctionLoad {
+            tenant: TenantId("acme".into()),
+            function: function.into(),
+            arrivals,
+            in_flight,
+            waiting: 1,
+            queue_wait_us: 0,
+            deadline_misses: 0,
+            early_rejects: 0,
+            swaps: 0,
+            idle_ms: 10 * arrivals,
+        }
+    }
+
+    #[test]
+    fn function_loads_sum_the_counted_agents_that_heartbeated() {
+        let beat: gshare_core::protocol::Heartbeat = gshare_core::protocol::Heartbeat {
+            agent: gshare_core::state::AgentId("a".into()),
+            at_ms: 0,
+            gpus: Vec::new(),
+            in_flight: 0,
+            swaps: 0,
+            counters: Default::default(),
+            instances: Vec::new(),
+        };
+        let mut a = report("a", 1, Some(5));
+        a.heartbeat = Some(beat.clone());
+        a.loads = vec![load("f", 3, 2), load("g", 1, 0)];
+        let mut b = report("b", 2, Some(5));
+        b.heartbeat = Some(beat.clone());
+        b.loads = vec![load("f", 4, 1)];
+        // Not heartbeated yet: left out.
+        let mut c = report("c", 2, None);
+        c.loads = vec![load("f", 100, 100)];
+        // Refused by the caller (its node is not_ready): left out.
+        let mut d = report("d", 2, Some(5));
+        d.heartbeat = Some(beat);
+        d.loads = vec![load("f", 1000, 1000)];
+        let m = RegionAgents {
+            replicas: Vec::new(),
+            agents: vec![a, b, c, d],
+        };
+        let sums = m.function_loads(|r| r.node != "d");
+        let f = sums[&(TenantId("acme".into()), "f".to_string())];
+        assert_eq!((f.arrivals, f.concurrency, f.idle_ms), (7, 5, 30));
+        let g = sums[&(TenantId("acme".into()), "g".to_string())];
+        assert_eq!((g.arrivals, g.concurrency), (1, 1));
+        assert_eq!(sums.len(), 2);
+    }
+
     #[test]
     fn a_part_round_trips_on_the_peer_wire() {
+        let mut a = report("a", 2, Some(12));
+        a.loads = vec![load("f", 1, 2)];
+        a.loads_dropped = 3;
         let p = ReplicaAgents {
             replica: 2,
             applied_index: 40,
-            agents: vec![report("a", 2, Some(12))],
+            agents: vec![a],
         };
         let frame = crate::wire::encode_frame(&PeerReply::AgentReports(p.clone())).unwrap();
         match crate::wire::decode_payload::<PeerReply>(&frame[4..]).unwrap() {

@@ -1,13 +1,15 @@
 //! What the agents connected to this replica report: the latest heartbeat
-//! of each and its swap/remap counts. Kept in memory on the replica that
+//! of each, its latest per-function load report and its swap/remap counts. Kept in memory on the replica that
 //! holds the agent's link (not replicated through Raft); an agent's entry
 //! is dropped when its connection ends. Every replica reads the others'
 //! over the peer wire ([`super::region_agents`]).
 
 use gshare_core::clock::{SharedClock, SystemClock};
-use gshare_core::metrics::{bytes_from_mib, ratio_from_milli, Sampler, Series};
+use gshare_core::metrics::{bytes_from_mib, ratio_from_milli, FunctionLabels, Sampler, Series};
+use gshare_core::model::TenantId;
 use gshare_core::protocol::{
-    Heartbeat, InstanceState, InstanceStatus, NodeGpu, Register, SwapEvent, SwapKind,
+    sum_loads, FunctionLoad, Heartbeat, InstanceState, InstanceStatus, NodeGpu, Register,
+    SwapEvent, SwapKind, MAX_FUNCTION_LOADS,
 };
 use gshare_core::state::{AgentId, InstanceId};
 use serde::{Deserialize, Serialize};
@@ -85,6 +87,13 @@ pub struct AgentReport {
     /// The instances that replica last pushed to the agent (its assignment).
     #[serde(default)]
     pub delivered: Vec<InstanceId>,
+    /// The agent's latest per-function load report (counts since its
+    /// previous one; empty until one came).
+    #[serde(default)]
+    pub loads: Vec<FunctionLoad>,
+    /// Entries that report left out (over `MAX_FUNCTION_LOADS`).
+    #[serde(default)]
+    pub loads_dropped: u64,
     #[serde(skip)]
     link: usize,
     #[serde(skip)]
@@ -149,6 +158,8 @@ impl AgentReports {
                 replica: 0,
                 age_ms: None,
                 delivered: Vec::new(),
+                loads: Vec::new(),
+                loads_dropped: 0,
                 link,
                 received: None,
             },
@@ -162,6 +173,18 @@ impl AgentReports {
             r.heartbeats += 1;
             r.heartbeat = Some(h);
             r.received = Some(self.clock.now());
+        }
+    }
+
+    /// Keeps `loads` as the agent's latest load report (ignored if the
+    /// agent is not registered here). Entries over `MAX_FUNCTION_LOADS`
+    /// (a misbehaving agent) are cut off and counted as dropped.
+    pub fn loads(&self, agent: &AgentId, mut loads: Vec<FunctionLoad>, dropped: u64) {
+        let over = loads.len().saturating_sub(MAX_FUNCTION_LOADS);
+        loads.truncate(MAX_FUNCTION_LOADS);
+        if let Some(r) = self.lock().get_mut(agent) {
+            r.loads = loads;
+            r.loads_dropped = dropped.saturating_add(over as u64);
         }
     }
 
@@ -258,6 +281,56 @@ impl AgentReports {
             for (kind, n) in a.swaps.by_kind() {
                 out.add(&SWAPS, &[a.agent.as_str(), kind], n as f64);
             }
+            if a.heartbeat.is_some() {
+                out.add(&LOADS_DROPPED, &[a.agent.as_str()], a.loads_dropped as f64);
+            }
+        }
+        sample_loads(&agents, out);
+    }
+}
+
+/// Per (tenant, function), the latest load reports of `agents` summed;
+/// the label pairs are bounded by [`FunctionLabels`] (in name order, so
+/// the same ones keep their labels), the rest summed under `OTHER`.
+fn sample_loads(agents: &[AgentReport], out: &mut Sampler) {
+    let mut keys: Vec<(&TenantId, &str)> = agents
+        .iter()
+        .flat_map(|a| &a.loads)
+        .map(|l| (&l.tenant, l.function.as_str()))
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let mut bound = FunctionLabels::new();
+    let labels: BTreeMap<(&TenantId, &str), (TenantId, String)> = keys
+        .into_iter()
+        .map(|(tenant, function)| {
+            let (t, f) = bound.label(&tenant.0, function);
+            let label = (TenantId(t.to_string()), f.to_string());
+            ((tenant, function), label)
+        })
+        .collect();
+    let labelled: Vec<FunctionLoad> = agents
+        .iter()
+        .flat_map(|a| &a.loads)
+        .map(|l| {
+            let (tenant, function) = labels[&(&l.tenant, l.function.as_str())].clone();
+            FunctionLoad {
+                tenant,
+                function,
+                ..l.clone()
+            }
+        })
+        .collect();
+    for ((tenant, function), load) in sum_loads([labelled.as_slice()]) {
+        let labels = [tenant.0.as_str(), function.as_str()];
+        let figures = [
+            f64::from(load.concurrency),
+            load.arrivals as f64,
+            load.deadline_misses as f64,
+            load.early_rejects as f64,
+        ];
+        for (s, v) in LOAD_SERIES.iter().zip(figures) {
+            out.add(s, &labels, v);
         }
     }
 }
@@ -326,6 +399,38 @@ pub const AGENT_SERIES: [Series; 6] = [
         &["agent"],
     ),
 ];
+
+/// Per (tenant, function), from the latest load reports of the agents
+/// linked to this replica, summed (see `docs/autoscaling.md`).
+pub const LOAD_SERIES: [Series; 4] = [
+    Series::gauge(
+        "gshare_region_function_load_concurrency",
+        "Requests executing or waiting for a function, from the latest load reports of the agents linked to this replica",
+        &["tenant", "function"],
+    ),
+    Series::gauge(
+        "gshare_region_function_load_arrivals",
+        "Requests that arrived for a function within the agents' latest report intervals",
+        &["tenant", "function"],
+    ),
+    Series::gauge(
+        "gshare_region_function_load_deadline_misses",
+        "Requests of a function that missed their deadline within the agents' latest report intervals",
+        &["tenant", "function"],
+    ),
+    Series::gauge(
+        "gshare_region_function_load_early_rejects",
+        "Requests of a function rejected early (deadline unreachable) within the agents' latest report intervals",
+        &["tenant", "function"],
+    ),
+];
+
+/// Load entries an agent's latest report left out (over the cap).
+pub const LOADS_DROPPED: Series = Series::gauge(
+    "gshare_region_agent_loads_dropped",
+    "Function load entries the agent's latest report left out (over MAX_FUNCTION_LOADS)",
+    &["agent"],
+);
 
 /// Swap and remap events reported on an agent's link, by kind.
 pub const SWAPS: Series = Series::counter(
@@ -464,6 +569,75 @@ mod tests {
             assert!(text.contains(&want), "{want} missing in {text}");
         }
         assert!(!text.contains("measured_utilization_ratio{"));
+    }
+
+    fn load(function: &str, arrivals: u64, in_flight: u32, misses: u64) -> FunctionLoad {
+        FunctionLoad {
+            tenant: TenantId("acme".into()),
+            function: function.into(),
+            arrivals,
+            in_flight,
+            waiting: 2,
+            queue_wait_us: 0,
+            deadline_misses: misses,
+            early_rejects: 1,
+            swaps: 0,
+            idle_ms: 0,
+        }
+    }
+
+    #[test]
+    fn keeps_the_latest_load_report_and_exports_it_summed_per_function() {
+        let r = AgentReports::default();
+        r.loads(&AgentId("a".into()), vec![load("f", 1, 1, 0)], 0); // not registered
+        r.registered(1, &register("a"));
+        r.registered(2, &register("b"));
+        r.heartbeat(beat("a", 1));
+        r.heartbeat(beat("b", 1));
+        r.loads(&AgentId("a".into()), vec![load("f", 99, 9, 9)], 0);
+        // The latest report replaces the previous one.
+        r.loads(&AgentId("a".into()), vec![load("f", 3, 1, 1)], 4);
+        r.loads(
+            &AgentId("b".into()),
+            vec![load("f", 5, 2, 0), load("g", 0, 0, 0)],
+            0,
+        );
+        // A misbehaving agent's report over the cap is cut, the rest counted.
+        let many: Vec<FunctionLoad> = (0..MAX_FUNCTION_LOADS + 2)
+            .map(|i| load(&format!("h{i}"), 0, 0, 0))
+            .collect();
+        r.registered(3, &register("c"));
+        r.loads(&AgentId("c".into()), many, 1);
+        let list = r.list();
+        assert_eq!(list[0].loads, vec![load("f", 3, 1, 1)]);
+        assert_eq!(list[0].loads_dropped, 4);
+        assert_eq!(list[2].loads.len(), MAX_FUNCTION_LOADS);
+        assert_eq!(list[2].loads_dropped, 3);
+        r.disconnected(&AgentId("c".into()), 3);
+        let mut sampler = Sampler::new();
+        r.sample(&mut sampler);
+        let families = sampler.into_families();
+        let registry = gshare_core::metrics::prometheus::Registry::new();
+        let text = gshare_core::metrics::exposition(&registry, families.clone(), true).unwrap();
+        assert_eq!(
+            gshare_core::metrics::check_exposition(&text),
+            Vec::<String>::new(),
+            "{text}"
+        );
+        let f = "{tenant=\"acme\",function=\"f\"}";
+        for want in [
+            format!("gshare_region_function_load_concurrency{f} 7\n"),
+            format!("gshare_region_function_load_arrivals{f} 8\n"),
+            format!("gshare_region_function_load_deadline_misses{f} 1\n"),
+            format!("gshare_region_function_load_early_rejects{f} 2\n"),
+            "gshare_region_agent_loads_dropped{agent=\"a\"} 4\n".into(),
+        ] {
+            assert!(text.contains(&want), "{want} missing in {text}");
+        }
+        // Without the metrics or operator token: no tenant-labelled series.
+        let public = gshare_core::metrics::exposition(&registry, families, false).unwrap();
+        assert!(!public.contains("gshare_region_function_load"), "{public}");
+        assert!(public.contains("gshare_region_agent_loads_dropped{agent=\"a\"} 4\n"));
     }
 
     #[test]

@@ -21,7 +21,7 @@ use gshare_core::bounds;
 use gshare_core::model::{
     FunctionSpec, LatencyProfile, NodeId, PoolPreference, Runtime, Slice, TenantId, Tier,
 };
-use gshare_core::protocol::InstanceState;
+use gshare_core::protocol::{InstanceState, RegionLoad};
 use gshare_core::state::{
     Applied, ApplyError, DomainCommand, InstanceId, ObjectKind, PlanRejection, PlannedInstance,
 };
@@ -169,6 +169,11 @@ pub struct FunctionView {
     /// is then `202 Accepted` with `X-Gshare-Error: not_ready`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<NotReady>,
+    /// In `GET /v1/functions/{name}`: its load, the latest load report of
+    /// every agent hosting it summed (agents on `not_ready` nodes left
+    /// out); absent when no agent reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<RegionLoad>,
 }
 
 /// The answer to an applied create (a replay of its key answers the same).
@@ -208,6 +213,7 @@ fn created(
             .collect(),
         ready: None,
         error: None,
+        load: None,
     })
 }
 
@@ -416,6 +422,7 @@ fn view(ctx: &HttpContext, tenant: &TenantId, name: &str) -> Result<FunctionView
             .collect(),
         ready: None,
         error: None,
+        load: None,
     })
 }
 
@@ -494,7 +501,24 @@ async fn show_of(
     for i in &mut v.instances {
         i.state = Some(instance_state(&agents, i).to_string());
     }
+    v.load = function_load(ctx, &agents, tenant, name);
     Ok(HttpResponse::Ok().json(v))
+}
+
+/// `tenant`'s `name`'s load over the agents, those on `not_ready` nodes
+/// left out (`None`: no agent reports it).
+fn function_load(
+    ctx: &HttpContext,
+    agents: &RegionAgents,
+    tenant: &TenantId,
+    name: &str,
+) -> Option<RegionLoad> {
+    let st = ctx.replica.state.read();
+    let d = st.region.domain();
+    let mut loads = agents.function_loads(|a| {
+        d.node_state(&NodeId(a.node.clone())) != gshare_core::state::NodeState::NotReady
+    });
+    loads.remove(&(tenant.clone(), name.to_string()))
 }
 
 /// The answer of `PUT /v1/functions/{name}`.

@@ -446,6 +446,34 @@ fn describe_table(f: &Value) -> Vec<Vec<String>> {
             cell(&i["state"]),
         ]);
     }
+    let load = &f["load"];
+    if load.is_object() {
+        let idle = match load["idle_ms"].as_u64() {
+            Some(u64::MAX) | None => "never invoked".to_string(),
+            Some(ms) => format!("{ms} ms"),
+        };
+        rows.push(Vec::new());
+        rows.push(
+            [
+                "LOAD",
+                "ARRIVALS",
+                "DEADLINE MISSES",
+                "EARLY REJECTS",
+                "SWAPS",
+                "IDLE",
+            ]
+            .map(String::from)
+            .to_vec(),
+        );
+        rows.push(vec![
+            format!("{} in flight or waiting", cell(&load["concurrency"])),
+            cell(&load["arrivals"]),
+            cell(&load["deadline_misses"]),
+            cell(&load["early_rejects"]),
+            cell(&load["swaps"]),
+            idle,
+        ]);
+    }
     rows
 }
 
@@ -506,6 +534,29 @@ mod tests {
             e.contains("fn.toml:4:17: compute_milli: a burstable function"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn describe_shows_the_load_block_when_there_is_one() {
+        let f = serde_json::json!({
+            "spec": {"name": "f", "max_instances": 2}, "version": 1, "instances": [],
+            "load": {"arrivals": 7, "concurrency": 3, "deadline_misses": 1,
+                     "early_rejects": 2, "swaps": 4, "idle_ms": 250},
+        });
+        let rows = super::describe_table(&f);
+        let last = rows.last().unwrap();
+        assert_eq!(
+            last,
+            &["3 in flight or waiting", "7", "1", "2", "4", "250 ms"].map(String::from)
+        );
+        let mut never = f.clone();
+        never["load"]["idle_ms"] = serde_json::json!(u64::MAX);
+        let rows = super::describe_table(&never);
+        assert_eq!(rows.last().unwrap()[5], "never invoked");
+        let mut none = f;
+        none.as_object_mut().unwrap().remove("load");
+        let rows = super::describe_table(&none);
+        assert!(!rows.iter().any(|r| r.first().is_some_and(|c| c == "LOAD")));
     }
 
     #[test]

@@ -62,6 +62,26 @@ pub enum Evaluation {
         /// The outgoing instance.
         instance: InstanceId,
     },
+    /// The autoscaler wants `desired` instances of a function that has
+    /// fewer: place one more (never past `max_instances`).
+    ScaleOut {
+        /// The owner.
+        tenant: TenantId,
+        /// The function.
+        function: String,
+        /// The autoscaler's decision.
+        desired: u32,
+    },
+    /// The autoscaler wants fewer instances: release `instance` (never
+    /// below `min_instances`).
+    ScaleIn {
+        /// The owner.
+        tenant: TenantId,
+        /// The function.
+        function: String,
+        /// The instance the autoscaler chose (`pick_scale_in`).
+        instance: InstanceId,
+    },
 }
 
 impl Evaluation {
@@ -73,6 +93,8 @@ impl Evaluation {
             Evaluation::NodeNotReady { .. } => "node_not_ready",
             Evaluation::Drain { .. } => "drain",
             Evaluation::Replace { .. } => "replace",
+            Evaluation::ScaleOut { .. } => "scale_out",
+            Evaluation::ScaleIn { .. } => "scale_in",
         }
     }
 }

@@ -32,10 +32,12 @@
 //! [`EvalError::NoLeader`] and the caller tries again where the leader now
 //! is (a deploy under its idempotency key is applied at most once).
 
+mod autoscale;
 mod evaluation;
 mod liveness;
 mod worker;
 
+pub use autoscale::AUTOSCALE_TICK;
 pub use evaluation::{EvalDone, EvalError, EvalResult, Evaluation};
 pub use liveness::LIVENESS_TICK;
 pub use worker::IN_FLIGHT_BATCHES;
@@ -83,6 +85,9 @@ pub struct Counters {
     planned: AtomicU64,
     /// Plans made again after a refusal on a changed view.
     replans: AtomicU64,
+    /// The autoscalers' latest decision per function (the leader's tick).
+    decisions:
+        Mutex<BTreeMap<gshare_core::autoscale::FunctionKey, gshare_core::autoscale::Decision>>,
 }
 
 impl Counters {
@@ -97,6 +102,13 @@ impl Counters {
         };
         let mut e = self.evaluations.lock().unwrap_or_else(|p| p.into_inner());
         *e.entry((kind, outcome)).or_default() += 1;
+    }
+
+    /// Keeps the decisions of the latest autoscaling tick (functions gone
+    /// from it are gone from here).
+    fn decided(&self, steps: &[gshare_core::autoscale::ScaleStep]) {
+        let mut d = self.decisions.lock().unwrap_or_else(|p| p.into_inner());
+        *d = steps.iter().map(|s| (s.key.clone(), s.decision)).collect();
     }
 
     /// The counters' samples for `/metrics`.
@@ -131,6 +143,23 @@ impl Counters {
             .iter()
         {
             out.add(&EVALUATIONS, &[kind, outcome], *n as f64);
+        }
+        const DESIRED: Series = Series::gauge(
+            "gshare_region_autoscale_desired_instances",
+            "Instances the leader's autoscaler wants for a function, by the rule that set it (the leader only)",
+            &["tenant", "function", "rule"],
+        );
+        for ((tenant, function), d) in self
+            .decisions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            out.add(
+                &DESIRED,
+                &[&tenant.0, function, d.rule.as_str()],
+                f64::from(d.desired),
+            );
         }
         for (series, v) in PLAIN
             .iter()

@@ -155,6 +155,53 @@ fn decide(
                 })),
             },
         },
+        Evaluation::ScaleOut {
+            tenant,
+            function,
+            desired,
+        } => {
+            let nothing = Decision::Answer(Ok(EvalDone {
+                applied: None,
+                replans: 0,
+            }));
+            let Ok(f) = view.function(tenant, function) else {
+                return nothing; // deleted meanwhile
+            };
+            if view.instance_count(tenant, function) >= (*desired).min(f.spec.max_instances) {
+                return nothing;
+            }
+            match plan_placements(view, &f.spec, 1, policy, now) {
+                Err(r) => Decision::Answer(Err(EvalError::Rejected(r))),
+                Ok(plan) => Decision::Propose(DomainCommand::InstancePlace {
+                    tenant: tenant.clone(),
+                    function: function.clone(),
+                    slices: plan.placements().pop().unwrap_or_default(),
+                }),
+            }
+        }
+        Evaluation::ScaleIn {
+            tenant,
+            function,
+            instance,
+        } => {
+            let nothing = Decision::Answer(Ok(EvalDone {
+                applied: None,
+                replans: 0,
+            }));
+            let Ok(f) = view.function(tenant, function) else {
+                return nothing;
+            };
+            // Not an outgoing one: the roll replaces those.
+            let ours = view.instance(*instance).is_some_and(|i| {
+                &i.tenant == tenant && &i.function == function && i.version == f.version
+            });
+            if !ours || view.instance_count(tenant, function) <= f.spec.min_instances {
+                return nothing;
+            }
+            Decision::Propose(DomainCommand::InstanceRelease {
+                instance: *instance,
+            })
+        }
         Evaluation::NodeNotReady { node, instance } | Evaluation::Drain { node, instance } => {
             let nothing = Decision::Answer(Ok(EvalDone {
                 applied: None,
@@ -298,7 +345,9 @@ fn plan_batch(inner: &Arc<Inner>, shared: &Shared, batch: Vec<Queued>) -> Vec<Pl
                 Evaluation::Underplaced { .. }
                 | Evaluation::NodeNotReady { .. }
                 | Evaluation::Drain { .. }
-                | Evaluation::Replace { .. } => {
+                | Evaluation::Replace { .. }
+                | Evaluation::ScaleOut { .. }
+                | Evaluation::ScaleIn { .. } => {
                     let _ = shared.again.send(q);
                 }
             },
@@ -313,7 +362,9 @@ fn plan_batch(inner: &Arc<Inner>, shared: &Shared, batch: Vec<Queued>) -> Vec<Pl
                     Evaluation::Underplaced { .. }
                     | Evaluation::NodeNotReady { .. }
                     | Evaluation::Drain { .. }
-                    | Evaluation::Replace { .. } => None,
+                    | Evaluation::Replace { .. }
+                    | Evaluation::ScaleOut { .. }
+                    | Evaluation::ScaleIn { .. } => None,
                 };
                 planned.push(Planned {
                     q,

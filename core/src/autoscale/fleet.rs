@@ -1,0 +1,122 @@
+//! The region's autoscalers: one [`Autoscaler`] per deployed function,
+//! fed the summed load reports and turned into scale actions on the
+//! committed view (pure: the leader's tick passes the view, the loads and
+//! `now`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{pick_scale_in, Autoscaler, Decision, Params};
+use crate::model::{NodeId, TenantId};
+use crate::protocol::RegionLoad;
+use crate::state::{InstanceId, RegionState};
+
+/// A function's key: (tenant, name).
+pub type FunctionKey = (TenantId, String);
+
+/// What one function's decision asks the scheduler to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScaleAction {
+    /// Place one more instance (the decision wants more than there are).
+    Out {
+        /// Instances wanted.
+        desired: u32,
+    },
+    /// Release this instance (the decision wants fewer).
+    In {
+        /// The instance [`pick_scale_in`] chose.
+        instance: InstanceId,
+    },
+}
+
+/// One function's outcome of a tick.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScaleStep {
+    /// The function.
+    pub key: FunctionKey,
+    /// The autoscaler's decision.
+    pub decision: Decision,
+    /// What to do about it (`None`: nothing, a rolling update is under
+    /// way, or every candidate for a scale-in is the last copy where
+    /// requests wait).
+    pub action: Option<ScaleAction>,
+}
+
+/// Every deployed function's autoscaler.
+#[derive(Debug, Clone, Default)]
+pub struct Autoscalers {
+    by_function: BTreeMap<FunctionKey, Autoscaler>,
+}
+
+impl Autoscalers {
+    /// Functions with an autoscaler.
+    pub fn len(&self) -> usize {
+        self.by_function.len()
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.by_function.is_empty()
+    }
+
+    /// Forgets everything (a replica that stops leading: a new leader
+    /// starts with fresh windows, as its signals are its own).
+    pub fn clear(&mut self) {
+        self.by_function.clear();
+    }
+
+    /// One tick at `now_ms`: each function of `view` observes its summed
+    /// load (`loads`; a function no agent reports observes nothing) and
+    /// decides on its instances; functions gone from `view` are forgotten.
+    /// `waiting` names, per function, the nodes whose agent reports
+    /// requests of it waiting (a scale-in keeps the last copy there).
+    pub fn step(
+        &mut self,
+        params: &Params,
+        view: &RegionState,
+        loads: &BTreeMap<FunctionKey, RegionLoad>,
+        waiting: &BTreeMap<FunctionKey, BTreeSet<NodeId>>,
+        now_ms: u64,
+    ) -> Vec<ScaleStep> {
+        let mut out = Vec::new();
+        let mut seen = BTreeSet::new();
+        let none = BTreeSet::new();
+        for f in view.functions() {
+            let key = (f.spec.tenant.clone(), f.spec.name.clone());
+            seen.insert(key.clone());
+            let scaler = self
+                .by_function
+                .entry(key.clone())
+                .or_insert_with(|| Autoscaler::new(now_ms));
+            if let Some(load) = loads.get(&key) {
+                scaler.observe(params, load.signal(now_ms));
+            }
+            let current = view.instance_count(&key.0, &key.1);
+            // Quota is checked where the placement applies: a refused
+            // placement changes nothing and the next tick decides again.
+            let decision = scaler.decide(params, &f.spec, now_ms, current, u32::MAX);
+            // A rolling update owns the count until its roll is done (it
+            // replaces the outgoing instances one for one).
+            let rolling = view.outgoing(&key.0, &key.1).next().is_some();
+            let action = if rolling {
+                None
+            } else if decision.desired > current {
+                Some(ScaleAction::Out {
+                    desired: decision.desired,
+                })
+            } else if decision.desired < current {
+                let nodes = waiting.get(&key).unwrap_or(&none);
+                let candidates = view.scale_in_candidates(&key.0, &key.1, nodes);
+                pick_scale_in(&candidates).map(|c| ScaleAction::In { instance: c.id })
+            } else {
+                None
+            };
+            out.push(ScaleStep {
+                key,
+                decision,
+                action,
+            });
+        }
+        self.by_function.retain(|k, _| seen.contains(k));
+        out
+    }
+}

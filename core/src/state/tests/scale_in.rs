@@ -1,0 +1,194 @@
+//! Scale-in candidates: each instance's tier, its fullest GPU and whether
+//! it is the last one on a node with requests waiting.
+
+use super::*;
+use crate::autoscale::pick_scale_in;
+use std::collections::BTreeSet;
+
+fn place_on(
+    s: &mut RegionState,
+    tenant: &str,
+    name: &str,
+    node: &str,
+    index: u32,
+    mib: u64,
+) -> InstanceId {
+    let cmd = DomainCommand::InstancePlace {
+        tenant: t(tenant),
+        function: name.into(),
+        slices: vec![Slice {
+            gpu: gpu(node, index),
+            compute_milli: 250,
+            memory_mib: mib,
+        }],
+    };
+    match ok(s, cmd) {
+        Applied::InstancePlaced { instance, .. } => instance,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn candidates_report_the_fullest_gpu_and_protect_the_last_copy_where_requests_wait() {
+    let mut s = region();
+    let mut f = spec("acme", "f", Tier::Guaranteed, 250, 4_096);
+    f.min_instances = 0;
+    deploy(&mut s, f);
+    let mut g = spec("globex", "g", Tier::Guaranteed, 250, 8_192);
+    g.min_instances = 0;
+    deploy(&mut s, g);
+    let a = place_on(&mut s, "acme", "f", "c1", 0, 4_096);
+    let b = place_on(&mut s, "acme", "f", "c1", 0, 4_096);
+    let c = place_on(&mut s, "acme", "f", "c2", 1, 4_096);
+    place_on(&mut s, "globex", "g", "c2", 1, 8_192);
+    s.check_invariants().unwrap();
+
+    let none = BTreeSet::new();
+    let got = s.scale_in_candidates(&t("acme"), "f", &none);
+    let by_id: BTreeMap<_, _> = got.iter().map(|c| (c.id, c)).collect();
+    assert_eq!(by_id.len(), 3);
+    // c1/0 holds 8 GiB of 16; c2/1 holds 12 GiB of 16.
+    assert_eq!(by_id[&a].gpu_used_ppm, 500_000);
+    assert_eq!(by_id[&b].gpu_used_ppm, 500_000);
+    assert_eq!(by_id[&c].gpu_used_ppm, 750_000);
+    assert!(got
+        .iter()
+        .all(|c| !c.last_on_node_with_waiting && c.tier == Tier::Guaranteed));
+    // The emptiest GPU first, then the lowest id.
+    assert_eq!(pick_scale_in(&got).map(|c| c.id), Some(a));
+
+    // Requests wait on c2, where `c` is the only copy: it is protected.
+    let c2 = BTreeSet::from([NodeId("c2".into())]);
+    let got = s.scale_in_candidates(&t("acme"), "f", &c2);
+    let protected: Vec<_> = got
+        .iter()
+        .filter(|c| c.last_on_node_with_waiting)
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(protected, vec![c]);
+    // On c1 there are two copies: neither is the last.
+    let c1 = BTreeSet::from([NodeId("c1".into())]);
+    let got = s.scale_in_candidates(&t("acme"), "f", &c1);
+    assert!(got.iter().all(|c| !c.last_on_node_with_waiting));
+    // Another tenant's function has no candidates under this name.
+    assert!(s.scale_in_candidates(&t("globex"), "f", &none).is_empty());
+}
+
+fn load(concurrency: u32) -> crate::protocol::RegionLoad {
+    crate::protocol::RegionLoad {
+        arrivals: u64::from(concurrency),
+        concurrency,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn the_autoscalers_scale_a_loaded_function_out_and_an_idle_one_in() {
+    use crate::autoscale::{Autoscalers, Params, Rule, ScaleAction};
+    let mut s = region();
+    // 250 milli of a GPU saturating at 1000: 80 ms a request, a 500 ms
+    // deadline: 6 at once, target 4.2 at 70 %.
+    deploy(&mut s, spec("acme", "f", Tier::Burstable, 250, 1_024));
+    let first = place(&mut s, "acme", "f");
+    let p = Params::default();
+    let key = (t("acme"), "f".to_string());
+    let mut a = Autoscalers::default();
+    let none = BTreeMap::new();
+    let no_wait: BTreeMap<_, BTreeSet<NodeId>> = BTreeMap::new();
+    let t0 = T0;
+
+    // No report: nothing to do.
+    let steps = a.step(&p, &s, &none, &no_wait, t0);
+    assert_eq!(steps.len(), 1);
+    assert_eq!(
+        (steps[0].decision.rule, steps[0].action.clone()),
+        (Rule::NoSignal, None)
+    );
+
+    // 20 requests at once: ceil(20 / 4.2) = 5 instances, in panic.
+    let busy = BTreeMap::from([(key.clone(), load(20))]);
+    let steps = a.step(&p, &s, &busy, &no_wait, t0 + 1_000);
+    assert_eq!(steps[0].decision.target_milli, 4_200);
+    assert_eq!(steps[0].decision.desired, 5);
+    assert!(steps[0].decision.panic);
+    assert_eq!(steps[0].action, Some(ScaleAction::Out { desired: 5 }));
+
+    // Placed: five instances, and then the load stops.
+    let mut ids = vec![first];
+    for _ in 0..4 {
+        ids.push(place(&mut s, "acme", "f"));
+    }
+    let idle = BTreeMap::from([(key.clone(), load(0))]);
+    let mut at = t0 + 2_000;
+    // Panic mode holds for a stable window (60 s) after its condition last
+    // held (at 1 s, so until 61 s), and recommends no fewer than there are;
+    // the scale-in delay (idle_timeout_s = 60 s) then holds the last of
+    // those (at 60 s) until 120 s: five throughout.
+    while at <= t0 + 120_000 {
+        let steps = a.step(&p, &s, &idle, &no_wait, at);
+        assert_eq!(steps[0].decision.desired, 5, "at {at}");
+        assert_eq!(steps[0].action, None);
+        at += 1_000;
+    }
+    // Past both: at most halve, releasing the candidate pick_scale_in
+    // ranks first.
+    let steps = a.step(&p, &s, &idle, &no_wait, t0 + 121_000);
+    assert_eq!(steps[0].decision.desired, 3);
+    assert_eq!(steps[0].decision.rule, Rule::ScaleDownRate);
+    let expected =
+        crate::autoscale::pick_scale_in(&s.scale_in_candidates(&t("acme"), "f", &BTreeSet::new()))
+            .map(|c| c.id)
+            .unwrap();
+    assert_eq!(
+        steps[0].action,
+        Some(ScaleAction::In { instance: expected })
+    );
+    assert!(ids.contains(&expected));
+
+    // Never below min_instances (1): with one instance left it keeps it.
+    for id in ids.iter().filter(|i| **i != first) {
+        ok(&mut s, DomainCommand::InstanceRelease { instance: *id });
+    }
+    let steps = a.step(&p, &s, &idle, &no_wait, t0 + 400_000);
+    assert_eq!(steps[0].decision.desired, 1);
+    assert_eq!(steps[0].action, None);
+
+    // A deleted function's autoscaler is forgotten.
+    ok(
+        &mut s,
+        DomainCommand::FunctionDelete {
+            tenant: t("acme"),
+            name: "f".into(),
+        },
+    );
+    assert!(a.step(&p, &s, &idle, &no_wait, t0 + 401_000).is_empty());
+    assert!(a.is_empty());
+}
+
+#[test]
+fn an_outgoing_instance_is_not_a_scale_in_candidate() {
+    let mut s = region();
+    let f = spec("acme", "f", Tier::Guaranteed, 250, 1_024);
+    deploy(&mut s, f.clone());
+    let old = place(&mut s, "acme", "f");
+    // A reshaping update (more memory) leaves `old` outgoing.
+    let mut g = f;
+    g.memory_mib = 2_048;
+    ok(&mut s, DomainCommand::FunctionUpdate { spec: g });
+    assert_eq!(
+        s.outgoing(&t("acme"), "f")
+            .map(|i| i.id)
+            .collect::<Vec<_>>(),
+        vec![old]
+    );
+    assert!(s
+        .scale_in_candidates(&t("acme"), "f", &BTreeSet::new())
+        .is_empty());
+    let new = place(&mut s, "acme", "f");
+    let ids: Vec<_> = s
+        .scale_in_candidates(&t("acme"), "f", &BTreeSet::new())
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(ids, vec![new]);
+}

@@ -1,0 +1,123 @@
+//! The leader's autoscaling tick: every replica's agent load reports,
+//! summed per function, fed to one autoscaler per function (core's
+//! [`Autoscalers`], pure), whose decisions become scale evaluations.
+//!
+//! ```text
+//!  agents ─Loads─▶ the replica holding each link   leader, every AUTOSCALE_TICK:
+//!                                                   hub.gather() (every replica's reports)
+//!                                                   Autoscalers::step(view, loads, waiting, now)
+//!                                                      Out ─▶ Evaluation::ScaleOut (one placement)
+//!                                                      In  ─▶ Evaluation::ScaleIn (one release)
+//! ```
+//!
+//! One evaluation per function is in flight at a time, so two ticks never
+//! release two instances on the same count. A replica that stops leading
+//! forgets its windows; the next leader starts afresh.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use gshare_core::autoscale::{Autoscalers, FunctionKey, Params, ScaleAction};
+use gshare_core::model::NodeId;
+use gshare_core::state::NodeState;
+use openraft::ServerState;
+
+use super::{Evaluation, Inner, Scheduler};
+use crate::agents::AgentHub;
+use crate::proposer::unix_ms;
+
+/// How often the leader's autoscalers observe and decide.
+pub const AUTOSCALE_TICK: Duration = Duration::from_secs(1);
+
+impl Scheduler {
+    /// Starts the leader's autoscaling tick with `params` (it acts only
+    /// while this replica leads).
+    pub fn watch_load(&self, hub: AgentHub, params: Params) {
+        tokio::spawn(tick(Arc::downgrade(&self.inner), hub, params));
+    }
+}
+
+async fn tick(inner: Weak<Inner>, hub: AgentHub, params: Params) {
+    let mut scalers = Autoscalers::default();
+    let busy: Arc<Mutex<BTreeSet<FunctionKey>>> = Arc::default();
+    loop {
+        tokio::time::sleep(AUTOSCALE_TICK).await;
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        if inner.raft.metrics().borrow().state == ServerState::Shutdown {
+            return;
+        }
+        if !inner.leads() {
+            scalers.clear();
+            continue;
+        }
+        let agents = hub.gather().await;
+        let now = unix_ms();
+        let work: Vec<(FunctionKey, Evaluation)> = {
+            let st = inner.state.read();
+            let view = st.region.domain();
+            let counts =
+                |node: &str| view.node_state(&NodeId(node.to_string())) != NodeState::NotReady;
+            let loads = agents.function_loads(|a| counts(&a.node));
+            let mut waiting: BTreeMap<FunctionKey, BTreeSet<NodeId>> = BTreeMap::new();
+            for a in agents
+                .agents
+                .iter()
+                .filter(|a| a.heartbeat.is_some() && counts(&a.node))
+            {
+                for l in a.loads.iter().filter(|l| l.waiting > 0) {
+                    waiting
+                        .entry((l.tenant.clone(), l.function.clone()))
+                        .or_default()
+                        .insert(NodeId(a.node.clone()));
+                }
+            }
+            let steps = scalers.step(&params, view, &loads, &waiting, now);
+            inner.counters.decided(&steps);
+            steps
+                .into_iter()
+                .filter_map(|s| {
+                    let (tenant, function) = s.key.clone();
+                    let eval = match s.action? {
+                        ScaleAction::Out { desired } => Evaluation::ScaleOut {
+                            tenant,
+                            function,
+                            desired,
+                        },
+                        ScaleAction::In { instance } => Evaluation::ScaleIn {
+                            tenant,
+                            function,
+                            instance,
+                        },
+                    };
+                    Some((s.key, eval))
+                })
+                .collect()
+        };
+        let scheduler = Scheduler { inner };
+        for (key, eval) in work {
+            let fresh = busy
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(key.clone());
+            if !fresh {
+                continue;
+            }
+            let (s, busy) = (scheduler.clone(), busy.clone());
+            tokio::spawn(async move {
+                let what = format!("{eval:?}");
+                match s.submit_here(eval).await {
+                    Ok(done) => {
+                        if let Some(a) = done.applied {
+                            tracing::info!("{what}: {a:?}");
+                        }
+                    }
+                    Err(e) => tracing::debug!("{what}: {e}"),
+                }
+                busy.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+            });
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! Autoscaling on real processes: a replica and two simulated agents; a
+//! function deployed with `min_instances = 1`, `max_instances = 3` gets
+//! more instances while clients keep it busy (the agents' load reports →
+//! the leader's autoscaler → scale-out placements), never more than its
+//! maximum, and the leader's `/metrics` shows the decision.
+
+use gshare_region::http_client::{request, HttpReply};
+use gshare_tests::{TestRegion, TOKEN};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn call(addr: SocketAddr, method: &str, path: &str, token: &str, body: Option<&str>) -> HttpReply {
+    request(
+        addr,
+        method,
+        path,
+        Some(token),
+        body,
+        Duration::from_secs(20),
+    )
+    .unwrap_or_else(|e| HttpReply {
+        status: 0,
+        body: e.to_string(),
+        ..HttpReply::default()
+    })
+}
+
+fn json_of(r: &HttpReply) -> Value {
+    serde_json::from_str(&r.body).unwrap_or(Value::Null)
+}
+
+fn until<T>(what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(r) = f() {
+            return r;
+        }
+        assert!(Instant::now() < deadline, "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+struct Agent(Child);
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn instances(http: SocketAddr, token: &str) -> usize {
+    let r = call(http, "GET", "/v1/functions/burst", token, None);
+    json_of(&r)["instances"].as_array().map_or(0, Vec::len)
+}
+
+#[test]
+fn a_busy_function_scales_out_to_its_maximum() {
+    let mut region = TestRegion::new(1).expect("region");
+    region.start(1, true).expect("start");
+    region
+        .wait_leader(&[1], Duration::from_secs(15))
+        .expect("leader");
+    let http = region.http(1);
+    let r = until("token", 30, || {
+        let r = call(http, "POST", "/v1/tenants/acme/tokens", TOKEN, None);
+        (r.status == 201).then_some(r)
+    });
+    let acme = json_of(&r)["token"].as_str().unwrap().to_string();
+    let _agents: Vec<Agent> = ["local-c1", "local-c2"]
+        .iter()
+        .map(|node| {
+            let (config, _) = region.sim_agent_config(node, &[]).expect("agent config");
+            Agent(
+                Command::new(gshare_tests::binary("gshare-edge"))
+                    .arg("--config")
+                    .arg(&config)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("start agent"),
+            )
+        })
+        .collect();
+    // 100 ms a request on its 500-milli slice, a 300 ms deadline: three
+    // fit in a deadline, the target is 2.1 requests at once per instance.
+    let spec = json!({
+        "name": "burst", "runtime": "pytorch", "memory_mib": 1000, "compute_milli": 500,
+        "tier": "guaranteed", "deadline_ms": 300, "pool": "center",
+        "min_instances": 1, "max_instances": 3,
+        "latency": {"full_gpu_us": 100000, "saturation_milli": 500},
+    })
+    .to_string();
+    let r = until("deployed and ready", 60, || {
+        let r = call(http, "POST", "/v1/functions?wait=ready", &acme, Some(&spec));
+        (r.status == 201 || r.status == 409).then_some(r)
+    });
+    assert_eq!(r.status, 201, "{r:?}");
+    until("burst serves", 30, || {
+        let r = call(http, "POST", "/v1/invoke/acme/burst", &acme, Some("{}"));
+        (r.status == 200).then_some(())
+    });
+    assert_eq!(instances(http, &acme), 1);
+
+    // Twelve clients back to back: far above one instance's target.
+    let stop = Arc::new(AtomicBool::new(false));
+    let served = Arc::new(AtomicU64::new(0));
+    let clients: Vec<_> = (0..12)
+        .map(|_| {
+            let (stop, served, acme) = (stop.clone(), served.clone(), acme.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let r = call(http, "POST", "/v1/invoke/acme/burst", &acme, Some("{}"));
+                    if r.status == 200 {
+                        served.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    until("scaled out to 3", 60, || {
+        (instances(http, &acme) == 3).then_some(())
+    });
+    eprintln!("scaled out to 3 in {:?}", started.elapsed());
+    // Never past the maximum, while the load goes on.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(instances(http, &acme), 3);
+    let metrics = call(http, "GET", "/metrics", TOKEN, None).body;
+    let line = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("gshare_region_autoscale_desired_instances{")
+                && l.contains("function=\"burst\"")
+        })
+        .unwrap_or_else(|| panic!("no decision for burst in {metrics}"))
+        .to_string();
+    assert!(line.ends_with(" 3"), "{line}");
+    assert!(
+        metrics.lines().any(|l| l.starts_with(
+            "gshare_region_scheduler_evaluations_total{kind=\"scale_out\",outcome=\"committed\"} 2"
+        )),
+        "{metrics}"
+    );
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.join().unwrap();
+    }
+    assert!(served.load(Ordering::Relaxed) > 0);
+}
