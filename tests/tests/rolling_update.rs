@@ -192,6 +192,20 @@ fn a_reshaping_update_replaces_instances_while_every_invocation_succeeds() {
     stop.store(true, Ordering::Relaxed);
     load.join().unwrap();
 
+    // What make-before-break means, checked first: an old and a new
+    // instance were seen side by side (a one-step move never shows both),
+    // and the function never had fewer than its two instances.
+    let seen = seen.lock().unwrap();
+    assert!(
+        seen.iter()
+            .any(|v| v.iter().any(|i| i.2) && v.iter().any(|i| i.1 == 2)),
+        "never saw an old and a new instance side by side"
+    );
+    let fewest = seen.iter().map(Vec::len).min().unwrap_or(0);
+    assert!(
+        fewest >= 2,
+        "the function had {fewest} instance(s) at some moment"
+    );
     let statuses = statuses.lock().unwrap();
     let failed: Vec<&(u16, String)> = statuses.iter().filter(|(s, _)| *s != 200).collect();
     println!(
@@ -199,21 +213,10 @@ fn a_reshaping_update_replaces_instances_while_every_invocation_succeeds() {
         statuses.len(),
         failed.len()
     );
+    assert!(failed.is_empty(), "failed invocations: {failed:?}");
     assert!(
         statuses.len() >= 10,
         "too few invocations: {}",
         statuses.len()
-    );
-    assert!(failed.is_empty(), "failed invocations: {failed:?}");
-    let seen = seen.lock().unwrap();
-    let fewest = seen.iter().map(Vec::len).min().unwrap_or(0);
-    assert!(
-        fewest >= 2,
-        "the function had {fewest} instance(s) at some moment"
-    );
-    assert!(
-        seen.iter()
-            .any(|v| v.iter().any(|i| i.2) && v.iter().any(|i| i.1 == 2)),
-        "never saw an old and a new instance side by side"
     );
 }
