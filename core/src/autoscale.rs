@@ -202,6 +202,16 @@ impl Autoscaler {
         }
     }
 
+    /// An autoscaler taking over a function that has `current` instances
+    /// at `now_ms` (a new leader): it scales in only once its own
+    /// recommendations have stayed lower for `idle_timeout_s`, as if it
+    /// had recommended `current` just now.
+    pub fn resume(now_ms: u64, current: u32) -> Self {
+        let mut a = Autoscaler::new(now_ms);
+        a.recent.push_back((now_ms, current));
+        a
+    }
+
     /// Records a signal. Signals older than the newest one kept are
     /// ignored (they would not change the windows' order).
     pub fn observe(&mut self, params: &Params, signal: Signal) {

@@ -35,9 +35,10 @@ pub struct ScaleStep {
     pub key: FunctionKey,
     /// The autoscaler's decision.
     pub decision: Decision,
-    /// What to do about it (`None`: nothing, a rolling update is under
-    /// way, or every candidate for a scale-in is the last copy where
-    /// requests wait).
+    /// What to do about it (`None`: nothing; a rolling update, a drain or
+    /// a replacement is under way; the decision is to go to zero and one
+    /// instance is left; or every candidate for a scale-in is the last
+    /// copy where requests wait).
     pub action: Option<ScaleAction>,
 }
 
@@ -83,27 +84,35 @@ impl Autoscalers {
         for f in view.functions() {
             let key = (f.spec.tenant.clone(), f.spec.name.clone());
             seen.insert(key.clone());
+            let current = view.instance_count(&key.0, &key.1);
             let scaler = self
                 .by_function
                 .entry(key.clone())
-                .or_insert_with(|| Autoscaler::new(now_ms));
+                .or_insert_with(|| Autoscaler::resume(now_ms, current));
             if let Some(load) = loads.get(&key) {
                 scaler.observe(params, load.signal(now_ms));
             }
-            let current = view.instance_count(&key.0, &key.1);
             // Quota is checked where the placement applies: a refused
             // placement changes nothing and the next tick decides again.
             let decision = scaler.decide(params, &f.spec, now_ms, current, u32::MAX);
             // A rolling update owns the count until its roll is done (it
-            // replaces the outgoing instances one for one).
-            let rolling = view.outgoing(&key.0, &key.1).next().is_some();
-            let action = if rolling {
+            // replaces the outgoing instances one for one), and so does a
+            // drain or a replacement off a not-ready node (its new instance
+            // is one more until the old one goes).
+            let moving = view.outgoing(&key.0, &key.1).next().is_some()
+                || view
+                    .instances_of(&key.0, &key.1)
+                    .any(|i| i.slices.iter().any(|s| !view.takes_placements(&s.gpu.node)));
+            // Nothing serves a function at zero until a request can bring it
+            // back (not built): a decision to go to zero keeps the last one.
+            let floor = decision.desired.max(1);
+            let action = if moving {
                 None
             } else if decision.desired > current {
                 Some(ScaleAction::Out {
                     desired: decision.desired,
                 })
-            } else if decision.desired < current {
+            } else if floor < current {
                 let nodes = waiting.get(&key).unwrap_or(&none);
                 let candidates = view.scale_in_candidates(&key.0, &key.1, nodes);
                 pick_scale_in(&candidates).map(|c| ScaleAction::In { instance: c.id })

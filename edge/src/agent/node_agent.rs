@@ -30,9 +30,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
-/// The longest the agent sleeps between executor ticks while requests are
-/// pending, whatever [`NodeExecutor::next_timeout`] says (a safety net: the
-/// executor's timeouts are exact, so this tick normally finds nothing to do).
+/// The longest the agent sleeps between executor ticks, whatever
+/// [`NodeExecutor::next_timeout`] says (a safety net: the executor's
+/// timeouts are exact, so this tick normally finds nothing to do; an idle
+/// agent wakes ten times a second).
 const TICK_FALLBACK: Duration = Duration::from_millis(100);
 /// Swap events kept for the region when nobody collects them.
 const MAX_SWAP_EVENTS: usize = 10_000;

@@ -50,7 +50,10 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub, params: Params) {
             return;
         }
         if !inner.leads() {
-            scalers.clear();
+            if !scalers.is_empty() {
+                scalers.clear();
+                inner.counters.decided(&[]);
+            }
             continue;
         }
         let agents = hub.gather().await;

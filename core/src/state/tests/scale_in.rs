@@ -192,3 +192,90 @@ fn an_outgoing_instance_is_not_a_scale_in_candidate() {
         .collect();
     assert_eq!(ids, vec![new]);
 }
+
+#[test]
+fn a_decision_to_zero_keeps_the_last_instance() {
+    use crate::autoscale::{Autoscalers, Params, Rule};
+    let mut s = region();
+    let mut f = spec("acme", "f", Tier::Burstable, 250, 1_024);
+    f.min_instances = 0;
+    deploy(&mut s, f);
+    place(&mut s, "acme", "f");
+    let key = (t("acme"), "f".to_string());
+    let idle = BTreeMap::from([(key, load(0))]);
+    let no_wait: BTreeMap<_, BTreeSet<NodeId>> = BTreeMap::new();
+    let mut a = Autoscalers::default();
+    let p = Params::default();
+    // idle_timeout_s = 60: idle from the first tick, to zero 60 s later.
+    for at in (0..60).map(|k| T0 + k * 1_000) {
+        let steps = a.step(&p, &s, &idle, &no_wait, at);
+        assert_ne!(steps[0].decision.rule, Rule::ToZero, "at {at}");
+    }
+    let steps = a.step(&p, &s, &idle, &no_wait, T0 + 60_000);
+    assert_eq!(steps[0].decision.rule, Rule::ToZero);
+    assert_eq!(steps[0].decision.desired, 0);
+    assert_eq!(steps[0].action, None, "nothing would bring it back");
+}
+
+#[test]
+fn a_drain_or_replacement_under_way_holds_the_autoscaler() {
+    use crate::autoscale::{Autoscalers, Params, ScaleAction};
+    let mut s = region();
+    deploy(&mut s, spec("acme", "f", Tier::Burstable, 250, 1_024));
+    let i = place(&mut s, "acme", "f");
+    let node = s.instance(i).unwrap().slices[0].gpu.node.clone();
+    let key = (t("acme"), "f".to_string());
+    let busy = BTreeMap::from([(key, load(20))]);
+    let no_wait: BTreeMap<_, BTreeSet<NodeId>> = BTreeMap::new();
+    let p = Params::default();
+    let mut a = Autoscalers::default();
+    assert_eq!(
+        a.step(&p, &s, &busy, &no_wait, T0 + 1_000)[0].action,
+        Some(ScaleAction::Out { desired: 5 })
+    );
+    // Its node is drained: the drain places one more and releases the old
+    // one; the autoscaler keeps out of it.
+    ok(
+        &mut s,
+        DomainCommand::NodeDrainSet {
+            node: node.clone(),
+            drain: true,
+        },
+    );
+    let steps = a.step(&p, &s, &busy, &no_wait, T0 + 2_000);
+    assert_eq!(steps[0].decision.desired, 5);
+    assert_eq!(steps[0].action, None);
+    ok(&mut s, DomainCommand::NodeDrainSet { node, drain: false });
+    assert_eq!(
+        a.step(&p, &s, &busy, &no_wait, T0 + 3_000)[0].action,
+        Some(ScaleAction::Out { desired: 5 })
+    );
+}
+
+#[test]
+fn a_new_leaders_autoscaler_waits_out_the_scale_in_delay() {
+    use crate::autoscale::{Autoscalers, Params, ScaleAction};
+    let mut s = region();
+    deploy(&mut s, spec("acme", "f", Tier::Burstable, 250, 1_024));
+    for _ in 0..4 {
+        place(&mut s, "acme", "f");
+    }
+    let key = (t("acme"), "f".to_string());
+    let idle = BTreeMap::from([(key, load(0))]);
+    let no_wait: BTreeMap<_, BTreeSet<NodeId>> = BTreeMap::new();
+    let p = Params::default();
+    // Taking over at T0 with four instances and no load: it keeps four for
+    // idle_timeout_s (60 s), then halves.
+    let mut a = Autoscalers::default();
+    for at in (0..60).map(|k| T0 + k * 1_000) {
+        let steps = a.step(&p, &s, &idle, &no_wait, at);
+        assert_eq!(
+            (steps[0].decision.desired, steps[0].action.clone()),
+            (4, None),
+            "at {at}"
+        );
+    }
+    let steps = a.step(&p, &s, &idle, &no_wait, T0 + 61_000);
+    assert_eq!(steps[0].decision.desired, 2);
+    assert!(matches!(steps[0].action, Some(ScaleAction::In { .. })));
+}
