@@ -216,3 +216,32 @@ fn sim_serving_prints_its_table_to_stdout_and_names_every_trace_source() {
     }
     let _ = std::fs::remove_file(&json);
 }
+
+#[test]
+fn sim_serving_prints_its_table_without_a_json_file() {
+    let out = Command::new(env!("CARGO_BIN_EXE_gsharectl"))
+        .args([
+            "sim",
+            "serving",
+            "--synthetic",
+            "--functions",
+            "20",
+            "--invocations",
+            "2000",
+            "--seed",
+            "1",
+            "--gpus",
+            "2",
+            "--policy",
+            "gshare",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stdout: {stdout}\nstderr: {stderr}");
+    assert!(
+        stdout.lines().any(|l| l.starts_with("gshare")),
+        "no gshare row on stdout: {stdout}"
+    );
+}

@@ -85,9 +85,9 @@ pub struct Args {
     /// Deadline = arrival + slack × service time on a whole GPU.
     #[arg(long, default_value_t = 2.0)]
     pub slack: f64,
-    /// Where to write the JSON report.
+    /// Where to write the JSON report (the table is printed to stdout either way).
     #[arg(long)]
-    pub json: PathBuf,
+    pub json: Option<PathBuf>,
     /// Where to write an SVG chart.
     #[arg(long)]
     pub svg: Option<PathBuf>,
@@ -184,8 +184,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "currency": params.pricing.currency,
         "policies": outcomes.iter().map(policy_json).collect::<Vec<_>>(),
     });
-    std::fs::write(&args.json, serde_json::to_string_pretty(&report)? + "\n")
-        .with_context(|| format!("writing {}", args.json.display()))?;
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
     if let Some(svg) = &args.svg {
         std::fs::write(svg, chart(&trace.name, args.slack, &outcomes))
             .with_context(|| format!("writing {}", svg.display()))?;
