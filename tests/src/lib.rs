@@ -15,6 +15,7 @@
 //! --bins` (same profile as the test), so `cargo test` alone suffices on a
 //! clean checkout.
 
+pub mod api_calls;
 pub mod binaries;
 pub mod fault_proxy;
 pub mod fuzz;
@@ -22,6 +23,7 @@ pub mod raw_http;
 pub mod stand_in_region;
 pub mod test_region;
 
+pub use api_calls::{call, json_of, until, AgentProcess};
 pub use binaries::{binary, build_binaries};
 pub use fault_proxy::{Direction, DirectionStats, FaultProxy, Faults, ProxyLimits};
 pub use test_region::{ReplicaProc, TestRegion, TOKEN};

@@ -4,54 +4,12 @@
 //! the leader's autoscaler → scale-out placements), never more than its
 //! maximum, and the leader's `/metrics` shows the decision.
 
-use gshare_region::http_client::{request, HttpReply};
-use gshare_tests::{TestRegion, TOKEN};
-use serde_json::{json, Value};
+use gshare_tests::{call, json_of, until, AgentProcess, TestRegion, TOKEN};
+use serde_json::json;
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn call(addr: SocketAddr, method: &str, path: &str, token: &str, body: Option<&str>) -> HttpReply {
-    request(
-        addr,
-        method,
-        path,
-        Some(token),
-        body,
-        Duration::from_secs(20),
-    )
-    .unwrap_or_else(|e| HttpReply {
-        status: 0,
-        body: e.to_string(),
-        ..HttpReply::default()
-    })
-}
-
-fn json_of(r: &HttpReply) -> Value {
-    serde_json::from_str(&r.body).unwrap_or(Value::Null)
-}
-
-fn until<T>(what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(r) = f() {
-            return r;
-        }
-        assert!(Instant::now() < deadline, "timed out: {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-struct Agent(Child);
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn instances(http: SocketAddr, token: &str) -> usize {
     let r = call(http, "GET", "/v1/functions/burst", token, None);
@@ -71,19 +29,11 @@ fn a_busy_function_scales_out_to_its_maximum() {
         (r.status == 201).then_some(r)
     });
     let acme = json_of(&r)["token"].as_str().unwrap().to_string();
-    let _agents: Vec<Agent> = ["local-c1", "local-c2"]
+    let _agents: Vec<AgentProcess> = ["local-c1", "local-c2"]
         .iter()
         .map(|node| {
             let (config, _) = region.sim_agent_config(node, &[]).expect("agent config");
-            Agent(
-                Command::new(gshare_tests::binary("gshare-edge"))
-                    .arg("--config")
-                    .arg(&config)
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .expect("start agent"),
-            )
+            AgentProcess::start(&config)
         })
         .collect();
     // 100 ms a request on its 500-milli slice, a 300 ms deadline: three

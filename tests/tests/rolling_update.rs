@@ -6,57 +6,13 @@
 //! has fewer than its two instances, and at some moment it has an old and
 //! a new one side by side.
 
-use gshare_region::http_client::{request, HttpReply};
-use gshare_tests::{TestRegion, TOKEN};
+use gshare_tests::{call, json_of, until, AgentProcess, TestRegion, TOKEN};
 use serde_json::{json, Value};
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const NODES: [&str; 2] = ["local-c1", "local-c2"];
-
-fn call(addr: SocketAddr, method: &str, path: &str, token: &str, body: Option<&str>) -> HttpReply {
-    request(
-        addr,
-        method,
-        path,
-        Some(token),
-        body,
-        Duration::from_secs(20),
-    )
-    .unwrap_or_else(|e| HttpReply {
-        status: 0,
-        body: e.to_string(),
-        ..HttpReply::default()
-    })
-}
-
-fn json_of(r: &HttpReply) -> Value {
-    serde_json::from_str(&r.body).unwrap_or(Value::Null)
-}
-
-fn until<T>(what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(r) = f() {
-            return r;
-        }
-        assert!(Instant::now() < deadline, "timed out: {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// An agent process, killed when dropped.
-struct Agent(Child);
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn spec(memory_mib: u64) -> String {
     json!({
@@ -107,19 +63,11 @@ fn a_reshaping_update_replaces_instances_while_every_invocation_succeeds() {
         (r.status == 201).then_some(r)
     });
     let acme = json_of(&r)["token"].as_str().unwrap().to_string();
-    let _agents: Vec<Agent> = NODES
+    let _agents: Vec<AgentProcess> = NODES
         .iter()
         .map(|node| {
             let (config, _) = region.sim_agent_config(node, &[]).expect("agent config");
-            Agent(
-                Command::new(gshare_tests::binary("gshare-edge"))
-                    .arg("--config")
-                    .arg(&config)
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .expect("start agent"),
-            )
+            AgentProcess::start(&config)
         })
         .collect();
     for node in NODES {
