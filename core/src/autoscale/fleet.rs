@@ -65,7 +65,8 @@ impl Autoscalers {
         self.by_function.clear();
     }
 
-    /// One tick at `now_ms`: each function of `view` observes its summed
+    /// One tick at `now_ms`: each function of `view` whose count may change
+    /// (`min_instances < max_instances`) observes its summed
     /// load (`loads`; a function no agent reports observes nothing) and
     /// decides on its instances; functions gone from `view` are forgotten.
     /// `waiting` names, per function, the nodes whose agent reports
@@ -82,6 +83,12 @@ impl Autoscalers {
         let mut seen = BTreeSet::new();
         let none = BTreeSet::new();
         for f in view.functions() {
+            // A fixed count has nothing to decide (and most functions of a
+            // large region may be such: the tick stays proportional to
+            // the functions that can scale).
+            if f.spec.min_instances >= f.spec.max_instances {
+                continue;
+            }
             let key = (f.spec.tenant.clone(), f.spec.name.clone());
             seen.insert(key.clone());
             let current = view.instance_count(&key.0, &key.1);

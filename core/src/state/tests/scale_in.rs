@@ -153,6 +153,23 @@ fn the_autoscalers_scale_a_loaded_function_out_and_an_idle_one_in() {
     assert_eq!(steps[0].decision.desired, 1);
     assert_eq!(steps[0].action, None);
 
+    // A function with a fixed count has no autoscaler and no step.
+    let mut fixed = spec("acme", "fixed", Tier::Burstable, 250, 1_024);
+    fixed.max_instances = fixed.min_instances;
+    deploy(&mut s, fixed);
+    let steps = a.step(&p, &s, &idle, &no_wait, T0 + 400_500);
+    assert_eq!(
+        steps.iter().map(|s| s.key.1.as_str()).collect::<Vec<_>>(),
+        vec!["f"]
+    );
+    ok(
+        &mut s,
+        DomainCommand::FunctionDelete {
+            tenant: t("acme"),
+            name: "fixed".into(),
+        },
+    );
+
     // A deleted function's autoscaler is forgotten.
     ok(
         &mut s,
