@@ -5,6 +5,14 @@
 //! `X-Gshare-Forwarded`). The answer is the agent's (same statuses as its
 //! ingress).
 //!
+//! A request for a function with no instance (or whose instance's agent,
+//! linked here, has not been sent its assignment yet) is held while one is
+//! placed: the first such request on this replica wakes the function
+//! (`Evaluation::ScaleOut { desired: 1 }`, see [`super::wake`]), and every
+//! held request polls the applied state until it can be forwarded, for at
+//! most its deadline and [`MAX_HOLD`]; past that, `503 no_instance`
+//! (retryable) and nothing ran.
+//!
 //! Every invocation runs under an idempotency key (the client's
 //! `Idempotency-Key`, or one this replica assigns; every answer names it in
 //! that header), which the agent keeps with the usage record that bills it.
