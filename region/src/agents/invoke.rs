@@ -305,21 +305,11 @@ struct Route {
     ready: bool,
 }
 
-fn route(
-    ctx: &HttpContext,
-    tenant: &TenantId,
-    name: &str,
-    start: usize,
-) -> Result<Route, HttpResponse> {
+/// `None`: the function is unknown.
+fn route(ctx: &HttpContext, tenant: &TenantId, name: &str, start: usize) -> Option<Route> {
     let st = ctx.replica.state.read();
     let d = st.region.domain();
-    let Ok(f) = d.function(tenant, name) else {
-        return Err(error(
-            StatusCode::NOT_FOUND,
-            "unknown_function",
-            "unknown function",
-        ));
-    };
+    let f = d.function(tenant, name).ok()?;
     let mut ids = Vec::new();
     let mut nodes: BTreeSet<NodeId> = BTreeSet::new();
     for i in d.instances_of(tenant, name) {
@@ -335,7 +325,7 @@ fn route(
             delivered |= sent.iter().any(|i| ids.contains(i));
         }
     }
-    Ok(Route {
+    Some(Route {
         ready: !nodes.is_empty() && (delivered || !linked_here),
         nodes: preferred_order(nodes, &hub.reports.resident_nodes(&ids), start),
         function_deadline_ms: f.spec.deadline_ms,
@@ -362,7 +352,13 @@ async fn hold(
     let hub = &ctx.replica.agents;
     let mut waited = false;
     loop {
-        let r = route(ctx, tenant, name, start)?;
+        let Some(r) = route(ctx, tenant, name, start) else {
+            return Err(error(
+                StatusCode::NOT_FOUND,
+                "unknown_function",
+                "unknown function",
+            ));
+        };
         let budget = Duration::from_millis(deadline_ms.unwrap_or(r.function_deadline_ms));
         let bound = budget.min(MAX_HOLD);
         let held = arrived.elapsed();
