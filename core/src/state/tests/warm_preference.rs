@@ -36,16 +36,28 @@ fn a_fitting_node_with_a_host_copy_wins_over_a_better_scored_one() {
         let plain = plan_placements(&s, &f, 1, &policy(&BestFit, options, &[]), T0).unwrap();
         // Without a preference the ranking picks c1 (the first of equals).
         assert_eq!(node_of(&plain), NodeId("c1".into()), "{options:?}");
-        let warm =
-            plan_placements(&s, &f, 1, &policy(&BestFit, options, &[c2.clone()]), T0).unwrap();
+        let warm = plan_placements(
+            &s,
+            &f,
+            1,
+            &policy(&BestFit, options, std::slice::from_ref(&c2)),
+            T0,
+        )
+        .unwrap();
         assert_eq!(node_of(&warm), c2, "{options:?}");
         // A limited scan goes past its limit to reach it.
         let limited = PlanOptions {
             feasible_limit: Some(1),
             ..options
         };
-        let warm =
-            plan_placements(&s, &f, 1, &policy(&BestFit, limited, &[c2.clone()]), T0).unwrap();
+        let warm = plan_placements(
+            &s,
+            &f,
+            1,
+            &policy(&BestFit, limited, std::slice::from_ref(&c2)),
+            T0,
+        )
+        .unwrap();
         assert_eq!(node_of(&warm), c2, "{limited:?}");
     }
     // Only the first instance of a plan is preferred (one host copy).
@@ -53,7 +65,7 @@ fn a_fitting_node_with_a_host_copy_wins_over_a_better_scored_one() {
         &s,
         &f,
         2,
-        &policy(&BestFit, PlanOptions::default(), &[c2.clone()]),
+        &policy(&BestFit, PlanOptions::default(), std::slice::from_ref(&c2)),
         T0,
     )
     .unwrap();
