@@ -430,7 +430,7 @@ pub fn pick_scale_in<I: Ord>(candidates: &[ScaleInCandidate<I>]) -> Option<&Scal
 }
 
 mod fleet;
-pub use fleet::{Autoscalers, FunctionKey, ScaleAction, ScaleStep};
+pub use fleet::{fewest_kept, Autoscalers, FunctionKey, Scalable, ScaleAction, ScaleStep};
 
 #[cfg(test)]
 mod tests;

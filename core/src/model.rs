@@ -359,6 +359,30 @@ impl Quota {
         Ok(())
     }
 
+    /// How many more of `each` fit beside `used` (the largest `k` with
+    /// `used + k × each` admitted, as [`Quota::admits`] checks it; a
+    /// dimension `each` does not use does not limit it; `u32::MAX` when
+    /// none does). Nothing fits where `used` is already past a limit.
+    pub fn room(&self, used: &Quota, each: &Quota) -> u32 {
+        let fits = |limit: u64, used: u64, each: u64| {
+            if used > limit {
+                return 0;
+            }
+            limit
+                .saturating_sub(used)
+                .checked_div(each)
+                .unwrap_or(u64::MAX)
+        };
+        let n = fits(self.compute_milli, used.compute_milli, each.compute_milli)
+            .min(fits(self.memory_mib, used.memory_mib, each.memory_mib))
+            .min(fits(
+                u64::from(self.instances),
+                u64::from(used.instances),
+                u64::from(each.instances),
+            ));
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
     /// `self + other` per dimension, saturating: for bookkeeping of
     /// amounts [`Quota::admits`] has already admitted (a saturated sum is
     /// past every quota, so it can never pass a check).
@@ -467,6 +491,75 @@ pub struct FunctionSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `room` is exactly what `admits` lets through: `room` more fit, one
+    /// more does not (unless the room is unbounded).
+    fn room_agrees_with_admits(limit: Quota, used: Quota, each: Quota) {
+        let k = limit.room(&used, &each);
+        let times = |n: u32| Quota {
+            compute_milli: each.compute_milli.saturating_mul(u64::from(n)),
+            memory_mib: each.memory_mib.saturating_mul(u64::from(n)),
+            instances: each.instances.saturating_mul(n),
+        };
+        if k > 0 {
+            assert!(
+                limit.admits(&used, &times(k)).is_ok(),
+                "{limit:?} {used:?} {each:?} {k}"
+            );
+        }
+        if k < u32::MAX {
+            assert!(
+                limit.admits(&used, &times(k + 1)).is_err(),
+                "{limit:?} {used:?} {each:?} {k}"
+            );
+        }
+    }
+
+    #[test]
+    fn quota_room_counts_the_instances_that_still_fit() {
+        let q = |compute_milli, memory_mib, instances| Quota {
+            compute_milli,
+            memory_mib,
+            instances,
+        };
+        let limit = q(2_000, 16_384, 8);
+        // Compute limits first: 1750 / 250 = 7.
+        assert_eq!(limit.room(&q(250, 1_024, 1), &q(250, 1_024, 1)), 7);
+        // Memory: 15360 / 4096 = 3.
+        assert_eq!(limit.room(&q(250, 1_024, 1), &q(100, 4_096, 1)), 3);
+        // Instances: 8 − 7 = 1.
+        assert_eq!(limit.room(&q(700, 7_000, 7), &q(10, 10, 1)), 1);
+        // Already past a limit: none, not a wrapped count.
+        assert_eq!(limit.room(&q(3_000, 0, 0), &q(1, 1, 1)), 0);
+        // A zero quota has no room.
+        assert_eq!(Quota::default().room(&Quota::default(), &q(1, 1, 1)), 0);
+        // Nothing asked in any dimension: unbounded.
+        assert_eq!(limit.room(&q(0, 0, 0), &q(0, 0, 0)), u32::MAX);
+        for (l, u, e) in [
+            (limit, q(250, 1_024, 1), q(250, 1_024, 1)),
+            (limit, q(3_000, 0, 0), q(1, 1, 1)),
+            (q(u64::MAX, u64::MAX, u32::MAX), q(0, 0, 0), q(1, 1, 1)),
+            (
+                q(u64::MAX, u64::MAX, u32::MAX),
+                q(u64::MAX, 0, 0),
+                q(0, 0, 1),
+            ),
+        ] {
+            room_agrees_with_admits(l, u, e);
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn quota_room_matches_admits(
+            limit in (0u64..10_000, 0u64..100_000, 0u32..64),
+            used in (0u64..12_000, 0u64..120_000, 0u32..70),
+            each in (0u64..2_000, 0u64..20_000, 0u32..2),
+        ) {
+            let q = |(c, m, i): (u64, u64, u32)| Quota { compute_milli: c, memory_mib: m, instances: i };
+            room_agrees_with_admits(q(limit), q(used), q(each));
+        }
+    }
 
     #[test]
     fn enums_round_trip_their_names() {

@@ -16,6 +16,14 @@
 //! node_ready_grace_ms = 3000        # optional: silence after which a node is not_ready
 //! node_replace_grace_ms = 2000      # optional: not_ready this long: its instances move
 //!
+//! [autoscale]                       # optional: the leader's autoscaler (defaults shown)
+//! stable_window_ms = 60000          # 1 ..= 3600000
+//! panic_window_ms = 6000            # 1 ..= stable_window_ms
+//! panic_threshold_pct = 200         # 100 ..= 10000
+//! target_utilization_pct = 70       # 1 ..= 100
+//! max_scale_down_ratio = 2          # ≥ 1
+//! max_scale_up_ratio = 1000         # ≥ 1
+//!
 //! [tls]                             # QUIC mutual TLS (Raft, agents)
 //! ca_cert = "certs/ca.pem"
 //! cert = "certs/r1.pem"
@@ -101,6 +109,8 @@ pub struct ReplicaConfig {
     pub insecure_http: bool,
     /// `agent_join_grace_s`, `node_ready_grace_ms`, `node_replace_grace_ms`.
     pub liveness: gshare_core::state::LivenessRules,
+    /// `[autoscale]`: the leader's autoscaler constants.
+    pub autoscale: gshare_core::autoscale::Params,
 }
 
 pub use gshare_core::config::{ConfigError, DEFAULT_KEEP_LOGS, DEFAULT_SNAPSHOT_EVERY};
@@ -217,6 +227,7 @@ impl ReplicaConfig {
             http_tls,
             insecure_http: f.insecure_http,
             liveness: f.liveness,
+            autoscale: f.autoscale,
         })
     }
 }

@@ -127,6 +127,9 @@ async fn answer(
         PeerRequest::Delivered(node) => PeerReply::Delivered(agents.delivered_to(&node)),
         PeerRequest::AgentReports => PeerReply::AgentReports(agents.local_part()),
         PeerRequest::Heard => PeerReply::Heard(agents.heard_ages()),
+        PeerRequest::Decision { tenant, function } => {
+            PeerReply::Decision(scheduler.local_decision(&tenant, &function))
+        }
     };
     counters.requests.fetch_add(1, Ordering::Relaxed);
     if let Err(e) = write_frame(&mut send, &reply).await {

@@ -82,6 +82,8 @@ pub struct ReplicaSpec {
     pub keep_logs: u64,
     /// The leader's node liveness graces.
     pub liveness: gshare_core::state::LivenessRules,
+    /// The leader's autoscaler constants (`[autoscale]`).
+    pub autoscale: gshare_core::autoscale::Params,
 }
 
 impl From<&ReplicaConfig> for ReplicaSpec {
@@ -95,6 +97,7 @@ impl From<&ReplicaConfig> for ReplicaSpec {
             snapshot_every: c.snapshot_every,
             keep_logs: c.keep_logs,
             liveness: c.liveness,
+            autoscale: c.autoscale,
         }
     }
 }
@@ -209,7 +212,7 @@ impl Replica {
             links,
         );
         scheduler.watch_liveness(agents.clone(), spec.liveness);
-        scheduler.watch_load(agents.clone(), gshare_core::autoscale::Params::default());
+        scheduler.watch_load(agents.clone(), spec.autoscale);
         tokio::spawn(quic_server::serve(
             endpoint.clone(),
             raft.clone(),

@@ -54,6 +54,15 @@ pub enum PeerRequest {
     /// How long ago the replica last heard each node's agent (node
     /// liveness, gathered by the leader).
     Heard,
+    /// The leader's latest autoscaling decision for a function
+    /// (`crate::scheduler::DecisionLookup`; a new last variant: replicas
+    /// upgrade together).
+    Decision {
+        /// The function's tenant.
+        tenant: gshare_core::model::TenantId,
+        /// Its name.
+        function: String,
+    },
 }
 
 /// Why a forwarded write was not committed.
@@ -91,6 +100,8 @@ pub enum PeerReply {
     AgentReports(crate::agents::ReplicaAgents),
     /// Reply to [`PeerRequest::Heard`]: (node, ms since last heard).
     Heard(Vec<(gshare_core::model::NodeId, u64)>),
+    /// Reply to [`PeerRequest::Decision`].
+    Decision(crate::scheduler::DecisionLookup),
 }
 
 pub use gshare_core::net::{WireError, BAD_FRAME};

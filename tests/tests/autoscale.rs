@@ -1,8 +1,9 @@
-//! Autoscaling on real processes: a replica and two simulated agents; a
-//! function deployed with `min_instances = 1`, `max_instances = 3` gets
+//! Autoscaling on real processes: three replicas and two simulated agents;
+//! a function deployed with `min_instances = 1`, `max_instances = 3` gets
 //! more instances while clients keep it busy (the agents' load reports →
 //! the leader's autoscaler → scale-out placements), never more than its
-//! maximum, and the leader's `/metrics` shows the decision.
+//! maximum; the leader's `/metrics` shows the decision, and a follower's
+//! `GET /v1/functions/{name}` shows it too (asked of the leader).
 
 use gshare_tests::{call, json_of, until, AgentProcess, TestRegion, TOKEN};
 use serde_json::json;
@@ -18,12 +19,15 @@ fn instances(http: SocketAddr, token: &str) -> usize {
 
 #[test]
 fn a_busy_function_scales_out_to_its_maximum() {
-    let mut region = TestRegion::new(1).expect("region");
-    region.start(1, true).expect("start");
-    region
-        .wait_leader(&[1], Duration::from_secs(15))
+    let mut region = TestRegion::new(3).expect("region");
+    for id in 1..=3 {
+        region.start(id, id == 1).expect("start");
+    }
+    let leader = region
+        .wait_leader(&[1, 2, 3], Duration::from_secs(15))
         .expect("leader");
-    let http = region.http(1);
+    let http = region.http(leader);
+    let follower = region.http(if leader == 1 { 2 } else { 1 });
     let r = until("token", 30, || {
         let r = call(http, "POST", "/v1/tenants/acme/tokens", TOKEN, None);
         (r.status == 201).then_some(r)
@@ -77,6 +81,22 @@ fn a_busy_function_scales_out_to_its_maximum() {
         (instances(http, &acme) == 3).then_some(())
     });
     eprintln!("scaled out to 3 in {:?}", started.elapsed());
+    // A follower's describe carries the leader's latest decision: three
+    // wanted in panic mode (the panic window's mean far above one
+    // instance's target; cut to max_instances when it asks for more).
+    let block = until("the decision through a follower", 30, || {
+        let r = call(follower, "GET", "/v1/functions/burst", &acme, None);
+        let a = json_of(&r)["autoscale"].clone();
+        let d = &a["decision"];
+        (a["status"] == "decided" && d["desired"] == 3 && d["current"] == 3).then_some(a)
+    });
+    eprintln!("autoscale block through a follower: {block}");
+    assert_eq!(block["leader"], leader, "{block}");
+    assert_eq!(block["decision"]["panic"], true, "{block}");
+    let rule = block["decision"]["rule"].as_str().unwrap_or_default();
+    assert!(rule == "panic" || rule == "max", "{block}");
+    assert_eq!(block["decision"]["target_milli"], 2_100, "{block}");
+    assert!(block["age_ms"].as_u64().is_some(), "{block}");
     // Never past the maximum, while the load goes on.
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(instances(http, &acme), 3);
@@ -94,6 +114,12 @@ fn a_busy_function_scales_out_to_its_maximum() {
         metrics.lines().any(|l| l.starts_with(
             "gshare_region_scheduler_evaluations_total{kind=\"scale_out\",outcome=\"committed\"} 2"
         )),
+        "{metrics}"
+    );
+    assert!(
+        metrics.lines().any(|l| l.starts_with(&format!(
+            "gshare_region_autoscale_decisions_total{{rule=\"{rule}\"}} "
+        ))),
         "{metrics}"
     );
     stop.store(true, Ordering::Relaxed);

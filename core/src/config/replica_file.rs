@@ -102,7 +102,15 @@ pub struct ReplicaFile {
     /// `agent_join_grace_s`, `node_ready_grace_ms`, `node_replace_grace_ms`
     /// (the leader's node liveness; defaults in [`crate::state::LivenessRules`]).
     pub liveness: crate::state::LivenessRules,
+    /// `[autoscale]`: the leader's autoscaler constants (defaults in
+    /// [`crate::autoscale::Params`]).
+    pub autoscale: crate::autoscale::Params,
 }
+
+/// Longest `autoscale.stable_window_ms`: an autoscaler keeps at most
+/// 4,096 signals (one a tick, a tick a second), so a longer window would
+/// average over fewer than it names.
+pub const MAX_AUTOSCALE_WINDOW_MS: u64 = 3_600_000;
 
 impl ReplicaFile {
     /// The files this config names, each to be opened by the replica.
@@ -215,6 +223,11 @@ fn read(
         d.replace_grace_ms,
         (0, 7 * 86_400_000),
     );
+    let autoscale = root.table(is, "autoscale", false).map(|mut t| {
+        let p = autoscale_params(is, &mut t);
+        t.finish(is);
+        p
+    });
     let tls = root.table(is, "tls", true).map(|mut t| {
         let ca_cert = path(is, &mut t, "ca_cert", true);
         let cert = path(is, &mut t, "cert", true);
@@ -326,6 +339,10 @@ fn read(
         ready_grace_ms: ready_grace_ms?,
         replace_grace_ms: replace_grace_ms?,
     };
+    let autoscale = match autoscale {
+        None => crate::autoscale::Params::default(),
+        Some(p) => p?,
+    };
     let http_tls = match http_tls {
         None => None,
         Some((Some(cert), Some(key), ca_written, ca_cert)) if !ca_written || ca_cert.is_some() => {
@@ -352,6 +369,72 @@ fn read(
         insecure_http: insecure_http.v.unwrap_or(false),
         peers,
         liveness,
+        autoscale,
+    })
+}
+
+/// `[autoscale]`: every key optional (the default when absent); windows
+/// from 1 ms to [`MAX_AUTOSCALE_WINDOW_MS`] with the panic window no
+/// longer than the stable one, the threshold from 100 to 10,000 %, the
+/// utilization from 1 to 100 %, the ratios at least 1.
+fn autoscale_params(
+    is: &mut Issues<'_>,
+    t: &mut TableReader<'_, '_>,
+) -> Option<crate::autoscale::Params> {
+    let d = crate::autoscale::Params::default();
+    let window = (1, MAX_AUTOSCALE_WINDOW_MS);
+    let stable = bounded(is, t, "stable_window_ms", d.stable_window_ms, window);
+    let panic_written = t.has("panic_window_ms");
+    let panic_f: Field<u64> = t.uint(is, "panic_window_ms", false);
+    let panic = if panic_written {
+        check_range(is, &panic_f, window.0, window.1)
+    } else {
+        Some(d.panic_window_ms)
+    };
+    let pct = |is: &mut Issues<'_>, t: &mut TableReader<'_, '_>, key, default: u32, range| {
+        bounded(is, t, key, u64::from(default), range).and_then(|v| u32::try_from(v).ok())
+    };
+    let ratio = (1, u64::from(u32::MAX));
+    let panic_threshold_pct = pct(
+        is,
+        t,
+        "panic_threshold_pct",
+        d.panic_threshold_pct,
+        (100, 10_000),
+    );
+    let target_utilization_pct = pct(
+        is,
+        t,
+        "target_utilization_pct",
+        d.target_utilization_pct,
+        (1, 100),
+    );
+    let max_scale_down_ratio = pct(is, t, "max_scale_down_ratio", d.max_scale_down_ratio, ratio);
+    let max_scale_up_ratio = pct(is, t, "max_scale_up_ratio", d.max_scale_up_ratio, ratio);
+    let (stable_window_ms, panic_window_ms) = (stable?, panic?);
+    if panic_window_ms > stable_window_ms {
+        is.report(
+            &panic_f.at,
+            IssueKind::Inconsistent,
+            if panic_written {
+                format!("must not be longer than stable_window_ms ({stable_window_ms})")
+            } else {
+                format!(
+                    "the default ({panic_window_ms}) is longer than stable_window_ms \
+                     ({stable_window_ms}): give a shorter one"
+                )
+            },
+            Some(panic_window_ms.to_string()),
+        );
+        return None;
+    }
+    Some(crate::autoscale::Params {
+        stable_window_ms,
+        panic_window_ms,
+        panic_threshold_pct: panic_threshold_pct?,
+        target_utilization_pct: target_utilization_pct?,
+        max_scale_down_ratio: max_scale_down_ratio?,
+        max_scale_up_ratio: max_scale_up_ratio?,
     })
 }
 
@@ -448,6 +531,77 @@ mod tests {
             .to_string();
         assert!(s.contains("agent_join_grace_s"), "{s}");
         assert!(s.contains("node_ready_grace_ms"), "{s}");
+    }
+
+    #[test]
+    fn the_autoscale_table_is_optional_and_checked_all_at_once() {
+        let f = ReplicaFile::from_toml("r1.toml", VALID).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(f.autoscale, crate::autoscale::Params::default());
+        let with = |table: &str| format!("{VALID}[autoscale]\n{table}");
+        let text = with(
+            "stable_window_ms = 30000\npanic_window_ms = 3000\npanic_threshold_pct = 150\n\
+             target_utilization_pct = 80\nmax_scale_down_ratio = 4\nmax_scale_up_ratio = 10\n",
+        );
+        let f = ReplicaFile::from_toml("r1.toml", &text).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            f.autoscale,
+            crate::autoscale::Params {
+                stable_window_ms: 30_000,
+                panic_window_ms: 3_000,
+                panic_threshold_pct: 150,
+                target_utilization_pct: 80,
+                max_scale_down_ratio: 4,
+                max_scale_up_ratio: 10,
+            }
+        );
+        // A key left out keeps its default.
+        let f = ReplicaFile::from_toml("r1.toml", &with("target_utilization_pct = 50\n"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            f.autoscale,
+            crate::autoscale::Params {
+                target_utilization_pct: 50,
+                ..Default::default()
+            }
+        );
+        // Every mistake at once, each at its key (the table starts at line 16).
+        let text = with(
+            "stable_window_ms = 0\npanic_window_ms = 7200000\npanic_threshold_pct = 50\n\
+             target_utilization_pct = 101\nmax_scale_down_ratio = 0\nmax_scale_up_ratio = -1\n\
+             colour = 1\n",
+        );
+        let e = ReplicaFile::from_toml("r1.toml", &text).unwrap_err();
+        let s = e.to_string();
+        for want in [
+            "r1.toml:17:20: autoscale.stable_window_ms: must be from 1 to 3600000",
+            "r1.toml:18:19: autoscale.panic_window_ms: must be from 1 to 3600000",
+            "r1.toml:19:23: autoscale.panic_threshold_pct: must be from 100 to 10000",
+            "r1.toml:20:26: autoscale.target_utilization_pct: must be from 1 to 100",
+            "r1.toml:21:24: autoscale.max_scale_down_ratio: must be from 1 to",
+            "r1.toml:22:22: autoscale.max_scale_up_ratio: must not be negative",
+            "r1.toml:23:1: autoscale.colour: unknown key",
+        ] {
+            assert!(s.contains(want), "missing {want:?} in\n{s}");
+        }
+        assert_eq!(e.error.issues.len(), 7, "{s}");
+        // The panic window no longer than the stable one, written or not.
+        let s = ReplicaFile::from_toml(
+            "r1.toml",
+            &with("stable_window_ms = 10000\npanic_window_ms = 20000\n"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            s.contains("r1.toml:18:19: autoscale.panic_window_ms: must not be longer than stable_window_ms (10000)"),
+            "{s}"
+        );
+        let s = ReplicaFile::from_toml("r1.toml", &with("stable_window_ms = 1000\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            s.contains("autoscale.panic_window_ms: the default (6000) is longer than stable_window_ms (1000)"),
+            "{s}"
+        );
     }
 
     #[test]

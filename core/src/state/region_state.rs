@@ -304,6 +304,27 @@ impl RegionState {
             .unwrap_or_default()
     }
 
+    /// How many more instances of `spec` its tenant's quota leaves room
+    /// for: the most over the pool kinds (a placement may go to either),
+    /// each instance holding the spec's compute and memory (an exclusive
+    /// one may hold more: its GPUs' whole memory, so this is an upper
+    /// bound; apply checks each placement). 0 for an unknown tenant.
+    pub fn quota_room(&self, spec: &FunctionSpec) -> u32 {
+        let Some(tenant) = self.tenant(&spec.tenant) else {
+            return 0;
+        };
+        let each = super::instance::held_of([(spec.compute_milli, spec.memory_mib)]);
+        [PoolKind::Center, PoolKind::Edge]
+            .into_iter()
+            .map(|kind| {
+                tenant
+                    .quota(kind)
+                    .room(&self.held(&spec.tenant, kind), &each)
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
     /// GPUs of the topology that their node's agent registered without
     /// (`allow_fewer_gpus`): they take no placement.
     pub fn unavailable_gpus(&self) -> &BTreeMap<NodeId, BTreeSet<u32>> {

@@ -174,6 +174,61 @@ pub struct FunctionView {
     /// out); absent when no agent reports it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<RegionLoad>,
+    /// In `GET /v1/functions/{name}`: the leader's latest autoscaling
+    /// decision for it, on any replica (a follower asks the leader).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscale: Option<AutoscaleView>,
+}
+
+/// What `autoscale` of a function's view says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AutoscaleStatus {
+    /// The leader's latest tick decided `decision`.
+    Decided,
+    /// The leader has no decision yet (it took over less than a tick ago).
+    Undecided,
+    /// `min_instances = max_instances`: the count is fixed, no autoscaler.
+    Fixed,
+    /// No leader answered (`reason` says why).
+    Unknown,
+}
+
+/// The leader's latest autoscaling decision for a function.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AutoscaleView {
+    /// Whether there is a decision, and if not why.
+    pub status: AutoscaleStatus,
+    /// The decision: desired and current instances, the rule that set
+    /// `desired`, panic mode, the windows' mean concurrency and the target
+    /// of one instance (thousandths).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<gshare_core::autoscale::Decision>,
+    /// When the leader made it (its clock, Unix ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_at_ms: Option<u64>,
+    /// How old it was when the leader answered, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub age_ms: Option<u64>,
+    /// The leader that made it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<u64>,
+    /// Why it is unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl AutoscaleView {
+    fn of(status: AutoscaleStatus) -> Self {
+        AutoscaleView {
+            status,
+            decision: None,
+            decided_at_ms: None,
+            age_ms: None,
+            leader: None,
+            reason: None,
+        }
+    }
 }
 
 /// The answer to an applied create (a replay of its key answers the same).
@@ -214,6 +269,7 @@ fn created(
         ready: None,
         error: None,
         load: None,
+        autoscale: None,
     })
 }
 
@@ -423,6 +479,7 @@ fn view(ctx: &HttpContext, tenant: &TenantId, name: &str) -> Result<FunctionView
         ready: None,
         error: None,
         load: None,
+        autoscale: None,
     })
 }
 
@@ -502,7 +559,43 @@ async fn show_of(
         i.state = Some(instance_state(&agents, i).to_string());
     }
     v.load = function_load(ctx, &agents, tenant, name);
+    v.autoscale = Some(autoscale_of(ctx, &v.spec).await);
     Ok(HttpResponse::Ok().json(v))
+}
+
+/// The leader's latest decision for `spec`'s function (none to ask for
+/// a fixed count).
+async fn autoscale_of(ctx: &HttpContext, spec: &FunctionSpec) -> AutoscaleView {
+    use crate::scheduler::DecisionLookup;
+    if spec.min_instances >= spec.max_instances {
+        return AutoscaleView::of(AutoscaleStatus::Fixed);
+    }
+    match ctx
+        .replica
+        .scheduler
+        .leader_decision(&spec.tenant, &spec.name)
+        .await
+    {
+        Ok(DecisionLookup::Decided(d)) => AutoscaleView {
+            decision: Some(d.decision),
+            decided_at_ms: Some(d.at_ms),
+            age_ms: Some(d.age_ms),
+            leader: Some(d.leader),
+            ..AutoscaleView::of(AutoscaleStatus::Decided)
+        },
+        Ok(DecisionLookup::Undecided { leader }) => AutoscaleView {
+            leader: Some(leader),
+            ..AutoscaleView::of(AutoscaleStatus::Undecided)
+        },
+        Ok(DecisionLookup::NotLeader) => AutoscaleView {
+            reason: Some("the replica asked is no longer the leader".into()),
+            ..AutoscaleView::of(AutoscaleStatus::Unknown)
+        },
+        Err(reason) => AutoscaleView {
+            reason: Some(reason),
+            ..AutoscaleView::of(AutoscaleStatus::Unknown)
+        },
+    }
 }
 
 /// `tenant`'s `name`'s load over the agents, those on `not_ready` nodes

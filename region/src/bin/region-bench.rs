@@ -303,6 +303,7 @@ async fn start_region(dir: &std::path::Path, n: u64, over_tls: bool) -> anyhow::
                 join_grace_ms: u64::MAX,
                 ..Default::default()
             },
+            autoscale: gshare_core::autoscale::Params::default(),
         };
         let server_tls = if over_tls {
             Some(tls::http_server_config(&spec.tls.cert, &spec.tls.key)?)

@@ -474,7 +474,42 @@ fn describe_table(f: &Value) -> Vec<Vec<String>> {
             idle,
         ]);
     }
+    if let Some(a) = autoscale_row(&f["autoscale"]) {
+        rows.push(Vec::new());
+        rows.push(vec!["AUTOSCALE".to_string(), a]);
+    }
     rows
+}
+
+/// The `autoscale` block in one line: `desired 3 (current 1), rule panic,
+/// concurrency stable 2.1 / panic 8.4, target 1.4 per instance, 0.4 s ago`
+/// (`None`: no block).
+fn autoscale_row(a: &Value) -> Option<String> {
+    let milli = |v: &Value| {
+        let m = v.as_u64().unwrap_or(0);
+        format!("{}.{}", m / 1000, (m % 1000) / 100)
+    };
+    match a["status"].as_str()? {
+        "decided" => {
+            let d = &a["decision"];
+            let ago = a["age_ms"].as_u64().map_or(String::new(), |ms| {
+                format!(", {}.{} s ago", ms / 1000, (ms % 1000) / 100)
+            });
+            Some(format!(
+                "desired {} (current {}), rule {}, concurrency stable {} / panic {}, \
+                 target {} per instance{ago}",
+                cell(&d["desired"]),
+                cell(&d["current"]),
+                cell(&d["rule"]),
+                milli(&d["stable_concurrency_milli"]),
+                milli(&d["panic_concurrency_milli"]),
+                milli(&d["target_milli"]),
+            ))
+        }
+        "undecided" => Some(format!("no decision yet (leader {})", cell(&a["leader"]))),
+        "fixed" => Some("fixed count (min_instances = max_instances)".to_string()),
+        _ => Some(format!("unknown: {}", cell(&a["reason"]))),
+    }
 }
 
 fn table(fns: &[Value]) -> Vec<Vec<String>> {
@@ -534,6 +569,36 @@ mod tests {
             e.contains("fn.toml:4:17: compute_milli: a burstable function"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn describe_shows_the_latest_autoscaling_decision() {
+        let f = serde_json::json!({
+            "spec": {"name": "f", "max_instances": 3}, "version": 1, "instances": [],
+            "autoscale": {"status": "decided", "age_ms": 420, "leader": 1, "decided_at_ms": 5,
+                "decision": {"desired": 3, "current": 1, "rule": "panic", "panic": true,
+                    "stable_concurrency_milli": 2_150, "panic_concurrency_milli": 8_400,
+                    "target_milli": 1_400}},
+        });
+        let rows = super::describe_table(&f);
+        assert_eq!(
+            rows.last().unwrap(),
+            &[
+                "AUTOSCALE",
+                "desired 3 (current 1), rule panic, concurrency stable 2.1 / panic 8.4, \
+                 target 1.4 per instance, 0.4 s ago"
+            ]
+            .map(String::from)
+        );
+        let unknown = serde_json::json!({"instances": [],
+            "autoscale": {"status": "unknown", "reason": "no leader"}});
+        let rows = super::describe_table(&unknown);
+        assert_eq!(rows.last().unwrap()[1], "unknown: no leader");
+        let none = serde_json::json!({"instances": []});
+        let rows = super::describe_table(&none);
+        assert!(!rows
+            .iter()
+            .any(|r| r.first().is_some_and(|c| c == "AUTOSCALE")));
     }
 
     #[test]

@@ -4,11 +4,19 @@
 //!
 //! ```text
 //!  agents ─Loads─▶ the replica holding each link   leader, every AUTOSCALE_TICK:
+//!                                                   lock: any function with min < max? (else done)
 //!                                                   hub.gather() (every replica's reports)
-//!                                                   Autoscalers::step(view, loads, waiting, now)
+//!                                                   lock: the agents' nodes that are not_ready
+//!                                                   sum loads, nodes with requests waiting
+//!                                                   lock: Autoscalers::snapshot(view, waiting)
+//!                                                   Autoscalers::decide(snapshot, loads, now)
 //!                                                      Out ─▶ Evaluation::ScaleOut (one placement)
 //!                                                      In  ─▶ Evaluation::ScaleIn (one release)
 //! ```
+//!
+//! The state's read lock is held only to check and copy (apply waits for
+//! it); the gather, the sums and the decisions run outside it. A region
+//! where every function has a fixed count gathers nothing.
 //!
 //! One evaluation per function is in flight at a time, so two ticks never
 //! release two instances on the same count. A replica that stops leading
@@ -52,53 +60,66 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub, params: Params) {
         if !inner.leads() {
             if !scalers.is_empty() {
                 scalers.clear();
-                inner.counters.decided(&[]);
+                inner.counters.decided(&[], unix_ms());
+            }
+            continue;
+        }
+        if !Autoscalers::any_scalable(inner.state.read().region.domain()) {
+            if !scalers.is_empty() {
+                scalers.clear();
+                inner.counters.decided(&[], unix_ms());
             }
             continue;
         }
         let agents = hub.gather().await;
-        let now = unix_ms();
-        let work: Vec<(FunctionKey, Evaluation)> = {
+        let not_ready: BTreeSet<String> = {
             let st = inner.state.read();
             let view = st.region.domain();
-            let counts =
-                |node: &str| view.node_state(&NodeId(node.to_string())) != NodeState::NotReady;
-            let loads = agents.function_loads(|a| counts(&a.node));
-            let mut waiting: BTreeMap<FunctionKey, BTreeSet<NodeId>> = BTreeMap::new();
-            for a in agents
+            agents
                 .agents
                 .iter()
-                .filter(|a| a.heartbeat.is_some() && counts(&a.node))
-            {
-                for l in a.loads.iter().filter(|l| l.waiting > 0) {
-                    waiting
-                        .entry((l.tenant.clone(), l.function.clone()))
-                        .or_default()
-                        .insert(NodeId(a.node.clone()));
-                }
-            }
-            let steps = scalers.step(&params, view, &loads, &waiting, now);
-            inner.counters.decided(&steps);
-            steps
-                .into_iter()
-                .filter_map(|s| {
-                    let (tenant, function) = s.key.clone();
-                    let eval = match s.action? {
-                        ScaleAction::Out { desired } => Evaluation::ScaleOut {
-                            tenant,
-                            function,
-                            desired,
-                        },
-                        ScaleAction::In { instance } => Evaluation::ScaleIn {
-                            tenant,
-                            function,
-                            instance,
-                        },
-                    };
-                    Some((s.key, eval))
-                })
+                .filter(|a| view.node_state(&NodeId(a.node.clone())) == NodeState::NotReady)
+                .map(|a| a.node.clone())
                 .collect()
         };
+        let counts = |node: &str| !not_ready.contains(node);
+        let loads = agents.function_loads(|a| counts(&a.node));
+        let mut waiting: BTreeMap<FunctionKey, BTreeSet<NodeId>> = BTreeMap::new();
+        for a in agents
+            .agents
+            .iter()
+            .filter(|a| a.heartbeat.is_some() && counts(&a.node))
+        {
+            for l in a.loads.iter().filter(|l| l.waiting > 0) {
+                waiting
+                    .entry((l.tenant.clone(), l.function.clone()))
+                    .or_default()
+                    .insert(NodeId(a.node.clone()));
+            }
+        }
+        let scalables = Autoscalers::snapshot(inner.state.read().region.domain(), &waiting);
+        let now = unix_ms();
+        let steps = scalers.decide(&params, &scalables, &loads, now);
+        inner.counters.decided(&steps, now);
+        let work: Vec<(FunctionKey, Evaluation)> = steps
+            .into_iter()
+            .filter_map(|s| {
+                let (tenant, function) = s.key.clone();
+                let eval = match s.action? {
+                    ScaleAction::Out { desired } => Evaluation::ScaleOut {
+                        tenant,
+                        function,
+                        desired,
+                    },
+                    ScaleAction::In { instance } => Evaluation::ScaleIn {
+                        tenant,
+                        function,
+                        instance,
+                    },
+                };
+                Some((s.key, eval))
+            })
+            .collect();
         let scheduler = Scheduler { inner };
         for (key, eval) in work {
             let fresh = busy

@@ -33,11 +33,13 @@
 //! is (a deploy under its idempotency key is applied at most once).
 
 mod autoscale;
+mod decision;
 mod evaluation;
 mod liveness;
 mod worker;
 
 pub use autoscale::AUTOSCALE_TICK;
+pub use decision::{DecisionLookup, LatestDecision};
 pub use evaluation::{EvalDone, EvalError, EvalResult, Evaluation};
 pub use liveness::LIVENESS_TICK;
 pub use worker::IN_FLIGHT_BATCHES;
@@ -47,6 +49,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use gshare_core::autoscale::Decision;
 use gshare_core::model::FunctionSpec;
 use gshare_core::state::{
     plan_placements, FragmentationAware, PendingPlans, PlacementPlan, PlacementPolicy, PlanOptions,
@@ -85,9 +88,11 @@ pub struct Counters {
     planned: AtomicU64,
     /// Plans made again after a refusal on a changed view.
     replans: AtomicU64,
-    /// The autoscalers' latest decision per function (the leader's tick).
-    decisions:
-        Mutex<BTreeMap<gshare_core::autoscale::FunctionKey, gshare_core::autoscale::Decision>>,
+    /// The autoscalers' latest decision per function and when it was made
+    /// (the leader's tick, its clock, Unix ms).
+    decisions: Mutex<BTreeMap<gshare_core::autoscale::FunctionKey, (Decision, u64)>>,
+    /// Decisions made, by the rule that set them.
+    decided_by_rule: Mutex<BTreeMap<&'static str, u64>>,
 }
 
 impl Counters {
@@ -104,11 +109,34 @@ impl Counters {
         *e.entry((kind, outcome)).or_default() += 1;
     }
 
-    /// Keeps the decisions of the latest autoscaling tick (functions gone
-    /// from it are gone from here).
-    fn decided(&self, steps: &[gshare_core::autoscale::ScaleStep]) {
+    /// Keeps the decisions of the latest autoscaling tick, made at `at_ms`
+    /// (functions gone from it are gone from here), and counts them.
+    fn decided(&self, steps: &[gshare_core::autoscale::ScaleStep], at_ms: u64) {
+        {
+            let mut by_rule = self
+                .decided_by_rule
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            for s in steps {
+                let n = by_rule.entry(s.decision.rule.as_str()).or_default();
+                *n = n.saturating_add(1);
+            }
+        }
         let mut d = self.decisions.lock().unwrap_or_else(|p| p.into_inner());
-        *d = steps.iter().map(|s| (s.key.clone(), s.decision)).collect();
+        *d = steps
+            .iter()
+            .map(|s| (s.key.clone(), (s.decision, at_ms)))
+            .collect();
+    }
+
+    /// The latest decision for `key` and when it was made (`None`: the
+    /// latest tick made none for it).
+    fn decision(&self, key: &gshare_core::autoscale::FunctionKey) -> Option<(Decision, u64)> {
+        self.decisions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .copied()
     }
 
     /// The counters' samples for `/metrics`.
@@ -149,7 +177,7 @@ impl Counters {
             "Instances the leader's autoscaler wants for a function, by the rule that set it (the leader only)",
             &["tenant", "function", "rule"],
         );
-        for ((tenant, function), d) in self
+        for ((tenant, function), (d, _)) in self
             .decisions
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -160,6 +188,19 @@ impl Counters {
                 &[&tenant.0, function, d.rule.as_str()],
                 f64::from(d.desired),
             );
+        }
+        const DECIDED: Series = Series::counter(
+            "gshare_region_autoscale_decisions_total",
+            "Decisions the autoscalers made while this replica led, by the rule that set them",
+            &["rule"],
+        );
+        for (rule, n) in self
+            .decided_by_rule
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            out.add(&DECIDED, &[rule], *n as f64);
         }
         for (series, v) in PLAIN
             .iter()

@@ -327,3 +327,62 @@ fn a_new_leaders_autoscaler_waits_out_the_scale_in_delay() {
     assert_eq!(steps[0].decision.desired, 2);
     assert!(matches!(steps[0].action, Some(ScaleAction::In { .. })));
 }
+
+#[test]
+fn the_tenants_quota_caps_a_scale_out_and_says_so() {
+    use crate::autoscale::{Autoscalers, Params, Rule, ScaleAction};
+    let mut s = region();
+    // globex: two instances in center pools, none at the edge.
+    for (kind, q) in [
+        (PoolKind::Center, quota(2_000, 16_384, 2)),
+        (PoolKind::Edge, quota(0, 0, 0)),
+    ] {
+        ok(
+            &mut s,
+            DomainCommand::QuotaSet {
+                tenant: t("globex"),
+                pool_kind: kind,
+                quota: q,
+            },
+        );
+    }
+    let g = spec("globex", "g", Tier::Burstable, 250, 1_024);
+    deploy(&mut s, g.clone());
+    place(&mut s, "globex", "g");
+    // Room for one more: compute 7, memory 15, instances 1.
+    assert_eq!(s.quota_room(&g), 1);
+    let key = (t("globex"), "g".to_string());
+    let busy = BTreeMap::from([(key, load(20))]);
+    let no_wait: BTreeMap<_, BTreeSet<NodeId>> = BTreeMap::new();
+    let p = Params::default();
+    let mut a = Autoscalers::default();
+    // 20 at once wants 5; the quota leaves 2.
+    let steps = a.step(&p, &s, &busy, &no_wait, T0 + 1_000);
+    assert_eq!(
+        (steps[0].decision.desired, steps[0].decision.rule),
+        (2, Rule::Quota)
+    );
+    assert_eq!(steps[0].action, Some(ScaleAction::Out { desired: 2 }));
+    // At the quota: the decision keeps two, no placement is asked for.
+    place(&mut s, "globex", "g");
+    assert_eq!(s.quota_room(&g), 0);
+    let steps = a.step(&p, &s, &busy, &no_wait, T0 + 2_000);
+    assert_eq!(
+        (steps[0].decision.desired, steps[0].decision.rule),
+        (2, Rule::Quota)
+    );
+    assert_eq!(steps[0].action, None);
+    // The larger of the two pool kinds' rooms counts; an unknown tenant has none.
+    ok(
+        &mut s,
+        DomainCommand::QuotaSet {
+            tenant: t("globex"),
+            pool_kind: PoolKind::Edge,
+            quota: quota(1_000, 16_384, 3),
+        },
+    );
+    assert_eq!(s.quota_room(&g), 3);
+    let mut stranger = g;
+    stranger.tenant = t("nobody");
+    assert_eq!(s.quota_room(&stranger), 0);
+}
