@@ -47,6 +47,7 @@ fn up_for_runs_the_demo_and_exits_0_leaving_no_child() {
         "up: GPU utilization",
         "up: bills",
         "up: where to look:",
+        "up: scaling",
     ] {
         assert!(
             lines.iter().any(|l| l.starts_with(section)),
