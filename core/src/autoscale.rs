@@ -228,6 +228,18 @@ impl Autoscaler {
         }
     }
 
+    /// An instance of the function was placed at `at_ms` (woken from zero
+    /// by a held request, or scaled out, or replaced): the function counts
+    /// as active then, so it goes to zero no sooner than `idle_timeout_s`
+    /// after its newest placement. What keeps an instance just woken from
+    /// being released before its agent's first reports arrive (activity
+    /// otherwise comes from those reports only).
+    pub fn placed(&mut self, at_ms: u64) {
+        if self.last_active_ms.is_none_or(|t| t < at_ms) {
+            self.last_active_ms = Some(at_ms);
+        }
+    }
+
     fn prune(&mut self, params: &Params, now_ms: u64) {
         let from = now_ms.saturating_sub(params.stable_window_ms);
         while self.signals.front().is_some_and(|s| s.at_ms <= from) {

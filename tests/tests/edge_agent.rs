@@ -758,3 +758,101 @@ async fn an_agent_whose_link_fails_its_tls_handshake_shows_it_on_healthz_and_met
         "{metrics:?}"
     );
 }
+
+/// Pushes an assignment with `applied_index` of `specs` (instance ids from `first`).
+async fn assign_at(
+    conn: &quinn::Connection,
+    applied_index: u64,
+    first: u64,
+    specs: &[FunctionSpec],
+) {
+    let instances = specs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| AssignedInstance {
+            instance: InstanceId(first + i as u64),
+            spec: s.clone(),
+            version: 1,
+            slices: vec![Slice {
+                gpu: GpuId {
+                    node: NodeId("n1".into()),
+                    index: 0,
+                },
+                compute_milli: 500,
+                memory_mib: s.memory_mib,
+            }],
+        })
+        .collect();
+    push(
+        conn,
+        RegionMessageV1::Assignment(Assignment {
+            applied_index,
+            instances,
+        }),
+    )
+    .await;
+}
+
+async fn status_until(
+    agent: &Agent,
+    what: &str,
+    ok: impl Fn(&gshare_edge::agent::NodeStatus) -> bool,
+) -> gshare_edge::agent::NodeStatus {
+    for _ in 0..300 {
+        let st = agent.addr.send(StatusQuery).await.unwrap();
+        if ok(&st) {
+            return st;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{what}: {:?}", agent.addr.send(StatusQuery).await.unwrap());
+}
+
+#[actix_rt::test]
+async fn a_released_function_stays_parked_in_host_memory_and_resumes_with_a_swap_in() {
+    let ca = new_ca();
+    let mut region = fake_region(&ca);
+    let agent = start_agent(&ca, &ca.pem, &[region.addr], 1, 16_384);
+    let conn = next_registration(&mut region).await;
+    let f = spec("warm", Tier::Oversubscribed, 4_096, 1_000);
+    assign(&conn, std::slice::from_ref(&f)).await;
+    let started = std::time::Instant::now();
+    wait_until_served(agent.ingress, "warm").await;
+    let cold = started.elapsed();
+    let st = agent.addr.send(StatusQuery).await.unwrap();
+    assert_eq!(
+        (st.cold_starts, st.swap_ins, st.parked),
+        (1, 0, 0),
+        "{st:?}"
+    );
+    // Released: nothing hosted, the weights parked; requests are refused.
+    assign_at(&conn, 2, 1, &[]).await;
+    let st = status_until(&agent, "parked", |s| s.functions == 0 && s.parked == 1).await;
+    assert_eq!(st.gpus[0].memory_used_mib, 0, "{st:?}");
+    assert_ne!(invoke(agent.ingress, "warm").await.0, 200);
+    // Placed again with the same spec: the first request swaps in.
+    assign_at(&conn, 3, 2, std::slice::from_ref(&f)).await;
+    let started = std::time::Instant::now();
+    wait_until_served(agent.ingress, "warm").await;
+    let warm = started.elapsed();
+    let st = agent.addr.send(StatusQuery).await.unwrap();
+    assert_eq!(
+        (st.cold_starts, st.swap_ins, st.parked),
+        (1, 1, 0),
+        "{st:?}"
+    );
+    // Released and placed with another spec (a deadline changed): a cold start.
+    assign_at(&conn, 4, 3, &[]).await;
+    status_until(&agent, "parked again", |s| s.parked == 1).await;
+    let mut g = f.clone();
+    g.deadline_ms = 4_000;
+    assign_at(&conn, 5, 4, std::slice::from_ref(&g)).await;
+    wait_until_served(agent.ingress, "warm").await;
+    let st = agent.addr.send(StatusQuery).await.unwrap();
+    assert_eq!(
+        (st.cold_starts, st.swap_ins, st.parked),
+        (2, 1, 0),
+        "{st:?}"
+    );
+    println!("warm resume: first request after a cold start {cold:?}, after a swap-in {warm:?}");
+}

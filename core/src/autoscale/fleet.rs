@@ -36,9 +36,10 @@ pub struct ScaleStep {
     /// The autoscaler's decision.
     pub decision: Decision,
     /// What to do about it (`None`: nothing; a rolling update, a drain or
-    /// a replacement is under way; the decision is to go to zero and one
-    /// instance is left; or every candidate for a scale-in is the last
-    /// copy where requests wait).
+    /// a replacement is under way; or every candidate for a scale-in is
+    /// the last copy where requests wait). A decision to go to zero
+    /// releases the last instance too: a request brings it back (held at
+    /// the replica while one is placed).
     pub action: Option<ScaleAction>,
 }
 
@@ -99,6 +100,11 @@ impl Autoscalers {
             if let Some(load) = loads.get(&key) {
                 scaler.observe(params, load.signal(now_ms));
             }
+            // A placement counts as activity: an instance just woken from
+            // zero is not released before its agent reports on it.
+            if let Some(at) = view.instances_of(&key.0, &key.1).map(|i| i.placed_at).max() {
+                scaler.placed(at);
+            }
             // Quota is checked where the placement applies: a refused
             // placement changes nothing and the next tick decides again.
             let decision = scaler.decide(params, &f.spec, now_ms, current, u32::MAX);
@@ -110,16 +116,13 @@ impl Autoscalers {
                 || view
                     .instances_of(&key.0, &key.1)
                     .any(|i| i.slices.iter().any(|s| !view.takes_placements(&s.gpu.node)));
-            // Nothing serves a function at zero until a request can bring it
-            // back (not built): a decision to go to zero keeps the last one.
-            let floor = decision.desired.max(1);
             let action = if moving {
                 None
             } else if decision.desired > current {
                 Some(ScaleAction::Out {
                     desired: decision.desired,
                 })
-            } else if floor < current {
+            } else if decision.desired < current {
                 let nodes = waiting.get(&key).unwrap_or(&none);
                 let candidates = view.scale_in_candidates(&key.0, &key.1, nodes);
                 pick_scale_in(&candidates).map(|c| ScaleAction::In { instance: c.id })

@@ -155,6 +155,34 @@ fn an_idle_function_scales_to_zero_after_its_idle_timeout_and_back_on_a_request(
 }
 
 #[test]
+fn an_instance_just_woken_from_zero_is_not_released_before_its_first_report() {
+    let p = Params::default();
+    let s = spec(0, 10);
+    let mut a = Autoscaler::new(0);
+    feed(&mut a, &p, 1..=10, 1);
+    feed(&mut a, &p, 11..=40, 0);
+    let d = a.decide(&p, &s, 40_000, 1, 100);
+    assert_eq!((d.desired, d.rule), (0, Rule::ToZero));
+    // Released; at 100 s a request held at a replica wakes it (one
+    // instance placed then). No agent has reported it since: the windows
+    // hold only the old idle signals.
+    a.placed(100_000);
+    for at in [101_000, 110_000, 129_999] {
+        let d = a.decide(&p, &s, at, 1, 100);
+        assert_ne!(d.rule, Rule::ToZero, "at {at}");
+        assert_eq!(d.desired, 1, "at {at}");
+    }
+    // Its reports say idle: to zero idle_timeout_s after the placement.
+    feed(&mut a, &p, 101..=130, 0);
+    let d = a.decide(&p, &s, 130_000, 1, 100);
+    assert_eq!((d.desired, d.rule), (0, Rule::ToZero));
+    // An older placement (a report of one placed earlier) changes nothing.
+    a.placed(50_000);
+    let d = a.decide(&p, &s, 130_000, 1, 100);
+    assert_eq!((d.desired, d.rule), (0, Rule::ToZero));
+}
+
+#[test]
 fn min_instances_keeps_an_idle_function_up_and_no_signal_keeps_what_there_is() {
     let p = Params::default();
     let mut a = Autoscaler::new(0);

@@ -20,6 +20,18 @@ pub enum Event {
         /// The function.
         function: FunctionId,
     },
+    /// Like [`Event::InstanceRemoved`], but the function's weights stay in
+    /// host memory (with a host cache, if they are there): it is *parked*,
+    /// takes no request, and its host copy is dropped, least recently
+    /// invoked first, like any host copy without a GPU copy, when host
+    /// memory is needed (then the function is forgotten). An
+    /// [`Event::InstanceAdded`] on the same id revives it: its first load
+    /// is a swap-in, not a cold start. [`Event::InstanceRemoved`] on a
+    /// parked id forgets it. See [`super::NodeExecutor::parked`].
+    InstanceParked {
+        /// The function.
+        function: FunctionId,
+    },
     /// A request arrived.
     RequestArrived {
         /// Its id.

@@ -45,6 +45,11 @@ struct FunctionState {
     profile: FunctionProfile,
     /// Weights are in host memory (a load is a swap-in, not a cold start).
     in_host: bool,
+    /// The region released it but its host copy is kept
+    /// ([`Event::InstanceParked`]): it takes no request until
+    /// [`Event::InstanceAdded`] revives it; `copies` counts only GPU
+    /// copies still finishing their requests.
+    parked: bool,
     last_arrival: Option<Micros>,
     /// Exponentially weighted mean inter-arrival (weight 1/4 on the newest gap).
     mean_gap: Micros,
@@ -152,9 +157,25 @@ impl NodeExecutor {
         &self.gpus[index as usize]
     }
 
-    /// Whether the function's weights are in host memory.
+    /// Whether the function's weights are in host memory (placed or parked).
     pub fn in_host(&self, function: FunctionId) -> bool {
-        self.state(function).is_some_and(|f| f.in_host)
+        self.functions
+            .get(function.0 as usize)
+            .and_then(|f| f.as_ref())
+            .is_some_and(|f| f.in_host)
+    }
+
+    /// The parked functions (see [`Event::InstanceParked`]) and the host
+    /// memory their kept copy holds, MiB, by function id. A parked function
+    /// whose host copy was dropped to make room is forgotten, so it is not
+    /// listed: the caller may forget it too.
+    pub fn parked(&self) -> impl Iterator<Item = (FunctionId, Mib)> + '_ {
+        self.functions
+            .iter()
+            .enumerate()
+            .filter_map(|(k, f)| f.as_ref().map(|f| (k, f)))
+            .filter(|(_, f)| f.parked && f.in_host)
+            .map(|(k, f)| (FunctionId(k as u32), f.profile.memory_mib))
     }
 
     /// When the function's last request arrived, µs (`None`: none yet, or
@@ -334,6 +355,7 @@ impl NodeExecutor {
             .functions
             .get_mut(function.0 as usize)
             .and_then(|f| f.as_mut())
+            .filter(|f| !f.parked)
         else {
             return;
         };
@@ -373,7 +395,8 @@ impl NodeExecutor {
     pub fn handle(&mut self, now: Micros, event: Event) {
         match event {
             Event::InstanceAdded { function, profile } => self.add_function(function, profile),
-            Event::InstanceRemoved { function } => self.remove_function(now, function),
+            Event::InstanceRemoved { function } => self.remove_function(now, function, false),
+            Event::InstanceParked { function } => self.remove_function(now, function, true),
             Event::RequestArrived {
                 request,
                 function,
@@ -447,10 +470,20 @@ impl NodeExecutor {
         }
     }
 
+    /// A placed function's state (`None`: not placed here, or parked).
     fn state(&self, function: FunctionId) -> Option<&FunctionState> {
         self.functions
             .get(function.0 as usize)
             .and_then(|f| f.as_ref())
+            .filter(|f| !f.parked)
+    }
+
+    /// A placed function's state, mutable (`None`: not placed, or parked).
+    fn state_mut(&mut self, function: FunctionId) -> Option<&mut FunctionState> {
+        self.functions
+            .get_mut(function.0 as usize)
+            .and_then(|f| f.as_mut())
+            .filter(|f| !f.parked)
     }
 
     fn add_function(&mut self, function: FunctionId, profile: FunctionProfile) {
@@ -460,11 +493,22 @@ impl NodeExecutor {
         }
         if let Some(f) = &mut self.functions[i] {
             f.profile = profile;
+            if f.parked {
+                // Revived: its host copy serves the next load (a swap-in),
+                // and copies still finishing on a GPU serve again.
+                f.parked = false;
+                for g in &mut self.gpus {
+                    if let Some(k) = g.find(function) {
+                        g.instances[k].removing = false;
+                    }
+                }
+            }
             return;
         }
         self.functions[i] = Some(FunctionState {
             profile,
             in_host: false,
+            parked: false,
             last_arrival: None,
             mean_gap: NO_GAP,
             copies: 0,
@@ -474,15 +518,18 @@ impl NodeExecutor {
         });
     }
 
-    fn remove_function(&mut self, now: Micros, function: FunctionId) {
-        let Some(fs) = self
+    /// The function leaves the node; with `park` (and a host copy under a
+    /// host cache) its host copy stays, see [`Event::InstanceParked`].
+    fn remove_function(&mut self, now: Micros, function: FunctionId, park: bool) {
+        let Some(mut fs) = self
             .functions
             .get_mut(function.0 as usize)
             .and_then(|f| f.take())
         else {
             return;
         };
-        if fs.in_host {
+        let park = park && self.config.rules.host_cache && fs.in_host;
+        if fs.in_host && !park {
             self.host_used_mib = self.host_used_mib.saturating_sub(fs.profile.memory_mib);
         }
         if fs.reserving.is_some() {
@@ -518,6 +565,18 @@ impl NodeExecutor {
             }
             g.dispatch(now, &rules, &mut self.output);
         }
+        if park {
+            let busy = self
+                .gpus
+                .iter()
+                .filter(|g| g.find(function).is_some())
+                .count();
+            fs.parked = true;
+            fs.copies = busy as u32;
+            fs.loading = 0;
+            fs.reserving = None;
+            self.functions[function.0 as usize] = Some(fs);
+        }
         self.retry_waiting(now);
     }
 
@@ -535,11 +594,7 @@ impl NodeExecutor {
         full_gpu_us: Micros,
         deadline: Micros,
     ) {
-        if let Some(fs) = self
-            .functions
-            .get_mut(function.0 as usize)
-            .and_then(|f| f.as_mut())
-        {
+        if let Some(fs) = self.state_mut(function) {
             if let Some(last) = fs.last_arrival {
                 let gap = now.saturating_sub(last);
                 fs.mean_gap = if fs.mean_gap == NO_GAP {
@@ -1032,9 +1087,14 @@ impl NodeExecutor {
             if self.host_used_mib <= target {
                 break;
             }
-            let f = self.functions[k as usize].as_mut().expect("listed above");
+            let slot = &mut self.functions[k as usize];
+            let f = slot.as_mut().expect("listed above");
             f.in_host = false;
             self.host_used_mib = self.host_used_mib.saturating_sub(f.profile.memory_mib);
+            if f.parked {
+                // Nothing of it is left on the node.
+                *slot = None;
+            }
         }
         self.host_scratch = candidates;
     }
@@ -1082,6 +1142,9 @@ impl NodeExecutor {
                 if g.instances[i].removing && g.instances[i].running == 0 {
                     g.remove_instance(i);
                     self.output.push(Command::Unload { function, gpu });
+                    if let Some(f) = self.functions[function.0 as usize].as_mut() {
+                        f.copies = f.copies.saturating_sub(1);
+                    }
                 }
             }
         }

@@ -5,6 +5,7 @@ use super::*;
 use crate::model::{Mib, Micros, Tier};
 
 mod next_timeout;
+mod parking;
 mod pinning;
 
 const S: Micros = 1_000_000;

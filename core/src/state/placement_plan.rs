@@ -8,7 +8,7 @@
 //! ```text
 //!   view (&RegionState) ─┐
 //!   spec, count ─────────┼─▶ plan_placements ─▶ PlacementPlan { instances: [slices, pool, metric] }
-//!   PlacementPolicy ─────┘        │
+//!   PlacementPolicy ─────┘        │     (its `prefer`: nodes with a host copy)
 //!                                 └──────────▶ PlanRejection (why, what was evaluated)
 //! ```
 //!
@@ -19,12 +19,12 @@
 //! takes whole (it re-checks every placement with the same `fit`).
 
 use super::pending::PendingPlans;
-use super::plan::{plan_on, PlanOptions};
+use super::plan::{plan_preferring, PlanOptions};
 use super::plan_metric::PlanMetric;
 use super::plan_rejection::PlanRejection;
 use super::ranking::Ranking;
 use super::region_state::{RegionState, UnixMillis};
-use crate::model::{FunctionSpec, PoolKind, Slice};
+use crate::model::{FunctionSpec, NodeId, PoolKind, Slice};
 use serde::{Deserialize, Serialize};
 
 /// How to plan: the ranking, how much of the region to scan, and the
@@ -37,6 +37,11 @@ pub struct PlacementPolicy<'a> {
     pub options: PlanOptions,
     /// Plans not yet applied, planned around (`None`: the view alone).
     pub pending: Option<&'a PendingPlans>,
+    /// Nodes preferred for the first instance (those holding the
+    /// function's weights in host memory: a warm resume): one that fits
+    /// wins over the others of its pool group, whatever the ranking's
+    /// score; the pool preference still comes first. Empty: no preference.
+    pub prefer: &'a [NodeId],
 }
 
 /// Where one instance goes.
@@ -83,7 +88,8 @@ pub fn plan_placements(
             start: policy.options.start.wrapping_add(k as usize),
             ..policy.options
         };
-        plan_on(view, pending, spec, policy.ranking, &options)
+        let prefer = if k == 0 { policy.prefer } else { &[] };
+        plan_preferring(view, pending, spec, policy.ranking, &options, prefer)
     };
     if count <= 1 {
         if count == 1 {

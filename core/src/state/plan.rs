@@ -35,8 +35,8 @@ use super::ranking::Ranking;
 use super::region_state::RegionState;
 use crate::config::Topology;
 use crate::model::{
-    FunctionSpec, GpuId, Mib, PoolKind, PoolPreference, QuotaDimension, Slice, TenantId, Tier,
-    WHOLE_GPU,
+    FunctionSpec, GpuId, Mib, NodeId, PoolKind, PoolPreference, QuotaDimension, Slice, TenantId,
+    Tier, WHOLE_GPU,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -246,6 +246,20 @@ pub fn plan_on(
     ranking: &dyn Ranking,
     options: &PlanOptions,
 ) -> Result<(Proposal, PlanMetric), Box<PlanRejection>> {
+    plan_preferring(state, pending, spec, ranking, options, &[])
+}
+
+/// [`plan_on`], where a feasible candidate on a node of `prefer` wins over
+/// every candidate elsewhere in its pool group (the ranking orders each
+/// side). A preference scans (the index does not know nodes by name).
+pub(crate) fn plan_preferring(
+    state: &RegionState,
+    pending: Option<&PendingPlans>,
+    spec: &FunctionSpec,
+    ranking: &dyn Ranking,
+    options: &PlanOptions,
+    prefer: &[NodeId],
+) -> Result<(Proposal, PlanMetric), Box<PlanRejection>> {
     let reject = |reason| rejection(&spec.tenant, &spec.name, reason);
     let topology = state
         .topology()
@@ -281,7 +295,7 @@ pub fn plan_on(
     let kind_index = |k: PoolKind| usize::from(k == PoolKind::Edge);
     let loads = state.node_loads();
     let load_at = |i: usize| pending.and_then(|p| p.node(i)).or_else(|| loads.get(i));
-    if options.indexed && spec.tier != Tier::Exclusive {
+    if options.indexed && spec.tier != Tier::Exclusive && prefer.is_empty() {
         let d = Demand {
             tier: spec.tier,
             compute_milli: spec.compute_milli,
@@ -311,7 +325,8 @@ pub fn plan_on(
     let mut counts = [0u32; GpuDimension::ALL.len()];
     let mut members: Vec<(usize, usize)> = Vec::new();
     for g in 0..=2u8 {
-        let mut best: Option<(i64, Proposal)> = None;
+        // (not preferred, score): lower wins.
+        let mut best: Option<((bool, i64), Proposal)> = None;
         let mut feasible = 0u32;
         members.clear();
         for (p, pool) in topology.pools().iter().enumerate() {
@@ -321,7 +336,9 @@ pub fn plan_on(
         }
         let m = members.len();
         for k in 0..m {
-            if options.feasible_limit.is_some_and(|l| feasible >= l) {
+            // A limited scan goes on past its limit to a preferred node.
+            let found_preferred = prefer.is_empty() || best.as_ref().is_some_and(|b| !b.0 .0);
+            if options.feasible_limit.is_some_and(|l| feasible >= l) && found_preferred {
                 break;
             }
             // The scan's k-th node from a rotating start: (start + k) mod m.
@@ -334,6 +351,7 @@ pub fn plan_on(
             let (p, j) = members[at];
             let pool = &topology.pools()[p];
             let node = &pool.nodes[j];
+            let preferred = prefer.contains(&node.name);
             let (q, used) = &quotas[kind_index(pool.kind)];
             if !state.takes_placements(&node.name) {
                 // Not ready or drained: apply would refuse it (no GPU counted).
@@ -372,7 +390,8 @@ pub fn plan_on(
                     }
                     feasible = feasible.saturating_add(1);
                     let s = score();
-                    if best.as_ref().is_none_or(|b| s < b.0) {
+                    let key = (!preferred, s);
+                    if best.as_ref().is_none_or(|b| key < b.0) {
                         let slices = demands
                             .iter()
                             .map(|(i, d)| Slice {
@@ -385,7 +404,7 @@ pub fn plan_on(
                             })
                             .collect();
                         best = Some((
-                            s,
+                            key,
                             Proposal {
                                 tenant: spec.tenant.clone(),
                                 function: spec.name.clone(),

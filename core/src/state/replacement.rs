@@ -104,6 +104,7 @@ pub fn plan_replacement(
     }
     let alone = PlacementPolicy {
         pending: None,
+        prefer: &[],
         ..*policy
     };
     let plan = plan_placements(&without, &f.spec, 1, &alone, now)?;

@@ -102,6 +102,7 @@ mod remap;
 mod rolling_update;
 mod scale_in;
 mod tenant_delete;
+mod warm_preference;
 
 const T0: u64 = 1_800_000_000_000;
 

@@ -70,6 +70,19 @@ pub struct NodeSetup {
 /// version with a resident copy (see `NodeAgent::serving`).
 type FunctionKey = (TenantId, String, u64);
 
+/// At most this many released functions are kept parked (their weights
+/// in host memory, see [`Parked`]); past it the oldest is forgotten.
+pub const MAX_PARKED: usize = 1_024;
+
+/// A released function whose weights the executor keeps in host memory
+/// (`Event::InstanceParked`): an assignment that brings back its key with
+/// the same spec revives it under the same id, so its first load is a
+/// swap-in, not a cold start.
+struct Parked {
+    id: FunctionId,
+    spec: FunctionSpec,
+}
+
 struct Hosted {
     key: FunctionKey,
     spec: FunctionSpec,
@@ -122,6 +135,9 @@ pub struct NodeAgent {
     epoch: Instant,
     functions: HashMap<FunctionId, Hosted>,
     names: BTreeMap<FunctionKey, FunctionId>,
+    /// Released functions whose host copy is kept (at most [`MAX_PARKED`];
+    /// lost on a restart: they are memory).
+    parked: BTreeMap<FunctionKey, Parked>,
     next_function: u32,
     next_request: u64,
     pending: HashMap<RequestId, Pending>,
@@ -185,6 +201,7 @@ impl NodeAgent {
             epoch,
             functions: HashMap::new(),
             names: BTreeMap::new(),
+            parked: BTreeMap::new(),
             next_function: 0,
             next_request: 0,
             pending: HashMap::new(),
@@ -770,8 +787,24 @@ impl NodeAgent {
         placed: Vec<(InstanceId, Vec<Slice>)>,
     ) {
         let slices: Vec<Slice> = placed.iter().flat_map(|(_, s)| s.clone()).collect();
-        let id = FunctionId(self.next_function);
-        self.next_function += 1;
+        // The same weights parked here: revive them (a swap-in on the
+        // first request). Another spec under the key: forget the old one.
+        let revived = match self.parked.remove(&key) {
+            Some(p) if p.spec == spec && self.executor.in_host(p.id) => Some(p.id),
+            Some(p) => {
+                self.forget_parked(p.id);
+                None
+            }
+            None => None,
+        };
+        let id = revived.unwrap_or_else(|| {
+            let id = FunctionId(self.next_function);
+            self.next_function += 1;
+            id
+        });
+        if revived.is_some() {
+            tracing::info!(function = %id, "resuming {}/{} from host memory", key.0 .0, key.1);
+        }
         let profile = FunctionProfile {
             tier: spec.tier,
             memory_mib: spec.memory_mib,
@@ -807,6 +840,8 @@ impl NodeAgent {
         );
     }
 
+    /// The region released the function: its GPU copies go; its weights
+    /// stay parked in host memory if the executor holds them there.
     fn remove_function(&mut self, id: FunctionId) {
         if let Some(h) = self.functions.get(&id) {
             tracing::info!(function = %id, "releasing {}/{}", h.key.0 .0, h.key.1);
@@ -814,8 +849,15 @@ impl NodeAgent {
             self.names.remove(&h.key);
         }
         let now = self.now();
-        self.step(now, Event::InstanceRemoved { function: id });
-        self.functions.remove(&id);
+        self.step(now, Event::InstanceParked { function: id });
+        if let Some(h) = self.functions.remove(&id) {
+            if self.executor.in_host(id) {
+                if let Some(old) = self.parked.insert(h.key, Parked { id, spec: h.spec }) {
+                    self.forget_parked(old.id);
+                }
+            }
+        }
+        self.sweep_parked();
         self.loads.retain(|(f, _), _| *f != id);
         self.meter.forget(id);
         // Its residency ended with the Unload above: journal it now.
@@ -823,6 +865,30 @@ impl NodeAgent {
             m.memory_due = true;
         }
         self.journal_usage();
+    }
+
+    /// Drops a parked function's host copy.
+    fn forget_parked(&mut self, id: FunctionId) {
+        let now = self.now();
+        self.step(now, Event::InstanceRemoved { function: id });
+    }
+
+    /// Forgets parked entries whose host copy the executor dropped (to make
+    /// room), and the oldest ones past [`MAX_PARKED`].
+    fn sweep_parked(&mut self) {
+        let executor = &self.executor;
+        self.parked.retain(|_, p| executor.in_host(p.id));
+        while self.parked.len() > MAX_PARKED {
+            let oldest = self
+                .parked
+                .iter()
+                .min_by_key(|(_, p)| p.id.0)
+                .map(|(k, p)| (k.clone(), p.id));
+            let Some((key, id)) = oldest else { break };
+            self.parked.remove(&key);
+            self.forget_parked(id);
+        }
+        self.status.parked = self.parked.len() as u32;
     }
 }
 
@@ -1207,6 +1273,7 @@ impl Handler<ApplyAssignment> for NodeAgent {
         for function in added {
             self.step(now, Event::Prefetch { function });
         }
+        self.sweep_parked();
         self.status.functions = self.functions.len() as u32;
         self.arm(ctx);
     }

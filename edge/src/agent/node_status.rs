@@ -13,6 +13,9 @@ pub struct NodeStatus {
     pub in_flight: u32,
     /// Functions hosted.
     pub functions: u32,
+    /// Released functions whose weights are kept in host memory (warm
+    /// resume; at most `MAX_PARKED`).
+    pub parked: u32,
     /// Invocations answered with a result.
     pub served: u64,
     /// Invocations answered with an explicit error.

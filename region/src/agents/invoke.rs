@@ -5,6 +5,14 @@
 //! `X-Gshare-Forwarded`). The answer is the agent's (same statuses as its
 //! ingress).
 //!
+//! A request for a function with no instance (or whose instance's agent,
+//! linked here, has not been sent its assignment yet) is held while one is
+//! placed: the first such request on this replica wakes the function
+//! (`Evaluation::ScaleOut { desired: 1 }`, see [`super::wake`]), and every
+//! held request polls the applied state until it can be forwarded, for at
+//! most its deadline and [`MAX_HOLD`]; past that, `503 no_instance`
+//! (retryable) and nothing ran.
+//!
 //! Every invocation runs under an idempotency key (the client's
 //! `Idempotency-Key`, or one this replica assigns; every answer names it in
 //! that header), which the agent keeps with the usage record that bills it.
@@ -26,9 +34,11 @@
 //! is checked before the body is read (`413 body_too_large` beyond
 //! [`MAX_INVOKE_BODY_BYTES`]).
 
+use super::wake::Begin;
 use crate::api::{read_body_limited, ApiError};
 use crate::http::HttpContext;
 use crate::http_client::{send, HttpClientError, HttpTarget};
+use crate::scheduler::Evaluation;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use gshare_core::http_surface::ERROR_HEADER;
@@ -277,6 +287,137 @@ fn preferred_order(
     warm
 }
 
+/// Longest a request is held while its function is woken from zero,
+/// whatever its deadline (a cold start on the simulated GPUs takes 1–3 s).
+pub const MAX_HOLD: Duration = Duration::from_secs(30);
+/// How often a held request looks at the replicated state again.
+const HOLD_POLL: Duration = Duration::from_millis(20);
+
+/// Where an invocation can go now, read from the applied state.
+struct Route {
+    /// The nodes holding the function's instances, in the order tried.
+    nodes: Vec<NodeId>,
+    /// The function's own deadline.
+    function_deadline_ms: u64,
+    /// Whether to forward now: some instance's node has its agent linked
+    /// here and that agent was sent the assignment with it, or no node's
+    /// agent is linked here (the peers holding those links hold in turn).
+    ready: bool,
+}
+
+/// `None`: the function is unknown.
+fn route(ctx: &HttpContext, tenant: &TenantId, name: &str, start: usize) -> Option<Route> {
+    let st = ctx.replica.state.read();
+    let d = st.region.domain();
+    let f = d.function(tenant, name).ok()?;
+    let mut ids = Vec::new();
+    let mut nodes: BTreeSet<NodeId> = BTreeSet::new();
+    for i in d.instances_of(tenant, name) {
+        ids.push(i.id);
+        nodes.extend(i.slices.iter().map(|s| s.gpu.node.clone()));
+    }
+    let hub = &ctx.replica.agents;
+    let mut linked_here = false;
+    let mut delivered = false;
+    for n in &nodes {
+        if let Some(sent) = hub.delivered_to(n) {
+            linked_here = true;
+            delivered |= sent.iter().any(|i| ids.contains(i));
+        }
+    }
+    Some(Route {
+        ready: !nodes.is_empty() && (delivered || !linked_here),
+        nodes: preferred_order(nodes, &hub.reports.resident_nodes(&ids), start),
+        function_deadline_ms: f.spec.deadline_ms,
+    })
+}
+
+/// Holds an invocation until its function has an instance whose agent
+/// can take it: a function with none is woken (one
+/// `Evaluation::ScaleOut { desired: 1 }` per function at a time on this
+/// replica, see [`super::wake`]; not by a request a peer forwarded here,
+/// whose first replica woke it already). Bounded by the request's deadline
+/// (else the function's) and [`MAX_HOLD`]. Gives the nodes to try, the
+/// function's deadline and the request's deadline left after the hold
+/// (`None`: no hold and none given); `Err`: the answer (nothing ran).
+async fn hold(
+    ctx: &HttpContext,
+    tenant: &TenantId,
+    name: &str,
+    start: usize,
+    deadline_ms: Option<u64>,
+    forwarded: bool,
+) -> Result<(Vec<NodeId>, u64, Option<u64>), HttpResponse> {
+    let arrived = tokio::time::Instant::now();
+    let hub = &ctx.replica.agents;
+    let mut waited = false;
+    loop {
+        let Some(r) = route(ctx, tenant, name, start) else {
+            return Err(error(
+                StatusCode::NOT_FOUND,
+                "unknown_function",
+                "unknown function",
+            ));
+        };
+        let budget = Duration::from_millis(deadline_ms.unwrap_or(r.function_deadline_ms));
+        let bound = budget.min(MAX_HOLD);
+        let held = arrived.elapsed();
+        let left_ms = u64::try_from(budget.saturating_sub(held).as_millis()).unwrap_or(u64::MAX);
+        if r.ready && !waited {
+            return Ok((r.nodes, r.function_deadline_ms, deadline_ms));
+        }
+        if r.ready && left_ms > 0 {
+            return Ok((r.nodes, r.function_deadline_ms, Some(left_ms)));
+        }
+        if r.nodes.is_empty() && !forwarded {
+            match hub.wakes.begin(tenant, name, std::time::Instant::now()) {
+                Begin::Start => {
+                    let (scheduler, wakes) = (ctx.replica.scheduler.clone(), hub.wakes.clone());
+                    let (tenant, function) = (tenant.clone(), name.to_string());
+                    tokio::spawn(async move {
+                        let eval = Evaluation::ScaleOut {
+                            tenant: tenant.clone(),
+                            function: function.clone(),
+                            desired: 1,
+                        };
+                        let result = scheduler.submit(eval).await;
+                        tracing::info!("waking {}/{function} from zero: {result:?}", tenant.0);
+                        let result = result.map(|_| ()).map_err(|e| e.to_string());
+                        wakes.done(&tenant, &function, result, std::time::Instant::now());
+                    });
+                }
+                Begin::InFlight => {}
+                Begin::Failed(why) => {
+                    return Err(no_instance(&format!(
+                        "the function has no instance and none could be placed: {why}; nothing ran"
+                    )))
+                }
+            }
+        }
+        if held >= bound {
+            if !r.nodes.is_empty() && left_ms > 0 {
+                // Past the cap, within the deadline: try the instance's agent
+                // (it may answer that it does not host it yet).
+                return Ok((r.nodes, r.function_deadline_ms, Some(left_ms)));
+            }
+            return Err(no_instance(&format!(
+                "the function has no instance ready within the deadline (held {} ms); nothing ran",
+                held.as_millis()
+            )));
+        }
+        tokio::time::sleep(HOLD_POLL.min(bound.saturating_sub(held))).await;
+        waited = true;
+    }
+}
+
+fn no_instance(message: &str) -> HttpResponse {
+    answer(ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "no_instance",
+        message,
+    ))
+}
+
 /// The route handler.
 pub async fn invoke_route(
     req: HttpRequest,
@@ -359,39 +500,15 @@ pub async fn invoke_route(
         Err(e) => return answer(e),
     };
     let start = NEXT_ID.fetch_add(1, Ordering::Relaxed) as usize;
-    let (nodes, function_deadline_ms): (Vec<NodeId>, u64) = {
-        let st = ctx.replica.state.read();
-        let d = st.region.domain();
-        let Ok(f) = d.function(&tenant, &name) else {
-            return error(
-                StatusCode::NOT_FOUND,
-                "unknown_function",
-                "unknown function",
-            );
+    let forwarded = req.headers().contains_key(FORWARDED);
+    let (nodes, function_deadline_ms, deadline_ms) =
+        match hold(&ctx, &tenant, &name, start, deadline_ms, forwarded).await {
+            Ok(route) => route,
+            Err(reply) => return keyed(reply),
         };
-        let function_deadline_ms = f.spec.deadline_ms;
-        let mut ids = Vec::new();
-        let mut nodes: BTreeSet<NodeId> = BTreeSet::new();
-        for i in d.instances_of(&tenant, &name) {
-            ids.push(i.id);
-            nodes.extend(i.slices.iter().map(|s| s.gpu.node.clone()));
-        }
-        (
-            preferred_order(
-                nodes,
-                &ctx.replica.agents.reports.resident_nodes(&ids),
-                start,
-            ),
-            function_deadline_ms,
-        )
-    };
-    if nodes.is_empty() {
-        return error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "no_instance",
-            "the function has no instance placed yet",
-        );
-    }
+    // What is left of the deadline after a hold is what the agent (or the
+    // peer) gets.
+    let deadline = deadline_ms.map(|ms| ms.to_string());
     let hub = &ctx.replica.agents;
     for (k, node) in nodes.iter().enumerate() {
         let Some(conn) = hub.link(node) else { continue };
@@ -432,7 +549,7 @@ pub async fn invoke_route(
             }
         }
     }
-    if req.headers().contains_key(FORWARDED) {
+    if forwarded {
         return error(
             StatusCode::SERVICE_UNAVAILABLE,
             "no_agent",

@@ -40,6 +40,7 @@
 mod invoke;
 pub mod region_agents;
 mod reports;
+pub mod wake;
 
 pub use invoke::invoke_route;
 pub use region_agents::{RegionAgents, ReplicaAgents};
@@ -94,6 +95,8 @@ pub struct AgentHub {
     pub heard: Arc<Mutex<HashMap<NodeId, std::time::Instant>>>,
     /// Where this replica reads the time (heartbeat ages, liveness).
     pub clock: SharedClock,
+    /// Functions being woken from zero by requests held here.
+    pub wakes: Arc<wake::Wakes>,
 }
 
 impl AgentHub {
@@ -111,6 +114,7 @@ impl AgentHub {
             peers: None,
             heard: Arc::default(),
             clock,
+            wakes: Arc::default(),
         }
     }
 

@@ -343,6 +343,7 @@ impl Inner {
             ranking,
             options: PlanOptions::indexed(),
             pending,
+            prefer: &[],
         }
     }
 }

@@ -10,6 +10,7 @@ fn policy() -> PlacementPolicy<'static> {
         ranking: &BestFit,
         options: PlanOptions::default(),
         pending: None,
+        prefer: &[],
     }
 }
 

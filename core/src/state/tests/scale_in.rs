@@ -211,15 +211,15 @@ fn an_outgoing_instance_is_not_a_scale_in_candidate() {
 }
 
 #[test]
-fn a_decision_to_zero_keeps_the_last_instance() {
-    use crate::autoscale::{Autoscalers, Params, Rule};
+fn a_decision_to_zero_releases_the_last_instance_and_a_wake_is_not_released_at_once() {
+    use crate::autoscale::{Autoscalers, Params, Rule, ScaleAction};
     let mut s = region();
     let mut f = spec("acme", "f", Tier::Burstable, 250, 1_024);
     f.min_instances = 0;
     deploy(&mut s, f);
-    place(&mut s, "acme", "f");
+    let i = place(&mut s, "acme", "f");
     let key = (t("acme"), "f".to_string());
-    let idle = BTreeMap::from([(key, load(0))]);
+    let idle = BTreeMap::from([(key.clone(), load(0))]);
     let no_wait: BTreeMap<_, BTreeSet<NodeId>> = BTreeMap::new();
     let mut a = Autoscalers::default();
     let p = Params::default();
@@ -227,11 +227,42 @@ fn a_decision_to_zero_keeps_the_last_instance() {
     for at in (0..60).map(|k| T0 + k * 1_000) {
         let steps = a.step(&p, &s, &idle, &no_wait, at);
         assert_ne!(steps[0].decision.rule, Rule::ToZero, "at {at}");
+        assert_eq!(steps[0].action, None, "at {at}");
     }
     let steps = a.step(&p, &s, &idle, &no_wait, T0 + 60_000);
     assert_eq!(steps[0].decision.rule, Rule::ToZero);
     assert_eq!(steps[0].decision.desired, 0);
-    assert_eq!(steps[0].action, None, "nothing would bring it back");
+    assert_eq!(steps[0].action, Some(ScaleAction::In { instance: i }));
+    ok(&mut s, DomainCommand::InstanceRelease { instance: i });
+    assert_eq!(s.instance_count(&t("acme"), "f"), 0);
+
+    // At zero nothing reports it: the autoscaler asks for nothing.
+    let none = BTreeMap::new();
+    let steps = a.step(&p, &s, &none, &no_wait, T0 + 100_000);
+    assert_eq!(
+        (steps[0].decision.desired, steps[0].action.clone()),
+        (0, None)
+    );
+
+    // A held request wakes it at T1. Until its agent reports (the ticks
+    // see no load, or an old idle one) the instance is not released: its
+    // placement counts as activity for idle_timeout_s.
+    let t1 = T0 + 120_000;
+    let cmd = plan(&s, &t("acme"), "f", &BestFit).unwrap().command();
+    let woken = match s.apply(cmd, t1).unwrap() {
+        Applied::InstancePlaced { instance, .. } => instance,
+        other => panic!("{other:?}"),
+    };
+    for at in (1..60).map(|k| t1 + k * 1_000) {
+        let loads = if at < t1 + 5_000 { &none } else { &idle };
+        let steps = a.step(&p, &s, loads, &no_wait, at);
+        assert_ne!(steps[0].decision.rule, Rule::ToZero, "at {at}");
+        assert_eq!(steps[0].action, None, "at {at}");
+    }
+    // Idle for idle_timeout_s after the wake: to zero again.
+    let steps = a.step(&p, &s, &idle, &no_wait, t1 + 60_000);
+    assert_eq!(steps[0].decision.rule, Rule::ToZero);
+    assert_eq!(steps[0].action, Some(ScaleAction::In { instance: woken }));
 }
 
 #[test]

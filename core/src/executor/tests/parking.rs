@@ -1,0 +1,160 @@
+//! Parked functions (warm resume): released by the region, their host
+//! copy kept, revived with a swap-in.
+
+use super::*;
+
+fn parked(f: u32) -> Event {
+    Event::InstanceParked {
+        function: FunctionId(f),
+    }
+}
+
+fn added(f: u32) -> Event {
+    Event::InstanceAdded {
+        function: FunctionId(f),
+        profile: profile(Tier::Oversubscribed),
+    }
+}
+
+/// Function 0 cold-started on GPU 0, served request 1 and is idle at `COLD + S`.
+fn served_once() -> NodeExecutor {
+    let mut n = node(1, ExecutorRules::gshare(), &[Tier::Oversubscribed]);
+    assert_eq!(
+        step(&mut n, 0, arrive(1, 0, S, FAR)),
+        vec![cold(0, 0, COLD)]
+    );
+    assert_eq!(
+        step(&mut n, COLD, loaded(0, 0)),
+        vec![run(1, 0, 0, 1000, COLD + S)]
+    );
+    assert_eq!(step(&mut n, COLD + S, finished(1, 0)), vec![]);
+    n
+}
+
+#[test]
+fn a_parked_function_keeps_its_host_copy_takes_no_request_and_resumes_with_a_swap_in() {
+    let mut n = served_once();
+    let t = COLD + 2 * S;
+    assert_eq!(
+        step(&mut n, t, parked(0)),
+        vec![Command::Unload {
+            function: FunctionId(0),
+            gpu: 0
+        }]
+    );
+    assert_eq!(n.gpu(0).free_mib(), 12_000);
+    assert_eq!(n.host_used_mib(), 4_000);
+    assert!(n.in_host(FunctionId(0)));
+    assert_eq!(n.parked().collect::<Vec<_>>(), vec![(FunctionId(0), 4_000)]);
+    // Parked: like a removed function for requests.
+    assert_eq!(
+        step(&mut n, t, arrive(2, 0, S, FAR)),
+        vec![Command::Reject {
+            request: RequestId(2),
+            reason: RejectReason::UnknownFunction
+        }]
+    );
+    // Revived: the first load is a swap-in.
+    assert_eq!(step(&mut n, t + S, added(0)), vec![]);
+    assert_eq!(n.parked().count(), 0);
+    assert_eq!(
+        step(&mut n, t + S, arrive(3, 0, S, FAR)),
+        vec![Command::SwapIn {
+            function: FunctionId(0),
+            gpu: 0,
+            ready_at: t + S + SWAP_IN,
+        }]
+    );
+    assert_eq!(n.host_used_mib(), 4_000);
+}
+
+#[test]
+fn removing_a_parked_function_forgets_its_host_copy() {
+    let mut n = served_once();
+    step(&mut n, COLD + 2 * S, parked(0));
+    assert_eq!(
+        step(
+            &mut n,
+            COLD + 3 * S,
+            Event::InstanceRemoved {
+                function: FunctionId(0)
+            }
+        ),
+        vec![]
+    );
+    assert_eq!(n.host_used_mib(), 0);
+    assert_eq!(n.parked().count(), 0);
+    assert!(!n.in_host(FunctionId(0)));
+    // Added again, it is a new function: a cold start.
+    step(&mut n, COLD + 3 * S, added(0));
+    assert_eq!(
+        step(&mut n, COLD + 3 * S, arrive(2, 0, S, FAR)),
+        vec![cold(0, 0, COLD + 3 * S + COLD)]
+    );
+}
+
+#[test]
+fn without_a_host_cache_parking_is_removing() {
+    let mut n = node(1, ExecutorRules::exclusive(), &[Tier::Oversubscribed]);
+    step(&mut n, 0, arrive(1, 0, S, FAR));
+    step(&mut n, COLD, loaded(0, 0));
+    step(&mut n, COLD + S, finished(1, 0));
+    step(&mut n, COLD + 2 * S, parked(0));
+    assert_eq!(n.parked().count(), 0);
+    assert_eq!(n.host_used_mib(), 0);
+}
+
+#[test]
+fn a_busy_parked_copy_unloads_when_its_request_finishes() {
+    let mut n = node(1, ExecutorRules::gshare(), &[Tier::Oversubscribed]);
+    step(&mut n, 0, arrive(1, 0, S, FAR));
+    assert_eq!(
+        step(&mut n, COLD, loaded(0, 0)),
+        vec![run(1, 0, 0, 1000, COLD + S)]
+    );
+    // Parked while request 1 runs: the copy stays until it finishes.
+    assert_eq!(step(&mut n, COLD + 100 * MS, parked(0)), vec![]);
+    assert_eq!(n.parked().count(), 1);
+    assert_eq!(
+        step(&mut n, COLD + S, finished(1, 0)),
+        vec![Command::Unload {
+            function: FunctionId(0),
+            gpu: 0
+        }]
+    );
+    assert_eq!(n.gpu(0).free_mib(), 12_000);
+    assert_eq!(n.parked().collect::<Vec<_>>(), vec![(FunctionId(0), 4_000)]);
+}
+
+#[test]
+fn a_parked_host_copy_is_dropped_least_recently_used_first_when_host_memory_is_needed() {
+    let mut c = config(1, ExecutorRules::gshare());
+    c.host_memory_mib = 10_000;
+    let mut n = NodeExecutor::new(c);
+    for f in 0..3 {
+        n.handle(0, added(f));
+    }
+    // Functions 0 then 1 cold-start, serve and are parked (8 000 of 10 000 MiB).
+    let mut t = 0;
+    for f in 0..2u32 {
+        step(&mut n, t, arrive(u64::from(f), f, S, FAR));
+        step(&mut n, t + COLD, loaded(f, 0));
+        step(&mut n, t + COLD + S, finished(u64::from(f), 0));
+        step(&mut n, t + COLD + S, parked(f));
+        t += COLD + 2 * S;
+    }
+    assert_eq!(n.host_used_mib(), 8_000);
+    assert_eq!(n.parked().count(), 2);
+    // Function 2's cold start needs host memory: function 0, invoked
+    // longest ago, loses its copy and is forgotten.
+    assert_eq!(
+        step(&mut n, t, arrive(9, 2, S, FAR)),
+        vec![cold(2, 0, t + COLD)]
+    );
+    assert_eq!(n.parked().collect::<Vec<_>>(), vec![(FunctionId(1), 4_000)]);
+    assert_eq!(n.host_used_mib(), 8_000);
+    assert!(!n.in_host(FunctionId(0)));
+    // A revival of function 0 now is a new function: a cold start.
+    step(&mut n, t, added(0));
+    assert!(!n.in_host(FunctionId(0)));
+}

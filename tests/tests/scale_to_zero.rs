@@ -1,0 +1,118 @@
+//! To zero and from zero on real processes: a replica and one simulated
+//! agent; a function deployed with `min_instances = 0` starts with no
+//! instance. Requests arriving together are held at the replica while one
+//! wake places one instance, then served; idle for `idle_timeout_s` the
+//! leader's autoscaler releases the last instance; the next request wakes
+//! it again; a request whose deadline cannot cover a cold start is
+//! answered `503 no_instance` (retryable) and nothing runs.
+
+use gshare_tests::raw_http::{assert_error, raw_request};
+use gshare_tests::{call, json_of, until, AgentProcess, TestRegion, TOKEN};
+use serde_json::json;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+fn instances(http: SocketAddr, token: &str) -> usize {
+    let r = call(http, "GET", "/v1/functions/sleepy", token, None);
+    json_of(&r)["instances"].as_array().map_or(0, Vec::len)
+}
+
+/// The leader's count of scale-out evaluations, whatever their outcome.
+fn scale_outs(http: SocketAddr) -> u64 {
+    call(http, "GET", "/metrics", TOKEN, None)
+        .body
+        .lines()
+        .filter(|l| l.starts_with("gshare_region_scheduler_evaluations_total{kind=\"scale_out\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[test]
+fn an_idle_function_goes_to_zero_and_a_request_brings_it_back() {
+    let mut region = TestRegion::new(1).expect("region");
+    region.start(1, true).expect("start");
+    region
+        .wait_leader(&[1], Duration::from_secs(15))
+        .expect("leader");
+    let http = region.http(1);
+    let r = until("token", 30, || {
+        let r = call(http, "POST", "/v1/tenants/acme/tokens", TOKEN, None);
+        (r.status == 201).then_some(r)
+    });
+    let acme = json_of(&r)["token"].as_str().unwrap().to_string();
+    let (config, _) = region.sim_agent_config("local-c1", &[]).expect("agent");
+    let _agent = AgentProcess::start(&config);
+    // 10 ms a request on its slice and a 10 s deadline (room for a cold
+    // start): a few requests at once are far below one instance's target,
+    // so only the wake places an instance.
+    let spec = json!({
+        "name": "sleepy", "runtime": "pytorch", "memory_mib": 1000, "compute_milli": 500,
+        "tier": "guaranteed", "deadline_ms": 10000, "pool": "center",
+        "min_instances": 0, "max_instances": 2, "idle_timeout_s": 3,
+        "latency": {"full_gpu_us": 5000, "saturation_milli": 500},
+    })
+    .to_string();
+    let r = until("deployed", 60, || {
+        let r = call(http, "POST", "/v1/functions", &acme, Some(&spec));
+        (r.status == 201 || r.status == 409).then_some(r)
+    });
+    assert_eq!(r.status, 201, "{r:?}");
+    assert_eq!(instances(http, &acme), 0);
+    until("the agent registered", 30, || {
+        let r = call(http, "GET", "/v1/cluster/agents", TOKEN, None);
+        r.body.contains("local-c1").then_some(())
+    });
+    let before = scale_outs(http);
+
+    // From zero: four requests together are held, one placement, all served.
+    let started = Instant::now();
+    let clients: Vec<_> = (0..4)
+        .map(|k| {
+            let acme = acme.clone();
+            std::thread::spawn(move || {
+                let body = format!("wake {k}");
+                let r = call(http, "POST", "/v1/invoke/acme/sleepy", &acme, Some(&body));
+                (r, started.elapsed())
+            })
+        })
+        .collect();
+    for c in clients {
+        let (r, took) = c.join().unwrap();
+        assert_eq!(r.status, 200, "{r:?}");
+        eprintln!("from zero: served after {took:?}");
+    }
+    assert_eq!(instances(http, &acme), 1);
+    assert_eq!(
+        scale_outs(http) - before,
+        1,
+        "one wake for requests together"
+    );
+
+    // Idle: the autoscaler releases the last instance.
+    let idle = Instant::now();
+    until("to zero", 20, || {
+        (instances(http, &acme) == 0).then_some(())
+    });
+    eprintln!("to zero {:?} after the last request", idle.elapsed());
+
+    // From zero again.
+    let started = Instant::now();
+    let r = call(http, "POST", "/v1/invoke/acme/sleepy", &acme, Some("again"));
+    assert_eq!((r.status, r.body.as_str()), (200, "again"), "{r:?}");
+    eprintln!("from zero again: served after {:?}", started.elapsed());
+    until("to zero again", 20, || {
+        (instances(http, &acme) == 0).then_some(())
+    });
+
+    // A deadline no cold start can meet: held no longer than it, refused,
+    // retryable; nothing ran (no usage for its key).
+    let bearer = format!("Bearer {acme}");
+    let headers = [
+        ("Authorization", bearer.as_str()),
+        ("X-Gshare-Deadline-Ms", "1"),
+        ("Idempotency-Key", "too-short-1"),
+    ];
+    let r = raw_request(http, "POST", "/v1/invoke/acme/sleepy", &headers, b"{}", 2);
+    assert_error(&r, 503, "no_instance", true);
+    assert_eq!(r.header("idempotency-key"), Some("too-short-1"), "{r:?}");
+}
