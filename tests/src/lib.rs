@@ -22,6 +22,7 @@ pub mod fuzz;
 pub mod raw_http;
 pub mod stand_in_region;
 pub mod test_region;
+pub mod up_process;
 
 pub use api_calls::{call, json_of, until, AgentProcess};
 pub use binaries::{binary, build_binaries};

@@ -23,9 +23,11 @@ mod binaries;
 mod children;
 mod demo;
 mod gpu_usage;
+mod instances;
 mod layout;
 mod load;
 mod report;
+mod scenario;
 mod stop_signal;
 
 use std::collections::BTreeMap;
@@ -43,9 +45,11 @@ use binaries::Binaries;
 use children::Children;
 use demo::{DemoFunction, DEMO, TENANTS};
 use gpu_usage::{GpuSampler, GpuUsage};
+use instances::InstanceWatch;
 use layout::Layout;
 use load::{LoadReport, Target};
 use report::{print_attainment, print_bills, print_gpu_usage, print_indented};
+pub use scenario::Scenario;
 use stop_signal::StopSignal;
 
 const REPLICAS: u64 = 3;
@@ -57,6 +61,10 @@ const WARM_UP_TIMEOUT: Duration = Duration::from_secs(120);
 const BILL_SETTLE: Duration = Duration::from_secs(3);
 /// Log lines shown when a child fails.
 const TAIL_LINES: usize = 25;
+/// The deadline of the request that brings a demo function up from zero.
+const WAKE_DEADLINE_MS: u64 = 30_000;
+/// `--load-s` when not given.
+const DEFAULT_LOAD_S: u64 = 10;
 
 /// The long help of `gsharectl up`.
 pub const LONG_ABOUT: &str = "Start a whole gshare region on this machine and show it working.\n\n\
@@ -82,11 +90,19 @@ pub const LONG_ABOUT: &str = "Start a whole gshare region on this machine and sh
 pub struct Args {
     /// Exit 0 once this many seconds have passed since the start (the demo
     /// always runs to its end first). Without it: run until Ctrl-C or SIGTERM.
+    /// Ignored with --scenario.
     #[arg(long = "for", value_name = "SECONDS")]
     for_s: Option<u64>,
-    /// Seconds of invocation load in the demo.
-    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    /// Seconds of invocation load in the demo. Ignored with --scenario.
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_LOAD_S)]
     load_s: u64,
+    /// Instead of the demo, run the region through a scripted situation
+    /// that ends by itself; the last line is `scenario: name=<n>
+    /// invocations=<N> failed=<F> attainment=<x> <metric>=<value> …`, and
+    /// the exit status is non-zero if the scenario's own check failed.
+    /// Ignores --for and --load-s; honours --keep.
+    #[arg(long, value_enum, value_name = "NAME")]
+    scenario: Option<Scenario>,
     /// Keep the temporary directory (certificates, configs, data, logs) on
     /// exit; by default it is removed, except after a failure.
     #[arg(long)]
@@ -105,10 +121,16 @@ struct Up {
     api: ApiClient,
     operator: String,
     tokens: BTreeMap<&'static str, String>,
-    /// Demo function → the node of its instance.
-    placed: Vec<(DemoFunction, String)>,
+    /// Demo function → the node of its first instance (`None`: deployed
+    /// with `min_instances = 0`, none at deploy).
+    placed: Vec<(DemoFunction, Option<String>)>,
     /// The load's figures, once it ran (even if a signal cut it short).
     report: Option<LoadReport>,
+    /// The demo's scaling functions' instance counts, sampled from their
+    /// deploy to the stop.
+    scaling: Option<InstanceWatch>,
+    /// When the demo load began, since `scaling` started.
+    load_began: Option<Duration>,
 }
 
 /// Runs `gsharectl up`.
@@ -125,6 +147,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         tmp.path().display(),
         if a.keep { "kept" } else { "removed" }
     );
+    if a.scenario.is_some() && (a.for_s.is_some() || a.load_s != DEFAULT_LOAD_S) {
+        println!("up: --scenario ignores --for and --load-s");
+    }
     let operator = crate::api::auth::new_secret().map_err(|e| anyhow!("{e}"))?;
     let layout = Layout::write(tmp.path(), REPLICAS, &operator)?;
     let mut up = Up {
@@ -135,10 +160,19 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         tokens: BTreeMap::new(),
         placed: Vec::new(),
         report: None,
+        scaling: None,
+        load_began: None,
     };
-    let finished = match up.start_and_demo(&bins, &mut stop, &a) {
-        Ok(()) => true,
-        Err(e) if e.is::<Interrupted>() => false,
+    let ran = match a.scenario {
+        None => up.start_and_demo(&bins, &mut stop, &a).map(|()| None),
+        Some(s) => up
+            .start(&bins, &mut stop)
+            .and_then(|()| s.run(&mut up, &mut stop))
+            .map(Some),
+    };
+    let outcome = match ran {
+        Ok(o) => Ok(o),
+        Err(e) if e.is::<Interrupted>() => Err(()),
         Err(e) => {
             up.children.stop();
             let kept = tmp.keep();
@@ -146,7 +180,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             return Err(e);
         }
     };
-    if finished {
+    if let Ok(None) = outcome {
         let until = a.for_s.map(|s| started + Duration::from_secs(s));
         match (until, a.for_s) {
             (Some(t), Some(s)) if t > Instant::now() => println!(
@@ -165,6 +199,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if let Some(s) = stop.name() {
         println!("up: {s} received, stopping");
     }
+    let traces = up.finish_scaling();
     // Agents first (a stopping agent may still send its last usage), then
     // the bills, while the replicas still run, then the replicas.
     let mut killed = up.children.stop_where(|p| p.name.starts_with("agent "));
@@ -179,27 +214,46 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     println!("up: stopped the agents and replicas");
     print_bills(&bills, &up.layout);
-    if a.keep {
+    if a.scenario.is_none() {
+        report::print_scaling(&up.scaling_functions(), &traces, up.load_began);
+    }
+    let failed = matches!(&outcome, Ok(Some(o)) if !o.problems.is_empty());
+    if a.keep || failed {
         println!("up: kept {}", tmp.keep().display());
     } else {
         drop(tmp);
     }
-    let (n, x) = up
-        .report
-        .as_ref()
-        .map_or((0, 0.0), |r| (r.overall.invocations, r.overall.fraction()));
-    let billed = bills.values().filter(|b| b.is_some_and(|t| t > 0)).count();
-    println!("up: invocations={n} attainment={x:.3} tenants_billed={billed}");
-    Ok(())
+    match (a.scenario, outcome) {
+        (None, _) => {
+            let (n, x) = up
+                .report
+                .as_ref()
+                .map_or((0, 0.0), |r| (r.overall.invocations, r.overall.fraction()));
+            let billed = bills.values().filter(|b| b.is_some_and(|t| t > 0)).count();
+            println!("up: invocations={n} attainment={x:.3} tenants_billed={billed}");
+            Ok(())
+        }
+        (Some(s), Err(())) => bail!("scenario {} interrupted before its end", s.name()),
+        (Some(_), Ok(None)) => bail!("the scenario ended without an outcome"),
+        (Some(_), Ok(Some(o))) => {
+            println!("{}", o.line());
+            if o.problems.is_empty() {
+                Ok(())
+            } else {
+                bail!(
+                    "scenario {} failed its check: {}",
+                    o.name,
+                    o.problems.join("; ")
+                )
+            }
+        }
+    }
 }
 
 impl Up {
-    fn start_and_demo(
-        &mut self,
-        bins: &Binaries,
-        stop: &mut StopSignal,
-        a: &Args,
-    ) -> anyhow::Result<()> {
+    /// Starts the replicas and agents, issues the tenants' tokens and
+    /// waits until every agent is registered.
+    fn start(&mut self, bins: &Binaries, stop: &mut StopSignal) -> anyhow::Result<()> {
         self.start_replicas(bins, stop)?;
         println!(
             "dashboard: http://{}/#token={} ",
@@ -211,14 +265,32 @@ impl Up {
             self.tokens.insert(t, token);
         }
         self.check(stop)?;
+        self.wait_agents(stop)
+    }
+
+    fn start_and_demo(
+        &mut self,
+        bins: &Binaries,
+        stop: &mut StopSignal,
+        a: &Args,
+    ) -> anyhow::Result<()> {
+        self.start(bins, stop)?;
+        self.scaling = Some(InstanceWatch::start(
+            self.api.replicas().to_vec(),
+            self.operator.clone(),
+            DEMO.iter()
+                .filter(|f| f.scales())
+                .map(|f| (f.tenant.to_string(), f.name.to_string()))
+                .collect(),
+        ));
         for f in DEMO {
             let token = &self.tokens[f.tenant];
             let node = demo::deploy(&self.api, &f, token)?;
             self.placed.push((f, node));
         }
         self.print_placements();
-        self.wait_agents(stop)?;
-        let targets = self.targets()?;
+        let mut targets = self.targets()?;
+        self.wake_from_zero(&mut targets, stop)?;
         println!(
             "up: warming up {} functions (cold starts: weights from storage at the pool's speed)",
             targets.len()
@@ -239,6 +311,7 @@ impl Up {
             a.load_s,
             targets.len()
         );
+        self.load_began = self.scaling.as_ref().map(|w| w.started().elapsed());
         let sampler = GpuSampler::start(self.api.replicas().to_vec(), self.operator.clone());
         let report = load::run(
             &targets,
@@ -437,10 +510,68 @@ impl Up {
                 Ok(Target {
                     function: f.clone(),
                     token: self.tokens[f.tenant].clone(),
-                    ingress: self.ingress_of(node)?,
+                    ingress: node.as_deref().map(|n| self.ingress_of(n)).transpose()?,
                 })
             })
             .collect()
+    }
+
+    /// Sends one request with a long deadline to each demo function that
+    /// has no instance (deployed with `min_instances = 0`), through a
+    /// replica: the region places one and holds the request meanwhile.
+    /// A function not served is left out of the warm-up and the load.
+    fn wake_from_zero(
+        &mut self,
+        targets: &mut Vec<Target>,
+        stop: &mut StopSignal,
+    ) -> anyhow::Result<()> {
+        let mut woken = Vec::new();
+        for t in targets.iter().filter(|t| t.ingress.is_none()) {
+            self.check(stop)?;
+            let f = &t.function;
+            let i = load::invoke(
+                self.api.replicas()[0],
+                f.tenant,
+                f.name,
+                &t.token,
+                WAKE_DEADLINE_MS,
+            );
+            if i.status == 200 {
+                println!(
+                    "up: {} (min_instances 0) served from zero in {} ms (the region placed an \
+                     instance while it held the request)",
+                    f.id(),
+                    i.latency.as_millis()
+                );
+                woken.push(f.id());
+            } else {
+                println!(
+                    "up: {} (min_instances 0) was not served from zero (HTTP {}); it is left out \
+                     of the warm-up and the load",
+                    f.id(),
+                    i.status
+                );
+            }
+        }
+        targets.retain(|t| t.ingress.is_some() || woken.contains(&t.function.id()));
+        Ok(())
+    }
+
+    /// The demo functions whose count the autoscaler may change.
+    fn scaling_functions(&self) -> Vec<DemoFunction> {
+        self.placed
+            .iter()
+            .map(|(f, _)| f.clone())
+            .filter(DemoFunction::scales)
+            .collect()
+    }
+
+    /// Stops sampling the scaling functions; their traces (`tenant/name`).
+    fn finish_scaling(&mut self) -> BTreeMap<String, instances::Trace> {
+        self.scaling
+            .take()
+            .map(InstanceWatch::finish)
+            .unwrap_or_default()
     }
 
     fn print_placements(&self) {
@@ -464,7 +595,13 @@ impl Up {
                 f.compute_milli.to_string(),
                 f.memory_mib.to_string(),
                 f.deadline_ms.to_string(),
-                node.clone(),
+                match node {
+                    Some(n) if f.scales() => {
+                        format!("{n} (+ up to {} more)", f.instances.1 - 1)
+                    }
+                    Some(n) => n.clone(),
+                    None => "none yet (min_instances 0)".into(),
+                },
             ]);
         }
         print_indented(&rows);
@@ -544,7 +681,7 @@ impl Up {
                  -H 'X-Gshare-Deadline-Ms: {}' -d '{{}}'",
                 f.tenant, f.name, f.deadline_ms
             );
-            if let Ok(ingress) = self.ingress_of(node) {
+            if let Some(ingress) = node.as_deref().and_then(|n| self.ingress_of(n).ok()) {
                 println!(
                     "  curl -s -XPOST http://{ingress}/v1/invoke/{}/{} -H 'Authorization: Bearer {tok}' -d '{{}}'   # the agent directly",
                     f.tenant, f.name

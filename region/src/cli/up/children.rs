@@ -66,6 +66,9 @@ pub struct ChildProc {
     pub name: String,
     /// Its log file (stdout and stderr).
     pub log: PathBuf,
+    program: PathBuf,
+    args: Vec<String>,
+    cwd: PathBuf,
     child: Child,
     exited: Option<ExitStatus>,
 }
@@ -132,13 +135,58 @@ impl Children {
         cwd: &Path,
         log: &Path,
     ) -> anyhow::Result<&mut ChildProc> {
+        let child = self.launch(name, program, args, cwd, log)?;
+        self.procs.push(ChildProc {
+            name: name.to_string(),
+            log: log.to_path_buf(),
+            program: program.to_path_buf(),
+            args: args.to_vec(),
+            cwd: cwd.to_path_buf(),
+            child,
+            exited: None,
+        });
+        let last = self.procs.len() - 1;
+        Ok(&mut self.procs[last])
+    }
+
+    /// Stops the child named `name` (SIGTERM, SIGKILL after
+    /// [`STOP_GRACE`]) and starts it again with the same program, arguments
+    /// and log (appended to). Call from the main thread. Returns the new
+    /// process, and whether the old one had to be killed.
+    pub fn restart(&mut self, name: &str) -> anyhow::Result<(&mut ChildProc, bool)> {
+        let i = self
+            .procs
+            .iter()
+            .position(|p| p.name == name)
+            .ok_or_else(|| anyhow::anyhow!("no child named {name}"))?;
+        let mut going = vec![self.procs.remove(i)];
+        let killed = !end(&mut going).is_empty();
+        let old = going.remove(0);
+        let child = self.launch(name, &old.program, &old.args, &old.cwd, &old.log)?;
+        self.procs.push(ChildProc {
+            child,
+            exited: None,
+            ..old
+        });
+        let last = self.procs.len() - 1;
+        Ok((&mut self.procs[last], killed))
+    }
+
+    fn launch(
+        &self,
+        name: &str,
+        program: &Path,
+        args: &[String],
+        cwd: &Path,
+        log: &Path,
+    ) -> anyhow::Result<Child> {
         let out = File::options()
             .create(true)
             .append(true)
             .open(log)
             .with_context(|| log.display().to_string())?;
         let err = out.try_clone()?;
-        let child = Command::new(&self.launcher)
+        Command::new(&self.launcher)
             .arg("up-child")
             .arg("--parent")
             .arg(std::process::id().to_string())
@@ -151,15 +199,7 @@ impl Children {
             .stderr(Stdio::from(err))
             .process_group(0)
             .spawn()
-            .with_context(|| format!("starting {name} ({})", program.display()))?;
-        self.procs.push(ChildProc {
-            name: name.to_string(),
-            log: log.to_path_buf(),
-            child,
-            exited: None,
-        });
-        let last = self.procs.len() - 1;
-        Ok(&mut self.procs[last])
+            .with_context(|| format!("starting {name} ({})", program.display()))
     }
 
     /// The children, in start order.
@@ -189,27 +229,34 @@ impl Children {
                 .into_iter()
                 .partition(|p| which(p));
         self.procs = staying;
-        for p in going.iter_mut().rev() {
-            if p.exited().is_none() {
-                if let Some(pid) = Pid::from_raw(p.pid() as i32) {
-                    let _ = rustix::process::kill_process(pid, Signal::TERM);
-                }
-            }
-        }
-        let deadline = Instant::now() + STOP_GRACE;
-        let mut killed = Vec::new();
-        for p in going.iter_mut().rev() {
-            while p.exited().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            if p.exited().is_none() {
-                let _ = p.child.kill();
-                p.exited = p.child.wait().ok();
-                killed.push(p.name.clone());
-            }
-        }
-        killed
+        end(&mut going)
     }
+}
+
+/// SIGTERM to each of `going`, newest first, then each is waited for up to
+/// [`STOP_GRACE`] and killed after it. Returns the names of those that had
+/// to be killed.
+fn end(going: &mut [ChildProc]) -> Vec<String> {
+    for p in going.iter_mut().rev() {
+        if p.exited().is_none() {
+            if let Some(pid) = Pid::from_raw(p.pid() as i32) {
+                let _ = rustix::process::kill_process(pid, Signal::TERM);
+            }
+        }
+    }
+    let deadline = Instant::now() + STOP_GRACE;
+    let mut killed = Vec::new();
+    for p in going.iter_mut().rev() {
+        while p.exited().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if p.exited().is_none() {
+            let _ = p.child.kill();
+            p.exited = p.child.wait().ok();
+            killed.push(p.name.clone());
+        }
+    }
+    killed
 }
 
 impl Drop for Children {

@@ -40,6 +40,10 @@ pub struct DemoFunction {
     pub clients: u32,
     /// Mean pause of a client between two invocations, ms.
     pub think_ms: u64,
+    /// `min_instances`, `max_instances`.
+    pub instances: (u32, u32),
+    /// Idle time before the autoscaler scales it in (or to zero), s.
+    pub idle_timeout_s: u64,
 }
 
 const fn f(
@@ -62,6 +66,18 @@ const fn f(
         full_gpu_us,
         clients,
         think_ms,
+        instances: (1, 1),
+        idle_timeout_s: 3600,
+    }
+}
+
+/// [`f`] with an instance range and an idle timeout: the autoscaler
+/// changes its count.
+const fn scaled(f: DemoFunction, instances: (u32, u32), idle_timeout_s: u64) -> DemoFunction {
+    DemoFunction {
+        instances,
+        idle_timeout_s,
+        ..f
     }
 }
 
@@ -69,8 +85,17 @@ const fn f(
 /// quotas of `configs/local/tenants.toml`; an exclusive instance holds its
 /// whole GPU's memory (acme center 2250/3000 milli, 27648/32768 MiB; acme
 /// edge 750/1000, 13312/16384; globex center 1750/2000, 23552/32768;
-/// globex edge 500/500, 5632/8192).
-pub const DEMO: [DemoFunction; 11] = [
+/// globex edge 500/500, 5632/8192; with `caption` at its maximum and
+/// `digest` placed: acme center 2750/3000, 29696/32768; acme edge
+/// 1000/1000, 15360/16384).
+///
+/// Two of them show the autoscaler: `acme/caption` (1–2 instances; its
+/// clients keep about five requests at once in it, above one instance's
+/// target of 2.1 — `floor(300 ms / 100 ms) × 0.7`) scales out during the
+/// load, and `acme/digest` (`min_instances = 0`, 2 s idle timeout) starts
+/// with no instance, is brought up by its first request and goes back to
+/// zero once the load has ended.
+pub const DEMO: [DemoFunction; 13] = [
     f(
         "acme",
         "classify",
@@ -161,6 +186,32 @@ pub const DEMO: [DemoFunction; 11] = [
         (200, 30_000),
         (2, 30),
     ),
+    scaled(
+        f(
+            "acme",
+            "caption",
+            Tier::Guaranteed,
+            "center",
+            (250, 1024),
+            (300, 100_000),
+            (6, 20),
+        ),
+        (1, 2),
+        5,
+    ),
+    scaled(
+        f(
+            "acme",
+            "digest",
+            Tier::Guaranteed,
+            "edge:edge-b",
+            (250, 2048),
+            (1000, 50_000),
+            (1, 100),
+        ),
+        (0, 1),
+        2,
+    ),
     f(
         "globex",
         "ocr",
@@ -189,9 +240,9 @@ impl DemoFunction {
                 .pool
                 .parse::<PoolPreference>()
                 .map_err(|e| anyhow::anyhow!("pool {}: {e}", self.pool))?,
-            min_instances: 1,
-            max_instances: Some(1),
-            idle_timeout_s: 3600,
+            min_instances: self.instances.0,
+            max_instances: Some(self.instances.1),
+            idle_timeout_s: self.idle_timeout_s,
             latency: Some(LatencyBody {
                 full_gpu_us: self.full_gpu_us,
                 saturation_milli: self.compute_milli.min(1000),
@@ -203,23 +254,40 @@ impl DemoFunction {
     pub fn id(&self) -> String {
         format!("{}/{}", self.tenant, self.name)
     }
+
+    /// The autoscaler may change its instance count.
+    pub fn scales(&self) -> bool {
+        self.instances.0 < self.instances.1
+    }
 }
 
-/// Deploys `f` with its tenant's `token`; returns the node its instance
-/// was placed on.
-pub fn deploy(api: &ApiClient, f: &DemoFunction, token: &str) -> anyhow::Result<String> {
-    let body = serde_json::to_value(f.body()?)?;
+/// Deploys `f` with its tenant's `token`; returns the node its first
+/// instance was placed on (`None` for a function deployed with
+/// `min_instances = 0`, which starts with none).
+pub fn deploy(api: &ApiClient, f: &DemoFunction, token: &str) -> anyhow::Result<Option<String>> {
+    let v = deploy_body(api, &f.body()?, token).with_context(|| format!("deploying {}", f.id()))?;
+    if f.instances.0 == 0 {
+        return Ok(None);
+    }
+    node_of(&v)
+        .map(Some)
+        .with_context(|| format!("deploying {}: no instance in {v}", f.id()))
+}
+
+/// `POST /v1/functions` with `body`, retried for up to 30 s while the
+/// answer says so; the answer.
+pub fn deploy_body(api: &ApiClient, body: &FunctionBody, token: &str) -> anyhow::Result<Value> {
+    let body = serde_json::to_value(body)?;
     let deadline = Instant::now() + Duration::from_secs(30);
-    let v = loop {
+    loop {
         match api.call("POST", "/v1/functions", token, Some(&body)) {
-            Ok(v) => break v,
+            Ok(v) => return Ok(v),
             Err(e) if Instant::now() < deadline && e.retryable => {
                 std::thread::sleep(Duration::from_millis(200))
             }
-            Err(e) => return Err(e).with_context(|| format!("deploying {}", f.id())),
+            Err(e) => return Err(e.into()),
         }
-    };
-    node_of(&v).with_context(|| format!("deploying {}: no instance in {v}", f.id()))
+    }
 }
 
 fn node_of(v: &Value) -> anyhow::Result<String> {
@@ -268,14 +336,17 @@ mod tests {
                 }
                 None => "center",
             };
+            // At its maximum count.
+            let n = f.instances.1;
             let h = held.entry((f.tenant, kind)).or_default();
-            h.0 += u64::from(f.compute_milli);
-            h.1 += if f.tier == Tier::Exclusive {
-                16_384 // the whole sim-gpu-16g
-            } else {
-                f.memory_mib
-            };
-            h.2 += 1;
+            h.0 += u64::from(f.compute_milli) * u64::from(n);
+            h.1 += u64::from(n)
+                * if f.tier == Tier::Exclusive {
+                    16_384 // the whole sim-gpu-16g
+                } else {
+                    f.memory_mib
+                };
+            h.2 += n;
         }
         let edge_a: u64 = DEMO
             .iter()
@@ -283,6 +354,26 @@ mod tests {
             .map(|f| f.memory_mib)
             .sum();
         assert!(edge_a > 16_384, "edge-a's one GPU must be oversubscribed");
+        // One function scales out under its load, one goes to zero.
+        let target = |f: &DemoFunction| {
+            let service_ms = f.full_gpu_us as f64 / 1000.0;
+            ((f.deadline_ms as f64 / service_ms).floor() * 0.7).max(1.0)
+        };
+        let out = DEMO
+            .iter()
+            .find(|f| f.instances.0 >= 1 && f.scales())
+            .expect("a function that scales out");
+        let offered = f64::from(out.clients) * (out.full_gpu_us as f64 / 1000.0)
+            / (out.full_gpu_us as f64 / 1000.0 + out.think_ms as f64);
+        assert!(
+            offered > target(out),
+            "{}: {offered} ≤ {}",
+            out.name,
+            target(out)
+        );
+        assert!(DEMO
+            .iter()
+            .any(|f| f.instances.0 == 0 && f.idle_timeout_s <= 5));
         for t in TENANTS {
             for tier in Tier::ALL {
                 assert!(

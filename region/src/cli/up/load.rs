@@ -94,7 +94,8 @@ pub struct Attainment {
 }
 
 impl Attainment {
-    fn add(&mut self, i: &Invocation, deadline: Duration) {
+    /// Counts one invocation made with `deadline`.
+    pub(in crate::cli::up) fn add(&mut self, i: &Invocation, deadline: Duration) {
         self.invocations += 1;
         match i.status {
             200 if i.latency <= deadline => self.within += 1,
@@ -147,8 +148,9 @@ pub struct Target {
     pub function: DemoFunction,
     /// Its tenant's token.
     pub token: String,
-    /// The ingress of the agent hosting it.
-    pub ingress: SocketAddr,
+    /// The ingress of the agent hosting it (`None`: it had no instance
+    /// when the load began; its requests all go through the replicas).
+    pub ingress: Option<SocketAddr>,
 }
 
 /// Runs the load for `duration` (or until `stop` is set) over `targets`,
@@ -176,10 +178,10 @@ pub fn run(
                     let mut rng = Rng::new(seed);
                     let mut k = c as usize;
                     while Instant::now() < end && !stop.load(Ordering::Relaxed) {
-                        let addr = if k % 2 == 0 || replicas.is_empty() {
-                            t.ingress
-                        } else {
-                            replicas[(k / 2) % replicas.len()]
+                        let addr = match t.ingress {
+                            Some(a) if k % 2 == 0 || replicas.is_empty() => a,
+                            _ if replicas.is_empty() => break,
+                            _ => replicas[(k / 2) % replicas.len()],
                         };
                         k += 1;
                         let f = &t.function;
@@ -207,7 +209,8 @@ pub fn run(
 
 /// Sends one invocation per target with a long deadline (cold starts),
 /// retrying while the agent has not got the instance or the token yet;
-/// returns the targets that never answered 200 within `timeout`.
+/// returns the targets that never answered 200 within `timeout`. Targets
+/// without an ingress are left out (see [`Target::ingress`]).
 ///
 /// Exclusive functions are warmed first, then the others: an agent's
 /// executor chooses the GPU of each load itself, and an exclusive
@@ -216,6 +219,7 @@ pub fn warm_up(targets: &[Target], timeout: Duration, stop: &Arc<AtomicBool>) ->
     let deadline = Instant::now() + timeout;
     let (first, rest): (Vec<Target>, Vec<Target>) = targets
         .iter()
+        .filter(|t| t.ingress.is_some())
         .cloned()
         .partition(|t| t.function.tier == Tier::Exclusive);
     let mut cold = warm_wave(first, deadline, stop);
@@ -237,7 +241,10 @@ fn warm_wave(targets: Vec<Target>, deadline: Instant, stop: &Arc<AtomicBool>) ->
                     }
                     // Bounded so that a signal is noticed between attempts.
                     let ms = left.min(Duration::from_secs(30)).as_millis().max(1) as u64;
-                    let i = invoke(t.ingress, f.tenant, f.name, &t.token, ms);
+                    let Some(ingress) = t.ingress else {
+                        return Some(f.id());
+                    };
+                    let i = invoke(ingress, f.tenant, f.name, &t.token, ms);
                     if i.status == 200 {
                         return None;
                     }

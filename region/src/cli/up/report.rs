@@ -3,7 +3,11 @@
 
 use std::collections::BTreeMap;
 
+use std::time::Duration;
+
+use super::demo::DemoFunction;
 use super::gpu_usage::GpuUsage;
+use super::instances::Trace;
 use super::layout::Layout;
 use super::load::{self, LoadReport};
 use crate::cli::region_client::print_table;
@@ -147,4 +151,82 @@ pub fn print_bills(bills: &BTreeMap<&'static str, Option<u64>>, layout: &Layout)
         });
     }
     print_indented(&rows);
+}
+
+/// What the autoscaler did to the demo's scaling functions, as sampled
+/// from the replicated state: only what was seen (a scale-out or a scale to
+/// zero that no sample caught is not claimed). Times are seconds since
+/// the functions were deployed; `load_began` is when the load started.
+pub fn print_scaling(
+    functions: &[DemoFunction],
+    traces: &BTreeMap<String, Trace>,
+    load_began: Option<Duration>,
+) {
+    if functions.is_empty() {
+        return;
+    }
+    let since_load = load_began.map_or(String::new(), |d| {
+        format!("; the load began at {:.1} s", d.as_secs_f64())
+    });
+    println!(
+        "up: scaling (instances in the replicated state, sampled every 250 ms; seconds since \
+         deploy{since_load}):"
+    );
+    let mut rows = vec![[
+        "FUNCTION", "MIN-MAX", "SAMPLES", "START", "PEAK", "PEAK AT", "ZERO AT", "LAST",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for f in functions {
+        let t = traces.get(&f.id()).cloned().unwrap_or_default();
+        let secs = |d: Duration| format!("{:.1}", d.as_secs_f64());
+        let (peak, peak_at) = t.peak().map_or(("-".into(), "-".into()), |(n, at)| {
+            (n.to_string(), secs(at))
+        });
+        rows.push(vec![
+            f.id(),
+            format!("{}-{}", f.instances.0, f.instances.1),
+            t.samples.len().to_string(),
+            t.first().map_or("-".into(), |n| n.to_string()),
+            peak,
+            peak_at,
+            t.reached_zero().map_or("-".into(), secs),
+            t.samples
+                .last()
+                .map_or("-".into(), |s| s.instances.to_string()),
+        ]);
+    }
+    print_indented(&rows);
+    for f in functions {
+        let t = traces.get(&f.id()).cloned().unwrap_or_default();
+        let (Some(first), Some((peak, at))) = (t.first(), t.peak()) else {
+            println!("  {}: no sample of its instances", f.id());
+            continue;
+        };
+        if peak > first.max(1) {
+            println!(
+                "  {}: scaled out from {} to {peak} instances (first seen at {:.1} s)",
+                f.id(),
+                first.max(1),
+                at.as_secs_f64()
+            );
+        } else if f.instances.0 > 0 {
+            println!("  {}: did not scale out (peak {peak})", f.id());
+        }
+        if f.instances.0 == 0 {
+            match t.reached_zero() {
+                Some(z) => println!(
+                    "  {}: scaled to zero at {:.1} s (idle timeout {} s)",
+                    f.id(),
+                    z.as_secs_f64(),
+                    f.idle_timeout_s
+                ),
+                None => println!(
+                    "  {}: was not seen at zero after serving (last count {})",
+                    f.id(),
+                    t.samples.last().map_or(0, |s| s.instances)
+                ),
+            }
+        }
+    }
 }
