@@ -92,9 +92,10 @@ fn a_busy_function_scales_out_to_its_maximum() {
     });
     eprintln!("autoscale block through a follower: {block}");
     assert_eq!(block["leader"], leader, "{block}");
-    assert_eq!(block["decision"]["panic"], true, "{block}");
+    // At 3 of 3 the load may be explained by either window: panic mode
+    // (cut to max) or the stable mean (5.8 / 2.1 per instance → 3).
     let rule = block["decision"]["rule"].as_str().unwrap_or_default();
-    assert!(rule == "panic" || rule == "max", "{block}");
+    assert!(["panic", "max", "stable"].contains(&rule), "{block}");
     assert_eq!(block["decision"]["target_milli"], 2_100, "{block}");
     assert!(block["age_ms"].as_u64().is_some(), "{block}");
     // Never past the maximum, while the load goes on.
