@@ -32,8 +32,9 @@
 //! serving goes on throughout, with the last instances and tokens.
 
 use crate::agent::{
-    Admission, ApplyAssignment, ApplyTokens, Invoke, KeyAnswer, LookupKey, Metering, NodeAgent,
-    SliceAnswer, SliceRequest, StatusQuery, TakeLoads, TakeSliceRequests, TakeSwapEvents,
+    Admission, ApplyAssignment, ApplyTokens, HostCopiesQuery, Invoke, KeyAnswer, LookupKey,
+    Metering, NodeAgent, SliceAnswer, SliceRequest, StatusQuery, TakeLoads, TakeSliceRequests,
+    TakeSwapEvents,
 };
 use crate::gpu::{Discovered, GpuMeter};
 use crate::journal::{JournalBatch, UsageJournal};
@@ -42,7 +43,7 @@ use crate::wire::{read_frame, write_frame, WireError, BAD_FRAME};
 use actix::{Actor, Addr, AsyncContext, Context, WrapFuture};
 use gshare_core::config::AgentConfig;
 use gshare_core::protocol::{
-    AgentCounters, AgentMessage, AgentMessageV1, Heartbeat, InvokeError, InvokeOutcome,
+    AgentCounters, AgentMessage, AgentMessageV1, Heartbeat, HostCopy, InvokeError, InvokeOutcome,
     InvokeReply, NodeGpu, RegionMessage, RegionMessageV1, Register,
 };
 use gshare_core::state::AgentId;
@@ -581,6 +582,9 @@ async fn usage_pending(setup: &LinkSetup) -> u64 {
 
 async fn heartbeats(conn: quinn::Connection, setup: &LinkSetup) -> Result<(), SessionEnd> {
     let agent_id = setup.register.agent.clone();
+    // The host copies last sent on this link (`None`: none yet, so the
+    // first heartbeat of a link sends them, even when there are none).
+    let mut reported: Option<Vec<HostCopy>> = None;
     loop {
         tokio::time::sleep(setup.heartbeat).await;
         let Ok(mut s) = setup.agent.send(StatusQuery).await else {
@@ -621,6 +625,16 @@ async fn heartbeats(conn: quinn::Connection, setup: &LinkSetup) -> Result<(), Se
             dropped,
         });
         request(&conn, loads).await?;
+        if let Ok(copies) = setup.agent.send(HostCopiesQuery).await {
+            if reported.as_ref() != Some(&copies) {
+                let m = AgentMessage::v1(AgentMessageV1::HostCopies {
+                    agent: agent_id.clone(),
+                    copies: copies.clone(),
+                });
+                request(&conn, m).await?;
+                reported = Some(copies);
+            }
+        }
         let events = setup.agent.send(TakeSwapEvents).await.unwrap_or_default();
         if !events.is_empty() {
             let swaps = AgentMessage::v1(AgentMessageV1::Swaps {

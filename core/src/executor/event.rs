@@ -26,8 +26,9 @@ pub enum Event {
     /// invoked first, like any host copy without a GPU copy, when host
     /// memory is needed (then the function is forgotten). An
     /// [`Event::InstanceAdded`] on the same id revives it: its first load
-    /// is a swap-in, not a cold start. [`Event::InstanceRemoved`] on a
-    /// parked id forgets it. See [`super::NodeExecutor::parked`].
+    /// is a swap-in, not a cold start (the agent revives under a fresh id,
+    /// after [`super::NodeExecutor::move_host_copy`]). [`Event::InstanceRemoved`]
+    /// on a parked id forgets it. See [`super::NodeExecutor::parked`].
     InstanceParked {
         /// The function.
         function: FunctionId,

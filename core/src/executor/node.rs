@@ -165,6 +165,46 @@ impl NodeExecutor {
             .is_some_and(|f| f.in_host)
     }
 
+    /// Moves parked `from`'s host copy to the unused id `to`, which becomes
+    /// parked with it (an [`Event::InstanceAdded`] on `to` revives it: its
+    /// first load is a swap-in). A caller that revives a function under a
+    /// fresh id this way never mistakes a late answer about `from` (a load
+    /// or a request of its old GPU copies) for one about `to`. `from` keeps
+    /// no host copy; it is forgotten at once when no GPU copy of it is left,
+    /// else when its last busy copy unloads. `false` (and nothing changed)
+    /// unless `from` is parked with a host copy and `to` is unused.
+    pub fn move_host_copy(&mut self, from: FunctionId, to: FunctionId) -> bool {
+        let (i, j) = (from.0 as usize, to.0 as usize);
+        let movable = self
+            .functions
+            .get(i)
+            .and_then(|f| f.as_ref())
+            .is_some_and(|f| f.parked && f.in_host);
+        let free = self.functions.get(j).is_none_or(|f| f.is_none());
+        if !movable || !free || i == j {
+            return false;
+        }
+        if self.functions.len() <= j {
+            self.functions.resize(j + 1, None);
+        }
+        let old = self.functions[i].as_mut().expect("checked above");
+        let moved = FunctionState {
+            in_host: true,
+            parked: true,
+            copies: 0,
+            loading: 0,
+            reserving: None,
+            reserve_after: 0,
+            ..*old
+        };
+        old.in_host = false;
+        if old.copies == 0 {
+            self.functions[i] = None;
+        }
+        self.functions[j] = Some(moved);
+        true
+    }
+
     /// The parked functions (see [`Event::InstanceParked`]) and the host
     /// memory their kept copy holds, MiB, by function id. A parked function
     /// whose host copy was dropped to make room is forgotten, so it is not
@@ -1142,8 +1182,14 @@ impl NodeExecutor {
                 if g.instances[i].removing && g.instances[i].running == 0 {
                     g.remove_instance(i);
                     self.output.push(Command::Unload { function, gpu });
-                    if let Some(f) = self.functions[function.0 as usize].as_mut() {
+                    let slot = &mut self.functions[function.0 as usize];
+                    if let Some(f) = slot.as_mut() {
                         f.copies = f.copies.saturating_sub(1);
+                        if f.parked && !f.in_host && f.copies == 0 {
+                            // Its host copy moved on (`move_host_copy`):
+                            // nothing of it is left on the node.
+                            *slot = None;
+                        }
                     }
                 }
             }

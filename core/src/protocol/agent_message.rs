@@ -93,6 +93,19 @@ pub enum AgentMessageV1 {
         /// Entries left out by the cap.
         dropped: u64,
     },
+    /// Every function whose weights the agent keeps in host memory without
+    /// hosting it (parked), the whole set, sent after a heartbeat when it
+    /// changed since the last one sent on the link (and once on each new
+    /// link): the scheduler prefers these nodes when it places such a
+    /// function again. Last in the enum, like `Loads`: a region older than
+    /// this variant refuses the frame, so regions upgrade before agents.
+    HostCopies {
+        /// The agent.
+        agent: AgentId,
+        /// At most [`super::MAX_HOST_COPIES`], in (tenant, function,
+        /// version) order.
+        copies: Vec<super::HostCopy>,
+    },
 }
 
 /// An agent registers its node and GPUs.

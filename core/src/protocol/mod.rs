@@ -12,6 +12,8 @@
 //!       each instance's state)
 //!     Swaps (swap / remap reports)               Tokens (tenant token digests)
 //!     Usage (usage batch)                        UsageAck
+//!     Loads (per-function load)
+//!     HostCopies (parked weights in host memory)
 //!     InvokeReply                                Invoke (forwarded invocation)
 //!     SliceReserve / SliceRelease (remap)        Ack (committed) | Refused
 //! ```
@@ -29,6 +31,7 @@ mod agent_message;
 pub mod codec;
 mod function_load;
 mod gpu_report;
+mod host_copy;
 mod instance_assignment;
 mod instance_report;
 mod invoke;
@@ -44,6 +47,7 @@ pub use codec::{
 };
 pub use function_load::{cap_loads, sum_loads, FunctionLoad, RegionLoad, MAX_FUNCTION_LOADS};
 pub use gpu_report::{GpuStatus, NodeGpu};
+pub use host_copy::{HostCopy, MAX_HOST_COPIES};
 pub use instance_assignment::{AssignedInstance, Assignment};
 pub use instance_report::{InstanceState, InstanceStatus};
 pub use invoke::{

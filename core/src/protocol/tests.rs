@@ -104,6 +104,15 @@ fn every_message() -> (Vec<AgentMessage>, Vec<RegionMessage>) {
             }],
             dropped: 9,
         }),
+        AgentMessage::v1(AgentMessageV1::HostCopies {
+            agent: agent.clone(),
+            copies: vec![HostCopy {
+                tenant: TenantId("acme".into()),
+                function: "resnet".into(),
+                version: 3,
+                memory_mib: 4_096,
+            }],
+        }),
         AgentMessage::v1(AgentMessageV1::Usage {
             agent,
             records: vec![UsageRecord {
@@ -376,6 +385,30 @@ fn a_full_load_report_of_longest_names_fits_well_under_the_frame_limit() {
     );
     // The documented bound: under 200 bytes an entry, 200 KiB a report.
     assert!(f.len() < MAX_FUNCTION_LOADS * 200, "{} bytes", f.len());
+    assert!(f.len() < AGENT_FRAME_BYTES);
+    assert_eq!(decode_payload::<AgentMessage>(&f[4..]).unwrap(), m);
+}
+
+#[test]
+fn a_full_host_copy_report_of_longest_names_fits_its_documented_bound() {
+    let name = "x".repeat(crate::config::MAX_NAME_LEN);
+    let copy = HostCopy {
+        tenant: TenantId(name.clone()),
+        function: name,
+        version: u64::MAX,
+        memory_mib: u64::MAX,
+    };
+    let m = AgentMessage::v1(AgentMessageV1::HostCopies {
+        agent: AgentId("n1".into()),
+        copies: vec![copy; MAX_HOST_COPIES],
+    });
+    let f = encode_frame(&m).unwrap();
+    println!(
+        "a full host copy report: {} entries of longest names, {} bytes",
+        MAX_HOST_COPIES,
+        f.len()
+    );
+    assert!(f.len() < MAX_HOST_COPIES * 150, "{} bytes", f.len());
     assert!(f.len() < AGENT_FRAME_BYTES);
     assert_eq!(decode_payload::<AgentMessage>(&f[4..]).unwrap(), m);
 }

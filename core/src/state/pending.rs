@@ -96,6 +96,19 @@ impl PendingPlans {
             .unwrap_or(0)
     }
 
+    /// The GPUs (node position, GPU index) that `tenant`'s pending plans
+    /// of `function` take, in no particular order.
+    pub fn gpus_of<'a>(
+        &'a self,
+        tenant: &'a TenantId,
+        function: &'a str,
+    ) -> impl Iterator<Item = (usize, u32)> + 'a {
+        self.plans
+            .values()
+            .filter(move |p| &p.tenant == tenant && p.function == function)
+            .flat_map(|p| p.slices.iter().map(|(pos, gpu, _)| (*pos, *gpu)))
+    }
+
     /// Reserves one instance of `spec` on `slices` (planned on `view`
     /// plus these pending plans). Slices on nodes `view` does not know
     /// are left out (apply refuses them anyway).

@@ -14,7 +14,9 @@
 //!        │yes
 //!       quota ──no──▶ remember the pool kind and dimension
 //!        │yes
-//!       score (Ranking; lower wins, ties: earlier node and GPU)
+//!       key (lower wins): not on a preferred node (one holding the weights),
+//!                         on a GPU that holds an instance of the function already,
+//!                         score (Ranking; ties: earlier node and GPU)
 //!   first group with a winner ─▶ Proposal ─▶ DomainCommand::InstancePlace
 //!   none anywhere ─▶ PlanRejection { reason, counts }
 //! ```
@@ -39,7 +41,7 @@ use crate::model::{
     Tier, WHOLE_GPU,
 };
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 /// Where the planner would put one more instance.
@@ -139,8 +141,10 @@ pub struct PlanOptions {
     /// ([`super::free_index`]): each class of GPUs (size and load) is
     /// checked and scored once and its earliest GPU taken, which picks what
     /// the full scan (from start 0) picks. Exclusive instances, a pool group
-    /// where the tenant's quota refuses, and a plan that finds no place fall
-    /// back to the scan (so a rejection says exactly what the scan says).
+    /// where the tenant's quota refuses, a plan that finds no place, and a
+    /// pick on a GPU that already holds an instance of the function (the
+    /// scan looks for one apart) fall back to the scan (so a rejection says
+    /// exactly what the scan says).
     /// `feasible_limit` and `start` apply only to the scan.
     pub indexed: bool,
 }
@@ -252,6 +256,9 @@ pub fn plan_on(
 /// [`plan_on`], where a feasible candidate on a node of `prefer` wins over
 /// every candidate elsewhere in its pool group (the ranking orders each
 /// side). A preference scans (the index does not know nodes by name).
+/// Within each side a GPU that holds no instance of the function yet wins
+/// over one that does (a function's instances spread over GPUs), so every
+/// plan, with a preference or not, spreads.
 pub(crate) fn plan_preferring(
     state: &RegionState,
     pending: Option<&PendingPlans>,
@@ -295,6 +302,31 @@ pub(crate) fn plan_preferring(
     let kind_index = |k: PoolKind| usize::from(k == PoolKind::Edge);
     let loads = state.node_loads();
     let load_at = |i: usize| pending.and_then(|p| p.node(i)).or_else(|| loads.get(i));
+    // The GPUs (node position, GPU index) that already hold an instance of
+    // the function, applied or pending. A candidate on another GPU wins
+    // over them (the pool group and a preferred node still come first):
+    // the agent pins a function's copies to its slices' GPUs and keeps one
+    // copy per GPU, so a second instance on the same GPU adds no copy that
+    // serves, and a scale-out would add no capacity.
+    let mut siblings: BTreeSet<(usize, u32)> = state
+        .instances_of(&spec.tenant, &spec.name)
+        .flat_map(|i| i.slices.iter())
+        .filter_map(|s| {
+            state
+                .node_position(&s.gpu.node)
+                .map(|pos| (pos, s.gpu.index))
+        })
+        .collect();
+    if let Some(p) = pending {
+        siblings.extend(p.gpus_of(&spec.tenant, &spec.name));
+    }
+    let on_sibling = |slices: &[Slice]| {
+        slices.iter().any(|s| {
+            state
+                .node_position(&s.gpu.node)
+                .is_some_and(|pos| siblings.contains(&(pos, s.gpu.index)))
+        })
+    };
     if options.indexed && spec.tier != Tier::Exclusive && prefer.is_empty() {
         let d = Demand {
             tier: spec.tier,
@@ -306,8 +338,13 @@ pub(crate) fn plan_preferring(
             q.admits(used, &held_of([(d.compute_milli, d.memory_mib)]))
                 .is_ok()
         };
+        // The index's pick is the best GPU overall: on a GPU apart from the
+        // siblings it is also the scan's pick (the best among those apart,
+        // the earliest of equal scores); on a sibling's GPU the scan decides.
         if let Some(found) = plan_indexed(state, pending, spec, ranking, &d, &load_at, &admitted) {
-            return Ok(found);
+            if !on_sibling(&found.0.slices) {
+                return Ok(found);
+            }
         }
     }
 
@@ -325,8 +362,8 @@ pub(crate) fn plan_preferring(
     let mut counts = [0u32; GpuDimension::ALL.len()];
     let mut members: Vec<(usize, usize)> = Vec::new();
     for g in 0..=2u8 {
-        // (not preferred, score): lower wins.
-        let mut best: Option<((bool, i64), Proposal)> = None;
+        // (not preferred, on a sibling's GPU, score): lower wins.
+        let mut best: Option<((bool, bool, i64), Proposal)> = None;
         let mut feasible = 0u32;
         members.clear();
         for (p, pool) in topology.pools().iter().enumerate() {
@@ -336,9 +373,14 @@ pub(crate) fn plan_preferring(
         }
         let m = members.len();
         for k in 0..m {
-            // A limited scan goes on past its limit to a preferred node.
+            // A limited scan goes on past its limit to a preferred node, and
+            // to a GPU apart from the siblings.
             let found_preferred = prefer.is_empty() || best.as_ref().is_some_and(|b| !b.0 .0);
-            if options.feasible_limit.is_some_and(|l| feasible >= l) && found_preferred {
+            let found_apart = siblings.is_empty() || best.as_ref().is_some_and(|b| !b.0 .1);
+            if options.feasible_limit.is_some_and(|l| feasible >= l)
+                && found_preferred
+                && found_apart
+            {
                 break;
             }
             // The scan's k-th node from a rotating start: (start + k) mod m.
@@ -359,7 +401,10 @@ pub(crate) fn plan_preferring(
                 continue;
             }
             {
-                let Some(load) = first_node[p].checked_add(j).and_then(load_at) else {
+                let Some(pos) = first_node[p].checked_add(j) else {
+                    continue;
+                };
+                let Some(load) = load_at(pos) else {
                     continue;
                 };
                 out.nodes_evaluated = out.nodes_evaluated.saturating_add(1);
@@ -390,7 +435,8 @@ pub(crate) fn plan_preferring(
                     }
                     feasible = feasible.saturating_add(1);
                     let s = score();
-                    let key = (!preferred, s);
+                    let shared = demands.iter().any(|(i, _)| siblings.contains(&(pos, *i)));
+                    let key = (!preferred, shared, s);
                     if best.as_ref().is_none_or(|b| key < b.0) {
                         let slices = demands
                             .iter()

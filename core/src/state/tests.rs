@@ -101,6 +101,7 @@ mod liveness;
 mod remap;
 mod rolling_update;
 mod scale_in;
+mod spread;
 mod tenant_delete;
 mod warm_preference;
 
@@ -1379,10 +1380,18 @@ fn a_limited_plan_stops_early_and_rotates_its_start() {
     assert_eq!(at(2).slices[0].gpu, gpu("c1", 0));
     let p = at(1);
     ok(&mut s, p.command());
-    // A full scan now prefers the GPU already in use (best fit).
+    // A full scan now prefers the GPU already in use (best fit) for
+    // another function, and one apart from it for `small` itself (spread).
+    let mut other = f.clone();
+    other.name = "other".into();
+    deploy(&mut s, other);
+    assert_eq!(
+        plan(&s, &t("acme"), "other", &BestFit).unwrap().slices[0].gpu,
+        gpu("c2", 0)
+    );
     assert_eq!(
         plan(&s, &t("acme"), "small", &BestFit).unwrap().slices[0].gpu,
-        gpu("c2", 0)
+        gpu("c1", 0)
     );
     // Larger than every GPU: a limited plan says so before it scans.
     let mut huge = f.clone();

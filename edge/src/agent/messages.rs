@@ -192,6 +192,13 @@ pub struct MetricsSnapshot {
 #[rtype(result = "(Vec<gshare_core::protocol::FunctionLoad>, u64)")]
 pub struct TakeLoads;
 
+/// The functions whose weights the agent keeps in host memory without
+/// hosting them (parked), in (tenant, function, version) order, at most
+/// `MAX_HOST_COPIES` (for the region's placement preference).
+#[derive(Debug, Message)]
+#[rtype(result = "Vec<gshare_core::protocol::HostCopy>")]
+pub struct HostCopiesQuery;
+
 /// Swap and remap events since the last call (for the region).
 #[derive(Debug, Message)]
 #[rtype(result = "Vec<SwapEvent>")]

@@ -26,10 +26,10 @@ pub use gpu_actor::GpuActor;
 pub use instance_actor::InstanceActor;
 pub use messages::{
     Admission, AgentPlacement, ApplyAssignment, ApplyTokens, CheckToken, FlushUsage,
-    FunctionPlacement, Invoke, KeyAnswer, LoadDone, LoadWeights, LookupKey, MetricsQuery,
-    MetricsSnapshot, PlacementQuery, ReleaseInstance, ReleaseWeights, RequestDone, Residency,
-    RunRequest, SliceAnswer, SliceRequest, StatusQuery, StopNow, StopRuntimes, TakeLoads,
-    TakeSliceRequests, TakeSwapEvents,
+    FunctionPlacement, HostCopiesQuery, Invoke, KeyAnswer, LoadDone, LoadWeights, LookupKey,
+    MetricsQuery, MetricsSnapshot, PlacementQuery, ReleaseInstance, ReleaseWeights, RequestDone,
+    Residency, RunRequest, SliceAnswer, SliceRequest, StatusQuery, StopNow, StopRuntimes,
+    TakeLoads, TakeSliceRequests, TakeSwapEvents,
 };
 pub use metering::Metering;
 pub use node_agent::{DriverFactory, NodeAgent, NodeSetup};

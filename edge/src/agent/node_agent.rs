@@ -3,10 +3,10 @@
 use super::metering::{HeldReply, InvocationKey, MeterState, Metering};
 use super::{
     Admission, AgentPlacement, ApplyAssignment, ApplyTokens, CheckToken, FlushUsage,
-    FunctionPlacement, GpuActor, InstanceActor, Invoke, KeyAnswer, LoadDone, LoadWeights,
-    LookupKey, MetricsQuery, MetricsSnapshot, NodeStatus, PlacementQuery, ReleaseInstance,
-    ReleaseWeights, RequestDone, Residency, RunRequest, SliceAnswer, SliceRequest, StatusQuery,
-    StopNow, StopRuntimes, TakeLoads, TakeSliceRequests, TakeSwapEvents,
+    FunctionPlacement, GpuActor, HostCopiesQuery, InstanceActor, Invoke, KeyAnswer, LoadDone,
+    LoadWeights, LookupKey, MetricsQuery, MetricsSnapshot, NodeStatus, PlacementQuery,
+    ReleaseInstance, ReleaseWeights, RequestDone, Residency, RunRequest, SliceAnswer, SliceRequest,
+    StatusQuery, StopNow, StopRuntimes, TakeLoads, TakeSliceRequests, TakeSwapEvents,
 };
 use crate::gpu::{GpuInfo, SimulatedGpu};
 use crate::metrics::{AgentMetrics, Measured};
@@ -21,8 +21,8 @@ use gshare_core::executor::{
 use gshare_core::metering::{ResidencyId, UsageKey};
 use gshare_core::model::{FunctionSpec, GpuId, Mib, Micros, MilliGpu, NodeId, Slice, TenantId};
 use gshare_core::protocol::{
-    cap_loads, FunctionLoad, GpuStatus, InstanceState, InstanceStatus, InvokeError, InvokeOutcome,
-    SwapEvent, SwapKind, TokenDigests,
+    cap_loads, FunctionLoad, GpuStatus, HostCopy, InstanceState, InstanceStatus, InvokeError,
+    InvokeOutcome, SwapEvent, SwapKind, TokenDigests, MAX_HOST_COPIES,
 };
 use gshare_core::state::InstanceId;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -76,8 +76,9 @@ pub const MAX_PARKED: usize = 1_024;
 
 /// A released function whose weights the executor keeps in host memory
 /// (`Event::InstanceParked`): an assignment that brings back its key with
-/// the same spec revives it under the same id, so its first load is a
-/// swap-in, not a cold start.
+/// the same spec moves its host copy to the new hosting's fresh id
+/// (`NodeExecutor::move_host_copy`), so its first load is a swap-in, not a
+/// cold start.
 struct Parked {
     id: FunctionId,
     spec: FunctionSpec,
@@ -787,22 +788,21 @@ impl NodeAgent {
         placed: Vec<(InstanceId, Vec<Slice>)>,
     ) {
         let slices: Vec<Slice> = placed.iter().flat_map(|(_, s)| s.clone()).collect();
-        // The same weights parked here: revive them (a swap-in on the
-        // first request). Another spec under the key: forget the old one.
+        // Always a fresh id: a late answer about an earlier hosting (a load
+        // or request of its old actor) must not be taken for this one's.
+        let id = FunctionId(self.next_function);
+        self.next_function += 1;
+        // The same weights parked here: move them to the new id (a swap-in
+        // on the first request). Another spec under the key: forget them.
         let revived = match self.parked.remove(&key) {
-            Some(p) if p.spec == spec && self.executor.in_host(p.id) => Some(p.id),
+            Some(p) if p.spec == spec && self.executor.move_host_copy(p.id, id) => true,
             Some(p) => {
                 self.forget_parked(p.id);
-                None
+                false
             }
-            None => None,
+            None => false,
         };
-        let id = revived.unwrap_or_else(|| {
-            let id = FunctionId(self.next_function);
-            self.next_function += 1;
-            id
-        });
-        if revived.is_some() {
+        if revived {
             tracing::info!(function = %id, "resuming {}/{} from host memory", key.0 .0, key.1);
         }
         let profile = FunctionProfile {
@@ -1441,6 +1441,27 @@ impl Handler<TakeLoads> for NodeAgent {
             .collect();
         let dropped = cap_loads(&mut loads);
         actix::MessageResult((loads, dropped as u64))
+    }
+}
+
+impl Handler<HostCopiesQuery> for NodeAgent {
+    type Result = actix::MessageResult<HostCopiesQuery>;
+
+    fn handle(&mut self, _: HostCopiesQuery, _: &mut Context<Self>) -> Self::Result {
+        // `parked` is a BTreeMap by (tenant, function, version): in order.
+        let copies = self
+            .parked
+            .iter()
+            .filter(|(_, p)| self.executor.in_host(p.id))
+            .take(MAX_HOST_COPIES)
+            .map(|((tenant, function, version), p)| HostCopy {
+                tenant: tenant.clone(),
+                function: function.clone(),
+                version: *version,
+                memory_mib: p.spec.memory_mib,
+            })
+            .collect();
+        actix::MessageResult(copies)
     }
 }
 

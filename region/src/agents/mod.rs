@@ -4,7 +4,7 @@
 //!
 //! ```text
 //!   agent ── bi: Register ──▶ AgentRegister through Raft ─▶ Registered{next_seq} | Refused
-//!         ── bi: Heartbeat / Loads / Swaps ─▶ Ack
+//!         ── bi: Heartbeat / Loads / HostCopies / Swaps ─▶ Ack
 //!         ── bi: Usage{records} ─▶ UsageBatch through Raft ─▶ UsageAck{seqs} | Refused
 //!         ── bi: SliceReserve / SliceRelease ─▶ InstanceSliceReserve / InstanceSliceRelease
 //!            through Raft ─▶ Ack (committed) | Refused
@@ -43,7 +43,7 @@ mod reports;
 pub mod wake;
 
 pub use invoke::invoke_route;
-pub use region_agents::{RegionAgents, ReplicaAgents};
+pub use region_agents::{HostCopyKey, RegionAgents, ReplicaAgents};
 pub use reports::{AgentReport, AgentReports, SwapCounts};
 
 use crate::proposer::{Proposer, WriteError};
@@ -498,6 +498,12 @@ pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
             } => {
                 if registered.as_ref() == Some(&agent) {
                     hub.reports.loads(&agent, loads, dropped);
+                }
+                RegionMessage::v1(RegionMessageV1::Ack)
+            }
+            AgentMessageV1::HostCopies { agent, copies } => {
+                if registered.as_ref() == Some(&agent) {
+                    hub.reports.host_copies(&agent, copies);
                 }
                 RegionMessage::v1(RegionMessageV1::Ack)
             }

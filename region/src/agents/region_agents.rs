@@ -24,8 +24,11 @@
 use super::{AgentHub, AgentReport};
 use crate::dashboard::activity::ReplicaPart;
 use crate::wire::{PeerReply, PeerRequest};
-use gshare_core::model::TenantId;
+use gshare_core::model::{NodeId, TenantId};
 use gshare_core::protocol::{sum_loads, RegionLoad};
+
+/// A function version whose weights an agent keeps: (tenant, function, version).
+pub type HostCopyKey = (TenantId, String, u64);
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -105,6 +108,34 @@ impl RegionAgents {
                 .filter(|a| a.heartbeat.is_some() && counts(a))
                 .map(|a| a.loads.as_slice()),
         )
+    }
+
+    /// Where each function's weights wait in host memory: the nodes whose
+    /// agent reported a host copy of (tenant, function, version), in node
+    /// order, leaving out agents that have not heartbeated yet and those
+    /// `counts` refuses (as [`RegionAgents::function_loads`]). What the
+    /// scheduler prefers when it places such a function again.
+    pub fn host_copies(
+        &self,
+        counts: impl Fn(&AgentReport) -> bool,
+    ) -> BTreeMap<HostCopyKey, Vec<NodeId>> {
+        let mut out: BTreeMap<HostCopyKey, Vec<NodeId>> = BTreeMap::new();
+        for a in self
+            .agents
+            .iter()
+            .filter(|a| a.heartbeat.is_some() && counts(a))
+        {
+            for c in &a.host_copies {
+                out.entry((c.tenant.clone(), c.function.clone(), c.version))
+                    .or_default()
+                    .push(NodeId(a.node.clone()));
+            }
+        }
+        for nodes in out.values_mut() {
+            nodes.sort();
+            nodes.dedup();
+        }
+        out
     }
 
     /// The replicas whose part did not come.
@@ -310,11 +341,59 @@ mod tests {
         assert_eq!(sums.len(), 2);
     }
 
+    fn copy(function: &str, version: u64) -> gshare_core::protocol::HostCopy {
+        gshare_core::protocol::HostCopy {
+            tenant: TenantId("acme".into()),
+            function: function.into(),
+            version,
+            memory_mib: 4_096,
+        }
+    }
+
+    #[test]
+    fn host_copies_name_the_counted_nodes_that_hold_each_version() {
+        let beat = gshare_core::protocol::Heartbeat {
+            agent: gshare_core::state::AgentId("a".into()),
+            at_ms: 0,
+            gpus: Vec::new(),
+            in_flight: 0,
+            swaps: 0,
+            counters: Default::default(),
+            instances: Vec::new(),
+        };
+        let mut b = report("b", 1, Some(5));
+        b.heartbeat = Some(beat.clone());
+        b.host_copies = vec![copy("f", 2), copy("g", 1)];
+        let mut a = report("a", 2, Some(5));
+        a.heartbeat = Some(beat.clone());
+        a.host_copies = vec![copy("f", 2), copy("f", 1)];
+        // Not heartbeated yet, or refused by the caller: left out.
+        let mut c = report("c", 2, None);
+        c.host_copies = vec![copy("f", 2)];
+        let mut d = report("d", 2, Some(5));
+        d.heartbeat = Some(beat);
+        d.host_copies = vec![copy("f", 2)];
+        let m = RegionAgents {
+            replicas: Vec::new(),
+            agents: vec![b, a, c, d],
+        };
+        let copies = m.host_copies(|r| r.node != "d");
+        let key = |f: &str, v: u64| (TenantId("acme".into()), f.to_string(), v);
+        let nodes = |names: &[&str]| -> Vec<NodeId> {
+            names.iter().map(|n| NodeId(n.to_string())).collect()
+        };
+        assert_eq!(copies[&key("f", 2)], nodes(&["a", "b"]));
+        assert_eq!(copies[&key("f", 1)], nodes(&["a"]));
+        assert_eq!(copies[&key("g", 1)], nodes(&["b"]));
+        assert_eq!(copies.len(), 3);
+    }
+
     #[test]
     fn a_part_round_trips_on_the_peer_wire() {
         let mut a = report("a", 2, Some(12));
         a.loads = vec![load("f", 1, 2)];
         a.loads_dropped = 3;
+        a.host_copies = vec![copy("f", 2)];
         let p = ReplicaAgents {
             replica: 2,
             applied_index: 40,

@@ -1,5 +1,6 @@
 //! What the agents connected to this replica report: the latest heartbeat
-//! of each, its latest per-function load report and its swap/remap counts. Kept in memory on the replica that
+//! of each, its latest per-function load report, the weights it keeps in
+//! host memory (host copies) and its swap/remap counts. Kept in memory on the replica that
 //! holds the agent's link (not replicated through Raft); an agent's entry
 //! is dropped when its connection ends. Every replica reads the others'
 //! over the peer wire ([`super::region_agents`]).
@@ -8,8 +9,8 @@ use gshare_core::clock::{SharedClock, SystemClock};
 use gshare_core::metrics::{bytes_from_mib, ratio_from_milli, FunctionLabels, Sampler, Series};
 use gshare_core::model::TenantId;
 use gshare_core::protocol::{
-    sum_loads, FunctionLoad, Heartbeat, InstanceState, InstanceStatus, NodeGpu, Register,
-    SwapEvent, SwapKind, MAX_FUNCTION_LOADS,
+    sum_loads, FunctionLoad, Heartbeat, HostCopy, InstanceState, InstanceStatus, NodeGpu, Register,
+    SwapEvent, SwapKind, MAX_FUNCTION_LOADS, MAX_HOST_COPIES,
 };
 use gshare_core::state::{AgentId, InstanceId};
 use serde::{Deserialize, Serialize};
@@ -94,6 +95,10 @@ pub struct AgentReport {
     /// Entries that report left out (over `MAX_FUNCTION_LOADS`).
     #[serde(default)]
     pub loads_dropped: u64,
+    /// The functions whose weights the agent keeps in host memory without
+    /// hosting them (its latest `HostCopies` report; empty until one came).
+    #[serde(default)]
+    pub host_copies: Vec<HostCopy>,
     #[serde(skip)]
     link: usize,
     #[serde(skip)]
@@ -160,6 +165,7 @@ impl AgentReports {
                 delivered: Vec::new(),
                 loads: Vec::new(),
                 loads_dropped: 0,
+                host_copies: Vec::new(),
                 link,
                 received: None,
             },
@@ -185,6 +191,16 @@ impl AgentReports {
         if let Some(r) = self.lock().get_mut(agent) {
             r.loads = loads;
             r.loads_dropped = dropped.saturating_add(over as u64);
+        }
+    }
+
+    /// Keeps `copies` as the host copies `agent` holds (ignored if the
+    /// agent is not registered here); entries over `MAX_HOST_COPIES` (a
+    /// misbehaving agent) are cut off.
+    pub fn host_copies(&self, agent: &AgentId, mut copies: Vec<HostCopy>) {
+        copies.truncate(MAX_HOST_COPIES);
+        if let Some(r) = self.lock().get_mut(agent) {
+            r.host_copies = copies;
         }
     }
 

@@ -7,7 +7,8 @@
 //!                                                   lock: any function with min < max? (else done)
 //!                                                   hub.gather() (every replica's reports)
 //!                                                   lock: the agents' nodes that are not_ready
-//!                                                   sum loads, nodes with requests waiting
+//!                                                   sum loads, nodes with requests waiting,
+//!                                                   host copies (kept for the planner's preference)
 //!                                                   lock: Autoscalers::snapshot(view, waiting)
 //!                                                   Autoscalers::decide(snapshot, loads, now)
 //!                                                      Out ─▶ Evaluation::ScaleOut (one placement)
@@ -84,6 +85,8 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub, params: Params) {
         };
         let counts = |node: &str| !not_ready.contains(node);
         let loads = agents.function_loads(|a| counts(&a.node));
+        *inner.host_copies.lock().unwrap_or_else(|p| p.into_inner()) =
+            agents.host_copies(|a| counts(&a.node));
         let mut waiting: BTreeMap<FunctionKey, BTreeSet<NodeId>> = BTreeMap::new();
         for a in agents
             .agents

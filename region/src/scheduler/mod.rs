@@ -49,8 +49,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::agents::HostCopyKey;
 use gshare_core::autoscale::Decision;
-use gshare_core::model::FunctionSpec;
+use gshare_core::model::{FunctionSpec, NodeId, TenantId};
 use gshare_core::state::{
     plan_placements, FragmentationAware, PendingPlans, PlacementPlan, PlacementPolicy, PlanOptions,
     PlanRejection, RegionState,
@@ -228,6 +229,10 @@ struct Inner {
     tx: mpsc::Sender<Queued>,
     counters: Counters,
     ranking: Mutex<Option<(Instant, Arc<FragmentationAware>)>>,
+    /// Where each function version's weights wait in host memory (nodes
+    /// whose agent reported a host copy), as the latest autoscale tick
+    /// gathered it; what a placement of that function prefers.
+    host_copies: Mutex<BTreeMap<HostCopyKey, Vec<NodeId>>>,
 }
 
 /// The handle of a replica's scheduler (cheap to clone).
@@ -264,6 +269,7 @@ impl Scheduler {
             tx,
             counters: Counters::default(),
             ranking: Mutex::new(None),
+            host_copies: Mutex::default(),
         });
         tokio::spawn(worker::run(Arc::downgrade(&inner), rx));
         tokio::spawn(underplaced_tick(Arc::downgrade(&inner)));
@@ -371,6 +377,20 @@ impl Inner {
                 r
             }
         }
+    }
+
+    /// The nodes holding a host copy of `tenant`'s function `function` at
+    /// its current version in `view` (empty: none known).
+    fn host_copies_of(&self, view: &RegionState, tenant: &TenantId, function: &str) -> Vec<NodeId> {
+        let Ok(f) = view.function(tenant, function) else {
+            return Vec::new();
+        };
+        self.host_copies
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(tenant.clone(), function.to_string(), f.version))
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// The policy of one plan: the index over free capacity (what a full

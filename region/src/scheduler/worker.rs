@@ -326,8 +326,23 @@ fn plan_batch(inner: &Arc<Inner>, shared: &Shared, batch: Vec<Queued>) -> Vec<Pl
     let mut pending = lock(&shared.pending);
     let mut keys = lock(&shared.keys);
     for q in batch {
+        // A function coming back (from zero, or below its minimum) prefers
+        // the nodes that still hold its weights in host memory (a warm
+        // resume; only the plan's first instance, see `PlacementPolicy`).
+        let prefer = match &q.eval {
+            Evaluation::ScaleOut {
+                tenant, function, ..
+            }
+            | Evaluation::Underplaced { tenant, function } => {
+                inner.host_copies_of(view, tenant, function)
+            }
+            _ => Vec::new(),
+        };
         let decision = {
-            let policy = inner.policy(&ranking, Some(&pending));
+            let policy = PlacementPolicy {
+                prefer: &prefer,
+                ..inner.policy(&ranking, Some(&pending))
+            };
             decide(view, &q.eval, &policy, &|k| keys.contains_key(k), now)
         };
         match decision {

@@ -158,3 +158,71 @@ fn a_parked_host_copy_is_dropped_least_recently_used_first_when_host_memory_is_n
     step(&mut n, t, added(0));
     assert!(!n.in_host(FunctionId(0)));
 }
+
+#[test]
+fn a_host_copy_moved_to_a_fresh_id_resumes_there_and_a_late_answer_for_the_old_id_changes_nothing()
+{
+    let mut n = served_once();
+    let t = COLD + 2 * S;
+    step(&mut n, t, parked(0));
+    assert!(n.move_host_copy(FunctionId(0), FunctionId(1)));
+    assert_eq!(n.parked().collect::<Vec<_>>(), vec![(FunctionId(1), 4_000)]);
+    assert!(!n.in_host(FunctionId(0)));
+    assert_eq!(n.host_used_mib(), 4_000);
+    // Nothing is left to move from 0, and an id in use takes no move.
+    assert!(!n.move_host_copy(FunctionId(0), FunctionId(2)));
+    assert!(!n.move_host_copy(FunctionId(1), FunctionId(1)));
+    // A late load answer for the old id finds nothing of it.
+    assert_eq!(step(&mut n, t, loaded(0, 0)), vec![]);
+    // Revived under the new id: a swap-in; the old id takes no request.
+    assert_eq!(step(&mut n, t + S, added(1)), vec![]);
+    assert_eq!(n.parked().count(), 0);
+    assert_eq!(
+        step(&mut n, t + S, arrive(3, 1, S, FAR)),
+        vec![Command::SwapIn {
+            function: FunctionId(1),
+            gpu: 0,
+            ready_at: t + S + SWAP_IN,
+        }]
+    );
+    assert_eq!(
+        step(&mut n, t + S, arrive(4, 0, S, FAR)),
+        vec![Command::Reject {
+            request: RequestId(4),
+            reason: RejectReason::UnknownFunction
+        }]
+    );
+    assert_eq!(n.host_used_mib(), 4_000);
+}
+
+#[test]
+fn a_busy_old_copy_unloads_under_its_old_id_after_the_host_copy_moved() {
+    let mut n = node(1, ExecutorRules::gshare(), &[Tier::Oversubscribed]);
+    step(&mut n, 0, arrive(1, 0, S, FAR));
+    step(&mut n, COLD, loaded(0, 0));
+    // Parked while request 1 runs, then moved: the busy copy stays under 0.
+    assert_eq!(step(&mut n, COLD + 100 * MS, parked(0)), vec![]);
+    assert!(n.move_host_copy(FunctionId(0), FunctionId(1)));
+    assert_eq!(n.parked().collect::<Vec<_>>(), vec![(FunctionId(1), 4_000)]);
+    assert_eq!(
+        step(&mut n, COLD + S, finished(1, 0)),
+        vec![Command::Unload {
+            function: FunctionId(0),
+            gpu: 0
+        }]
+    );
+    assert_eq!(n.gpu(0).free_mib(), 12_000);
+    // Old id gone for good; the host copy is the new id's.
+    assert!(!n.move_host_copy(FunctionId(0), FunctionId(2)));
+    assert_eq!(n.parked().collect::<Vec<_>>(), vec![(FunctionId(1), 4_000)]);
+    assert_eq!(n.host_used_mib(), 4_000);
+    step(&mut n, COLD + S, added(1));
+    assert_eq!(
+        step(&mut n, COLD + S, arrive(2, 1, S, FAR)),
+        vec![Command::SwapIn {
+            function: FunctionId(1),
+            gpu: 0,
+            ready_at: COLD + S + SWAP_IN,
+        }]
+    );
+}
