@@ -15,8 +15,9 @@
 //!
 //! ```text
 //! target      = max(1, floor(deadline / service) × utilization)
-//! stable      = mean concurrency over the stable window   (60 s)
-//! panic value = mean concurrency over the panic window    (6 s)
+//! demand      = concurrency + rejected × service / interval  (per signal)
+//! stable      = mean demand over the stable window   (60 s)
+//! panic value = mean demand over the panic window    (6 s)
 //! desired     = ceil(stable / target)                        (stable mode)
 //!             = max(current, ceil(panic value / target))     (panic mode)
 //! panic mode  : entered when panic value / target ≥ threshold × current,
@@ -31,6 +32,16 @@
 //! then        : clamp to [min_instances, max_instances] and to what the
 //!               tenant's quota leaves
 //! ```
+//!
+//! A request rejected early (the agent saw its deadline could not be met)
+//! leaves at once, so the concurrency an agent samples does not show it:
+//! under a burst far above capacity most requests are turned away and the
+//! sampled concurrency stays near what the current instances hold. Each
+//! signal therefore adds the load the rejected requests would have put on
+//! an instance, `rejected × service / interval` (Little's law, with the
+//! service time as a lower bound of their stay), to its concurrency. It is
+//! left out when `deadline < service` (no instance could meet such a
+//! deadline, so more instances would not help).
 //!
 //! Every decision says which rule set its value ([`Rule`]) and the
 //! figures it used, so `gsharectl function describe` and `/metrics` can
@@ -87,6 +98,11 @@ pub struct Signal {
     pub concurrency: u32,
     /// Requests that arrived since the previous signal.
     pub arrivals: u64,
+    /// Requests rejected early since the previous signal (their deadline
+    /// could not be met where they arrived): demand the concurrency above
+    /// does not show, since a rejected request leaves at once.
+    #[serde(default)]
+    pub rejected: u64,
 }
 
 /// The rule that set a decision's value.
@@ -171,6 +187,21 @@ pub fn target_concurrency_milli(spec: &FunctionSpec, params: &Params) -> u64 {
     target.max(1000)
 }
 
+/// The service time (µs) one early-rejected request of `spec` counts for
+/// in the demand, or 0 when `deadline < service`: no instance could meet
+/// such a deadline, so its rejects ask for no instance.
+fn rejected_service_us(spec: &FunctionSpec) -> u64 {
+    let service_us = spec
+        .latency
+        .service_us(spec.compute_milli.min(WHOLE_GPU))
+        .max(1);
+    if spec.deadline_ms.saturating_mul(1000) >= service_us {
+        service_us
+    } else {
+        0
+    }
+}
+
 /// One function's autoscaler state: its recent signals and recommendations.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Autoscaler {
@@ -218,7 +249,7 @@ impl Autoscaler {
         if self.signals.back().is_some_and(|s| s.at_ms > signal.at_ms) {
             return;
         }
-        if signal.concurrency > 0 || signal.arrivals > 0 {
+        if signal.concurrency > 0 || signal.arrivals > 0 || signal.rejected > 0 {
             self.last_active_ms = Some(signal.at_ms);
         }
         self.signals.push_back(signal);
@@ -247,21 +278,36 @@ impl Autoscaler {
         }
     }
 
-    /// Mean concurrency (thousandths) of the signals in `(now - window, now]`,
+    /// Mean demand (thousandths) of the signals in `(now - window, now]`,
     /// and whether any arrived or was in flight there; `None` if no signal.
-    fn window(&self, now_ms: u64, window_ms: u64) -> Option<(u64, bool)> {
+    /// A signal's demand is its concurrency plus `rejected × service_us /
+    /// interval` (see the module docs); `service_us = 0` leaves rejects
+    /// out, as does a signal with no predecessor to measure its interval.
+    fn window(&self, now_ms: u64, window_ms: u64, service_us: u64) -> Option<(u64, bool)> {
         let from = now_ms.saturating_sub(window_ms);
         let mut sum: u64 = 0;
         let mut n: u64 = 0;
         let mut active = false;
-        for s in self
-            .signals
-            .iter()
-            .filter(|s| s.at_ms > from && s.at_ms <= now_ms)
-        {
-            sum = sum.saturating_add(u64::from(s.concurrency).saturating_mul(1000));
+        let mut previous: Option<u64> = None;
+        for s in &self.signals {
+            let gap_ms = previous.map(|p| s.at_ms.saturating_sub(p));
+            previous = Some(s.at_ms);
+            if s.at_ms <= from || s.at_ms > now_ms {
+                continue;
+            }
+            let turned_away = match gap_ms {
+                Some(gap) if gap > 0 => s
+                    .rejected
+                    .saturating_mul(service_us)
+                    .checked_div(gap)
+                    .unwrap_or(0),
+                _ => 0,
+            };
+            sum = sum
+                .saturating_add(u64::from(s.concurrency).saturating_mul(1000))
+                .saturating_add(turned_away);
             n = n.saturating_add(1);
-            active |= s.concurrency > 0 || s.arrivals > 0;
+            active |= s.concurrency > 0 || s.arrivals > 0 || s.rejected > 0;
         }
         sum.checked_div(n).map(|mean| (mean, active))
     }
@@ -278,8 +324,13 @@ impl Autoscaler {
     ) -> Decision {
         self.prune(params, now_ms);
         let target = target_concurrency_milli(spec, params);
-        let stable = self.window(now_ms, params.stable_window_ms);
-        let panic_w = self.window(now_ms, params.panic_window_ms.min(params.stable_window_ms));
+        let service_us = rejected_service_us(spec);
+        let stable = self.window(now_ms, params.stable_window_ms, service_us);
+        let panic_w = self.window(
+            now_ms,
+            params.panic_window_ms.min(params.stable_window_ms),
+            service_us,
+        );
         let stable_milli = stable.map_or(0, |(m, _)| m);
         let panic_milli = panic_w.map_or(0, |(m, _)| m);
         let need = |milli: u64| -> u32 {

@@ -104,6 +104,7 @@ impl RegionLoad {
             at_ms,
             concurrency: self.concurrency,
             arrivals: self.arrivals,
+            rejected: self.early_rejects,
         }
     }
 }
@@ -180,7 +181,8 @@ mod tests {
             Signal {
                 at_ms: 42,
                 concurrency: 7,
-                arrivals: 12
+                arrivals: 12,
+                rejected: 4,
             }
         );
         assert_eq!(sums[&(TenantId("t".into()), "g".into())].idle_ms, 1000);
