@@ -15,7 +15,7 @@
 //!
 //! ```text
 //! target      = max(1, floor(deadline / service) × utilization)
-//! demand      = concurrency + rejected × service / interval  (per signal)
+//! demand      = concurrency + reject rate × service          (per signal)
 //! stable      = mean demand over the stable window   (60 s)
 //! panic value = mean demand over the panic window    (6 s)
 //! desired     = ceil(stable / target)                        (stable mode)
@@ -38,8 +38,8 @@
 //! under a burst far above capacity most requests are turned away and the
 //! sampled concurrency stays near what the current instances hold. Each
 //! signal therefore adds the load the rejected requests would have put on
-//! an instance, `rejected × service / interval` (Little's law, with the
-//! service time as a lower bound of their stay), to its concurrency. It is
+//! an instance, `reject rate × service` (Little's law, with the service
+//! time as a lower bound of their stay), to its concurrency. It is
 //! left out when `deadline < service` (no instance could meet such a
 //! deadline, so more instances would not help).
 //!
@@ -98,11 +98,12 @@ pub struct Signal {
     pub concurrency: u32,
     /// Requests that arrived since the previous signal.
     pub arrivals: u64,
-    /// Requests rejected early since the previous signal (their deadline
-    /// could not be met where they arrived): demand the concurrency above
-    /// does not show, since a rejected request leaves at once.
+    /// Requests rejected early per second, thousandths (their deadline
+    /// could not be met where they arrived), over the agents' latest
+    /// report intervals: demand the concurrency above does not show, since
+    /// a rejected request leaves at once.
     #[serde(default)]
-    pub rejected: u64,
+    pub rejected_per_s_milli: u64,
 }
 
 /// The rule that set a decision's value.
@@ -249,7 +250,7 @@ impl Autoscaler {
         if self.signals.back().is_some_and(|s| s.at_ms > signal.at_ms) {
             return;
         }
-        if signal.concurrency > 0 || signal.arrivals > 0 || signal.rejected > 0 {
+        if signal.concurrency > 0 || signal.arrivals > 0 || signal.rejected_per_s_milli > 0 {
             self.last_active_ms = Some(signal.at_ms);
         }
         self.signals.push_back(signal);
@@ -280,34 +281,26 @@ impl Autoscaler {
 
     /// Mean demand (thousandths) of the signals in `(now - window, now]`,
     /// and whether any arrived or was in flight there; `None` if no signal.
-    /// A signal's demand is its concurrency plus `rejected × service_us /
-    /// interval` (see the module docs); `service_us = 0` leaves rejects
-    /// out, as does a signal with no predecessor to measure its interval.
+    /// A signal's demand is its concurrency plus its reject rate ×
+    /// `service_us` (see the module docs); `service_us = 0` leaves rejects
+    /// out.
     fn window(&self, now_ms: u64, window_ms: u64, service_us: u64) -> Option<(u64, bool)> {
         let from = now_ms.saturating_sub(window_ms);
         let mut sum: u64 = 0;
         let mut n: u64 = 0;
         let mut active = false;
-        let mut previous: Option<u64> = None;
-        for s in &self.signals {
-            let gap_ms = previous.map(|p| s.at_ms.saturating_sub(p));
-            previous = Some(s.at_ms);
-            if s.at_ms <= from || s.at_ms > now_ms {
-                continue;
-            }
-            let turned_away = match gap_ms {
-                Some(gap) if gap > 0 => s
-                    .rejected
-                    .saturating_mul(service_us)
-                    .checked_div(gap)
-                    .unwrap_or(0),
-                _ => 0,
-            };
+        for s in self
+            .signals
+            .iter()
+            .filter(|s| s.at_ms > from && s.at_ms <= now_ms)
+        {
+            // per s (thousandths) × µs / 10⁶ = concurrency (thousandths)
+            let turned_away = s.rejected_per_s_milli.saturating_mul(service_us) / 1_000_000;
             sum = sum
                 .saturating_add(u64::from(s.concurrency).saturating_mul(1000))
                 .saturating_add(turned_away);
             n = n.saturating_add(1);
-            active |= s.concurrency > 0 || s.arrivals > 0 || s.rejected > 0;
+            active |= s.concurrency > 0 || s.arrivals > 0 || s.rejected_per_s_milli > 0;
         }
         sum.checked_div(n).map(|mean| (mean, active))
     }

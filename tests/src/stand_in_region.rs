@@ -138,15 +138,15 @@ pub fn fake_region(ca: &Ca) -> FakeRegion {
                         }
                         AgentMessageV1::Loads {
                             agent,
+                            at_ms,
                             loads,
                             dropped,
-                            ..
                         } => {
                             all_loads
                                 .lock()
                                 .unwrap_or_else(|p| p.into_inner())
                                 .extend(loads.iter().cloned());
-                            reports.loads(&agent, loads, dropped);
+                            reports.loads(&agent, at_ms, loads, dropped);
                             RegionMessageV1::Ack
                         }
                         AgentMessageV1::Swaps { agent, events } => {

@@ -33,7 +33,7 @@ fn sig(at_s: u64, concurrency: u32) -> Signal {
         at_ms: at_s * 1000,
         concurrency,
         arrivals: u64::from(concurrency),
-        rejected: 0,
+        rejected_per_s_milli: 0,
     }
 }
 
@@ -280,7 +280,7 @@ proptest! {
         for (dt, conc, arrivals, current, room) in steps {
             now = now.saturating_add(dt % 100_000);
             if dt == u64::MAX { now = u64::MAX; }
-            a.observe(&p, Signal { at_ms: now, concurrency: conc, arrivals, rejected: arrivals / 2 });
+            a.observe(&p, Signal { at_ms: now, concurrency: conc, arrivals, rejected_per_s_milli: arrivals.saturating_mul(500) });
             let d = a.decide(&p, &s, now, current, room);
             prop_assert!(d.desired <= s.max_instances);
             // Only the quota may keep it below min_instances.
@@ -295,8 +295,7 @@ fn early_rejects_count_as_the_load_they_would_have_put_on_an_instance() {
     let p = Params::default();
     let s = spec(0, 10);
     // 3 at once at every sample, and 200 a second turned away: each would
-    // have taken 40 ms, so they add 200 × 40 ms / 1 s = 8 at once. The
-    // first signal has no interval to spread its rejects over.
+    // have taken 40 ms, so they add 200/s × 40 ms = 8 at once.
     let mut a = Autoscaler::new(0);
     for t in 1..=60 {
         a.observe(
@@ -305,7 +304,7 @@ fn early_rejects_count_as_the_load_they_would_have_put_on_an_instance() {
                 at_ms: t * 1000,
                 concurrency: 3,
                 arrivals: 203,
-                rejected: 200,
+                rejected_per_s_milli: 200_000,
             },
         );
     }
@@ -317,7 +316,7 @@ fn early_rejects_count_as_the_load_they_would_have_put_on_an_instance() {
             d.stable_concurrency_milli,
             d.panic_concurrency_milli
         ),
-        (4, Rule::Stable, (3_000 + 59 * 11_000) / 60, 11_000)
+        (4, Rule::Stable, 11_000, 11_000)
     );
 
     // The same signals without rejects ask for one instance.

@@ -85,7 +85,8 @@ pub enum AgentMessageV1 {
     Loads {
         /// The agent.
         agent: AgentId,
-        /// Agent's wall clock, Unix ms (for display only).
+        /// Agent's wall clock, Unix ms: the region takes the interval a
+        /// report covers as the difference to the agent's previous one.
         at_ms: u64,
         /// At most [`super::MAX_FUNCTION_LOADS`] entries, the busiest
         /// (see [`super::cap_loads`]); every function hosted otherwise.

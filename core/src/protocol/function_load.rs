@@ -2,13 +2,18 @@
 //!
 //! ```text
 //!  agent A: [FunctionLoad ...] ─┐
-//!  agent B: [FunctionLoad ...] ─┼─ sum_loads(at_ms) ─▶ (tenant, function) → autoscale::Signal
+//!  agent B: [FunctionLoad ...] ─┼─ sum_loads ─▶ (tenant, function) → RegionLoad::signal(at_ms)
 //!  agent C: [FunctionLoad ...] ─┘
 //! ```
 //!
 //! A report holds at most [`MAX_FUNCTION_LOADS`] entries; [`cap_loads`]
 //! keeps the busiest ones (an idle function dropped from a report is seen
 //! by the region as having no load on that agent, which is what it has).
+//!
+//! Counts in a report cover the interval since the agent's previous one;
+//! the region samples only the latest report of each agent, so a count is
+//! also summed as a rate over its report's interval (a region that samples
+//! once a second loses nothing from agents that report every 200 ms).
 
 #![cfg_attr(not(test), deny(clippy::arithmetic_side_effects))]
 
@@ -90,6 +95,11 @@ pub struct RegionLoad {
     pub deadline_misses: u64,
     /// Early rejects since the previous reports.
     pub early_rejects: u64,
+    /// Early rejects per second (thousandths), summed over the agents
+    /// whose report interval is known: each agent's count over the
+    /// interval since its previous report.
+    #[serde(default)]
+    pub early_rejects_per_s_milli: u64,
     /// Swap-ins since the previous reports.
     pub swaps: u64,
     /// The smallest idle time over the agents, ms (`u64::MAX`: none has
@@ -104,18 +114,20 @@ impl RegionLoad {
             at_ms,
             concurrency: self.concurrency,
             arrivals: self.arrivals,
-            rejected: self.early_rejects,
+            rejected_per_s_milli: self.early_rejects_per_s_milli,
         }
     }
 }
 
-/// Sums the agents' reports per (tenant, function). Counts saturate
+/// Sums the agents' reports per (tenant, function); each report comes
+/// with the interval it covers, ms (0: unknown, such as a link's first
+/// report; its counts are summed but give no rate). Counts saturate
 /// rather than wrap: they come from agents.
 pub fn sum_loads<'a>(
-    reports: impl IntoIterator<Item = &'a [FunctionLoad]>,
+    reports: impl IntoIterator<Item = (&'a [FunctionLoad], u64)>,
 ) -> BTreeMap<(TenantId, String), RegionLoad> {
     let mut out: BTreeMap<(TenantId, String), RegionLoad> = BTreeMap::new();
-    for report in reports {
+    for (report, interval_ms) in reports {
         for load in report {
             let sum = out
                 .entry((load.tenant.clone(), load.function.clone()))
@@ -127,6 +139,13 @@ pub fn sum_loads<'a>(
             sum.concurrency = sum.concurrency.saturating_add(load.concurrency());
             sum.deadline_misses = sum.deadline_misses.saturating_add(load.deadline_misses);
             sum.early_rejects = sum.early_rejects.saturating_add(load.early_rejects);
+            let per_s_milli = load
+                .early_rejects
+                .saturating_mul(1_000_000)
+                .checked_div(interval_ms)
+                .unwrap_or(0);
+            sum.early_rejects_per_s_milli =
+                sum.early_rejects_per_s_milli.saturating_add(per_s_milli);
             sum.swaps = sum.swaps.saturating_add(load.swaps);
             sum.idle_ms = sum.idle_ms.min(load.idle_ms);
         }
@@ -163,7 +182,8 @@ mod tests {
     fn sums_per_function_across_agents() {
         let a = vec![load("t", "f", 5, 2, 1), load("t", "g", 0, 0, 0)];
         let b = vec![load("t", "f", 7, 1, 3), load("u", "f", 1, 1, 0)];
-        let sums = sum_loads([a.as_slice(), b.as_slice()]);
+        // a's report covers 200 ms, b's 1 s: 2 rejects each, 10/s + 2/s.
+        let sums = sum_loads([(a.as_slice(), 200), (b.as_slice(), 1000)]);
         let f = sums[&(TenantId("t".into()), "f".into())];
         assert_eq!(
             f,
@@ -172,6 +192,7 @@ mod tests {
                 concurrency: 7,
                 deadline_misses: 2,
                 early_rejects: 4,
+                early_rejects_per_s_milli: 12_000,
                 swaps: 6,
                 idle_ms: 993,
             }
@@ -182,19 +203,23 @@ mod tests {
                 at_ms: 42,
                 concurrency: 7,
                 arrivals: 12,
-                rejected: 4,
+                rejected_per_s_milli: 12_000,
             }
         );
         assert_eq!(sums[&(TenantId("t".into()), "g".into())].idle_ms, 1000);
         assert_eq!(sums[&(TenantId("u".into()), "f".into())].concurrency, 1);
         assert_eq!(sums.len(), 3);
+        // An unknown interval gives no rate; the counts still sum.
+        let f = sum_loads([(a.as_slice(), 0)])[&(TenantId("t".into()), "f".into())];
+        assert_eq!((f.early_rejects, f.early_rejects_per_s_milli), (2, 0));
     }
 
     #[test]
     fn sums_saturate() {
         let a = vec![load("t", "f", u64::MAX, u32::MAX, 1)];
         let b = vec![load("t", "f", 1, 1, 0)];
-        let f = sum_loads([a.as_slice(), b.as_slice()])[&(TenantId("t".into()), "f".into())];
+        let f =
+            sum_loads([(a.as_slice(), 1), (b.as_slice(), 1)])[&(TenantId("t".into()), "f".into())];
         assert_eq!(f.arrivals, u64::MAX);
         assert_eq!(f.concurrency, u32::MAX);
     }

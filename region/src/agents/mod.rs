@@ -492,12 +492,12 @@ pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
             }
             AgentMessageV1::Loads {
                 agent,
+                at_ms,
                 loads,
                 dropped,
-                ..
             } => {
                 if registered.as_ref() == Some(&agent) {
-                    hub.reports.loads(&agent, loads, dropped);
+                    hub.reports.loads(&agent, at_ms, loads, dropped);
                 }
                 RegionMessage::v1(RegionMessageV1::Ack)
             }

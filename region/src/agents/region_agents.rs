@@ -106,7 +106,7 @@ impl RegionAgents {
             self.agents
                 .iter()
                 .filter(|a| a.heartbeat.is_some() && counts(a))
-                .map(|a| a.loads.as_slice()),
+                .map(|a| (a.loads.as_slice(), a.loads_interval_ms)),
         )
     }
 
@@ -299,7 +299,7 @@ mod tests {
             waiting: 1,
             queue_wait_us: 0,
             deadline_misses: 0,
-            early_rejects: 0,
+            early_rejects: arrivals / 2,
             swaps: 0,
             idle_ms: 10 * arrivals,
         }
@@ -319,6 +319,7 @@ mod tests {
         let mut a = report("a", 1, Some(5));
         a.heartbeat = Some(beat.clone());
         a.loads = vec![load("f", 3, 2), load("g", 1, 0)];
+        a.loads_interval_ms = 500;
         let mut b = report("b", 2, Some(5));
         b.heartbeat = Some(beat.clone());
         b.loads = vec![load("f", 4, 1)];
@@ -336,6 +337,8 @@ mod tests {
         let sums = m.function_loads(|r| r.node != "d");
         let f = sums[&(TenantId("acme".into()), "f".to_string())];
         assert_eq!((f.arrivals, f.concurrency, f.idle_ms), (7, 5, 30));
+        // a's 1 reject of f over its 500 ms: 2/s; b's interval is unknown.
+        assert_eq!((f.early_rejects, f.early_rejects_per_s_milli), (3, 2000));
         let g = sums[&(TenantId("acme".into()), "g".to_string())];
         assert_eq!((g.arrivals, g.concurrency), (1, 1));
         assert_eq!(sums.len(), 2);

@@ -95,6 +95,14 @@ pub struct AgentReport {
     /// Entries that report left out (over `MAX_FUNCTION_LOADS`).
     #[serde(default)]
     pub loads_dropped: u64,
+    /// When the agent made that report, ms on its clock (0: none yet).
+    #[serde(default)]
+    pub loads_at_ms: u64,
+    /// The interval that report's counts cover: ms on the agent's clock
+    /// since its previous report on this link (0: unknown, the link's
+    /// first). What turns its counts into rates.
+    #[serde(default)]
+    pub loads_interval_ms: u64,
     /// The functions whose weights the agent keeps in host memory without
     /// hosting them (its latest `HostCopies` report; empty until one came).
     #[serde(default)]
@@ -165,6 +173,8 @@ impl AgentReports {
                 delivered: Vec::new(),
                 loads: Vec::new(),
                 loads_dropped: 0,
+                loads_at_ms: 0,
+                loads_interval_ms: 0,
                 host_copies: Vec::new(),
                 link,
                 received: None,
@@ -185,10 +195,16 @@ impl AgentReports {
     /// Keeps `loads` as the agent's latest load report (ignored if the
     /// agent is not registered here). Entries over `MAX_FUNCTION_LOADS`
     /// (a misbehaving agent) are cut off and counted as dropped.
-    pub fn loads(&self, agent: &AgentId, mut loads: Vec<FunctionLoad>, dropped: u64) {
+    pub fn loads(&self, agent: &AgentId, at_ms: u64, mut loads: Vec<FunctionLoad>, dropped: u64) {
         let over = loads.len().saturating_sub(MAX_FUNCTION_LOADS);
         loads.truncate(MAX_FUNCTION_LOADS);
         if let Some(r) = self.lock().get_mut(agent) {
+            r.loads_interval_ms = if r.loads_at_ms == 0 {
+                0
+            } else {
+                at_ms.saturating_sub(r.loads_at_ms)
+            };
+            r.loads_at_ms = at_ms;
             r.loads = loads;
             r.loads_dropped = dropped.saturating_add(over as u64);
         }
@@ -337,7 +353,7 @@ fn sample_loads(agents: &[AgentReport], out: &mut Sampler) {
             }
         })
         .collect();
-    for ((tenant, function), load) in sum_loads([labelled.as_slice()]) {
+    for ((tenant, function), load) in sum_loads([(labelled.as_slice(), 0)]) {
         let labels = [tenant.0.as_str(), function.as_str()];
         let figures = [
             f64::from(load.concurrency),
@@ -605,16 +621,18 @@ mod tests {
     #[test]
     fn keeps_the_latest_load_report_and_exports_it_summed_per_function() {
         let r = AgentReports::default();
-        r.loads(&AgentId("a".into()), vec![load("f", 1, 1, 0)], 0); // not registered
+        r.loads(&AgentId("a".into()), 900, vec![load("f", 1, 1, 0)], 0); // not registered
         r.registered(1, &register("a"));
         r.registered(2, &register("b"));
         r.heartbeat(beat("a", 1));
         r.heartbeat(beat("b", 1));
-        r.loads(&AgentId("a".into()), vec![load("f", 99, 9, 9)], 0);
-        // The latest report replaces the previous one.
-        r.loads(&AgentId("a".into()), vec![load("f", 3, 1, 1)], 4);
+        r.loads(&AgentId("a".into()), 1000, vec![load("f", 99, 9, 9)], 0);
+        // The latest report replaces the previous one, and covers the
+        // 200 ms since it.
+        r.loads(&AgentId("a".into()), 1200, vec![load("f", 3, 1, 1)], 4);
         r.loads(
             &AgentId("b".into()),
+            1000,
             vec![load("f", 5, 2, 0), load("g", 0, 0, 0)],
             0,
         );
@@ -623,10 +641,16 @@ mod tests {
             .map(|i| load(&format!("h{i}"), 0, 0, 0))
             .collect();
         r.registered(3, &register("c"));
-        r.loads(&AgentId("c".into()), many, 1);
+        r.loads(&AgentId("c".into()), 1000, many, 1);
         let list = r.list();
         assert_eq!(list[0].loads, vec![load("f", 3, 1, 1)]);
         assert_eq!(list[0].loads_dropped, 4);
+        // a: 200 ms since its previous report; b: its first (unknown).
+        assert_eq!(
+            (list[0].loads_at_ms, list[0].loads_interval_ms),
+            (1200, 200)
+        );
+        assert_eq!((list[1].loads_at_ms, list[1].loads_interval_ms), (1000, 0));
         assert_eq!(list[2].loads.len(), MAX_FUNCTION_LOADS);
         assert_eq!(list[2].loads_dropped, 3);
         r.disconnected(&AgentId("c".into()), 3);
