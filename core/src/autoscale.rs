@@ -28,7 +28,8 @@
 //! to zero     : min_instances = 0, no arrival and nothing in flight for
 //!               idle_timeout_s → 0
 //! from zero   : no instance and a request waiting or arrived in the
-//!               panic window → at least 1
+//!               panic window → at least 1; else no instance stays 0
+//!               (min_instances = 0; the windows' old load does not count)
 //! then        : clamp to [min_instances, max_instances] and to what the
 //!               tenant's quota leaves
 //! ```
@@ -122,7 +123,8 @@ pub enum Rule {
     ScaleDownRate,
     /// Scale-out limited to `max_scale_up_ratio` per decision.
     ScaleUpRate,
-    /// Idle for `idle_timeout_s` with `min_instances = 0`.
+    /// Idle for `idle_timeout_s` with `min_instances = 0`, or at zero
+    /// with no request since (it stays there).
     ToZero,
     /// A request for a function with no instance.
     FromZero,
@@ -356,11 +358,19 @@ impl Autoscaler {
             }
         };
 
-        // From zero: a request is waiting or arrived with nothing to serve it.
+        // From zero: a request is waiting or arrived with nothing to serve
+        // it. At zero nothing else brings an instance: the windows' means
+        // still hold the load from before the release (no agent reports a
+        // function it does not host) and would bring it back at once.
         let fresh = panic_w.is_some_and(|(_, active)| active);
-        if current == 0 && fresh {
-            desired = desired.max(1);
-            rule = Rule::FromZero;
+        if current == 0 {
+            if fresh {
+                desired = desired.max(1);
+                rule = Rule::FromZero;
+            } else if spec.min_instances == 0 {
+                desired = 0;
+                rule = Rule::ToZero;
+            }
         }
 
         // Scale-in waits until the recommendation has stayed low for

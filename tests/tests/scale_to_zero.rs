@@ -4,7 +4,9 @@
 //! wake places one instance, then served; idle for `idle_timeout_s` the
 //! leader's autoscaler releases the last instance; the next request wakes
 //! it again; a request whose deadline cannot cover a cold start is
-//! answered `503 no_instance` (retryable) and nothing runs.
+//! answered `503 no_instance` (retryable) and nothing runs. With two
+//! agents, a function back from zero goes to the node whose agent reports
+//! its weights still in host memory, not where the ranking alone puts it.
 
 use gshare_tests::raw_http::{assert_error, raw_request};
 use gshare_tests::{call, json_of, until, AgentProcess, TestRegion, TOKEN};
@@ -13,8 +15,61 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 fn instances(http: SocketAddr, token: &str) -> usize {
+    nodes_of(http, token).len()
+}
+
+/// The node of each instance of `sleepy` (its first slice's GPU's).
+fn nodes_of(http: SocketAddr, token: &str) -> Vec<String> {
     let r = call(http, "GET", "/v1/functions/sleepy", token, None);
-    json_of(&r)["instances"].as_array().map_or(0, Vec::len)
+    json_of(&r)["instances"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|i| {
+            i["slices"][0]["gpu"]["node"]
+                .as_str()
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect()
+}
+
+/// The nodes whose agent reports a host copy of `sleepy`.
+fn host_copy_nodes(http: SocketAddr) -> Vec<String> {
+    let r = call(http, "GET", "/v1/cluster/agents", TOKEN, None);
+    json_of(&r)
+        .as_array()
+        .cloned()
+        .into_iter()
+        .flatten()
+        .filter(|a| {
+            a["host_copies"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["function"] == "sleepy"))
+        })
+        .map(|a| a["node"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+/// A function of 1000 MiB, half a GPU, 10 ms a request on its slice, a
+/// 10 s deadline (room for a cold start), scaling between 0 and 2.
+fn sleepy_spec() -> String {
+    json!({
+        "name": "sleepy", "runtime": "pytorch", "memory_mib": 1000, "compute_milli": 500,
+        "tier": "guaranteed", "deadline_ms": 10000, "pool": "center",
+        "min_instances": 0, "max_instances": 2, "idle_timeout_s": 3,
+        "latency": {"full_gpu_us": 5000, "saturation_milli": 500},
+    })
+    .to_string()
+}
+
+/// A tenant token for acme on `http`.
+fn acme_token(http: SocketAddr) -> String {
+    let r = until("token", 30, || {
+        let r = call(http, "POST", "/v1/tenants/acme/tokens", TOKEN, None);
+        (r.status == 201).then_some(r)
+    });
+    json_of(&r)["token"].as_str().unwrap().to_string()
 }
 
 /// The leader's count of scale-out evaluations, whatever their outcome.
@@ -35,23 +90,12 @@ fn an_idle_function_goes_to_zero_and_a_request_brings_it_back() {
         .wait_leader(&[1], Duration::from_secs(15))
         .expect("leader");
     let http = region.http(1);
-    let r = until("token", 30, || {
-        let r = call(http, "POST", "/v1/tenants/acme/tokens", TOKEN, None);
-        (r.status == 201).then_some(r)
-    });
-    let acme = json_of(&r)["token"].as_str().unwrap().to_string();
+    let acme = acme_token(http);
     let (config, _) = region.sim_agent_config("local-c1", &[]).expect("agent");
     let _agent = AgentProcess::start(&config);
-    // 10 ms a request on its slice and a 10 s deadline (room for a cold
-    // start): a few requests at once are far below one instance's target,
-    // so only the wake places an instance.
-    let spec = json!({
-        "name": "sleepy", "runtime": "pytorch", "memory_mib": 1000, "compute_milli": 500,
-        "tier": "guaranteed", "deadline_ms": 10000, "pool": "center",
-        "min_instances": 0, "max_instances": 2, "idle_timeout_s": 3,
-        "latency": {"full_gpu_us": 5000, "saturation_milli": 500},
-    })
-    .to_string();
+    // A few requests at once are far below one instance's target, so only
+    // the wake places an instance.
+    let spec = sleepy_spec();
     let r = until("deployed", 60, || {
         let r = call(http, "POST", "/v1/functions", &acme, Some(&spec));
         (r.status == 201 || r.status == 409).then_some(r)
@@ -94,6 +138,16 @@ fn an_idle_function_goes_to_zero_and_a_request_brings_it_back() {
         (instances(http, &acme) == 0).then_some(())
     });
     eprintln!("to zero {:?} after the last request", idle.elapsed());
+    // And it stays there: the autoscaler's windows still hold the load
+    // from before, which must not bring an instance back by itself.
+    let outs = scale_outs(http);
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(instances(http, &acme), 0, "no request, no instance");
+    assert_eq!(
+        scale_outs(http),
+        outs,
+        "no scale-out at zero without a request"
+    );
 
     // From zero again.
     let started = Instant::now();
@@ -115,4 +169,70 @@ fn an_idle_function_goes_to_zero_and_a_request_brings_it_back() {
     let r = raw_request(http, "POST", "/v1/invoke/acme/sleepy", &headers, b"{}", 2);
     assert_error(&r, 503, "no_instance", true);
     assert_eq!(r.header("idempotency-key"), Some("too-short-1"), "{r:?}");
+}
+
+#[test]
+fn a_function_back_from_zero_goes_to_the_node_holding_its_weights() {
+    // local-c1 gets no agent at first: not_ready after the join grace, so
+    // the first wake goes to local-c2. Then local-c1's agent comes; on two
+    // empty center nodes the ranking alone picks local-c1 (the first), so
+    // only the preference for the host copy brings the function back to
+    // local-c2.
+    let mut region = TestRegion::with_config(1, "agent_join_grace_s = 2\n").expect("region");
+    region.start(1, true).expect("start");
+    region
+        .wait_leader(&[1], Duration::from_secs(15))
+        .expect("leader");
+    let http = region.http(1);
+    let acme = acme_token(http);
+    let (c2, _) = region.sim_agent_config("local-c2", &[]).expect("agent");
+    let _c2 = AgentProcess::start(&c2);
+    let node_state = |node: &str| {
+        let r = call(http, "GET", "/v1/nodes", TOKEN, None);
+        json_of(&r)
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|n| n["node"] == node)
+            .and_then(|n| n["state"].as_str().map(String::from))
+            .unwrap_or_default()
+    };
+    until("local-c1 not_ready, local-c2 ready", 30, || {
+        (node_state("local-c1") == "not_ready" && node_state("local-c2") == "ready").then_some(())
+    });
+    let spec = sleepy_spec();
+    let r = until("deployed", 60, || {
+        let r = call(http, "POST", "/v1/functions", &acme, Some(&spec));
+        (r.status == 201 || r.status == 409).then_some(r)
+    });
+    assert_eq!(r.status, 201, "{r:?}");
+    let r = call(http, "POST", "/v1/invoke/acme/sleepy", &acme, Some("first"));
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(nodes_of(http, &acme), vec!["local-c2".to_string()]);
+
+    let (c1, _) = region.sim_agent_config("local-c1", &[]).expect("agent");
+    let _c1 = AgentProcess::start(&c1);
+    until("local-c1 ready", 30, || {
+        (node_state("local-c1") == "ready").then_some(())
+    });
+    until("to zero", 20, || {
+        (instances(http, &acme) == 0).then_some(())
+    });
+    until("local-c2 reports the host copy", 20, || {
+        (host_copy_nodes(http) == vec!["local-c2".to_string()]).then_some(())
+    });
+
+    // At once: the wake reads the host copies afresh, not the tick's.
+    let started = Instant::now();
+    let r = call(http, "POST", "/v1/invoke/acme/sleepy", &acme, Some("warm"));
+    assert_eq!((r.status, r.body.as_str()), (200, "warm"), "{r:?}");
+    eprintln!(
+        "from zero on the host copy's node: served after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        nodes_of(http, &acme),
+        vec!["local-c2".to_string()],
+        "the function back from zero is placed where its weights wait"
+    );
 }

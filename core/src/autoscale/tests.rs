@@ -143,6 +143,15 @@ fn an_idle_function_scales_to_zero_after_its_idle_timeout_and_back_on_a_request(
     a.observe(&p, sig(40, 0));
     let d = a.decide(&p, &s, 40_000, 1, 100);
     assert_eq!((d.desired, d.rule), (0, Rule::ToZero));
+    // Released: it stays at zero, though the stable window's mean still
+    // holds the load of 1..=10 s (10/41 at once, which alone would ask
+    // for one instance).
+    a.observe(&p, sig(41, 0));
+    let d = a.decide(&p, &s, 41_000, 0, 100);
+    assert_eq!(
+        (d.desired, d.rule, d.stable_concurrency_milli),
+        (0, Rule::ToZero, 243)
+    );
 
     // A request held for it (concurrency 1 at the replica): back to one.
     a.observe(&p, sig(50, 1));

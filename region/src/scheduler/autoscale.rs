@@ -8,7 +8,8 @@
 //!                                                   hub.gather() (every replica's reports)
 //!                                                   lock: the agents' nodes that are not_ready
 //!                                                   sum loads, nodes with requests waiting,
-//!                                                   host copies (kept for the planner's preference)
+//!                                                   host copies (kept for the planner's preference;
+//!                                                   a wake from zero reads them afresh)
 //!                                                   lock: Autoscalers::snapshot(view, waiting)
 //!                                                   Autoscalers::decide(snapshot, loads, now)
 //!                                                      Out ─▶ Evaluation::ScaleOut (one placement)
@@ -33,7 +34,7 @@ use gshare_core::state::NodeState;
 use openraft::ServerState;
 
 use super::{Evaluation, Inner, Scheduler};
-use crate::agents::AgentHub;
+use crate::agents::{AgentHub, RegionAgents};
 use crate::proposer::unix_ms;
 
 /// How often the leader's autoscalers observe and decide.
@@ -43,7 +44,49 @@ impl Scheduler {
     /// Starts the leader's autoscaling tick with `params` (it acts only
     /// while this replica leads).
     pub fn watch_load(&self, hub: AgentHub, params: Params) {
+        // A second call keeps the first hub (there is one per replica).
+        let _ = self.inner.hub.set(hub.clone());
         tokio::spawn(tick(Arc::downgrade(&self.inner), hub, params));
+    }
+}
+
+/// How long a wake from zero waits for the agents' freshest host copies
+/// before it plans on those of the latest tick (a peer that does not
+/// answer must not hold a held request for its whole `PEER_TIMEOUT`).
+const WAKE_GATHER: Duration = Duration::from_millis(300);
+
+/// The nodes of `agents` the replicated state says are `not_ready` (their
+/// reports are stale: left out of the sums and the host copies).
+fn not_ready_nodes(inner: &Inner, agents: &RegionAgents) -> BTreeSet<String> {
+    let st = inner.state.read();
+    let view = st.region.domain();
+    agents
+        .agents
+        .iter()
+        .filter(|a| view.node_state(&NodeId(a.node.clone())) == NodeState::NotReady)
+        .map(|a| a.node.clone())
+        .collect()
+}
+
+/// Keeps the host copies of `agents` off `not_ready` nodes as what the
+/// planner prefers.
+fn keep_host_copies(inner: &Inner, agents: &RegionAgents, not_ready: &BTreeSet<String>) {
+    *inner.host_copies.lock().unwrap_or_else(|p| p.into_inner()) =
+        agents.host_copies(|a| !not_ready.contains(&a.node));
+}
+
+/// Reads the host copies afresh from every replica's agent reports, for a
+/// placement of a function that has no instance (a wake from zero): the
+/// tick's are up to [`AUTOSCALE_TICK`] old, and a function woken right
+/// after its host copy was first reported would miss it. Keeps the tick's
+/// when the gather takes longer than [`WAKE_GATHER`].
+pub(super) async fn refresh_host_copies(inner: &Inner) {
+    let Some(hub) = inner.hub.get() else {
+        return;
+    };
+    if let Ok(agents) = tokio::time::timeout(WAKE_GATHER, hub.gather()).await {
+        let not_ready = not_ready_nodes(inner, &agents);
+        keep_host_copies(inner, &agents, &not_ready);
     }
 }
 
@@ -73,20 +116,10 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub, params: Params) {
             continue;
         }
         let agents = hub.gather().await;
-        let not_ready: BTreeSet<String> = {
-            let st = inner.state.read();
-            let view = st.region.domain();
-            agents
-                .agents
-                .iter()
-                .filter(|a| view.node_state(&NodeId(a.node.clone())) == NodeState::NotReady)
-                .map(|a| a.node.clone())
-                .collect()
-        };
+        let not_ready = not_ready_nodes(&inner, &agents);
         let counts = |node: &str| !not_ready.contains(node);
         let loads = agents.function_loads(|a| counts(&a.node));
-        *inner.host_copies.lock().unwrap_or_else(|p| p.into_inner()) =
-            agents.host_copies(|a| counts(&a.node));
+        keep_host_copies(&inner, &agents, &not_ready);
         let mut waiting: BTreeMap<FunctionKey, BTreeSet<NodeId>> = BTreeMap::new();
         for a in agents
             .agents

@@ -233,6 +233,9 @@ struct Inner {
     /// whose agent reported a host copy), as the latest autoscale tick
     /// gathered it; what a placement of that function prefers.
     host_copies: Mutex<BTreeMap<HostCopyKey, Vec<NodeId>>>,
+    /// The agent reports (set by `watch_load`): what a wake from zero
+    /// reads the freshest host copies from.
+    hub: std::sync::OnceLock<crate::agents::AgentHub>,
 }
 
 /// The handle of a replica's scheduler (cheap to clone).
@@ -270,6 +273,7 @@ impl Scheduler {
             counters: Counters::default(),
             ranking: Mutex::new(None),
             host_copies: Mutex::default(),
+            hub: std::sync::OnceLock::new(),
         });
         tokio::spawn(worker::run(Arc::downgrade(&inner), rx));
         tokio::spawn(underplaced_tick(Arc::downgrade(&inner)));

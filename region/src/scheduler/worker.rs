@@ -292,12 +292,33 @@ pub(super) async fn run(inner: Weak<Inner>, mut rx: mpsc::Receiver<Queued>) {
         let Some(inner) = inner.upgrade() else {
             return;
         };
+        if places_a_function_at_zero(&inner, &batch) {
+            super::autoscale::refresh_host_copies(&inner).await;
+        }
         let planned = plan_batch(&inner, &shared, batch);
         if planned.is_empty() {
             continue;
         }
         tokio::spawn(commit(inner, shared.clone(), planned, permit));
     }
+}
+
+/// Whether `batch` places an instance of a function that has none (a
+/// wake from zero, or a function whose every instance went): such a
+/// placement prefers the nodes holding its weights, read afresh.
+fn places_a_function_at_zero(inner: &Inner, batch: &[Queued]) -> bool {
+    let st = inner.state.read();
+    let view = st.region.domain();
+    batch.iter().any(|q| match &q.eval {
+        Evaluation::ScaleOut {
+            tenant, function, ..
+        }
+        | Evaluation::Underplaced { tenant, function } => {
+            view.function(tenant, function).is_ok()
+                && view.instances_of(tenant, function).next().is_none()
+        }
+        _ => false,
+    })
 }
 
 /// One planned command of a batch: its evaluation, the command, its
