@@ -108,7 +108,8 @@ pub enum DomainCommand {
         /// The slices: one, or whole GPUs of one node for `exclusive`.
         slices: Vec<Slice>,
     },
-    /// Releases one instance.
+    /// Releases one instance; refused (`min_instances`) where that would
+    /// leave its function's current version below `min_instances`.
     InstanceRelease {
         /// The instance.
         instance: InstanceId,

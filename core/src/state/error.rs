@@ -188,6 +188,15 @@ pub enum ApplyError {
         /// Its `max_instances`.
         max: u32,
     },
+    /// Releasing the instance would leave the function below its
+    /// `min_instances` (a scale-in decided on an older view, or two at once).
+    #[error("function {function:?} keeps at least {min} instances of its current version")]
+    MinInstances {
+        /// The function.
+        function: String,
+        /// Its `min_instances`.
+        min: u32,
+    },
     /// A price list lacks prices the topology needs.
     #[error("no price for: {}", missing.iter().map(|(m, k)| format!("{m} in {k} pools")).collect::<Vec<_>>().join(", "))]
     Unpriced {
@@ -304,6 +313,7 @@ impl ApplyError {
             ApplyError::QuotaExceeded { .. } => "quota_exceeded",
             ApplyError::QuotaBelowHeld { .. } => "quota_below_held",
             ApplyError::MaxInstances { .. } => "max_instances",
+            ApplyError::MinInstances { .. } => "min_instances",
             ApplyError::Unpriced { .. } => "unpriced",
             ApplyError::NoPrice { .. } => "no_price",
             ApplyError::InvalidUsage { .. } => "invalid_usage",
@@ -340,7 +350,8 @@ impl ApplyError {
             | ApplyError::QuotaBelowHeld { .. }
             | ApplyError::NodeDraining { .. }
             | ApplyError::GpuMismatch { .. }
-            | ApplyError::Pinned { .. } => ErrorClass::Conflict,
+            | ApplyError::Pinned { .. }
+            | ApplyError::MinInstances { .. } => ErrorClass::Conflict,
             ApplyError::GpuFull { .. }
             | ApplyError::NodeNotReady { .. }
             | ApplyError::QuotaExceeded { .. }

@@ -1491,9 +1491,25 @@ impl RegionState {
         }
     }
 
+    /// Releases one instance; one of the function's current version only
+    /// while more than its `min_instances` run that version (outgoing ones
+    /// go freely: the roll replaces them). The scheduler checks the same
+    /// before it proposes a scale-in; this keeps two releases decided on
+    /// one view, or one decided before `min_instances` was raised, from
+    /// both landing.
     fn instance_release(&mut self, instance: InstanceId) -> Result<Applied, ApplyError> {
-        if !self.data.instances.contains_key(&instance) {
+        let Some(inst) = self.data.instances.get(&instance) else {
             return Err(ApplyError::UnknownInstance { instance });
+        };
+        if let Ok(f) = self.function(&inst.tenant, &inst.function) {
+            if inst.version == f.version
+                && self.instance_count(&inst.tenant, &inst.function) <= f.spec.min_instances
+            {
+                return Err(ApplyError::MinInstances {
+                    function: inst.function.clone(),
+                    min: f.spec.min_instances,
+                });
+            }
         }
         self.release(instance);
         Ok(Applied::InstanceReleased { instance })

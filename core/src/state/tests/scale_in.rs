@@ -386,3 +386,58 @@ fn the_tenants_quota_caps_a_scale_out_and_says_so() {
     stranger.tenant = t("nobody");
     assert_eq!(s.quota_room(&stranger), 0);
 }
+
+#[test]
+fn apply_refuses_a_release_below_min_instances() {
+    let mut s = region();
+    let mut f = spec("acme", "f", Tier::Guaranteed, 250, 4_096);
+    f.min_instances = 1;
+    deploy(&mut s, f.clone());
+    let a = place_on(&mut s, "acme", "f", "c1", 0, 4_096);
+    let b = place_on(&mut s, "acme", "f", "c2", 1, 4_096);
+
+    // Two scale-ins decided on one view (2 > min 1 for both): the first
+    // lands, the second is refused and changes nothing.
+    ok(&mut s, DomainCommand::InstanceRelease { instance: a });
+    let e = refused(&mut s, DomainCommand::InstanceRelease { instance: b });
+    assert!(
+        matches!(&e, ApplyError::MinInstances { function, min: 1 } if function == "f"),
+        "{e:?}"
+    );
+    assert_eq!(e.code(), "min_instances");
+    assert_eq!(s.instance_count(&t("acme"), "f"), 1);
+
+    // One decided before min_instances was raised to 2 is refused too.
+    let c = place_on(&mut s, "acme", "f", "c1", 0, 4_096);
+    f.min_instances = 2;
+    ok(&mut s, DomainCommand::FunctionUpdate { spec: f.clone() });
+    let e = refused(&mut s, DomainCommand::InstanceRelease { instance: c });
+    assert!(
+        matches!(e, ApplyError::MinInstances { min: 2, .. }),
+        "{e:?}"
+    );
+
+    // At min 0 the last one goes (scale to zero).
+    f.min_instances = 0;
+    ok(&mut s, DomainCommand::FunctionUpdate { spec: f });
+    ok(&mut s, DomainCommand::InstanceRelease { instance: b });
+    ok(&mut s, DomainCommand::InstanceRelease { instance: c });
+    assert_eq!(s.instance_count(&t("acme"), "f"), 0);
+}
+
+#[test]
+fn an_outgoing_instance_goes_whatever_min_instances_says() {
+    let mut s = region();
+    let mut f = spec("acme", "f", Tier::Guaranteed, 250, 4_096);
+    f.min_instances = 1;
+    f.max_instances = 1;
+    deploy(&mut s, f.clone());
+    let old = place_on(&mut s, "acme", "f", "c1", 0, 4_096);
+    // A reshaping update: `old` runs the earlier version, outgoing.
+    f.memory_mib = 2_048;
+    ok(&mut s, DomainCommand::FunctionUpdate { spec: f });
+    assert_eq!(s.outgoing(&t("acme"), "f").count(), 1);
+    assert_eq!(s.instance_count(&t("acme"), "f"), 0);
+    ok(&mut s, DomainCommand::InstanceRelease { instance: old });
+    assert_eq!(s.instances_of(&t("acme"), "f").count(), 0);
+}
