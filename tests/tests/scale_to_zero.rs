@@ -221,6 +221,13 @@ fn a_function_back_from_zero_goes_to_the_node_holding_its_weights() {
     until("local-c2 reports the host copy", 20, || {
         (host_copy_nodes(http) == vec!["local-c2".to_string()]).then_some(())
     });
+    // The tenant sees it too, in its function's view.
+    let r = call(http, "GET", "/v1/functions/sleepy", &acme, None);
+    assert_eq!(
+        json_of(&r)["host_copies"],
+        json!(["local-c2"]),
+        "GET /v1/functions/sleepy: {r:?}"
+    );
 
     // At once: the wake reads the host copies afresh, not the tick's.
     let started = Instant::now();

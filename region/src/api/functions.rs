@@ -178,6 +178,12 @@ pub struct FunctionView {
     /// decision for it, on any replica (a follower asks the leader).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscale: Option<AutoscaleView>,
+    /// In `GET /v1/functions/{name}`: the nodes whose agent holds the
+    /// weights of its current version in host memory (released there and
+    /// kept while host memory allows; agents on `not_ready` nodes left
+    /// out). A placement from zero prefers them and resumes by swap-in.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_copies: Vec<NodeId>,
 }
 
 /// What `autoscale` of a function's view says.
@@ -270,6 +276,7 @@ fn created(
         error: None,
         load: None,
         autoscale: None,
+        host_copies: Vec::new(),
     })
 }
 
@@ -480,6 +487,7 @@ fn view(ctx: &HttpContext, tenant: &TenantId, name: &str) -> Result<FunctionView
         error: None,
         load: None,
         autoscale: None,
+        host_copies: Vec::new(),
     })
 }
 
@@ -559,6 +567,7 @@ async fn show_of(
         i.state = Some(instance_state(&agents, i).to_string());
     }
     v.load = function_load(ctx, &agents, tenant, name);
+    v.host_copies = host_copies_of(ctx, &agents, tenant, name, v.version);
     v.autoscale = Some(autoscale_of(ctx, &v.spec).await);
     Ok(HttpResponse::Ok().json(v))
 }
@@ -612,6 +621,25 @@ fn function_load(
         d.node_state(&NodeId(a.node.clone())) != gshare_core::state::NodeState::NotReady
     });
     loads.remove(&(tenant.clone(), name.to_string()))
+}
+
+/// The nodes holding `tenant`'s `name`'s weights of `version` in host
+/// memory, those on `not_ready` nodes left out (as the scheduler sees them).
+fn host_copies_of(
+    ctx: &HttpContext,
+    agents: &RegionAgents,
+    tenant: &TenantId,
+    name: &str,
+    version: u64,
+) -> Vec<NodeId> {
+    let st = ctx.replica.state.read();
+    let d = st.region.domain();
+    let mut copies = agents.host_copies(|a| {
+        d.node_state(&NodeId(a.node.clone())) != gshare_core::state::NodeState::NotReady
+    });
+    copies
+        .remove(&(tenant.clone(), name.to_string(), version))
+        .unwrap_or_default()
 }
 
 /// The answer of `PUT /v1/functions/{name}`.

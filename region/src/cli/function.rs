@@ -478,6 +478,22 @@ fn describe_table(f: &Value) -> Vec<Vec<String>> {
         rows.push(Vec::new());
         rows.push(vec!["AUTOSCALE".to_string(), a]);
     }
+    let copies: Vec<&str> = f["host_copies"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    if !copies.is_empty() {
+        rows.push(Vec::new());
+        rows.push(vec![
+            "HOST COPIES".to_string(),
+            format!(
+                "{} (weights in host memory: a start from zero there is a swap-in)",
+                copies.join(", ")
+            ),
+        ]);
+    }
     rows
 }
 
@@ -599,6 +615,23 @@ mod tests {
         assert!(!rows
             .iter()
             .any(|r| r.first().is_some_and(|c| c == "AUTOSCALE")));
+    }
+
+    #[test]
+    fn describe_names_the_nodes_holding_host_copies() {
+        let f = serde_json::json!({
+            "spec": {"name": "f", "max_instances": 2}, "version": 1, "instances": [],
+            "host_copies": ["local-c1", "local-c2"],
+        });
+        let rows = super::describe_table(&f);
+        let last = rows.last().unwrap();
+        assert_eq!(last[0], "HOST COPIES");
+        assert!(last[1].starts_with("local-c1, local-c2 ("), "{last:?}");
+        let none = serde_json::json!({"instances": []});
+        let rows = super::describe_table(&none);
+        assert!(!rows
+            .iter()
+            .any(|r| r.first().is_some_and(|c| c == "HOST COPIES")));
     }
 
     #[test]
