@@ -8,7 +8,7 @@
 //!   operator ─▶ TenantCreate/Update/Delete, TokenIssue/Revoke, QuotaSet, PriceListSet, TopologyLoad
 //!   tenant   ─▶ FunctionDeploy/Update/Delete
 //!   leader   ─▶ InstancePlace (from plan()), InstanceRelease, InstanceReplace,
-//!               NodeReadySet (liveness)
+//!               InstanceScaleIn (autoscaler), NodeReadySet (liveness)
 //!   operator ─▶ NodeDrainSet
 //!   agent    ─▶ AgentRegister, UsageBatch,
 //!               InstanceSliceReserve / InstanceSliceRelease (a remap, two phases)
@@ -108,8 +108,8 @@ pub enum DomainCommand {
         /// The slices: one, or whole GPUs of one node for `exclusive`.
         slices: Vec<Slice>,
     },
-    /// Releases one instance; refused (`min_instances`) where that would
-    /// leave its function's current version below `min_instances`.
+    /// Releases one instance (a drain's or replacement's old one, an
+    /// outgoing one): no `min_instances` check, its replacement is placed.
     InstanceRelease {
         /// The instance.
         instance: InstanceId,
@@ -233,6 +233,16 @@ pub enum DomainCommand {
         /// The new instance's slices.
         slices: Vec<Slice>,
     },
+    /// Releases one instance for a scale-in (the autoscaler's, to zero
+    /// included): as [`DomainCommand::InstanceRelease`], but refused
+    /// (`min_instances`) where the function's current version would be left
+    /// below `min_instances`. A command of its own, not a new rule for
+    /// `InstanceRelease`, so that logs written before it replay as they
+    /// applied.
+    InstanceScaleIn {
+        /// The instance.
+        instance: InstanceId,
+    },
 }
 
 impl DomainCommand {
@@ -262,6 +272,7 @@ impl DomainCommand {
             DomainCommand::NodeReadySet { .. } => "node_ready_set",
             DomainCommand::NodeDrainSet { .. } => "node_drain_set",
             DomainCommand::InstanceReplace { .. } => "instance_replace",
+            DomainCommand::InstanceScaleIn { .. } => "instance_scale_in",
         }
     }
 

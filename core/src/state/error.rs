@@ -188,15 +188,6 @@ pub enum ApplyError {
         /// Its `max_instances`.
         max: u32,
     },
-    /// Releasing the instance would leave the function below its
-    /// `min_instances` (a scale-in decided on an older view, or two at once).
-    #[error("function {function:?} keeps at least {min} instances of its current version")]
-    MinInstances {
-        /// The function.
-        function: String,
-        /// Its `min_instances`.
-        min: u32,
-    },
     /// A price list lacks prices the topology needs.
     #[error("no price for: {}", missing.iter().map(|(m, k)| format!("{m} in {k} pools")).collect::<Vec<_>>().join(", "))]
     Unpriced {
@@ -275,6 +266,16 @@ pub enum ApplyError {
         node: NodeId,
         /// Its state.
         why: String,
+    },
+    /// A scale-in would leave the function below its `min_instances` (one
+    /// decided on an older view, or two decided on the same one). Last,
+    /// to keep the encoding of the variants before it.
+    #[error("function {function:?} keeps at least {min} instances of its current version")]
+    MinInstances {
+        /// The function.
+        function: String,
+        /// Its `min_instances`.
+        min: u32,
     },
 }
 

@@ -530,6 +530,7 @@ impl RegionState {
                 slices,
             } => self.instance_place(tenant, function, slices, now),
             DomainCommand::InstanceRelease { instance } => self.instance_release(instance),
+            DomainCommand::InstanceScaleIn { instance } => self.instance_scale_in(instance),
             DomainCommand::AgentRegister {
                 agent,
                 node,
@@ -1491,13 +1492,21 @@ impl RegionState {
         }
     }
 
-    /// Releases one instance; one of the function's current version only
-    /// while more than its `min_instances` run that version (outgoing ones
-    /// go freely: the roll replaces them). The scheduler checks the same
-    /// before it proposes a scale-in; this keeps two releases decided on
-    /// one view, or one decided before `min_instances` was raised, from
-    /// both landing.
     fn instance_release(&mut self, instance: InstanceId) -> Result<Applied, ApplyError> {
+        if !self.data.instances.contains_key(&instance) {
+            return Err(ApplyError::UnknownInstance { instance });
+        }
+        self.release(instance);
+        Ok(Applied::InstanceReleased { instance })
+    }
+
+    /// A scale-in's release: an instance of the function's current version
+    /// goes only while more than its `min_instances` run that version
+    /// (outgoing ones go freely: the roll replaces them). The scheduler
+    /// checks the same before it proposes; this keeps two scale-ins decided
+    /// on one view, or one decided before `min_instances` was raised, from
+    /// both landing.
+    fn instance_scale_in(&mut self, instance: InstanceId) -> Result<Applied, ApplyError> {
         let Some(inst) = self.data.instances.get(&instance) else {
             return Err(ApplyError::UnknownInstance { instance });
         };
@@ -1511,8 +1520,7 @@ impl RegionState {
                 });
             }
         }
-        self.release(instance);
-        Ok(Applied::InstanceReleased { instance })
+        self.instance_release(instance)
     }
 
     /// Phase one of a remap (see [`DomainCommand::InstanceSliceReserve`]):

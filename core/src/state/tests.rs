@@ -1151,8 +1151,11 @@ fn random_commands_from_two_stale_leaders_never_over_allocate() {
                     if ids.is_empty() {
                         continue;
                     }
-                    DomainCommand::InstanceRelease {
-                        instance: ids[rng.below(ids.len() as u64) as usize],
+                    let instance = ids[rng.below(ids.len() as u64) as usize];
+                    if step % 2 == 0 {
+                        DomainCommand::InstanceRelease { instance }
+                    } else {
+                        DomainCommand::InstanceScaleIn { instance }
                     }
                 }
                 16 => {

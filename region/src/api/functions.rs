@@ -181,7 +181,8 @@ pub struct FunctionView {
     /// In `GET /v1/functions/{name}`: the nodes whose agent holds the
     /// weights of its current version in host memory (released there and
     /// kept while host memory allows; agents on `not_ready` nodes left
-    /// out). A placement from zero prefers them and resumes by swap-in.
+    /// out). A placement from zero prefers them (where the node takes
+    /// placements and fits) and there resumes by swap-in.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub host_copies: Vec<NodeId>,
 }

@@ -198,7 +198,7 @@ fn decide(
             if !ours || view.instance_count(tenant, function) <= f.spec.min_instances {
                 return nothing;
             }
-            Decision::Propose(DomainCommand::InstanceRelease {
+            Decision::Propose(DomainCommand::InstanceScaleIn {
                 instance: *instance,
             })
         }

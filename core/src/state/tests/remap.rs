@@ -163,10 +163,7 @@ fn a_reservation_is_rechecked_by_fit_and_quota() {
 #[test]
 fn a_moving_instance_survives_a_snapshot_and_its_release() {
     let mut s = region();
-    // min 0: its one instance may be released (scaled to zero).
-    let mut f = spec("acme", "b", Tier::Burstable, 300, 4_000);
-    f.min_instances = 0;
-    deploy(&mut s, f);
+    deploy(&mut s, spec("acme", "b", Tier::Burstable, 300, 4_000));
     let id = place_on(&mut s, "acme", "b", vec![slice("c1", 0, 300, 4_000)]);
     ok(&mut s, reserve(id, slice("c1", 1, 300, 4_000)));
     let json = serde_json::to_string(&s).unwrap();

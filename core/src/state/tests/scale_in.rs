@@ -388,7 +388,7 @@ fn the_tenants_quota_caps_a_scale_out_and_says_so() {
 }
 
 #[test]
-fn apply_refuses_a_release_below_min_instances() {
+fn apply_refuses_a_scale_in_below_min_instances() {
     let mut s = region();
     let mut f = spec("acme", "f", Tier::Guaranteed, 250, 4_096);
     f.min_instances = 1;
@@ -398,8 +398,8 @@ fn apply_refuses_a_release_below_min_instances() {
 
     // Two scale-ins decided on one view (2 > min 1 for both): the first
     // lands, the second is refused and changes nothing.
-    ok(&mut s, DomainCommand::InstanceRelease { instance: a });
-    let e = refused(&mut s, DomainCommand::InstanceRelease { instance: b });
+    ok(&mut s, DomainCommand::InstanceScaleIn { instance: a });
+    let e = refused(&mut s, DomainCommand::InstanceScaleIn { instance: b });
     assert!(
         matches!(&e, ApplyError::MinInstances { function, min: 1 } if function == "f"),
         "{e:?}"
@@ -411,22 +411,31 @@ fn apply_refuses_a_release_below_min_instances() {
     let c = place_on(&mut s, "acme", "f", "c1", 0, 4_096);
     f.min_instances = 2;
     ok(&mut s, DomainCommand::FunctionUpdate { spec: f.clone() });
-    let e = refused(&mut s, DomainCommand::InstanceRelease { instance: c });
+    let e = refused(&mut s, DomainCommand::InstanceScaleIn { instance: c });
     assert!(
         matches!(e, ApplyError::MinInstances { min: 2, .. }),
         "{e:?}"
     );
 
+    // A plain release (a drain's old instance, its replacement placed) is
+    // not a scale-in: no min check, as logs written before the scale-in
+    // command applied it.
+    let d = place_on(&mut s, "acme", "f", "c2", 1, 4_096);
+    ok(&mut s, DomainCommand::InstanceRelease { instance: d });
+    ok(&mut s, DomainCommand::InstanceRelease { instance: c });
+    assert_eq!(s.instance_count(&t("acme"), "f"), 1);
+
     // At min 0 the last one goes (scale to zero).
     f.min_instances = 0;
     ok(&mut s, DomainCommand::FunctionUpdate { spec: f });
-    ok(&mut s, DomainCommand::InstanceRelease { instance: b });
-    ok(&mut s, DomainCommand::InstanceRelease { instance: c });
+    ok(&mut s, DomainCommand::InstanceScaleIn { instance: b });
     assert_eq!(s.instance_count(&t("acme"), "f"), 0);
+    let e = refused(&mut s, DomainCommand::InstanceScaleIn { instance: b });
+    assert!(matches!(e, ApplyError::UnknownInstance { .. }), "{e:?}");
 }
 
 #[test]
-fn an_outgoing_instance_goes_whatever_min_instances_says() {
+fn an_outgoing_instance_scales_in_whatever_min_instances_says() {
     let mut s = region();
     let mut f = spec("acme", "f", Tier::Guaranteed, 250, 4_096);
     f.min_instances = 1;
@@ -438,6 +447,6 @@ fn an_outgoing_instance_goes_whatever_min_instances_says() {
     ok(&mut s, DomainCommand::FunctionUpdate { spec: f });
     assert_eq!(s.outgoing(&t("acme"), "f").count(), 1);
     assert_eq!(s.instance_count(&t("acme"), "f"), 0);
-    ok(&mut s, DomainCommand::InstanceRelease { instance: old });
+    ok(&mut s, DomainCommand::InstanceScaleIn { instance: old });
     assert_eq!(s.instances_of(&t("acme"), "f").count(), 0);
 }

@@ -6,7 +6,7 @@
 //!  deploy acme/resume (min 0, max 1, idle 2 s)   no instance
 //!  request ─ held by the replica while one is placed ─ 200       from_zero_ms
 //!  idle ─ the autoscaler releases it ─ replicated count 0          zero_s
-//!  wait until its agent reports the weights in host memory (parked)
+//!  wait until an agent reports its weights in host memory (parked)
 //!  request ─ placed again (preferring the node with the host copy) warm_ms  (swap-in expected)
 //!  idle ─ count 0 again
 //!  restart the agent(s) of the node(s) that ran it (host copies are memory only)
