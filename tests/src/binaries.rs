@@ -19,7 +19,9 @@ fn workspace_root() -> PathBuf {
 }
 
 /// Builds `gshare-region`'s and `gshare-edge`'s binaries once per test process, in the profile of
-/// the running tests, and returns the directory holding them.
+/// the running tests, and returns the directory holding them. After `cargo test --workspace` this
+/// is a no-op: the two packages alone unify the same dependency features as the test build (see
+/// core/Cargo.toml's `logging` feature), so nothing is rebuilt.
 pub fn build_binaries() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
