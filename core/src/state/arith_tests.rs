@@ -594,6 +594,11 @@ fn step_strategy() -> impl Strategy<Value = Step> {
                 instance: InstanceId(i),
             })
         }),
+        1 => prop_oneof![Just(0u64), Just(1), Just(2), Just(3), Just(u64::MAX)].prop_map(|i| {
+            Step::Command(DomainCommand::InstanceScaleIn {
+                instance: InstanceId(i),
+            })
+        }),
         2 => (tenant(), pool_kind(), quota_strategy()).prop_map(|(tn, kind, quota)| {
             Step::Command(DomainCommand::QuotaSet {
                 tenant: t(tn),

@@ -26,12 +26,13 @@ use crate::dashboard::activity::ReplicaPart;
 use crate::wire::{PeerReply, PeerRequest};
 use gshare_core::model::{NodeId, TenantId};
 use gshare_core::protocol::{sum_loads, RegionLoad};
+use gshare_core::state::{NodeState, RegionState};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 /// A function version whose weights an agent keeps: (tenant, function, version).
 pub type HostCopyKey = (TenantId, String, u64);
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-use std::time::Duration;
 
 /// Longest wait for one peer's part.
 pub const PEER_TIMEOUT: Duration = Duration::from_secs(2);
@@ -91,6 +92,17 @@ impl RegionAgents {
     /// The report of `node`'s agent, if some replica holds its link.
     pub fn of_node(&self, node: &str) -> Option<&AgentReport> {
         self.agents.iter().find(|a| a.node == node)
+    }
+
+    /// The nodes of these agents that `view` (the replicated state) says are
+    /// `not_ready`: their reports are stale, and the sums and host copies
+    /// leave them out.
+    pub fn not_ready_nodes(&self, view: &RegionState) -> BTreeSet<String> {
+        self.agents
+            .iter()
+            .filter(|a| view.node_state(&NodeId(a.node.clone())) == NodeState::NotReady)
+            .map(|a| a.node.clone())
+            .collect()
     }
 
     /// Each function's load: the latest load report of every agent summed

@@ -13,6 +13,7 @@
 //! the function is larger than every GPU. `?dry_run=true` answers where the
 //! instances would go and what the plan passed over, proposing nothing.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use actix_web::http::StatusCode;
@@ -567,8 +568,9 @@ async fn show_of(
     for i in &mut v.instances {
         i.state = Some(instance_state(&agents, i).to_string());
     }
-    v.load = function_load(ctx, &agents, tenant, name);
-    v.host_copies = host_copies_of(ctx, &agents, tenant, name, v.version);
+    let not_ready = agents.not_ready_nodes(ctx.replica.state.read().region.domain());
+    v.load = function_load(&agents, &not_ready, tenant, name);
+    v.host_copies = host_copies_of(&agents, &not_ready, tenant, name, v.version);
     v.autoscale = Some(autoscale_of(ctx, &v.spec).await);
     Ok(HttpResponse::Ok().json(v))
 }
@@ -611,33 +613,25 @@ async fn autoscale_of(ctx: &HttpContext, spec: &FunctionSpec) -> AutoscaleView {
 /// `tenant`'s `name`'s load over the agents, those on `not_ready` nodes
 /// left out (`None`: no agent reports it).
 fn function_load(
-    ctx: &HttpContext,
     agents: &RegionAgents,
+    not_ready: &BTreeSet<String>,
     tenant: &TenantId,
     name: &str,
 ) -> Option<RegionLoad> {
-    let st = ctx.replica.state.read();
-    let d = st.region.domain();
-    let mut loads = agents.function_loads(|a| {
-        d.node_state(&NodeId(a.node.clone())) != gshare_core::state::NodeState::NotReady
-    });
+    let mut loads = agents.function_loads(|a| !not_ready.contains(&a.node));
     loads.remove(&(tenant.clone(), name.to_string()))
 }
 
 /// The nodes holding `tenant`'s `name`'s weights of `version` in host
 /// memory, those on `not_ready` nodes left out (as the scheduler sees them).
 fn host_copies_of(
-    ctx: &HttpContext,
     agents: &RegionAgents,
+    not_ready: &BTreeSet<String>,
     tenant: &TenantId,
     name: &str,
     version: u64,
 ) -> Vec<NodeId> {
-    let st = ctx.replica.state.read();
-    let d = st.region.domain();
-    let mut copies = agents.host_copies(|a| {
-        d.node_state(&NodeId(a.node.clone())) != gshare_core::state::NodeState::NotReady
-    });
+    let mut copies = agents.host_copies(|a| !not_ready.contains(&a.node));
     copies
         .remove(&(tenant.clone(), name.to_string(), version))
         .unwrap_or_default()

@@ -30,7 +30,6 @@ use std::time::Duration;
 
 use gshare_core::autoscale::{Autoscalers, FunctionKey, Params, ScaleAction};
 use gshare_core::model::NodeId;
-use gshare_core::state::NodeState;
 use openraft::ServerState;
 
 use super::{Evaluation, Inner, Scheduler};
@@ -58,14 +57,7 @@ const WAKE_GATHER: Duration = Duration::from_millis(300);
 /// The nodes of `agents` the replicated state says are `not_ready` (their
 /// reports are stale: left out of the sums and the host copies).
 fn not_ready_nodes(inner: &Inner, agents: &RegionAgents) -> BTreeSet<String> {
-    let st = inner.state.read();
-    let view = st.region.domain();
-    agents
-        .agents
-        .iter()
-        .filter(|a| view.node_state(&NodeId(a.node.clone())) == NodeState::NotReady)
-        .map(|a| a.node.clone())
-        .collect()
+    agents.not_ready_nodes(inner.state.read().region.domain())
 }
 
 /// Keeps the host copies of `agents` off `not_ready` nodes as what the

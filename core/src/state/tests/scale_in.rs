@@ -450,3 +450,27 @@ fn an_outgoing_instance_scales_in_whatever_min_instances_says() {
     ok(&mut s, DomainCommand::InstanceScaleIn { instance: old });
     assert_eq!(s.instances_of(&t("acme"), "f").count(), 0);
 }
+
+#[test]
+fn the_scale_in_entry_and_its_refusal_are_appended_variants() {
+    // Logs and peer frames are bincode: a variant's index is its encoding,
+    // so new ones go last and the old ones keep theirs.
+    let config = bincode::config::standard();
+    let index = |bytes: Vec<u8>| bytes[0];
+    let enc = |c: &DomainCommand| bincode::serde::encode_to_vec(c, config).unwrap();
+    let id = InstanceId(7);
+    assert_eq!(
+        index(enc(&DomainCommand::InstanceRelease { instance: id })),
+        11
+    );
+    assert_eq!(
+        index(enc(&DomainCommand::InstanceScaleIn { instance: id })),
+        23
+    );
+    let e = ApplyError::MinInstances {
+        function: "f".into(),
+        min: 1,
+    };
+    let bytes = bincode::serde::encode_to_vec(&e, config).unwrap();
+    assert_eq!(index(bytes), 31);
+}
