@@ -13,8 +13,10 @@ use gshare_tests::up_process::{
 /// One region at a time: the machine has few cores.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// Checks the summary line and that nothing it started is left.
-fn check_clean_exit(ok: bool, lines: &[String]) {
+/// Checks the summary line and that nothing it started is left. With
+/// `load_ran` the load had time to answer something, so the count is above
+/// zero; a signal as the load starts may come before its first answer.
+fn check_clean_exit(ok: bool, lines: &[String], load_ran: bool) {
     assert!(ok, "gsharectl up failed; output:\n{}", lines.join("\n"));
     let last = lines.last().expect("some output");
     let rest = last
@@ -25,7 +27,7 @@ fn check_clean_exit(ok: bool, lines: &[String]) {
     let n: u64 = n.parse().expect("N");
     let x_value: f64 = x.parse().expect("x");
     let k: u32 = k.parse().expect("K");
-    assert!(n > 0, "{last}");
+    assert!(!load_ran || n > 0, "{last}");
     assert!((0.0..=1.0).contains(&x_value), "{last}");
     assert_eq!(x.split_once('.').map(|(_, d)| d.len()), Some(3), "{last}");
     println!("summary: invocations={n} attainment={x} tenants_billed={k}");
@@ -41,7 +43,7 @@ fn up_for_runs_the_demo_and_exits_0_leaving_no_child() {
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let up = Up::start(&["--for", "1", "--load-s", "5"]);
     let (ok, lines) = up.finish();
-    check_clean_exit(ok, &lines);
+    check_clean_exit(ok, &lines, true);
     for section in [
         "up: deadline attainment",
         "up: GPU utilization",
@@ -70,7 +72,7 @@ fn sigterm_in_the_middle_of_the_load_stops_children_and_exits_0() {
         "{}",
         lines.join("\n")
     );
-    check_clean_exit(ok, &lines);
+    check_clean_exit(ok, &lines, true);
 }
 
 /// Ctrl-C as a terminal sends it (SIGINT), as the load starts: the same
@@ -87,7 +89,9 @@ fn sigint_at_the_start_of_the_load_stops_children_and_exits_0() {
         "{}",
         lines.join("\n")
     );
-    check_clean_exit(ok, &lines);
+    // The signal comes as the load starts: it may stop it before its first
+    // answer (CI saw invocations=0), so only the warm-up is billed for sure.
+    check_clean_exit(ok, &lines, false);
 }
 
 #[test]
