@@ -180,6 +180,17 @@ pub enum Applied {
         /// Whether that differs from before.
         changed: bool,
     },
+    /// A migration started: `instance` was placed for `from`, which serves
+    /// until it is released. Last, to keep the encoding of the variants
+    /// before it.
+    InstanceMigrating {
+        /// The instance that moves.
+        from: InstanceId,
+        /// The instance placed for it.
+        instance: InstanceId,
+        /// Its slices.
+        slices: Vec<Slice>,
+    },
 }
 
 /// One instance placed by a [`Applied::FunctionCreated`].

@@ -8,7 +8,8 @@
 //!   operator ─▶ TenantCreate/Update/Delete, TokenIssue/Revoke, QuotaSet, PriceListSet, TopologyLoad
 //!   tenant   ─▶ FunctionDeploy/Update/Delete
 //!   leader   ─▶ InstancePlace (from plan()), InstanceRelease, InstanceReplace,
-//!               InstanceScaleIn (autoscaler), NodeReadySet (liveness)
+//!               InstanceScaleIn (autoscaler), NodeReadySet (liveness),
+//!               InstanceMigrate (make-before-break moves)
 //!   operator ─▶ NodeDrainSet
 //!   agent    ─▶ AgentRegister, UsageBatch,
 //!               InstanceSliceReserve / InstanceSliceRelease (a remap, two phases)
@@ -243,6 +244,23 @@ pub enum DomainCommand {
         /// The instance.
         instance: InstanceId,
     },
+    /// Starts a make-before-break migration of `instance` (of its
+    /// function's current version) to `slices` on another node: a new
+    /// instance is placed there with the checks of an
+    /// [`DomainCommand::InstancePlace`] (the quota counts both; the
+    /// function's `max_instances` counts them once) and recorded as its
+    /// [`super::Migration`]; the old one serves until the leader releases
+    /// it (`InstanceRelease`) once the new one is ready, or releases the
+    /// new one if it never is. Refused for an outgoing instance, one
+    /// already migrating (either side), and a target on a node it holds.
+    InstanceMigrate {
+        /// The instance that moves.
+        instance: InstanceId,
+        /// The new instance's slices (another node's).
+        slices: Vec<Slice>,
+        /// Why it moves.
+        cause: super::MigrationCause,
+    },
 }
 
 impl DomainCommand {
@@ -273,6 +291,7 @@ impl DomainCommand {
             DomainCommand::NodeDrainSet { .. } => "node_drain_set",
             DomainCommand::InstanceReplace { .. } => "instance_replace",
             DomainCommand::InstanceScaleIn { .. } => "instance_scale_in",
+            DomainCommand::InstanceMigrate { .. } => "instance_migrate",
         }
     }
 

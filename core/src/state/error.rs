@@ -277,6 +277,16 @@ pub enum ApplyError {
         /// Its `min_instances`.
         min: u32,
     },
+    /// A migration cannot start: the instance is outgoing, already
+    /// migrating, or the target is on a node it holds. Last, to keep the
+    /// encoding of the variants before it.
+    #[error("instance {instance} cannot migrate: {reason}")]
+    Migration {
+        /// The instance.
+        instance: InstanceId,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl From<crate::bounds::OutOfBounds> for ApplyError {
@@ -315,6 +325,7 @@ impl ApplyError {
             ApplyError::QuotaBelowHeld { .. } => "quota_below_held",
             ApplyError::MaxInstances { .. } => "max_instances",
             ApplyError::MinInstances { .. } => "min_instances",
+            ApplyError::Migration { .. } => "migration_conflict",
             ApplyError::Unpriced { .. } => "unpriced",
             ApplyError::NoPrice { .. } => "no_price",
             ApplyError::InvalidUsage { .. } => "invalid_usage",
@@ -352,7 +363,8 @@ impl ApplyError {
             | ApplyError::NodeDraining { .. }
             | ApplyError::GpuMismatch { .. }
             | ApplyError::Pinned { .. }
-            | ApplyError::MinInstances { .. } => ErrorClass::Conflict,
+            | ApplyError::MinInstances { .. }
+            | ApplyError::Migration { .. } => ErrorClass::Conflict,
             ApplyError::GpuFull { .. }
             | ApplyError::NodeNotReady { .. }
             | ApplyError::QuotaExceeded { .. }

@@ -39,6 +39,7 @@ mod idempotency;
 mod index;
 mod instance;
 mod meter;
+mod migration;
 mod node_gpus;
 mod node_status;
 mod pending;
@@ -77,6 +78,7 @@ pub use idempotency::{
 };
 pub use instance::{Instance, InstanceId};
 pub use meter::{Meter, MeterKey, MeterLine, HOUR_MS};
+pub use migration::{migration_steps, Migration, MigrationCause, MigrationStep};
 pub use node_gpus::{check_reported_gpus, same_memory, same_model, MEMORY_TOLERANCE_PCT};
 pub use node_status::{
     liveness_changes, LivenessChange, LivenessRules, NodeState, NodeStatus,

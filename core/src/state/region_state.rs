@@ -18,6 +18,7 @@ use super::idempotency::{is_valid_key, IdempotencyTable, KeyLookup, MAX_FINGERPR
 use super::index::Index;
 use super::instance::{held, Instance, InstanceId};
 use super::meter::{Meter, MeterKey, HOUR_MS};
+use super::migration::{Migration, MigrationCause};
 use super::node_status::{NodeState, NodeStatus};
 use super::price_history::PriceHistory;
 use super::query_error::QueryError;
@@ -88,6 +89,11 @@ struct StateData {
     idempotency: IdempotencyTable,
     /// Every node's committed liveness and drain (see [`NodeStatus`]).
     node_status: BTreeMap<NodeId, NodeStatus>,
+    /// Migrations in progress, by the new instance (see [`Migration`]).
+    migrations: BTreeMap<InstanceId, Migration>,
+    /// Instances an operator moved where they are: the leader does not
+    /// move them back to their function's pool preference.
+    operator_placed: BTreeSet<InstanceId>,
 }
 
 impl From<StateData> for RegionState {
@@ -221,11 +227,15 @@ impl RegionState {
     /// current version: what `max_instances` bounds and placements count.
     /// Outgoing instances (see [`RegionState::outgoing`]) are not counted:
     /// the roll places their replacements beside them.
+    ///
+    /// The new side of a migration is not counted either: it stands in for
+    /// the old one, which is released once it is ready.
     pub fn instance_count(&self, tenant: &TenantId, name: &str) -> u32 {
         let current = self.function(tenant, name).ok().map(|f| f.version);
         let n = self
             .instances_of(tenant, name)
             .filter(|i| current.is_none_or(|v| i.version == v))
+            .filter(|i| !self.data.migrations.contains_key(&i.id))
             .count();
         u32::try_from(n).unwrap_or(u32::MAX)
     }
@@ -241,6 +251,34 @@ impl RegionState {
         let current = self.function(tenant, name).ok().map(|f| f.version);
         self.instances_of(tenant, name)
             .filter(move |i| current.is_some_and(|v| i.version != v))
+    }
+
+    /// The migrations in progress, by the new instance's id.
+    pub fn migrations(&self) -> impl Iterator<Item = &Migration> + '_ {
+        self.data.migrations.values()
+    }
+
+    /// The migration instance `id` is a side of (the new one or the old).
+    pub fn migration_of(&self, id: InstanceId) -> Option<&Migration> {
+        self.data
+            .migrations
+            .get(&id)
+            .or_else(|| self.data.migrations.values().find(|m| m.from == id))
+    }
+
+    /// Whether `tenant`'s function `name` has a migration in progress.
+    pub fn migrating(&self, tenant: &TenantId, name: &str) -> bool {
+        self.data.migrations.keys().any(|id| {
+            self.data
+                .instances
+                .get(id)
+                .is_some_and(|i| &i.tenant == tenant && i.function == name)
+        })
+    }
+
+    /// Whether an operator moved instance `id` where it is.
+    pub fn operator_placed(&self, id: InstanceId) -> bool {
+        self.data.operator_placed.contains(&id)
     }
 
     /// Every outgoing instance of every function, oldest first per function.
@@ -479,6 +517,29 @@ impl RegionState {
                 ));
             }
         }
+        let mut moving: BTreeSet<InstanceId> = BTreeSet::new();
+        for (to, m) in &self.data.migrations {
+            let (Some(a), Some(b)) = (
+                self.data.instances.get(&m.from),
+                self.data.instances.get(to),
+            ) else {
+                return Err(format!("migration {} -> {to} lacks a side", m.from));
+            };
+            if *to != m.to || a.tenant != b.tenant || a.function != b.function {
+                return Err(format!("migration {} -> {to} joins two functions", m.from));
+            }
+            if !moving.insert(m.from) || !moving.insert(*to) {
+                return Err(format!("instance {} or {to} is in two migrations", m.from));
+            }
+        }
+        if let Some(id) = self
+            .data
+            .operator_placed
+            .iter()
+            .find(|id| !self.data.instances.contains_key(id))
+        {
+            return Err(format!("operator-placed instance {id} is gone"));
+        }
         self.data.idempotency.check()?;
         let rebuilt = Index::build(
             self.data.topology.as_ref(),
@@ -497,6 +558,29 @@ impl RegionState {
     /// Applies one command at `now` (Unix ms stamped by the leader).
     /// On `Err` nothing changed.
     pub fn apply(&mut self, cmd: DomainCommand, now: UnixMillis) -> Result<Applied, ApplyError> {
+        let applied = self.apply_one(cmd, now);
+        self.forget_gone_moves();
+        applied
+    }
+
+    /// Ends the migrations one of whose sides is gone (the old one
+    /// released: completed; the new one: given up, or lost with its node's
+    /// GPUs), and forgets operator moves of instances that are gone,
+    /// whichever command released them.
+    fn forget_gone_moves(&mut self) {
+        if self.data.migrations.is_empty() && self.data.operator_placed.is_empty() {
+            return;
+        }
+        let instances = &self.data.instances;
+        self.data
+            .migrations
+            .retain(|to, m| instances.contains_key(to) && instances.contains_key(&m.from));
+        self.data
+            .operator_placed
+            .retain(|id| instances.contains_key(id));
+    }
+
+    fn apply_one(&mut self, cmd: DomainCommand, now: UnixMillis) -> Result<Applied, ApplyError> {
         match cmd {
             DomainCommand::TenantCreate {
                 tenant,
@@ -565,7 +649,94 @@ impl RegionState {
             DomainCommand::InstanceReplace { instance, slices } => {
                 self.instance_replace(instance, slices, now)
             }
+            DomainCommand::InstanceMigrate {
+                instance,
+                slices,
+                cause,
+            } => self.instance_migrate(instance, slices, cause, now),
         }
+    }
+
+    /// Starts a migration (see [`DomainCommand::InstanceMigrate`]); a
+    /// refusal changes nothing.
+    fn instance_migrate(
+        &mut self,
+        instance: InstanceId,
+        slices: Vec<Slice>,
+        cause: MigrationCause,
+        now: UnixMillis,
+    ) -> Result<Applied, ApplyError> {
+        let old = self
+            .data
+            .instances
+            .get(&instance)
+            .ok_or(ApplyError::UnknownInstance { instance })?;
+        let refuse = |reason: &str| {
+            Err(ApplyError::Migration {
+                instance,
+                reason: reason.to_string(),
+            })
+        };
+        let f =
+            self.function(&old.tenant, &old.function)
+                .map_err(|_| ApplyError::UnknownFunction {
+                    tenant: old.tenant.clone(),
+                    name: old.function.clone(),
+                })?;
+        if old.version != f.version {
+            return refuse("it is outgoing (a reshaping update replaces it)");
+        }
+        if self.migration_of(instance).is_some() {
+            return refuse("it is migrating already");
+        }
+        if slices
+            .iter()
+            .any(|s| old.slices.iter().any(|o| o.gpu.node == s.gpu.node))
+        {
+            return refuse("the target is on a node it holds (a move on one node is a remap)");
+        }
+        // The new one stands in for the old: counted once.
+        let mut spec = f.spec.clone();
+        spec.max_instances = spec.max_instances.saturating_add(1);
+        let (tenant, function, version, tier) = (
+            old.tenant.clone(),
+            old.function.clone(),
+            old.version,
+            old.tier,
+        );
+        let (pool, pool_kind) = self.check_placement(&spec, &slices)?;
+        let id = InstanceId(self.data.next_instance);
+        self.data.next_instance = id.0.checked_add(1).ok_or(ApplyError::Overflow)?;
+        let inst = Instance {
+            id,
+            tenant,
+            function,
+            tier,
+            pool,
+            pool_kind,
+            slices: slices.clone(),
+            placed_at: now,
+            version,
+        };
+        self.index.add_instance(&inst);
+        self.data.instances.insert(id, inst);
+        self.data.migrations.insert(
+            id,
+            Migration {
+                from: instance,
+                to: id,
+                cause,
+                started_at: now,
+            },
+        );
+        if cause == MigrationCause::Operator {
+            self.data.operator_placed.insert(id);
+        }
+        Ok(Applied::InstanceMigrating {
+            from: instance,
+            instance: id,
+            slices,
+        })
     }
 
     fn known_node(&self, node: &NodeId) -> Result<(), ApplyError> {

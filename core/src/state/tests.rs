@@ -98,6 +98,7 @@ mod explained;
 mod indexed;
 mod keyed;
 mod liveness;
+mod migration;
 mod remap;
 mod rolling_update;
 mod scale_in;

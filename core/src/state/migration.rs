@@ -1,0 +1,143 @@
+//! Migration of an instance to another node, make-before-break.
+//!
+//! ```text
+//!   leader: InstanceMigrate { instance: old, slices, cause }
+//!      apply: same fit and quota as a placement (the quota counts both),
+//!             max_instances counts one ─▶ new instance, Migration { from: old, to: new }
+//!   both serve while the new one loads; every tick the leader looks at each migration:
+//!      migration_steps(view, ready, now, wait)      (pure)
+//!         the new one is ready (its agent reports it) ─▶ Complete: InstanceRelease(old)
+//!         not ready within `wait`, or its node not ready ─▶ Abort: InstanceRelease(new)
+//!   a release of either side ends the record (completed, or given up)
+//! ```
+//!
+//! During the overlap both instances hold their slices on their GPUs and
+//! both count against the tenant's quota (a migration needs quota room
+//! for one more instance: where there is none, it is refused and nothing
+//! moves); `max_instances` and the autoscaler count the function's
+//! instances once ([`super::RegionState::instance_count`] leaves the new
+//! side out until the old one goes). The old instance keeps serving until
+//! it is released; the agent finishes the requests it is running and hands
+//! back the ones still queued, which the replica sends to the other copy.
+
+use super::instance::{Instance, InstanceId};
+use super::region_state::{RegionState, UnixMillis};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Why an instance moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum MigrationCause {
+    /// It spilled out of its preferred pool (the pool was full, or its
+    /// node not ready) and room came back there.
+    Return,
+    /// An operator moved it (`gsharectl function move`); the leader does
+    /// not move it back to its preference.
+    Operator,
+    /// It made room for a placement that fitted the pool only in sum
+    /// (defragmentation across nodes).
+    Defragment,
+}
+
+impl MigrationCause {
+    /// A short stable name (logs, metrics, the API).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MigrationCause::Return => "return",
+            MigrationCause::Operator => "operator",
+            MigrationCause::Defragment => "defragment",
+        }
+    }
+
+    /// Every cause, in order.
+    pub const ALL: [MigrationCause; 3] = [
+        MigrationCause::Return,
+        MigrationCause::Operator,
+        MigrationCause::Defragment,
+    ];
+}
+
+impl fmt::Display for MigrationCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One migration in progress: `to` was placed for `from`, which serves
+/// until `to` is ready.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Migration {
+    /// The instance that moves (released once `to` is ready).
+    pub from: InstanceId,
+    /// The instance placed for it.
+    pub to: InstanceId,
+    /// Why.
+    pub cause: MigrationCause,
+    /// When `to` was placed (Unix ms, the command's `now`).
+    pub started_at: UnixMillis,
+}
+
+/// What the leader does next about one migration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MigrationStep {
+    /// The new instance is ready: release the old one
+    /// (`InstanceRelease { instance: from }`).
+    Complete {
+        /// The old instance.
+        from: InstanceId,
+        /// The new one.
+        to: InstanceId,
+    },
+    /// The new instance did not become ready in time (or its node is not
+    /// ready): release it (`InstanceRelease { instance: to }`); the old one
+    /// stays.
+    Abort {
+        /// The old instance.
+        from: InstanceId,
+        /// The new one.
+        to: InstanceId,
+    },
+}
+
+impl MigrationStep {
+    /// The instance this step releases.
+    pub fn releases(&self) -> InstanceId {
+        match self {
+            MigrationStep::Complete { from, .. } => *from,
+            MigrationStep::Abort { to, .. } => *to,
+        }
+    }
+}
+
+/// The next step of every migration of `view` whose outcome is decided at
+/// `now`: `ready(new)` says whether the new instance's agent reports it
+/// ready for requests; one not ready after `wait_ms`, or whose node takes
+/// no placements (its agent went silent, or it drains), is given up. A
+/// migration whose old instance's node is not ready completes as soon as
+/// the new one is ready (nothing serves there anyway).
+pub fn migration_steps(
+    view: &RegionState,
+    ready: &dyn Fn(&Instance) -> bool,
+    now: UnixMillis,
+    wait_ms: u64,
+) -> Vec<MigrationStep> {
+    let mut out = Vec::new();
+    for m in view.migrations() {
+        let (Some(_), Some(to)) = (view.instance(m.from), view.instance(m.to)) else {
+            continue; // apply ends the record with either side
+        };
+        let node_ok = to.slices.iter().all(|s| view.takes_placements(&s.gpu.node));
+        if node_ok && ready(to) {
+            out.push(MigrationStep::Complete {
+                from: m.from,
+                to: m.to,
+            });
+        } else if !node_ok || now.saturating_sub(m.started_at) >= wait_ms {
+            out.push(MigrationStep::Abort {
+                from: m.from,
+                to: m.to,
+            });
+        }
+    }
+    out
+}

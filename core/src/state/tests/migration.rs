@@ -1,0 +1,300 @@
+//! Make-before-break migrations: `InstanceMigrate` places the new side
+//! beside the old (fit and quota count both, `max_instances` counts once),
+//! a release of either side ends it, refusals change nothing, and
+//! `migration_steps` completes a ready one and gives up a late one.
+
+use super::*;
+use crate::state::{migration_steps, MigrationCause, MigrationStep};
+
+fn slice(node: &str, index: u32, compute_milli: u32, memory_mib: u64) -> Slice {
+    Slice {
+        gpu: gpu(node, index),
+        compute_milli,
+        memory_mib,
+    }
+}
+
+fn place_at(s: &mut RegionState, tenant: &str, name: &str, sl: Slice) -> InstanceId {
+    let cmd = DomainCommand::InstancePlace {
+        tenant: t(tenant),
+        function: name.into(),
+        slices: vec![sl],
+    };
+    match ok(s, cmd) {
+        Applied::InstancePlaced { instance, .. } => instance,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn migrate(instance: InstanceId, sl: Slice, cause: MigrationCause) -> DomainCommand {
+    DomainCommand::InstanceMigrate {
+        instance,
+        slices: vec![sl],
+        cause,
+    }
+}
+
+/// acme/f (guaranteed, 250 milli, 4 GiB, max 1) on c1.
+fn one_on_c1() -> (RegionState, InstanceId) {
+    let mut s = region();
+    let mut f = spec("acme", "f", Tier::Guaranteed, 250, 4_096);
+    f.max_instances = 1;
+    deploy(&mut s, f);
+    let old = place_at(&mut s, "acme", "f", slice("c1", 0, 250, 4_096));
+    (s, old)
+}
+
+#[test]
+fn a_migration_holds_both_sides_and_counts_the_function_once() {
+    let (mut s, old) = one_on_c1();
+    let held_before = s.held(&t("acme"), PoolKind::Center);
+    let new = match ok(
+        &mut s,
+        migrate(old, slice("c2", 1, 250, 4_096), MigrationCause::Return),
+    ) {
+        Applied::InstanceMigrating {
+            from,
+            instance,
+            slices,
+        } => {
+            assert_eq!(from, old);
+            assert_eq!(slices, vec![slice("c2", 1, 250, 4_096)]);
+            instance
+        }
+        other => panic!("{other:?}"),
+    };
+    // Both serve and hold their slices; max_instances = 1 counts them once.
+    assert_eq!(s.instances_of(&t("acme"), "f").count(), 2);
+    assert_eq!(s.instance_count(&t("acme"), "f"), 1);
+    assert!(s.migrating(&t("acme"), "f"));
+    assert_eq!(s.migration_of(old).map(|m| m.to), Some(new));
+    assert_eq!(s.migration_of(new).map(|m| m.from), Some(old));
+    let held = s.held(&t("acme"), PoolKind::Center);
+    assert_eq!(held.instances, held_before.instances + 1);
+    assert_eq!(held.compute_milli, held_before.compute_milli + 250);
+    assert_eq!(
+        s.node_load(&NodeId("c2".into())).unwrap().gpus[1]
+            .load
+            .resident_mib,
+        4_096
+    );
+    // No second placement on the count: max_instances still holds.
+    assert_eq!(
+        refused(
+            &mut s,
+            DomainCommand::InstancePlace {
+                tenant: t("acme"),
+                function: "f".into(),
+                slices: vec![slice("c2", 0, 250, 4_096)],
+            }
+        )
+        .code(),
+        "max_instances"
+    );
+    // The old one released: the migration is done, the new one stays.
+    ok(&mut s, DomainCommand::InstanceRelease { instance: old });
+    assert_eq!(s.migrations().count(), 0);
+    assert!(!s.migrating(&t("acme"), "f"));
+    let left: Vec<_> = s.instances_of(&t("acme"), "f").map(|i| i.id).collect();
+    assert_eq!(left, vec![new]);
+    assert_eq!(s.instance_count(&t("acme"), "f"), 1);
+    assert!(
+        !s.operator_placed(new),
+        "a return is not an operator's move"
+    );
+}
+
+#[test]
+fn releasing_the_new_side_gives_the_migration_up_and_keeps_the_old() {
+    let (mut s, old) = one_on_c1();
+    let Applied::InstanceMigrating { instance: new, .. } = ok(
+        &mut s,
+        migrate(old, slice("c2", 0, 250, 4_096), MigrationCause::Operator),
+    ) else {
+        panic!()
+    };
+    assert!(s.operator_placed(new));
+    ok(&mut s, DomainCommand::InstanceRelease { instance: new });
+    assert_eq!(s.migrations().count(), 0);
+    assert!(!s.operator_placed(new));
+    let left: Vec<_> = s.instances_of(&t("acme"), "f").map(|i| i.id).collect();
+    assert_eq!(left, vec![old]);
+}
+
+#[test]
+fn an_operator_move_is_remembered_until_the_instance_goes() {
+    let (mut s, old) = one_on_c1();
+    let Applied::InstanceMigrating { instance: new, .. } = ok(
+        &mut s,
+        migrate(old, slice("c2", 0, 250, 4_096), MigrationCause::Operator),
+    ) else {
+        panic!()
+    };
+    ok(&mut s, DomainCommand::InstanceRelease { instance: old });
+    assert!(s.operator_placed(new));
+    // It survives a snapshot.
+    let config = bincode::config::standard();
+    let bytes = bincode::serde::encode_to_vec(&s, config).unwrap();
+    let (back, _): (RegionState, usize) =
+        bincode::serde::decode_from_slice(&bytes, config).unwrap();
+    assert_eq!(back, s);
+    assert!(back.operator_placed(new));
+    ok(
+        &mut s,
+        DomainCommand::FunctionDelete {
+            tenant: t("acme"),
+            name: "f".into(),
+        },
+    );
+    assert!(!s.operator_placed(new));
+}
+
+#[test]
+fn migrations_that_cannot_start_are_refused_and_change_nothing() {
+    let (mut s, old) = one_on_c1();
+    // On a node it holds: that is a remap.
+    let e = refused(
+        &mut s,
+        migrate(old, slice("c1", 1, 250, 4_096), MigrationCause::Return),
+    );
+    assert_eq!(e.code(), "migration_conflict", "{e}");
+    // Another size than the spec's slice.
+    let e = refused(
+        &mut s,
+        migrate(old, slice("c2", 0, 500, 4_096), MigrationCause::Return),
+    );
+    assert_eq!(e.code(), "slice_mismatch", "{e}");
+    // An unknown instance.
+    let e = refused(
+        &mut s,
+        migrate(
+            InstanceId(999),
+            slice("c2", 0, 250, 4_096),
+            MigrationCause::Return,
+        ),
+    );
+    assert_eq!(e.code(), "unknown_instance", "{e}");
+    // A node that takes no placements.
+    ok(
+        &mut s,
+        DomainCommand::NodeDrainSet {
+            node: NodeId("c2".into()),
+            drain: true,
+        },
+    );
+    let e = refused(
+        &mut s,
+        migrate(old, slice("c2", 0, 250, 4_096), MigrationCause::Return),
+    );
+    assert_eq!(e.code(), "node_not_ready", "{e}");
+    ok(
+        &mut s,
+        DomainCommand::NodeDrainSet {
+            node: NodeId("c2".into()),
+            drain: false,
+        },
+    );
+    // One migration at a time, from either side.
+    let Applied::InstanceMigrating { instance: new, .. } = ok(
+        &mut s,
+        migrate(old, slice("c2", 0, 250, 4_096), MigrationCause::Return),
+    ) else {
+        panic!()
+    };
+    for side in [old, new] {
+        let e = refused(
+            &mut s,
+            migrate(side, slice("ea1", 0, 250, 4_096), MigrationCause::Return),
+        );
+        assert_eq!(e.code(), "migration_conflict", "{e}");
+    }
+}
+
+#[test]
+fn the_quota_counts_both_sides_so_a_full_quota_moves_nothing() {
+    let mut s = region();
+    // globex may hold 500 milli-GPU at the edge: one 500 instance fills it.
+    let mut f = spec("globex", "g", Tier::Guaranteed, 500, 4_096);
+    f.pool = PoolPreference::Edge("edge-a".into());
+    f.max_instances = 1;
+    deploy(&mut s, f);
+    let old = place_at(&mut s, "globex", "g", slice("ea1", 0, 500, 4_096));
+    let e = refused(
+        &mut s,
+        migrate(old, slice("eb1", 0, 500, 4_096), MigrationCause::Operator),
+    );
+    assert_eq!(e.code(), "quota_exceeded", "{e}");
+    // The center quota has room: a move there starts.
+    ok(
+        &mut s,
+        migrate(old, slice("c1", 0, 500, 4_096), MigrationCause::Operator),
+    );
+}
+
+#[test]
+fn an_outgoing_instance_is_the_rolls_not_a_migrations() {
+    let (mut s, old) = one_on_c1();
+    let mut f = s.function(&t("acme"), "f").unwrap().spec.clone();
+    f.memory_mib = 2_048; // reshaping: `old` is outgoing
+    ok(&mut s, DomainCommand::FunctionUpdate { spec: f });
+    let e = refused(
+        &mut s,
+        migrate(old, slice("c2", 0, 250, 2_048), MigrationCause::Return),
+    );
+    assert_eq!(e.code(), "migration_conflict", "{e}");
+}
+
+#[test]
+fn steps_complete_a_ready_migration_and_give_up_a_late_one() {
+    let (mut s, old) = one_on_c1();
+    let Applied::InstanceMigrating { instance: new, .. } = ok(
+        &mut s,
+        migrate(old, slice("c2", 0, 250, 4_096), MigrationCause::Return),
+    ) else {
+        panic!()
+    };
+    let never = |_: &Instance| false;
+    let always = |_: &Instance| true;
+    assert_eq!(migration_steps(&s, &never, T0 + 999, 1_000), vec![]);
+    assert_eq!(
+        migration_steps(&s, &never, T0 + 1_000, 1_000),
+        vec![MigrationStep::Abort { from: old, to: new }]
+    );
+    let steps = migration_steps(&s, &always, T0 + 10, 1_000);
+    assert_eq!(steps, vec![MigrationStep::Complete { from: old, to: new }]);
+    assert_eq!(steps[0].releases(), old);
+    // The new side's node stops taking placements: given up at once.
+    ok(
+        &mut s,
+        DomainCommand::NodeReadySet {
+            node: NodeId("c2".into()),
+            ready: false,
+        },
+    );
+    assert_eq!(
+        migration_steps(&s, &always, T0 + 10, 1_000),
+        vec![MigrationStep::Abort { from: old, to: new }]
+    );
+}
+
+#[test]
+fn the_migration_entries_are_appended_variants() {
+    let config = bincode::config::standard();
+    let cmd = migrate(
+        InstanceId(7),
+        slice("c2", 0, 250, 4_096),
+        MigrationCause::Return,
+    );
+    assert_eq!(bincode::serde::encode_to_vec(&cmd, config).unwrap()[0], 24);
+    let e = ApplyError::Migration {
+        instance: InstanceId(7),
+        reason: "x".into(),
+    };
+    assert_eq!(bincode::serde::encode_to_vec(&e, config).unwrap()[0], 32);
+    let a = Applied::InstanceMigrating {
+        from: InstanceId(7),
+        instance: InstanceId(8),
+        slices: vec![],
+    };
+    assert_eq!(bincode::serde::encode_to_vec(&a, config).unwrap()[0], 21);
+}
