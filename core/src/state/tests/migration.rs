@@ -4,7 +4,9 @@
 //! `migration_steps` completes a ready one and gives up a late one.
 
 use super::*;
-use crate::state::{migration_steps, MigrationCause, MigrationStep};
+use crate::state::{
+    migration_steps, plan_move, plan_returns, MigrationCause, MigrationStep, MoveError, MoveTarget,
+};
 
 fn slice(node: &str, index: u32, compute_milli: u32, memory_mib: u64) -> Slice {
     Slice {
@@ -297,4 +299,147 @@ fn the_migration_entries_are_appended_variants() {
         slices: vec![],
     };
     assert_eq!(bincode::serde::encode_to_vec(&a, config).unwrap()[0], 21);
+}
+
+fn policy() -> PlacementPolicy<'static> {
+    PlacementPolicy {
+        ranking: &BestFit,
+        options: PlanOptions::default(),
+        pending: None,
+        prefer: &[],
+    }
+}
+
+/// ea1 (edge-a's one GPU, 16 GiB) holds globex/fill (8 GiB) and acme/big
+/// (6 GiB); acme/e (4 GiB, `edge:edge-a`) spilled to edge-b.
+fn spilled_to_edge_b() -> (RegionState, InstanceId, InstanceId) {
+    let mut s = region();
+    let mut fill = spec("globex", "fill", Tier::Guaranteed, 250, 8_192);
+    fill.pool = PoolPreference::Edge("edge-a".into());
+    deploy(&mut s, fill);
+    let filler = place(&mut s, "globex", "fill");
+    let mut big = spec("acme", "big", Tier::Guaranteed, 250, 6_144);
+    big.pool = PoolPreference::Edge("edge-a".into());
+    deploy(&mut s, big);
+    place(&mut s, "acme", "big");
+    let mut e = spec("acme", "e", Tier::Guaranteed, 250, 4_096);
+    e.pool = PoolPreference::Edge("edge-a".into());
+    deploy(&mut s, e);
+    let spilled = place(&mut s, "acme", "e");
+    assert_eq!(s.instance(spilled).unwrap().pool, "edge-b");
+    (s, spilled, filler)
+}
+
+#[test]
+fn a_spilled_instance_returns_once_its_pool_has_room_and_the_function_is_calm() {
+    let (mut s, spilled, filler) = spilled_to_edge_b();
+    let calm = |_: &TenantId, _: &str| true;
+    let busy = |_: &TenantId, _: &str| false;
+    assert_eq!(plan_returns(&s, &policy(), &calm, T0, 8), vec![]);
+    ok(&mut s, DomainCommand::InstanceRelease { instance: filler });
+    let got = plan_returns(&s, &policy(), &calm, T0, 8);
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].0, spilled);
+    assert_eq!(got[0].1[0].gpu, gpu("ea1", 0));
+    // Busy (it spilled under load): it stays where it sheds to.
+    assert_eq!(plan_returns(&s, &policy(), &busy, T0, 8), vec![]);
+    assert_eq!(plan_returns(&s, &policy(), &calm, T0, 0), vec![]);
+    // The return itself, then nothing more to return.
+    let (id, slices) = got[0].clone();
+    ok(
+        &mut s,
+        DomainCommand::InstanceMigrate {
+            instance: id,
+            slices,
+            cause: MigrationCause::Return,
+        },
+    );
+    assert_eq!(plan_returns(&s, &policy(), &calm, T0, 8), vec![]);
+    ok(&mut s, DomainCommand::InstanceRelease { instance: spilled });
+    assert_eq!(plan_returns(&s, &policy(), &calm, T0, 8), vec![]);
+    let pools: Vec<_> = s
+        .instances_of(&t("acme"), "e")
+        .map(|i| i.pool.clone())
+        .collect();
+    assert_eq!(pools, vec!["edge-a".to_string()]);
+}
+
+#[test]
+fn an_instance_an_operator_moved_is_not_moved_back() {
+    let (mut s, spilled, filler) = spilled_to_edge_b();
+    ok(&mut s, DomainCommand::InstanceRelease { instance: filler });
+    let slices = plan_move(&s, spilled, &MoveTarget::Center, &policy(), T0).unwrap();
+    let Applied::InstanceMigrating { instance: new, .. } = ok(
+        &mut s,
+        DomainCommand::InstanceMigrate {
+            instance: spilled,
+            slices,
+            cause: MigrationCause::Operator,
+        },
+    ) else {
+        panic!()
+    };
+    ok(&mut s, DomainCommand::InstanceRelease { instance: spilled });
+    assert_eq!(s.instance(new).unwrap().pool_kind, PoolKind::Center);
+    let calm = |_: &TenantId, _: &str| true;
+    assert_eq!(plan_returns(&s, &policy(), &calm, T0, 8), vec![]);
+}
+
+#[test]
+fn moves_plan_inside_their_target_or_say_why_not() {
+    let (s, spilled, _) = spilled_to_edge_b();
+    let topo = s.topology().unwrap().clone();
+    // Pool full: the planner's best place is elsewhere.
+    let e = plan_move(
+        &s,
+        spilled,
+        &MoveTarget::Pool("edge-a".into()),
+        &policy(),
+        T0,
+    )
+    .unwrap_err();
+    assert!(matches!(e, MoveError::NoRoom { .. }), "{e}");
+    assert!(e.to_string().contains("pool edge-a has no room"), "{e}");
+    let e = plan_move(
+        &s,
+        spilled,
+        &MoveTarget::Pool("edge-b".into()),
+        &policy(),
+        T0,
+    )
+    .unwrap_err();
+    assert!(matches!(e, MoveError::AlreadyThere { .. }), "{e}");
+    let to_c2 = MoveTarget::Node(NodeId("c2".into()));
+    let slices = plan_move(&s, spilled, &to_c2, &policy(), T0).unwrap();
+    assert_eq!(slices[0].gpu.node, NodeId("c2".into()));
+    let slices = plan_move(&s, spilled, &MoveTarget::Center, &policy(), T0).unwrap();
+    assert_eq!(
+        topo.pool_of(&slices[0].gpu.node.0).map(|p| p.kind),
+        Some(PoolKind::Center)
+    );
+    assert!(matches!(
+        plan_move(&s, InstanceId(999), &MoveTarget::Center, &policy(), T0),
+        Err(MoveError::Gone(_))
+    ));
+    // The words an operator writes.
+    assert_eq!(MoveTarget::parse(&topo, "center"), Ok(MoveTarget::Center));
+    assert_eq!(
+        MoveTarget::parse(&topo, "edge-a"),
+        Ok(MoveTarget::Pool("edge-a".into()))
+    );
+    assert_eq!(
+        MoveTarget::parse(&topo, "pool:dc"),
+        Ok(MoveTarget::Pool("dc".into()))
+    );
+    assert_eq!(
+        MoveTarget::parse(&topo, "c1"),
+        Ok(MoveTarget::Node(NodeId("c1".into())))
+    );
+    assert_eq!(
+        MoveTarget::parse(&topo, "node:ea1"),
+        Ok(MoveTarget::Node(NodeId("ea1".into())))
+    );
+    for bad in ["nope", "node:dc", "pool:c1", ""] {
+        assert!(MoveTarget::parse(&topo, bad).is_err(), "{bad}");
+    }
 }
