@@ -19,10 +19,11 @@ use super::plan_rejection::PlanRejection;
 use super::region_state::{RegionState, UnixMillis};
 use crate::config::Topology;
 use crate::model::{FunctionSpec, NodeId, PoolKind, PoolPreference, Slice, TenantId};
+use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// Where an operator moves a function's instances.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MoveTarget {
     /// Any node of this pool.
     Pool(String),
@@ -114,7 +115,7 @@ impl MoveTarget {
 }
 
 /// Why an instance cannot move to a target.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 pub enum MoveError {
     /// No such instance (or its function is gone).
     #[error("instance {0} is gone")]
@@ -204,7 +205,7 @@ pub fn spilled(pref: &PoolPreference, instance: &Instance) -> bool {
 }
 
 /// The first choice of `pref` as a move target (`None`: no preference).
-fn first_choice(pref: &PoolPreference) -> Option<MoveTarget> {
+pub fn return_target(pref: &PoolPreference) -> Option<MoveTarget> {
     match pref {
         PoolPreference::Edge(p) => Some(MoveTarget::Pool(p.clone())),
         PoolPreference::Center => Some(MoveTarget::Center),
@@ -230,7 +231,7 @@ pub fn plan_returns(
         if out.len() >= limit {
             break;
         }
-        let Some(target) = first_choice(&f.spec.pool) else {
+        let Some(target) = return_target(&f.spec.pool) else {
             continue;
         };
         let (tenant, name) = (&f.spec.tenant, f.spec.name.as_str());

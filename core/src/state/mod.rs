@@ -80,7 +80,7 @@ pub use idempotency::{
 pub use instance::{Instance, InstanceId};
 pub use meter::{Meter, MeterKey, MeterLine, HOUR_MS};
 pub use migration::{migration_steps, Migration, MigrationCause, MigrationStep};
-pub use migration_plan::{plan_move, plan_returns, spilled, MoveError, MoveTarget};
+pub use migration_plan::{plan_move, plan_returns, return_target, spilled, MoveError, MoveTarget};
 pub use node_gpus::{check_reported_gpus, same_memory, same_model, MEMORY_TOLERANCE_PCT};
 pub use node_status::{
     liveness_changes, LivenessChange, LivenessRules, NodeState, NodeStatus,

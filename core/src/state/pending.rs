@@ -183,7 +183,12 @@ impl PendingPlans {
             // A move: its new slices are held like a placement's until it
             // applies (the old instance's stay counted until then too, as
             // they are in the view).
-            DomainCommand::InstanceReplace { instance, slices } => {
+            // A migration's new side, likewise (counted once more here
+            // until it applies: conservative for the plans around it).
+            DomainCommand::InstanceReplace { instance, slices }
+            | DomainCommand::InstanceMigrate {
+                instance, slices, ..
+            } => {
                 let spec = view
                     .instance(*instance)
                     .and_then(|i| view.function(&i.tenant, &i.function).ok())

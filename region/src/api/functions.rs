@@ -344,6 +344,11 @@ fn eval_error(e: &EvalError) -> ApiError {
         EvalError::Stopped => {
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "stopping", e.to_string())
         }
+        EvalError::Unmovable(m) => match m {
+            gshare_core::state::MoveError::Rejected(r) => ApiError::from_rejection(r),
+            gshare_core::state::MoveError::Gone(_) => ApiError::not_found(m.to_string()),
+            _ => ApiError::new(StatusCode::CONFLICT, "no_room", m.to_string()),
+        },
     }
 }
 

@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use gshare_core::protocol::{InvokeOutcome, SwapEvent, SwapKind};
-use gshare_core::state::RegionState;
+use gshare_core::state::{InstanceId, RegionState};
 use serde::{Deserialize, Serialize};
 
 use crate::agents::{AgentReport, SwapCounts};
@@ -82,7 +82,9 @@ pub struct ActivityEvent {
     pub at_ms: u64,
     /// The replica the agent reported it to.
     pub replica: u64,
-    /// `swap_in`, `swap_out`, `cold_start`, `move` or `unload`.
+    /// `swap_in`, `swap_out`, `cold_start`, `move` or `unload` (an
+    /// agent's), or `migrate_start`, `migrate_done`, `migrate_given_up`
+    /// (the leader's migrations between nodes).
     pub kind: String,
     /// The node.
     pub node: String,
@@ -310,6 +312,36 @@ impl Activity {
                 duration_us: e.duration_us,
             });
         }
+    }
+
+    /// Records a step of a migration the leader took: `kind` is
+    /// `migrate_start`, `migrate_done` or `migrate_given_up`, for the new
+    /// instance `instance` on `node`.
+    pub fn migrated(
+        &self,
+        at_ms: u64,
+        kind: &str,
+        node: &str,
+        instance: InstanceId,
+        tenant: &str,
+        function: &str,
+    ) {
+        let mut inner = self.lock();
+        if inner.events.len() >= RECENT_EVENTS {
+            inner.events.pop_front();
+        }
+        inner.events.push_back(ActivityEvent {
+            at_ms,
+            replica: 0,
+            kind: kind.to_string(),
+            node: node.to_string(),
+            instance: instance.0,
+            tenant: tenant.to_string(),
+            function: function.to_string(),
+            from_gpu: None,
+            to_gpu: None,
+            duration_us: 0,
+        });
     }
 
     /// This replica's part: its records and the agents linked to it.

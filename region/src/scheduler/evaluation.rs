@@ -4,7 +4,9 @@
 //! over the peer wire (bincode) and gets the [`EvalResult`] back.
 
 use gshare_core::model::{FunctionSpec, NodeId, TenantId};
-use gshare_core::state::{Applied, ApplyError, InstanceId, PlanRejection};
+use gshare_core::state::{
+    Applied, ApplyError, InstanceId, MigrationCause, MoveError, MoveTarget, PlanRejection,
+};
 use serde::{Deserialize, Serialize};
 
 /// One thing for the scheduler to decide (Nomad's evaluation).
@@ -82,6 +84,29 @@ pub enum Evaluation {
         /// The instance the autoscaler chose (`pick_scale_in`).
         instance: InstanceId,
     },
+    /// Move `instance` into `target`, make-before-break
+    /// (`InstanceMigrate`): an operator's move, or a spilled instance
+    /// going back to its preferred pool. The leader releases the old one
+    /// once the new one is ready (see `scheduler::migrate`).
+    Migrate {
+        /// The instance.
+        instance: InstanceId,
+        /// Where to.
+        target: MoveTarget,
+        /// Why.
+        cause: MigrationCause,
+    },
+    /// Like [`Evaluation::ScaleOut`], for an `edge:<pool>` function whose
+    /// edge nodes miss its deadlines: the new instance is planned in the
+    /// center (the edge pool sheds load there).
+    Shed {
+        /// The owner.
+        tenant: TenantId,
+        /// The function.
+        function: String,
+        /// The autoscaler's decision.
+        desired: u32,
+    },
 }
 
 impl Evaluation {
@@ -95,6 +120,8 @@ impl Evaluation {
             Evaluation::Replace { .. } => "replace",
             Evaluation::ScaleOut { .. } => "scale_out",
             Evaluation::ScaleIn { .. } => "scale_in",
+            Evaluation::Migrate { .. } => "migrate",
+            Evaluation::Shed { .. } => "shed",
         }
     }
 }
@@ -130,6 +157,9 @@ pub enum EvalError {
     /// The scheduler is stopping.
     #[error("the scheduler is stopping")]
     Stopped,
+    /// The instance cannot move there; nothing was proposed.
+    #[error(transparent)]
+    Unmovable(MoveError),
 }
 
 /// The answer to one evaluation.

@@ -36,12 +36,14 @@ mod autoscale;
 mod decision;
 mod evaluation;
 mod liveness;
+mod migrate;
 mod worker;
 
 pub use autoscale::AUTOSCALE_TICK;
 pub use decision::{DecisionLookup, LatestDecision};
 pub use evaluation::{EvalDone, EvalError, EvalResult, Evaluation};
 pub use liveness::LIVENESS_TICK;
+pub use migrate::{MIGRATE_TICK, MIGRATION_WAIT};
 pub use worker::IN_FLIGHT_BATCHES;
 
 use std::collections::BTreeMap;
@@ -94,10 +96,30 @@ pub struct Counters {
     decisions: Mutex<BTreeMap<gshare_core::autoscale::FunctionKey, (Decision, u64)>>,
     /// Decisions made, by the rule that set them.
     decided_by_rule: Mutex<BTreeMap<&'static str, u64>>,
+    /// Migrations, by (cause, outcome: started, completed, given_up).
+    migrations: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
 }
 
 impl Counters {
-    fn answered(&self, kind: &'static str, result: &EvalResult) {
+    /// Counts one step of a migration of `cause`.
+    fn migration(&self, cause: gshare_core::state::MigrationCause, outcome: &'static str) {
+        let mut m = self.migrations.lock().unwrap_or_else(|p| p.into_inner());
+        let n = m.entry((cause.as_str(), outcome)).or_default();
+        *n = n.saturating_add(1);
+    }
+
+    fn answered(&self, eval: &Evaluation, result: &EvalResult) {
+        let kind = eval.kind();
+        if let (
+            Evaluation::Migrate { cause, .. },
+            Ok(EvalDone {
+                applied: Some(gshare_core::state::Applied::InstanceMigrating { .. }),
+                ..
+            }),
+        ) = (eval, result)
+        {
+            self.migration(*cause, "started");
+        }
         let outcome = match result {
             Ok(_) => "committed",
             Err(EvalError::Rejected(_)) => "rejected",
@@ -105,6 +127,7 @@ impl Counters {
             Err(EvalError::NoLeader) => "no_leader",
             Err(EvalError::Unknown(_)) => "unknown",
             Err(EvalError::Stopped) => "stopped",
+            Err(EvalError::Unmovable(_)) => "unmovable",
         };
         let mut e = self.evaluations.lock().unwrap_or_else(|p| p.into_inner());
         *e.entry((kind, outcome)).or_default() += 1;
@@ -202,6 +225,19 @@ impl Counters {
             .iter()
         {
             out.add(&DECIDED, &[rule], *n as f64);
+        }
+        const MIGRATIONS: Series = Series::counter(
+            "gshare_region_migrations_total",
+            "Make-before-break migrations between nodes while this replica led, by cause (return, operator, defragment) and outcome (started, completed, given_up)",
+            &["cause", "outcome"],
+        );
+        for ((cause, outcome), n) in self
+            .migrations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            out.add(&MIGRATIONS, &[cause, outcome], *n as f64);
         }
         for (series, v) in PLAIN
             .iter()

@@ -20,10 +20,11 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use gshare_core::command::{CommandOutcome, RegionCommand};
+use gshare_core::model::PoolPreference;
 use gshare_core::model::TenantId;
 use gshare_core::state::{
-    plan_placements, plan_replacement, ApplyError, DomainCommand, KeyLookup, ObjectKind,
-    PendingPlans, PlacementPolicy, PlanTicket, RegionState,
+    plan_move, plan_placements, plan_replacement, ApplyError, DomainCommand, KeyLookup, MoveError,
+    ObjectKind, PendingPlans, PlacementPolicy, PlanTicket, RegionState,
 };
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
@@ -159,6 +160,11 @@ fn decide(
             tenant,
             function,
             desired,
+        }
+        | Evaluation::Shed {
+            tenant,
+            function,
+            desired,
         } => {
             let nothing = Decision::Answer(Ok(EvalDone {
                 applied: None,
@@ -170,7 +176,12 @@ fn decide(
             if view.instance_count(tenant, function) >= (*desired).min(f.spec.max_instances) {
                 return nothing;
             }
-            match plan_placements(view, &f.spec, 1, policy, now) {
+            let mut spec = f.spec.clone();
+            if matches!(eval, Evaluation::Shed { .. }) {
+                // Its edge pool misses deadlines: the center takes the load.
+                spec.pool = PoolPreference::Center;
+            }
+            match plan_placements(view, &spec, 1, policy, now) {
                 Err(r) => Decision::Answer(Err(EvalError::Rejected(r))),
                 Ok(plan) => Decision::Propose(DomainCommand::InstancePlace {
                     tenant: tenant.clone(),
@@ -195,13 +206,37 @@ fn decide(
             let ours = view.instance(*instance).is_some_and(|i| {
                 &i.tenant == tenant && &i.function == function && i.version == f.version
             });
-            if !ours || view.instance_count(tenant, function) <= f.spec.min_instances {
+            // A function in the middle of a migration keeps both sides
+            // until the leader ends it.
+            if !ours
+                || view.instance_count(tenant, function) <= f.spec.min_instances
+                || view.migrating(tenant, function)
+            {
                 return nothing;
             }
             Decision::Propose(DomainCommand::InstanceScaleIn {
                 instance: *instance,
             })
         }
+        Evaluation::Migrate {
+            instance,
+            target,
+            cause,
+        } => match plan_move(view, *instance, target, policy, now) {
+            // Moved or released meanwhile, or there already: nothing to do.
+            Err(MoveError::Gone(_) | MoveError::AlreadyThere { .. }) => {
+                Decision::Answer(Ok(EvalDone {
+                    applied: None,
+                    replans: 0,
+                }))
+            }
+            Err(e) => Decision::Answer(Err(EvalError::Unmovable(e))),
+            Ok(slices) => Decision::Propose(DomainCommand::InstanceMigrate {
+                instance: *instance,
+                slices,
+                cause: *cause,
+            }),
+        },
         Evaluation::NodeNotReady { node, instance } | Evaluation::Drain { node, instance } => {
             let nothing = Decision::Answer(Ok(EvalDone {
                 applied: None,
@@ -249,7 +284,7 @@ fn decide(
 }
 
 fn answer(inner: &Inner, q: Queued, result: EvalResult) {
-    inner.counters.answered(q.eval.kind(), &result);
+    inner.counters.answered(&q.eval, &result);
     let _ = q.reply.send(result);
 }
 
@@ -383,7 +418,9 @@ fn plan_batch(inner: &Arc<Inner>, shared: &Shared, batch: Vec<Queued>) -> Vec<Pl
                 | Evaluation::Drain { .. }
                 | Evaluation::Replace { .. }
                 | Evaluation::ScaleOut { .. }
-                | Evaluation::ScaleIn { .. } => {
+                | Evaluation::ScaleIn { .. }
+                | Evaluation::Migrate { .. }
+                | Evaluation::Shed { .. } => {
                     let _ = shared.again.send(q);
                 }
             },
@@ -400,7 +437,9 @@ fn plan_batch(inner: &Arc<Inner>, shared: &Shared, batch: Vec<Queued>) -> Vec<Pl
                     | Evaluation::Drain { .. }
                     | Evaluation::Replace { .. }
                     | Evaluation::ScaleOut { .. }
-                    | Evaluation::ScaleIn { .. } => None,
+                    | Evaluation::ScaleIn { .. }
+                    | Evaluation::Migrate { .. }
+                    | Evaluation::Shed { .. } => None,
                 };
                 planned.push(Planned {
                     q,

@@ -1,0 +1,225 @@
+//! The leader's migration tick: it ends the migrations in progress and
+//! sends spilled instances back to their preferred pool.
+//!
+//! ```text
+//!  leader, every MIGRATE_TICK (only when a migration runs or an instance spilled):
+//!     hub.gather() (every replica's agent reports)
+//!     migration_steps(view, ready, now, MIGRATION_WAIT)   (core, pure)
+//!        Complete ─▶ InstanceRelease(old)   the new one is resident (on-demand tiers: hosted)
+//!        Abort    ─▶ InstanceRelease(new)   not ready in time, or its node went not_ready
+//!     plan_returns(view, policy, calm)                    (core, pure)
+//!        ─▶ Evaluation::Migrate { cause: Return } per function, one at a time
+//! ```
+//!
+//! A function is *calm* when its agents' latest reports show no deadline
+//! miss and no early reject and the autoscaler wants no more instances
+//! than it has: a spill under load is how an edge pool sheds, and it
+//! goes back once the load has passed. Everything the tick decides is a
+//! Raft entry (`InstanceMigrate`, `InstanceRelease`), so a new leader
+//! picks up the migrations in progress where the old one left them.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use gshare_core::command::RegionCommand;
+use gshare_core::model::TenantId;
+use gshare_core::protocol::InstanceState;
+use gshare_core::state::{
+    migration_steps, plan_returns, return_target, spilled, DomainCommand, Instance, InstanceId,
+    MigrationCause, MigrationStep, RegionState,
+};
+use openraft::ServerState;
+
+use super::{Evaluation, Inner, Scheduler};
+use crate::agents::{AgentHub, RegionAgents};
+use crate::proposer::unix_ms;
+
+/// How often the leader looks at its migrations.
+pub const MIGRATE_TICK: Duration = Duration::from_secs(1);
+/// Longest a migration's new instance may take to become ready before the
+/// migration is given up (the old one stays).
+pub const MIGRATION_WAIT: Duration = Duration::from_secs(60);
+/// Most returns started per tick (each function one at a time).
+const RETURNS_PER_TICK: usize = 4;
+
+impl Scheduler {
+    /// Starts the leader's migration tick (it acts only while this
+    /// replica leads).
+    pub fn watch_migrations(&self, hub: AgentHub) {
+        tokio::spawn(tick(Arc::downgrade(&self.inner), hub));
+    }
+}
+
+/// Whether the new side of a migration is ready for requests, as its
+/// agent reports it: a copy resident, or, for a tier that loads on its
+/// first request (`oversubscribed`), hosted in any state.
+fn ready(agents: &RegionAgents, inst: &Instance) -> bool {
+    inst.slices.iter().all(|s| {
+        agents
+            .of_node(&s.gpu.node.0)
+            .and_then(|a| a.instance(inst.id))
+            .is_some_and(|r| r.state == InstanceState::Resident || inst.tier.swappable())
+    })
+}
+
+/// Whether anything in `view` is the tick's to do.
+fn has_work(view: &RegionState) -> bool {
+    view.migrations().next().is_some()
+        || view.functions().any(|f| {
+            return_target(&f.spec.pool).is_some()
+                && view
+                    .instances_of(&f.spec.tenant, &f.spec.name)
+                    .any(|i| spilled(&f.spec.pool, i) && !view.operator_placed(i.id))
+        })
+}
+
+async fn tick(inner: Weak<Inner>, hub: AgentHub) {
+    let busy: Arc<Mutex<BTreeSet<(TenantId, String)>>> = Arc::default();
+    loop {
+        tokio::time::sleep(MIGRATE_TICK).await;
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        if inner.raft.metrics().borrow().state == ServerState::Shutdown {
+            return;
+        }
+        if !inner.leads() || !has_work(inner.state.read().region.domain()) {
+            continue;
+        }
+        let agents = hub.gather().await;
+        let now = unix_ms();
+        let wait_ms = MIGRATION_WAIT.as_millis() as u64;
+        // (step, cause, node of the new side, tenant, function)
+        let steps: Vec<(MigrationStep, MigrationCause, String, TenantId, String)> = {
+            let st = inner.state.read();
+            let view = st.region.domain();
+            migration_steps(view, &|i| ready(&agents, i), now, wait_ms)
+                .into_iter()
+                .filter_map(|step| {
+                    let to = match step {
+                        MigrationStep::Complete { to, .. } | MigrationStep::Abort { to, .. } => to,
+                    };
+                    let m = view.migration_of(to)?;
+                    let new = view.instance(to)?;
+                    let node = new.slices.first().map(|s| s.gpu.node.0.clone())?;
+                    Some((
+                        step,
+                        m.cause,
+                        node,
+                        new.tenant.clone(),
+                        new.function.clone(),
+                    ))
+                })
+                .collect()
+        };
+        if !steps.is_empty() {
+            let commands = steps
+                .iter()
+                .map(|(s, ..)| {
+                    RegionCommand::domain(DomainCommand::InstanceRelease {
+                        instance: s.releases(),
+                    })
+                })
+                .collect();
+            match inner.proposer.propose_all(commands).await {
+                Ok(_) => {
+                    for (step, cause, node, tenant, function) in &steps {
+                        let (outcome, kind, to) = match step {
+                            MigrationStep::Complete { to, .. } => {
+                                ("completed", "migrate_done", *to)
+                            }
+                            MigrationStep::Abort { to, .. } => {
+                                ("given_up", "migrate_given_up", *to)
+                            }
+                        };
+                        inner.counters.migration(*cause, outcome);
+                        hub.activity
+                            .migrated(now, kind, node, to, &tenant.0, function);
+                        match step {
+                            MigrationStep::Complete { from, to } => tracing::info!(
+                                "migration ({cause}) of {tenant}/{function}: {to} on {node} is ready; released {from}"
+                            ),
+                            MigrationStep::Abort { from, to } => tracing::warn!(
+                                "migration ({cause}) of {tenant}/{function}: {to} on {node} not ready within {} s; released it, {from} stays",
+                                MIGRATION_WAIT.as_secs()
+                            ),
+                        }
+                    }
+                }
+                Err(e) => tracing::debug!("migration steps not committed: {e}"),
+            }
+        }
+        let loads = agents.function_loads(|_| true);
+        let returns: Vec<(InstanceId, Evaluation, (TenantId, String))> = {
+            let st = inner.state.read();
+            let view = st.region.domain();
+            let calm = |tenant: &TenantId, function: &str| {
+                let key = (tenant.clone(), function.to_string());
+                let quiet = loads
+                    .get(&key)
+                    .is_none_or(|l| l.deadline_misses == 0 && l.early_rejects == 0);
+                let wanted = inner
+                    .counters
+                    .decision(&key)
+                    .is_none_or(|(d, _)| d.desired <= view.instance_count(tenant, function));
+                quiet && wanted
+            };
+            let ranking = inner.ranking(view);
+            let policy = inner.policy(&ranking, None);
+            plan_returns(view, &policy, &calm, now, RETURNS_PER_TICK)
+                .into_iter()
+                .filter_map(|(instance, _)| {
+                    let i = view.instance(instance)?;
+                    let f = view.function(&i.tenant, &i.function).ok()?;
+                    let target = return_target(&f.spec.pool)?;
+                    let eval = Evaluation::Migrate {
+                        instance,
+                        target,
+                        cause: MigrationCause::Return,
+                    };
+                    Some((instance, eval, (i.tenant.clone(), i.function.clone())))
+                })
+                .collect()
+        };
+        let scheduler = Scheduler { inner };
+        for (instance, eval, key) in returns {
+            let fresh = busy
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(key.clone());
+            if !fresh {
+                continue;
+            }
+            let (s, busy, hub) = (scheduler.clone(), busy.clone(), hub.clone());
+            tokio::spawn(async move {
+                match s.submit_here(eval).await {
+                    Ok(done) => {
+                        if let Some(gshare_core::state::Applied::InstanceMigrating {
+                            instance: new,
+                            slices,
+                            ..
+                        }) = done.applied
+                        {
+                            let node = slices.first().map_or("", |s| s.gpu.node.0.as_str());
+                            tracing::info!(
+                                "{}/{}: {instance} spilled out of its preferred pool; returning as {new} on {node}",
+                                key.0, key.1
+                            );
+                            hub.activity.migrated(
+                                unix_ms(),
+                                "migrate_start",
+                                node,
+                                new,
+                                &key.0 .0,
+                                &key.1,
+                            );
+                        }
+                    }
+                    Err(e) => tracing::debug!("return of {instance}: {e}"),
+                }
+                busy.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+            });
+        }
+    }
+}
