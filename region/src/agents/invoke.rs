@@ -290,6 +290,9 @@ fn preferred_order(
 /// Longest a request is held while its function is woken from zero,
 /// whatever its deadline (a cold start on the simulated GPUs takes 1–3 s).
 pub const MAX_HOLD: Duration = Duration::from_secs(30);
+/// How long a request that found no hosting agent reachable waits before
+/// it looks again (while its deadline allows).
+const NO_AGENT_RETRY: Duration = Duration::from_millis(200);
 /// How often a held request looks at the replicated state again.
 const HOLD_POLL: Duration = Duration::from_millis(20);
 
@@ -501,98 +504,148 @@ pub async fn invoke_route(
     };
     let start = NEXT_ID.fetch_add(1, Ordering::Relaxed) as usize;
     let forwarded = req.headers().contains_key(FORWARDED);
-    let (nodes, function_deadline_ms, deadline_ms) =
-        match hold(&ctx, &tenant, &name, start, deadline_ms, forwarded).await {
-            Ok(route) => route,
-            Err(reply) => return keyed(reply),
-        };
-    // What is left of the deadline after a hold is what the agent (or the
-    // peer) gets.
-    let deadline = deadline_ms.map(|ms| ms.to_string());
-    let hub = &ctx.replica.agents;
-    for (k, node) in nodes.iter().enumerate() {
-        let Some(conn) = hub.link(node) else { continue };
-        let request = InvokeRequest {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            tenant: tenant.clone(),
-            function: name.clone(),
-            deadline_ms,
-            body: body.to_vec(),
-        };
-        let sent = std::time::Instant::now();
-        match forward_quic(&conn, request, &key).await {
-            // The agent no longer (or not yet) hosts it, and ran nothing:
-            // an instance just released or just placed (a roll or a drain
-            // moved it); the next node may host it.
-            Ok(InvokeOutcome::Failed(InvokeError::UnknownFunction)) if k + 1 < nodes.len() => {
-                tracing::debug!(node = %node.0, "the agent does not host {}/{name}; next node", tenant.0);
-            }
-            Ok(outcome) => {
-                hub.activity.invoked(
-                    &tenant.0,
-                    &name,
-                    deadline_ms.unwrap_or(function_deadline_ms),
-                    sent.elapsed(),
-                    &outcome,
-                );
-                return keyed(outcome_response(outcome));
-            }
-            Err(Lost::NotSent(e)) => {
-                tracing::warn!(node = %node.0, "forwarding to agent failed: {e}")
-            }
-            Err(Lost::AfterSend(e)) => {
-                tracing::warn!(node = %node.0, "forward to agent lost its answer: {e}");
-                return match relearn(&ctx, node, &tenant, &key).await {
-                    Some(outcome) => keyed(outcome_response(outcome)),
-                    None => outcome_unknown(&key, &e),
+    let arrived = tokio::time::Instant::now();
+    // The request's deadline (then what is left of it, on a second try).
+    let original_ms = deadline_ms;
+    let mut asked_ms = deadline_ms;
+    loop {
+        let (nodes, function_deadline_ms, deadline_ms) =
+            match hold(&ctx, &tenant, &name, start, asked_ms, forwarded).await {
+                Ok(route) => route,
+                Err(reply) => return keyed(reply),
+            };
+        // What is left of the deadline after a hold is what the agent (or the
+        // peer) gets.
+        let deadline = deadline_ms.map(|ms| ms.to_string());
+        let hub = &ctx.replica.agents;
+        // Nodes already asked; a second round asks the ones a fresh route adds.
+        let mut tried: BTreeSet<NodeId> = BTreeSet::new();
+        let mut nodes = nodes;
+        for round in 0..2 {
+            let count = nodes.len();
+            for (k, node) in nodes.iter().enumerate() {
+                if !tried.insert(node.clone()) {
+                    continue;
+                }
+                let Some(conn) = hub.link(node) else { continue };
+                let request = InvokeRequest {
+                    id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                    tenant: tenant.clone(),
+                    function: name.clone(),
+                    deadline_ms,
+                    body: body.to_vec(),
                 };
+                let sent = std::time::Instant::now();
+                match forward_quic(&conn, request, &key).await {
+                    // The agent no longer (or not yet) hosts it, and ran nothing:
+                    // an instance just released or just placed (a roll, a drain
+                    // or a migration moved it); the next node may host it, and
+                    // the first round's last one looks at the route again.
+                    Ok(InvokeOutcome::Failed(InvokeError::UnknownFunction))
+                        if k + 1 < count || round == 0 =>
+                    {
+                        tracing::debug!(node = %node.0, "the agent does not host {}/{name}; next node", tenant.0);
+                    }
+                    Ok(outcome) => {
+                        hub.activity.invoked(
+                            &tenant.0,
+                            &name,
+                            deadline_ms.unwrap_or(function_deadline_ms),
+                            sent.elapsed(),
+                            &outcome,
+                        );
+                        return keyed(outcome_response(outcome));
+                    }
+                    Err(Lost::NotSent(e)) => {
+                        tracing::warn!(node = %node.0, "forwarding to agent failed: {e}")
+                    }
+                    Err(Lost::AfterSend(e)) => {
+                        tracing::warn!(node = %node.0, "forward to agent lost its answer: {e}");
+                        return match relearn(&ctx, node, &tenant, &key).await {
+                            Some(outcome) => keyed(outcome_response(outcome)),
+                            None => outcome_unknown(&key, &e),
+                        };
+                    }
+                }
+            }
+            // Where the function is now, leaving out the nodes asked.
+            let fresh: Vec<NodeId> = route(&ctx, &tenant, &name, start)
+                .map(|r| r.nodes)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|n| !tried.contains(n))
+                .collect();
+            if fresh.is_empty() {
+                break;
+            }
+            nodes = fresh;
+        }
+        if tried.iter().any(|n| hub.link(n).is_some()) && !forwarded {
+            // Every linked node answered that it does not host the function:
+            // it is being moved or was just deleted; nothing ran.
+            if route(&ctx, &tenant, &name, start).is_none() {
+                return keyed(outcome_response(InvokeOutcome::Failed(
+                    InvokeError::UnknownFunction,
+                )));
             }
         }
-    }
-    if forwarded {
-        return error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "no_agent",
-            "no hosting agent is connected to this replica",
+        if forwarded {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no_agent",
+                "no hosting agent is connected to this replica",
+            );
+        }
+        let peers: Vec<String> = {
+            let m = ctx.replica.raft.metrics().borrow().clone();
+            m.membership_config
+                .membership()
+                .nodes()
+                .filter(|(id, _)| **id != ctx.replica.id)
+                .map(|(_, n)| n.http_addr.clone())
+                .collect()
+        };
+        let path = format!("/v1/invoke/{}/{name}", tenant.0);
+        for peer in peers {
+            let tls = ctx.forward_tls.clone();
+            match forward_http(&peer, tls, &path, &auth, deadline.as_deref(), &key, &body).await {
+                Forwarded::Answer(status, headers, body) if status != 503 => {
+                    let mut reply = HttpResponse::build(
+                        StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+                    );
+                    for h in headers
+                        .into_iter()
+                        .filter(|(k, _)| PASSED_ON.contains(&k.as_str()))
+                    {
+                        reply.insert_header(h);
+                    }
+                    return keyed(reply.body(body));
+                }
+                Forwarded::Answer(..) | Forwarded::NotSent => {}
+                // The peer may have run it: asking another peer could run it twice.
+                Forwarded::Lost(why) => {
+                    return outcome_unknown(&key, &format!("replica {peer}: {why}"))
+                }
+            }
+        }
+        // No agent hosting it is reachable from any replica: its node was
+        // lost (the leader moves its instance after the liveness graces) or
+        // the instance is moving. Nothing ran; the request waits while its
+        // deadline holds and is then tried again where the function is.
+        let budget = Duration::from_millis(original_ms.unwrap_or(function_deadline_ms));
+        let left = budget.saturating_sub(arrived.elapsed());
+        if left <= NO_AGENT_RETRY {
+            return keyed(error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no_agent",
+                "no agent hosting the function is connected to the region",
+            ));
+        }
+        tokio::time::sleep(NO_AGENT_RETRY).await;
+        asked_ms = Some(
+            u64::try_from(left.saturating_sub(NO_AGENT_RETRY).as_millis()).unwrap_or(u64::MAX),
         );
     }
-    let peers: Vec<String> = {
-        let m = ctx.replica.raft.metrics().borrow().clone();
-        m.membership_config
-            .membership()
-            .nodes()
-            .filter(|(id, _)| **id != ctx.replica.id)
-            .map(|(_, n)| n.http_addr.clone())
-            .collect()
-    };
-    let path = format!("/v1/invoke/{}/{name}", tenant.0);
-    for peer in peers {
-        let tls = ctx.forward_tls.clone();
-        match forward_http(&peer, tls, &path, &auth, deadline.as_deref(), &key, &body).await {
-            Forwarded::Answer(status, headers, body) if status != 503 => {
-                let mut reply = HttpResponse::build(
-                    StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
-                );
-                for h in headers
-                    .into_iter()
-                    .filter(|(k, _)| PASSED_ON.contains(&k.as_str()))
-                {
-                    reply.insert_header(h);
-                }
-                return keyed(reply.body(body));
-            }
-            Forwarded::Answer(..) | Forwarded::NotSent => {}
-            // The peer may have run it: asking another peer could run it twice.
-            Forwarded::Lost(why) => {
-                return outcome_unknown(&key, &format!("replica {peer}: {why}"))
-            }
-        }
-    }
-    error(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "no_agent",
-        "no agent hosting the function is connected to the region",
-    )
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ pub mod auth;
 mod bill;
 mod cluster_view;
 pub mod error;
+pub mod function_move;
 pub mod functions;
 pub mod idempotency;
 pub mod metrics;
@@ -128,6 +129,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     node_describe::routes(cfg);
     nodes::routes(cfg);
     functions::routes(cfg);
+    function_move::routes(cfg);
     usage::routes(cfg);
     bill::routes(cfg);
 }

@@ -1,7 +1,8 @@
 //! `gsharectl function deploy -f fn.toml [--no-wait] [--dry-run] |
 //! update -f fn.toml [--no-wait] | invoke <name> --tenant t [--data d] |
 //! ls | describe <name> | rm <name>` (tenant; the operator reads a
-//! tenant's with `ls --tenant t` and `describe <name> --tenant t`).
+//! tenant's with `ls --tenant t` and `describe <name> --tenant t`, and
+//! moves one with `move <name> --tenant t --to <pool|node>`).
 //!
 //! `update` sends a new spec (`PUT /v1/functions/{name}`). A change of
 //! runtime, memory, compute, tier or pool replaces the instances one at a
@@ -99,6 +100,22 @@ enum FunctionCommand {
         /// Another tenant's function (operator token).
         #[arg(long)]
         tenant: Option<String>,
+    },
+    /// Move a tenant's function into a pool, the center or a node
+    /// (operator): one instance at a time, make-before-break (a new
+    /// instance is placed in the target, and the old one is released once
+    /// the new one is ready; invocations keep being served). The leader
+    /// does not move them back to the function's pool preference.
+    Move {
+        /// Its name.
+        name: String,
+        /// The owner.
+        #[arg(long)]
+        tenant: String,
+        /// Where to: `center`, a pool or node name, `pool:<name>` or
+        /// `node:<name>`.
+        #[arg(long)]
+        to: String,
     },
     /// Delete a function (releases its instances).
     Rm {
@@ -220,12 +237,69 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             let v = r.call("GET", &base(tenant.as_deref()), None)?;
             r.show(&v, |v| table(v.as_array().map_or(&[][..], Vec::as_slice)));
         }
+        FunctionCommand::Move { name, tenant, to } => {
+            let body = serde_json::json!({ "to": to });
+            let v = r.call_within(
+                "POST",
+                &format!("/v1/tenants/{tenant}/functions/{name}/move"),
+                Some(&body),
+                MOVE_TIMEOUT,
+            )?;
+            r.show(&v, move_table);
+            let stuck: Vec<String> = v["moves"]
+                .as_array()
+                .map_or(&[][..], Vec::as_slice)
+                .iter()
+                .filter(|m| m["outcome"] != "completed")
+                .map(|m| {
+                    format!(
+                        "{} -> {}: {}",
+                        cell(&m["from"]),
+                        cell(&m["to"]),
+                        cell(&m["outcome"])
+                    )
+                })
+                .collect();
+            if !stuck.is_empty() {
+                anyhow::bail!("not every move completed: {}", stuck.join("; "));
+            }
+        }
         FunctionCommand::Rm { name } => {
             let v = r.call("DELETE", &format!("/v1/functions/{name}"), None)?;
             r.show(&v, super::region_client::key_values);
         }
     }
     Ok(())
+}
+
+/// Longest wait for a move's answer (the region waits for each new
+/// instance to become ready, up to a minute each).
+const MOVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// A move's answer: one row per instance moved.
+fn move_table(v: &Value) -> Vec<Vec<String>> {
+    let mut rows = vec![vec![
+        "FROM".to_string(),
+        "TO".to_string(),
+        "NODE".to_string(),
+        "OUTCOME".to_string(),
+    ]];
+    for m in v["moves"].as_array().map_or(&[][..], Vec::as_slice) {
+        rows.push(vec![
+            cell(&m["from"]),
+            cell(&m["to"]),
+            cell(&m["node"]),
+            cell(&m["outcome"]),
+        ]);
+    }
+    rows.push(Vec::new());
+    rows.push(vec![format!(
+        "{} moved to {}; {} there already",
+        v["moves"].as_array().map_or(0, Vec::len),
+        cell(&v["target"]),
+        cell(&v["already_there"])
+    )]);
+    rows
 }
 
 /// The functions of the caller, or (operator) of `tenant`.
@@ -484,6 +558,30 @@ fn describe_table(f: &Value) -> Vec<Vec<String>> {
         .iter()
         .filter_map(Value::as_str)
         .collect();
+    let migrations: Vec<String> = f["migrations"]
+        .as_array()
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .map(|m| {
+            format!(
+                "{} -> {} on {} ({})",
+                cell(&m["from"]),
+                cell(&m["to"]),
+                cell(&m["to_node"]),
+                cell(&m["cause"])
+            )
+        })
+        .collect();
+    if !migrations.is_empty() {
+        rows.push(Vec::new());
+        rows.push(vec![
+            "MIGRATING".to_string(),
+            format!(
+                "{} (both serve; the old one goes once the new one is ready)",
+                migrations.join(", ")
+            ),
+        ]);
+    }
     if !copies.is_empty() {
         rows.push(Vec::new());
         rows.push(vec![

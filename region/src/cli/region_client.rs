@@ -62,6 +62,18 @@ impl RegionArgs {
     /// Sends one request; retries while the region answers 503 (no leader).
     /// A non-2xx answer becomes an error `code: message`.
     pub fn call(&self, method: &str, path: &str, body: Option<&Value>) -> anyhow::Result<Value> {
+        self.call_within(method, path, body, TIMEOUT)
+    }
+
+    /// [`RegionArgs::call`] waiting up to `timeout` for each answer (a
+    /// request the region works on for long, such as a move).
+    pub fn call_within(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        timeout: Duration,
+    ) -> anyhow::Result<Value> {
         let target = self.target()?;
         let token = self.token()?;
         let body = body.map(Value::to_string);
@@ -73,7 +85,7 @@ impl RegionArgs {
                 path,
                 Some(&token),
                 body.as_deref(),
-                TIMEOUT,
+                timeout,
             )?;
             let v: Value = serde_json::from_str(&r.body).unwrap_or(Value::String(r.body.clone()));
             if (200..300).contains(&r.status) {
