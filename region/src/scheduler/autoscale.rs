@@ -12,7 +12,9 @@
 //!                                                   a wake from zero reads them afresh)
 //!                                                   lock: Autoscalers::snapshot(view, waiting)
 //!                                                   Autoscalers::decide(snapshot, loads, now)
-//!                                                      Out ─▶ Evaluation::ScaleOut (one placement)
+//!                                                      Out ─▶ Evaluation::ScaleOut (one placement),
+//!                                                             or Shed (planned in the center) for an
+//!                                                             edge:<p> function missing deadlines in p
 //!                                                      In  ─▶ Evaluation::ScaleIn (one release)
 //! ```
 //!
@@ -29,7 +31,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use gshare_core::autoscale::{Autoscalers, FunctionKey, Params, ScaleAction};
-use gshare_core::model::NodeId;
+use gshare_core::model::{NodeId, PoolPreference};
 use openraft::ServerState;
 
 use super::{Evaluation, Inner, Scheduler};
@@ -125,7 +127,35 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub, params: Params) {
                     .insert(NodeId(a.node.clone()));
             }
         }
+        // Functions missing deadlines (or rejecting early) on a node of
+        // each pool: an `edge:<pool>` function short there sheds to the center.
+        let mut short: BTreeSet<(FunctionKey, String)> = BTreeSet::new();
+        for a in agents
+            .agents
+            .iter()
+            .filter(|a| a.heartbeat.is_some() && counts(&a.node))
+        {
+            for l in a
+                .loads
+                .iter()
+                .filter(|l| l.deadline_misses > 0 || l.early_rejects > 0)
+            {
+                short.insert(((l.tenant.clone(), l.function.clone()), a.pool.clone()));
+            }
+        }
         let scalables = Autoscalers::snapshot(inner.state.read().region.domain(), &waiting);
+        let sheds: BTreeSet<FunctionKey> = {
+            let st = inner.state.read();
+            let view = st.region.domain();
+            short
+                .iter()
+                .filter(|((t, f), pool)| {
+                    view.function(t, f)
+                        .is_ok_and(|r| matches!(&r.spec.pool, PoolPreference::Edge(p) if p == pool))
+                })
+                .map(|(k, _)| k.clone())
+                .collect()
+        };
         let now = unix_ms();
         let steps = scalers.decide(&params, &scalables, &loads, now);
         inner.counters.decided(&steps, now);
@@ -134,6 +164,11 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub, params: Params) {
             .filter_map(|s| {
                 let (tenant, function) = s.key.clone();
                 let eval = match s.action? {
+                    ScaleAction::Out { desired } if sheds.contains(&s.key) => Evaluation::Shed {
+                        tenant,
+                        function,
+                        desired,
+                    },
                     ScaleAction::Out { desired } => Evaluation::ScaleOut {
                         tenant,
                         function,
