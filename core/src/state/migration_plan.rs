@@ -218,12 +218,15 @@ pub fn return_target(pref: &PoolPreference) -> Option<MoveTarget> {
 /// the oldest spilled, and at most `limit` in all. Left out: functions
 /// with a migration in progress, those `calm` says are busy (a spill
 /// under load is how a pool sheds), outgoing instances (the roll
-/// replaces them) and instances an operator placed.
+/// replaces them), instances an operator placed, and instances placed
+/// less than `min_age_ms` ago (a spill under load does not bounce back
+/// the moment the load dips).
 pub fn plan_returns(
     view: &RegionState,
     policy: &PlacementPolicy<'_>,
     calm: &dyn Fn(&TenantId, &str) -> bool,
     now: UnixMillis,
+    min_age_ms: u64,
     limit: usize,
 ) -> Vec<(InstanceId, Vec<Slice>)> {
     let mut out = Vec::new();
@@ -242,6 +245,7 @@ pub fn plan_returns(
             .instances_of(tenant, name)
             .filter(|i| i.version == f.version && !view.operator_placed(i.id))
             .filter(|i| spilled(&f.spec.pool, i))
+            .filter(|i| now.saturating_sub(i.placed_at) >= min_age_ms)
             .min_by_key(|i| (i.placed_at, i.id));
         if let Some(i) = oldest {
             if let Ok(slices) = plan_move(view, i.id, &target, policy, now) {

@@ -40,6 +40,9 @@ pub const MIGRATE_TICK: Duration = Duration::from_secs(1);
 /// Longest a migration's new instance may take to become ready before the
 /// migration is given up (the old one stays).
 pub const MIGRATION_WAIT: Duration = Duration::from_secs(60);
+/// How long an instance stays where it spilled before it may return
+/// (a shed under load does not bounce back the moment the load dips).
+const RETURN_MIN_AGE_MS: u64 = 10_000;
 /// Most returns started per tick (each function one at a time).
 const RETURNS_PER_TICK: usize = 4;
 
@@ -167,20 +170,27 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub) {
             };
             let ranking = inner.ranking(view);
             let policy = inner.policy(&ranking, None);
-            plan_returns(view, &policy, &calm, now, RETURNS_PER_TICK)
-                .into_iter()
-                .filter_map(|(instance, _)| {
-                    let i = view.instance(instance)?;
-                    let f = view.function(&i.tenant, &i.function).ok()?;
-                    let target = return_target(&f.spec.pool)?;
-                    let eval = Evaluation::Migrate {
-                        instance,
-                        target,
-                        cause: MigrationCause::Return,
-                    };
-                    Some((instance, eval, (i.tenant.clone(), i.function.clone())))
-                })
-                .collect()
+            plan_returns(
+                view,
+                &policy,
+                &calm,
+                now,
+                RETURN_MIN_AGE_MS,
+                RETURNS_PER_TICK,
+            )
+            .into_iter()
+            .filter_map(|(instance, _)| {
+                let i = view.instance(instance)?;
+                let f = view.function(&i.tenant, &i.function).ok()?;
+                let target = return_target(&f.spec.pool)?;
+                let eval = Evaluation::Migrate {
+                    instance,
+                    target,
+                    cause: MigrationCause::Return,
+                };
+                Some((instance, eval, (i.tenant.clone(), i.function.clone())))
+            })
+            .collect()
         };
         let scheduler = Scheduler { inner };
         for (instance, eval, key) in returns {

@@ -335,15 +335,18 @@ fn a_spilled_instance_returns_once_its_pool_has_room_and_the_function_is_calm() 
     let (mut s, spilled, filler) = spilled_to_edge_b();
     let calm = |_: &TenantId, _: &str| true;
     let busy = |_: &TenantId, _: &str| false;
-    assert_eq!(plan_returns(&s, &policy(), &calm, T0, 8), vec![]);
+    assert_eq!(plan_returns(&s, &policy(), &calm, T0, 0, 8), vec![]);
     ok(&mut s, DomainCommand::InstanceRelease { instance: filler });
-    let got = plan_returns(&s, &policy(), &calm, T0, 8);
+    let got = plan_returns(&s, &policy(), &calm, T0, 0, 8);
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(got[0].0, spilled);
     assert_eq!(got[0].1[0].gpu, gpu("ea1", 0));
+    // Too young: a spill does not bounce back at once.
+    assert_eq!(plan_returns(&s, &policy(), &calm, T0, 1, 8), vec![]);
+    assert_eq!(plan_returns(&s, &policy(), &calm, T0 + 1, 1, 8).len(), 1);
     // Busy (it spilled under load): it stays where it sheds to.
-    assert_eq!(plan_returns(&s, &policy(), &busy, T0, 8), vec![]);
-    assert_eq!(plan_returns(&s, &policy(), &calm, T0, 0), vec![]);
+    assert_eq!(plan_returns(&s, &policy(), &busy, T0, 0, 8), vec![]);
+    assert_eq!(plan_returns(&s, &policy(), &calm, T0, 0, 0), vec![]);
     // The return itself, then nothing more to return.
     let (id, slices) = got[0].clone();
     ok(
@@ -354,9 +357,9 @@ fn a_spilled_instance_returns_once_its_pool_has_room_and_the_function_is_calm() 
             cause: MigrationCause::Return,
         },
     );
-    assert_eq!(plan_returns(&s, &policy(), &calm, T0, 8), vec![]);
+    assert_eq!(plan_returns(&s, &policy(), &calm, T0, 0, 8), vec![]);
     ok(&mut s, DomainCommand::InstanceRelease { instance: spilled });
-    assert_eq!(plan_returns(&s, &policy(), &calm, T0, 8), vec![]);
+    assert_eq!(plan_returns(&s, &policy(), &calm, T0, 0, 8), vec![]);
     let pools: Vec<_> = s
         .instances_of(&t("acme"), "e")
         .map(|i| i.pool.clone())
@@ -382,7 +385,7 @@ fn an_instance_an_operator_moved_is_not_moved_back() {
     ok(&mut s, DomainCommand::InstanceRelease { instance: spilled });
     assert_eq!(s.instance(new).unwrap().pool_kind, PoolKind::Center);
     let calm = |_: &TenantId, _: &str| true;
-    assert_eq!(plan_returns(&s, &policy(), &calm, T0, 8), vec![]);
+    assert_eq!(plan_returns(&s, &policy(), &calm, T0, 0, 8), vec![]);
 }
 
 #[test]
