@@ -213,6 +213,9 @@ pub fn return_target(pref: &PoolPreference) -> Option<MoveTarget> {
     }
 }
 
+/// Plans [`plan_returns`] makes per return it may start.
+pub const RETURN_PLANS_PER_RETURN: usize = 8;
+
 /// The instances that spilled out of their function's preferred pool and
 /// can go back now, with the slices there: at most one per function,
 /// the oldest spilled, and at most `limit` in all. Left out: functions
@@ -229,18 +232,16 @@ pub fn plan_returns(
     min_age_ms: u64,
     limit: usize,
 ) -> Vec<(InstanceId, Vec<Slice>)> {
-    let mut out = Vec::new();
+    // Candidates first (no planning), then plans for at most
+    // RETURN_PLANS_PER_RETURN × `limit` of them, starting at an offset
+    // that moves with `now` (seconds), so that functions that cannot
+    // return do not keep the others from being looked at.
+    let mut candidates: Vec<(&Instance, MoveTarget)> = Vec::new();
     for f in view.functions() {
-        if out.len() >= limit {
-            break;
-        }
         let Some(target) = return_target(&f.spec.pool) else {
             continue;
         };
         let (tenant, name) = (&f.spec.tenant, f.spec.name.as_str());
-        if view.migrating(tenant, name) || !calm(tenant, name) {
-            continue;
-        }
         let oldest = view
             .instances_of(tenant, name)
             .filter(|i| i.version == f.version && !view.operator_placed(i.id))
@@ -248,9 +249,24 @@ pub fn plan_returns(
             .filter(|i| now.saturating_sub(i.placed_at) >= min_age_ms)
             .min_by_key(|i| (i.placed_at, i.id));
         if let Some(i) = oldest {
-            if let Ok(slices) = plan_move(view, i.id, &target, policy, now) {
-                out.push((i.id, slices));
+            if !view.migrating(tenant, name) && calm(tenant, name) {
+                candidates.push((i, target));
             }
+        }
+    }
+    let mut out = Vec::new();
+    if candidates.is_empty() || limit == 0 {
+        return out;
+    }
+    let offset = usize::try_from(now / 1000).unwrap_or(0) % candidates.len();
+    candidates.rotate_left(offset);
+    let attempts = limit.saturating_mul(RETURN_PLANS_PER_RETURN);
+    for (i, target) in candidates.into_iter().take(attempts) {
+        if out.len() >= limit {
+            break;
+        }
+        if let Ok(slices) = plan_move(view, i.id, &target, policy, now) {
+            out.push((i.id, slices));
         }
     }
     out
