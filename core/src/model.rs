@@ -201,7 +201,12 @@ impl FromStr for Runtime {
 }
 
 /// Where a function would like its instances: an edge pool by name, the
-/// center, or anywhere. Written `edge:<pool>`, `center` or `any`.
+/// center, or anywhere. Written `edge:<pool>`, `center` or `any`: a
+/// preference, which spills to the other pools when its first choice is
+/// full. The strict forms (a function file's or deploy body's
+/// `strict_pool = true`) never leave their pools; they are written
+/// `strict:edge:<pool>` and `strict:center` in the state and its logs
+/// (the string form keeps older logs, which never hold them, decoding).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum PoolPreference {
     /// The named edge pool first (latency), spilling to others.
@@ -210,6 +215,64 @@ pub enum PoolPreference {
     Center,
     /// No preference.
     Any,
+    /// The named edge pool only (`strict:edge:<pool>`).
+    EdgeOnly(String),
+    /// Center pools only (`strict:center`).
+    CenterOnly,
+}
+
+/// Why a pool preference has no strict form.
+pub const ANY_NAMES_NO_POOL: &str = "any names no pool";
+
+impl PoolPreference {
+    /// Whether the function never leaves its pool (the strict forms).
+    pub fn is_strict(&self) -> bool {
+        matches!(
+            self,
+            PoolPreference::EdgeOnly(_) | PoolPreference::CenterOnly
+        )
+    }
+
+    /// The preference without its strictness (`strict:edge:p` is `edge:p`):
+    /// the order in which the allowed pools are tried.
+    pub fn preferred(&self) -> PoolPreference {
+        match self {
+            PoolPreference::EdgeOnly(p) => PoolPreference::Edge(p.clone()),
+            PoolPreference::CenterOnly => PoolPreference::Center,
+            other => other.clone(),
+        }
+    }
+
+    /// The strict form (`edge:p` and `strict:edge:p` are `strict:edge:p`),
+    /// or [`ANY_NAMES_NO_POOL`] for `any`.
+    pub fn strict(&self) -> Result<PoolPreference, &'static str> {
+        match self {
+            PoolPreference::Edge(p) | PoolPreference::EdgeOnly(p) => {
+                Ok(PoolPreference::EdgeOnly(p.clone()))
+            }
+            PoolPreference::Center | PoolPreference::CenterOnly => Ok(PoolPreference::CenterOnly),
+            PoolPreference::Any => Err(ANY_NAMES_NO_POOL),
+        }
+    }
+
+    /// The edge pool named (strict or not).
+    pub fn edge_pool(&self) -> Option<&str> {
+        match self {
+            PoolPreference::Edge(p) | PoolPreference::EdgeOnly(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// Whether pool `name` of `kind` may ever take the function: every pool
+    /// for a preference, only the named edge pool or the center pools for
+    /// a strict one.
+    pub fn allows(&self, name: &str, kind: PoolKind) -> bool {
+        match self {
+            PoolPreference::EdgeOnly(p) => p == name && kind == PoolKind::Edge,
+            PoolPreference::CenterOnly => kind == PoolKind::Center,
+            _ => true,
+        }
+    }
 }
 
 impl fmt::Display for PoolPreference {
@@ -218,25 +281,33 @@ impl fmt::Display for PoolPreference {
             PoolPreference::Edge(p) => write!(f, "edge:{p}"),
             PoolPreference::Center => f.write_str("center"),
             PoolPreference::Any => f.write_str("any"),
+            PoolPreference::EdgeOnly(p) => write!(f, "strict:edge:{p}"),
+            PoolPreference::CenterOnly => f.write_str("strict:center"),
         }
     }
 }
 
 impl FromStr for PoolPreference {
     type Err = ParseEnumError;
+    /// `edge:<pool>`, `center`, `any`, and the strict forms of the state
+    /// (`strict:edge:<pool>`, `strict:center`). The accepted spellings an
+    /// error names are the first three: a person writes `strict_pool`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "center" => Ok(PoolPreference::Center),
-            "any" => Ok(PoolPreference::Any),
+        let loose = |s: &str| match s {
+            "center" => Some(PoolPreference::Center),
+            "any" => Some(PoolPreference::Any),
             _ => match s.strip_prefix("edge:") {
-                Some(p) if !p.is_empty() => Ok(PoolPreference::Edge(p.to_string())),
-                _ => Err(ParseEnumError::new(
-                    "pool preference",
-                    s,
-                    &["edge:<pool>", "center", "any"],
-                )),
+                Some(p) if !p.is_empty() => Some(PoolPreference::Edge(p.to_string())),
+                _ => None,
             },
-        }
+        };
+        let parsed = match s.strip_prefix("strict:") {
+            Some(rest) => loose(rest).and_then(|p| p.strict().ok()),
+            None => loose(s),
+        };
+        parsed.ok_or_else(|| {
+            ParseEnumError::new("pool preference", s, &["edge:<pool>", "center", "any"])
+        })
     }
 }
 
@@ -572,6 +643,79 @@ mod tests {
             PoolPreference::Edge("hk-1".into())
         );
         assert_eq!("tf-serving".parse::<Runtime>().unwrap(), Runtime::TfServing);
+    }
+
+    #[test]
+    fn pool_preferences_keep_their_old_strings_and_round_trip_the_strict_ones() {
+        // Old strings (in every log and snapshot written so far) parse to
+        // the old variants.
+        for (s, p) in [
+            ("edge:hk-1", PoolPreference::Edge("hk-1".into())),
+            ("center", PoolPreference::Center),
+            ("any", PoolPreference::Any),
+        ] {
+            assert_eq!(s.parse::<PoolPreference>().unwrap(), p);
+            assert!(!p.is_strict());
+        }
+        let strict = [
+            ("strict:edge:hk-1", PoolPreference::EdgeOnly("hk-1".into())),
+            ("strict:center", PoolPreference::CenterOnly),
+        ];
+        for (s, p) in &strict {
+            assert_eq!(s.parse::<PoolPreference>().unwrap(), *p);
+            assert_eq!(p.to_string(), *s);
+            assert!(p.is_strict());
+            assert_eq!(p.preferred().strict(), Ok(p.clone()));
+        }
+        for bad in [
+            "strict:any",
+            "strict:",
+            "strict:edge:",
+            "strict:strict:center",
+        ] {
+            assert!(bad.parse::<PoolPreference>().is_err(), "{bad}");
+        }
+        assert_eq!(PoolPreference::Any.strict(), Err(ANY_NAMES_NO_POOL));
+        let config = bincode::config::standard();
+        let all = [
+            PoolPreference::Edge("hk-1".into()),
+            PoolPreference::Center,
+            PoolPreference::Any,
+            PoolPreference::EdgeOnly("hk-1".into()),
+            PoolPreference::CenterOnly,
+        ];
+        for p in all {
+            let json = serde_json::to_string(&p).unwrap();
+            assert_eq!(json, format!("\"{p}\""));
+            assert_eq!(serde_json::from_str::<PoolPreference>(&json).unwrap(), p);
+            let bytes = bincode::serde::encode_to_vec(&p, config).unwrap();
+            // The bytes are the string's: what old logs hold for old variants.
+            let as_string = bincode::serde::encode_to_vec(p.to_string(), config).unwrap();
+            assert_eq!(bytes, as_string);
+            let (back, _): (PoolPreference, usize) =
+                bincode::serde::decode_from_slice(&bytes, config).unwrap();
+            assert_eq!(back, p);
+        }
+    }
+
+    #[test]
+    fn strict_pools_allow_only_their_pools() {
+        let edge = PoolPreference::EdgeOnly("a".into());
+        assert!(edge.allows("a", PoolKind::Edge));
+        assert!(!edge.allows("b", PoolKind::Edge));
+        assert!(!edge.allows("a", PoolKind::Center));
+        assert!(PoolPreference::CenterOnly.allows("c", PoolKind::Center));
+        assert!(!PoolPreference::CenterOnly.allows("a", PoolKind::Edge));
+        for p in [
+            PoolPreference::Edge("a".into()),
+            PoolPreference::Center,
+            PoolPreference::Any,
+        ] {
+            assert!(p.allows("b", PoolKind::Edge) && p.allows("c", PoolKind::Center));
+        }
+        assert_eq!(edge.edge_pool(), Some("a"));
+        assert_eq!(PoolPreference::Edge("a".into()).edge_pool(), Some("a"));
+        assert_eq!(PoolPreference::CenterOnly.edge_pool(), None);
     }
 
     #[test]

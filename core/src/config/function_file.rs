@@ -48,8 +48,12 @@ pub struct FunctionFile {
     pub tier: Tier,
     /// Per-request deadline, ms.
     pub deadline_ms: u64,
-    /// Pool preference.
+    /// Pool preference (`edge:<p>`, `center` or `any`; never a strict
+    /// form: that is `strict_pool`).
     pub pool: Option<PoolPreference>,
+    /// `strict_pool`: never place outside `pool` (`None`: absent, a
+    /// preference).
+    pub strict_pool: Option<bool>,
     /// Instances placed at deploy.
     pub min_instances: Option<u32>,
     /// Most instances.
@@ -75,7 +79,9 @@ impl FunctionFile {
         let compute_milli = root.uint::<u32>(&mut is, "compute_milli", true);
         let tier = root.string(&mut is, "tier", true);
         let deadline_ms = root.uint::<u64>(&mut is, "deadline_ms", true);
+        let pool_written = root.has("pool");
         let pool = root.string(&mut is, "pool", false);
+        let strict_pool = root.boolean(&mut is, "strict_pool", false);
         let min_instances = (
             root.has("min_instances"),
             root.uint::<u32>(&mut is, "min_instances", false),
@@ -100,7 +106,25 @@ impl FunctionFile {
         let name = check_name(&mut is, &name);
         let runtime = word::<Runtime>(&mut is, &runtime);
         let tier_v = word::<Tier>(&mut is, &tier);
-        let pool_v = word::<PoolPreference>(&mut is, &pool);
+        let pool_v = pool_word(&mut is, &pool);
+        // strict_pool needs a pool to keep to (a pool already reported
+        // stays unjudged here).
+        let no_pool = match (strict_pool.v, pool_written, &pool_v) {
+            (Some(true), false, _) => Some("pool is absent (any)"),
+            (Some(true), true, Some(PoolPreference::Any)) => Some("pool is \"any\""),
+            _ => None,
+        };
+        if let Some(why) = no_pool {
+            is.report(
+                &strict_pool.at,
+                IssueKind::Inconsistent,
+                format!(
+                    "{why}, and {}: write pool = \"edge:<pool>\" or \"center\"",
+                    crate::model::ANY_NAMES_NO_POOL
+                ),
+                Some("true".to_string()),
+            );
+        }
         let memory_mib = check_range(&mut is, &memory_mib, 1, MAX_FUNCTION_MEMORY_MIB);
         let compute = compute(&mut is, &compute_milli, tier_v);
         let deadline_ms = check_range(&mut is, &deadline_ms, 1, MAX_DEADLINE_MS);
@@ -141,6 +165,7 @@ impl FunctionFile {
             tier_v,
             deadline_ms,
             pool_v,
+            strict_pool.v,
             min,
             max,
             idle,
@@ -154,6 +179,7 @@ impl FunctionFile {
                 Some(tier),
                 Some(deadline_ms),
                 pool,
+                strict_pool,
                 Some(min_instances),
                 Some(max_instances),
                 Some(idle_timeout_s),
@@ -166,6 +192,7 @@ impl FunctionFile {
                 tier,
                 deadline_ms,
                 pool,
+                strict_pool,
                 min_instances,
                 max_instances,
                 idle_timeout_s,
@@ -195,6 +222,27 @@ where
             None
         }
     }
+}
+
+/// `pool`: `edge:<p>`, `center` or `any`. The strict forms the state
+/// writes (`strict:edge:<p>`, `strict:center`) are refused here, so that a
+/// file says it one way: `strict_pool = true`.
+fn pool_word(is: &mut Issues<'_>, f: &Field<String>) -> Option<PoolPreference> {
+    let p = word::<PoolPreference>(is, f)?;
+    if p.is_strict() {
+        is.report(
+            &f.at,
+            IssueKind::Invalid,
+            format!(
+                "a pool preference is edge:<pool>, center or any; for a strict pool write \
+                 pool = \"{}\" with strict_pool = true",
+                p.preferred()
+            ),
+            f.v.as_deref().map(quote),
+        );
+        return None;
+    }
+    Some(p)
 }
 
 /// An optional integer in `lo..=hi`: `Some(None)` when absent, `None` when
@@ -269,6 +317,7 @@ mod tests {
         let src = "name = \"f\"\nruntime = \"custom\"\nmemory_mib = 1\ncompute_milli = 1\n\
                    tier = \"burstable\"\ndeadline_ms = 5\n";
         let f = FunctionFile::from_toml("f.toml", src).unwrap();
+        assert_eq!(f.strict_pool, None);
         assert_eq!(
             (
                 f.pool,
@@ -311,6 +360,86 @@ mod tests {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }
         assert_eq!(e.issues.len(), 10, "{text}");
+    }
+
+    const BASE: &str = "name = \"f\"\nruntime = \"custom\"\nmemory_mib = 1\ncompute_milli = 1\n\
+                        tier = \"burstable\"\ndeadline_ms = 5\n";
+
+    #[test]
+    fn strict_pool_keeps_a_function_in_its_pool() {
+        let parse = |extra: &str| FunctionFile::from_toml("f.toml", &format!("{BASE}{extra}"));
+        let f = parse("pool = \"edge:edge-a\"\nstrict_pool = true\n").unwrap();
+        assert_eq!(
+            (f.pool, f.strict_pool),
+            (Some(PoolPreference::Edge("edge-a".into())), Some(true))
+        );
+        let f = parse("pool = \"center\"\nstrict_pool = true\n").unwrap();
+        assert_eq!(
+            (f.pool, f.strict_pool),
+            (Some(PoolPreference::Center), Some(true))
+        );
+        let f = parse("pool = \"any\"\nstrict_pool = false\n").unwrap();
+        assert_eq!(
+            (f.pool, f.strict_pool),
+            (Some(PoolPreference::Any), Some(false))
+        );
+        let f = parse("strict_pool = false\n").unwrap();
+        assert_eq!((f.pool, f.strict_pool), (None, Some(false)));
+        assert_eq!(parse("").unwrap().strict_pool, None);
+
+        let e = parse("pool = \"any\"\nstrict_pool = true\n").unwrap_err();
+        assert_eq!(e.issues.len(), 1, "{e}");
+        assert!(
+            e.to_string().contains(
+                "f.toml:8:15: strict_pool: pool is \"any\", and any names no pool: \
+                 write pool = \"edge:<pool>\" or \"center\" (got true)"
+            ),
+            "{e}"
+        );
+        let e = parse("strict_pool = true\n").unwrap_err();
+        assert_eq!(e.issues.len(), 1, "{e}");
+        assert!(
+            e.to_string()
+                .contains("f.toml:7:15: strict_pool: pool is absent (any), and any names no pool"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn strict_pool_mistakes_are_reported_at_once_with_the_others() {
+        // A wrong type, the state's strict spelling in `pool`, and an
+        // unrelated mistake: all three, each at its key.
+        let src = format!(
+            "{BASE}pool = \"strict:edge:edge-a\"\nstrict_pool = \"yes\"\nmin_instances = -1\n"
+        );
+        let e = FunctionFile::from_toml("f.toml", &src).unwrap_err();
+        let text = e.to_string();
+        for want in [
+            "f.toml:7:8: pool: a pool preference is edge:<pool>, center or any; for a strict \
+             pool write pool = \"edge:edge-a\" with strict_pool = true (got \"strict:edge:edge-a\")",
+            "f.toml:8:15: strict_pool: expected true or false, found a string",
+            "f.toml:9:17: min_instances:",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+        assert_eq!(e.issues.len(), 3, "{text}");
+        // `strict:center` and a `strict_pool` beside a bad pool: only the
+        // pool is reported (strict_pool is judged against a usable pool).
+        let src = format!("{BASE}pool = \"strict:center\"\nstrict_pool = true\n");
+        let e = FunctionFile::from_toml("f.toml", &src).unwrap_err();
+        assert_eq!(e.issues.len(), 1, "{e}");
+        assert!(
+            e.to_string()
+                .contains("write pool = \"center\" with strict_pool = true"),
+            "{e}"
+        );
+        let src = format!("{BASE}pool = \"edge:\"\nstrict_pool = true\n");
+        let e = FunctionFile::from_toml("f.toml", &src).unwrap_err();
+        assert_eq!(e.issues.len(), 1, "{e}");
+        assert!(
+            e.to_string().contains("pool: unknown pool preference"),
+            "{e}"
+        );
     }
 
     #[test]

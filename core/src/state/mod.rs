@@ -89,8 +89,8 @@ pub use node_status::{
 pub use pending::{PendingPlans, PlanTicket};
 pub use placement_plan::{plan_placements, PlacementPlan, PlacementPolicy, PlannedInstance};
 pub use plan::{
-    plan, plan_on, plan_spec, plan_spec_explained, plan_spec_with, unsatisfiable, PlanOptions,
-    Proposal,
+    no_allowed_pool, plan, plan_on, plan_spec, plan_spec_explained, plan_spec_with, unsatisfiable,
+    PlanOptions, Proposal,
 };
 pub use plan_metric::PlanMetric;
 pub use plan_rejection::{PlanRejection, RejectReason};

@@ -9,6 +9,8 @@
 //!   pools in preference order:  edge:<p> → p, other edge pools, center pools
 //!                               center   → center pools, edge pools
 //!                               any      → all pools together
+//!                               strict:edge:<p> → p only
+//!                               strict:center   → center pools only
 //!   for each group, for each node, for each GPU (or set of empty GPUs):
 //!       fit ──no──▶ count the dimension, remember the furthest failure
 //!        │yes
@@ -85,15 +87,20 @@ fn progress(d: GpuDimension) -> u8 {
     }
 }
 
-/// The preference group of a pool for `pref` (0 is tried first).
-fn group(pref: &PoolPreference, name: &str, kind: PoolKind) -> u8 {
-    match pref {
-        PoolPreference::Any => 0,
+/// The preference group of a pool for `pref` (0 is tried first; `None`:
+/// never, a pool outside a strict preference's).
+fn group(pref: &PoolPreference, name: &str, kind: PoolKind) -> Option<u8> {
+    if !pref.allows(name, kind) {
+        return None;
+    }
+    Some(match pref.preferred() {
         PoolPreference::Center => u8::from(kind != PoolKind::Center),
         PoolPreference::Edge(p) if p == name => 0,
         PoolPreference::Edge(_) if kind == PoolKind::Edge => 1,
         PoolPreference::Edge(_) => 2,
-    }
+        // (`preferred` is never strict)
+        PoolPreference::Any | PoolPreference::EdgeOnly(_) | PoolPreference::CenterOnly => 0,
+    })
 }
 
 /// Plans one more instance of `tenant`'s deployed function `function`.
@@ -182,8 +189,11 @@ pub fn plan_spec_with(
 /// The largest GPU of `topology` (most memory; ties: first in topology
 /// order) if `spec` is larger than every GPU, so that no load could ever
 /// take it: `(gpu, its model, its memory)`. Every pool preference spills
-/// to every pool, so every GPU of the region counts; an `exclusive` spec of
-/// `k` GPUs compares with the `k` largest GPUs of one node.
+/// to every pool, so every GPU of the region counts; a strict one
+/// (`strict_pool`) never leaves its pools, so only their GPUs count (the
+/// largest GPU named is theirs). An `exclusive` spec of `k` GPUs compares
+/// with the `k` largest GPUs of one node. `None` too when the allowed
+/// pools hold no GPU at all ([`no_allowed_pool`] names a missing pool).
 pub fn unsatisfiable(topology: &Topology, spec: &FunctionSpec) -> Option<(GpuId, String, Mib)> {
     // (node, index on it, group) of the largest GPU; ids are built once, at the end.
     let mut largest: Option<(&crate::config::Node, u32, &crate::config::GpuGroup)> = None;
@@ -191,7 +201,12 @@ pub fn unsatisfiable(topology: &Topology, spec: &FunctionSpec) -> Option<(GpuId,
     let exclusive = spec.tier == Tier::Exclusive;
     let k = (spec.compute_milli / WHOLE_GPU) as usize;
     let mut sizes: Vec<Mib> = Vec::new();
-    for n in topology.nodes() {
+    let allowed = topology
+        .pools()
+        .iter()
+        .filter(|p| spec.pool.allows(&p.name, p.kind))
+        .flat_map(|p| p.nodes.iter());
+    for n in allowed {
         let mut index = 0u32;
         for g in &n.gpus {
             if largest.is_none_or(|l| g.memory_mib > l.2.memory_mib) {
@@ -227,6 +242,18 @@ pub fn unsatisfiable(topology: &Topology, spec: &FunctionSpec) -> Option<(GpuId,
             group.memory_mib,
         )
     })
+}
+
+/// The pool a strict preference names when the topology has none of it
+/// (`strict:edge:<p>` without an edge pool p, `strict:center` without a
+/// center pool): no load could ever take the function. `None` for a
+/// preference (it spills to every pool) and a strict one whose pool exists.
+pub fn no_allowed_pool(topology: &Topology, pref: &PoolPreference) -> Option<String> {
+    let any = topology
+        .pools()
+        .iter()
+        .any(|p| pref.allows(&p.name, p.kind));
+    (pref.is_strict() && !any).then(|| pref.preferred().to_string())
 }
 
 /// [`plan_spec_with`] that also says what the plan looked at when it found
@@ -271,6 +298,9 @@ pub(crate) fn plan_preferring(
     let topology = state
         .topology()
         .ok_or_else(|| reject(RejectReason::NoTopology))?;
+    if let Some(pool) = no_allowed_pool(topology, &spec.pool) {
+        return Err(reject(RejectReason::NoSuchPool { pool }));
+    }
     if let Some((gpu, model, memory_mib)) = unsatisfiable(topology, spec) {
         return Err(reject(RejectReason::Unsatisfiable {
             gpu,
@@ -367,7 +397,7 @@ pub(crate) fn plan_preferring(
         let mut feasible = 0u32;
         members.clear();
         for (p, pool) in topology.pools().iter().enumerate() {
-            if group(&spec.pool, &pool.name, pool.kind) == g {
+            if group(&spec.pool, &pool.name, pool.kind) == Some(g) {
                 members.extend((0..pool.nodes.len()).map(|j| (p, j)));
             }
         }
@@ -584,7 +614,7 @@ fn plan_indexed<'a>(
     for g in 0..=2u8 {
         let in_group: Vec<bool> = pools
             .iter()
-            .map(|p| group(&spec.pool, &p.name, p.kind) == g)
+            .map(|p| group(&spec.pool, &p.name, p.kind) == Some(g))
             .collect();
         if !in_group.iter().any(|b| *b) {
             continue;

@@ -41,7 +41,8 @@ pub enum RejectReason {
     },
     /// The function is larger than every GPU of the region (or, for
     /// `exclusive`, than the largest GPUs of any one node): no load could
-    /// take it. Names the largest GPU.
+    /// take it. Names the largest GPU. A strict pool preference counts
+    /// only the GPUs of its pools.
     #[error("larger than every GPU: the largest, {gpu} ({model}), has {memory_mib} MiB")]
     Unsatisfiable {
         /// The largest GPU.
@@ -50,6 +51,17 @@ pub enum RejectReason {
         model: String,
         /// Its memory, MiB.
         memory_mib: crate::model::Mib,
+    },
+    /// A strict pool preference (`strict_pool`) whose pool the topology
+    /// lacks (`edge:<p>` without an edge pool p, `center` without a
+    /// center pool): nothing could ever take it. `pool` is the preference
+    /// as written (`edge:<p>` or `center`).
+    #[error(
+        "strict pool {pool}: the topology has no such pool, and the function is placed only there"
+    )]
+    NoSuchPool {
+        /// The preference, without `strict:`.
+        pool: String,
     },
     /// The topology has no node to try.
     #[error("no nodes")]
@@ -98,6 +110,7 @@ impl PlanRejection {
             RejectReason::NoNodes => "no_nodes",
             RejectReason::NoReadyNodes { .. } => "no_ready_nodes",
             RejectReason::Unsatisfiable { .. } => "unsatisfiable",
+            RejectReason::NoSuchPool { .. } => "unknown_pool",
         }
     }
 }

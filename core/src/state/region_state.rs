@@ -27,7 +27,7 @@ use super::tenant_record::{TenantRecord, TokenRecord};
 use crate::bounds;
 use crate::config::{is_valid_name, PriceList, Topology, Usage};
 use crate::model::{
-    FunctionSpec, GpuId, NodeId, PoolKind, PoolPreference, Quota, Slice, TenantId, Tier, WHOLE_GPU,
+    FunctionSpec, GpuId, NodeId, PoolKind, Quota, Slice, TenantId, Tier, WHOLE_GPU,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -1279,7 +1279,7 @@ impl RegionState {
                 ),
             ));
         }
-        if let PoolPreference::Edge(pool) = &spec.pool {
+        if let Some(pool) = spec.pool.edge_pool() {
             let ok = self
                 .data
                 .topology
@@ -1287,7 +1287,9 @@ impl RegionState {
                 .and_then(|t| t.pool(pool))
                 .is_some_and(|p| p.kind == PoolKind::Edge);
             if !ok {
-                return Err(ApplyError::UnknownPool { pool: pool.clone() });
+                return Err(ApplyError::UnknownPool {
+                    pool: pool.to_string(),
+                });
             }
         }
         Ok(())
@@ -1501,6 +1503,16 @@ impl RegionState {
             .ok_or_else(|| ApplyError::UnknownNode {
                 node: node_id.clone(),
             })?;
+        if !spec.pool.allows(&node.pool, node.kind) {
+            // A strict pool preference never leaves its pools, whoever
+            // planned the slices (old logs hold no strict preference).
+            return Err(mismatch(format!(
+                "strict pool {}: node {node_id} is in {} pool {}",
+                spec.pool.preferred(),
+                node.kind,
+                node.pool
+            )));
+        }
         let mut seen: BTreeSet<u32> = BTreeSet::new();
         for s in slices {
             if s.gpu.node != *node_id {

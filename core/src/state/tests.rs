@@ -103,6 +103,7 @@ mod remap;
 mod rolling_update;
 mod scale_in;
 mod spread;
+mod strict_pool;
 mod tenant_delete;
 mod warm_preference;
 

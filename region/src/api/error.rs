@@ -124,7 +124,9 @@ impl ApiError {
         let status = match r.reason {
             RejectReason::UnknownTenant | RejectReason::UnknownFunction => StatusCode::NOT_FOUND,
             // No load could ever take it: the request itself is unsatisfiable.
-            RejectReason::Unsatisfiable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            RejectReason::Unsatisfiable { .. } | RejectReason::NoSuchPool { .. } => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
             _ => StatusCode::CONFLICT,
         };
         Self::new(status, r.code(), r.to_string())

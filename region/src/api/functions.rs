@@ -59,9 +59,15 @@ pub struct FunctionBody {
     pub tier: Tier,
     /// Per-request deadline, ms.
     pub deadline_ms: u64,
-    /// `edge:<pool>`, `center` or `any` (default `any`).
+    /// `edge:<pool>`, `center` or `any` (default `any`): a preference,
+    /// spilling to other pools when that one is full.
     #[serde(default = "any_pool")]
     pub pool: PoolPreference,
+    /// Never place outside `pool` (default false): a full pool refuses
+    /// the deploy and makes a scale-out wait; `any` names no pool. Left
+    /// out of a body when false (a body without it reads as before).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub strict_pool: bool,
     /// Instances placed at deploy (default 1).
     #[serde(default = "one")]
     pub min_instances: u32,
@@ -87,8 +93,39 @@ fn idle() -> u64 {
 }
 
 impl FunctionBody {
-    /// The spec of `tenant`'s function.
-    pub fn into_spec(self, tenant: TenantId) -> FunctionSpec {
+    /// The spec of `tenant`'s function: `pool` and `strict_pool` make its
+    /// pool preference (`strict:edge:<p>`, `strict:center` when strict).
+    /// Refused (422 `invalid_spec`, naming the field): `strict_pool` with
+    /// `any`, and a `pool` written in the state's strict form (a body says
+    /// it one way: `strict_pool: true`).
+    pub fn into_spec(self, tenant: TenantId) -> Result<FunctionSpec, ApiError> {
+        let invalid = |field: &str, reason: String| {
+            ApiError::from_apply(&ApplyError::InvalidSpec {
+                field: field.into(),
+                reason,
+            })
+        };
+        if self.pool.is_strict() {
+            return Err(invalid(
+                "pool",
+                format!(
+                    "a pool preference is edge:<pool>, center or any, got {:?}; for a strict \
+                     pool send \"pool\": \"{}\" with \"strict_pool\": true",
+                    self.pool.to_string(),
+                    self.pool.preferred()
+                ),
+            ));
+        }
+        let pool = if self.strict_pool {
+            self.pool.strict().map_err(|why| {
+                invalid(
+                    "strict_pool",
+                    format!("pool is {:?}, and {why}", self.pool.to_string()),
+                )
+            })?
+        } else {
+            self.pool
+        };
         let latency = self.latency.map_or(
             LatencyProfile {
                 full_gpu_us: self.deadline_ms.saturating_mul(1000),
@@ -99,7 +136,7 @@ impl FunctionBody {
                 saturation_milli: l.saturation_milli,
             },
         );
-        FunctionSpec {
+        Ok(FunctionSpec {
             tenant,
             name: self.name,
             runtime: self.runtime,
@@ -107,12 +144,12 @@ impl FunctionBody {
             compute_milli: self.compute_milli,
             tier: self.tier,
             deadline_ms: self.deadline_ms,
-            pool: self.pool,
+            pool,
             min_instances: self.min_instances,
             max_instances: self.max_instances.unwrap_or(self.min_instances.max(1)),
             idle_timeout_s: self.idle_timeout_s,
             latency,
-        }
+        })
     }
 }
 
@@ -366,7 +403,9 @@ async fn deploy(
     let raw = read_body(&req, payload).await?;
     let key = idempotency::write_key(&req, &ctx, &raw)?;
     let body: FunctionBody = parse_json(&raw).map_err(|e| e.with_key(&key.key))?;
-    let spec = body.into_spec(tenant.clone());
+    let spec = body
+        .into_spec(tenant.clone())
+        .map_err(|e| e.with_key(&key.key))?;
     // The same bounds apply re-checks: refused here before anything is planned.
     bounds::check_spec(&spec).map_err(|e| ApiError::from_bounds(e).with_key(&key.key))?;
     if query.dry_run {
@@ -694,7 +733,9 @@ async fn update(
     if query.dry_run {
         return Err(ApiError::bad_request("dry_run is for deploys, not updates").with_key(&key.key));
     }
-    let spec = body.into_spec(tenant.clone());
+    let spec = body
+        .into_spec(tenant.clone())
+        .map_err(|e| e.with_key(&key.key))?;
     bounds::check_spec(&spec).map_err(|e| ApiError::from_bounds(e).with_key(&key.key))?;
     let min = spec.min_instances;
     let applied =
@@ -925,4 +966,79 @@ pub(super) fn routes(cfg: &mut web::ServiceConfig) {
             web::get().to(show_for_operator),
         )
         .route("/v1/functions/{name}", web::delete().to(delete));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(extra: serde_json::Value) -> FunctionBody {
+        let mut v = serde_json::json!({
+            "name": "f", "runtime": "custom", "memory_mib": 1024, "compute_milli": 500,
+            "tier": "guaranteed", "deadline_ms": 100,
+        });
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn pool_of(extra: serde_json::Value) -> Result<PoolPreference, ApiError> {
+        body(extra)
+            .into_spec(TenantId("acme".into()))
+            .map(|s| s.pool)
+    }
+
+    #[test]
+    fn strict_pool_makes_the_strict_preference_and_needs_a_pool() {
+        use serde_json::json;
+        assert_eq!(pool_of(json!({})).unwrap(), PoolPreference::Any);
+        assert_eq!(
+            pool_of(json!({"pool": "edge:edge-a"})).unwrap(),
+            PoolPreference::Edge("edge-a".into())
+        );
+        assert_eq!(
+            pool_of(json!({"pool": "edge:edge-a", "strict_pool": true})).unwrap(),
+            PoolPreference::EdgeOnly("edge-a".into())
+        );
+        assert_eq!(
+            pool_of(json!({"pool": "center", "strict_pool": true})).unwrap(),
+            PoolPreference::CenterOnly
+        );
+        assert_eq!(
+            pool_of(json!({"pool": "center", "strict_pool": false})).unwrap(),
+            PoolPreference::Center
+        );
+        for any in [
+            json!({"strict_pool": true}),
+            json!({"pool": "any", "strict_pool": true}),
+        ] {
+            let e = pool_of(any).unwrap_err();
+            assert_eq!(
+                (e.status, e.code),
+                (StatusCode::UNPROCESSABLE_ENTITY, "invalid_spec")
+            );
+            assert_eq!(
+                e.message,
+                "invalid function spec: strict_pool: pool is \"any\", and any names no pool"
+            );
+        }
+        // The state's spelling is refused in a body: one way to say it.
+        let e = pool_of(json!({"pool": "strict:edge:edge-a"})).unwrap_err();
+        assert_eq!(e.code, "invalid_spec");
+        assert!(
+            e.message.contains(
+                "pool: a pool preference is edge:<pool>, center or any, got \
+                 \"strict:edge:edge-a\"; for a strict pool send \"pool\": \"edge:edge-a\" \
+                 with \"strict_pool\": true"
+            ),
+            "{}",
+            e.message
+        );
+        // A body without strict_pool reads and writes as before.
+        let v = serde_json::to_value(body(json!({"pool": "center"}))).unwrap();
+        assert!(v.get("strict_pool").is_none(), "{v}");
+        let v = serde_json::to_value(body(json!({"pool": "center", "strict_pool": true}))).unwrap();
+        assert_eq!(v["strict_pool"], json!(true));
+    }
 }

@@ -158,7 +158,9 @@ fn replay_full_scan(nodes: usize, events: &[Event]) -> anyhow::Result<(usize, us
         }
         match e {
             Event::Create(body) => {
-                let spec = serde_json::from_str::<FunctionBody>(body)?.into_spec(tenant.clone());
+                let spec = serde_json::from_str::<FunctionBody>(body)?
+                    .into_spec(tenant.clone())
+                    .map_err(|e| anyhow::anyhow!("{}: {}", e.code, e.message))?;
                 match plan_spec_explained(&s, &spec, &ranking, &PlanOptions::default()) {
                     Ok((p, _)) => {
                         let cmd = DomainCommand::FunctionCreate {

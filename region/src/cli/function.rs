@@ -146,6 +146,7 @@ pub fn parse(file: &str, text: &str) -> anyhow::Result<FunctionBody> {
     });
     let optional = [
         ("pool", f.pool.map(|p| Value::from(p.to_string()))),
+        ("strict_pool", f.strict_pool.map(Value::from)),
         ("min_instances", f.min_instances.map(Value::from)),
         ("max_instances", f.max_instances.map(Value::from)),
         ("idle_timeout_s", f.idle_timeout_s.map(Value::from)),
@@ -496,6 +497,16 @@ fn slices(v: &Value) -> String {
         .join(", ")
 }
 
+/// A spec's pool preference as a person writes it: `strict:edge:a` (the
+/// state's form of `strict_pool = true`) is `edge:a (strict)`.
+fn pool(v: &Value) -> String {
+    let p = cell(v);
+    match p.strip_prefix("strict:") {
+        Some(preferred) => format!("{preferred} (strict)"),
+        None => p,
+    }
+}
+
 /// One function: one row per instance with its node, slices and state.
 fn describe_table(f: &Value) -> Vec<Vec<String>> {
     let mut rows = table(std::slice::from_ref(f));
@@ -659,7 +670,7 @@ fn table(fns: &[Value]) -> Vec<Vec<String>> {
             cell(&s["tier"]),
             cell(&s["compute_milli"]),
             cell(&s["memory_mib"]),
-            cell(&s["pool"]),
+            pool(&s["pool"]),
             format!("{}/{}", inst.len(), cell(&s["max_instances"])),
             gpus.join(","),
         ]);
@@ -683,6 +694,38 @@ mod tests {
             e.contains("fn.toml:4:17: compute_milli: a burstable function"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_function_file_passes_strict_pool_to_the_body_and_ls_shows_it() {
+        let base = "name = \"f\"\nruntime = \"vllm\"\nmemory_mib = 1024\ncompute_milli = 500\n\
+                    tier = \"burstable\"\ndeadline_ms = 100\n";
+        let f = super::parse(
+            "fn.toml",
+            &format!("{base}pool = \"edge:edge-a\"\nstrict_pool = true\n"),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(f.strict_pool);
+        let spec = f
+            .into_spec(gshare_core::model::TenantId("acme".into()))
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(spec.pool.to_string(), "strict:edge:edge-a");
+        let f = super::parse("fn.toml", base).unwrap();
+        assert!(!f.strict_pool);
+        let e = super::parse("fn.toml", &format!("{base}strict_pool = true\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("fn.toml:7:15: strict_pool: pool is absent (any)"),
+            "{e}"
+        );
+        let row = |pool: &str| {
+            let f = serde_json::json!({"spec": {"name": "f", "pool": pool}, "instances": []});
+            super::table(&[f])[1][5].clone()
+        };
+        assert_eq!(row("strict:edge:edge-a"), "edge:edge-a (strict)");
+        assert_eq!(row("strict:center"), "center (strict)");
+        assert_eq!(row("edge:edge-a"), "edge:edge-a");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The index over free capacity picks what the full scan picks, and the
 //! overlay of pending plans plans as if they were applied: a property test
 //! over random places, deletes and reservations on a small region of mixed
-//! pools, tiers, quotas and swap. (While plans are pending every write is
+//! pools (strict ones too), tiers, quotas and swap. (While plans are pending every write is
 //! one of them, as in the scheduler: another writer's change to a node
 //! with a pending plan shows only after a release, see `PendingPlans`.)
 
@@ -20,12 +20,18 @@ const SHAPES: [(Tier, u32, u64); 8] = [
     (Tier::Oversubscribed, 50, 12_000),
 ];
 
+/// The pool preferences drawn: the three kinds, and the strict ones.
+const PREFS: u8 = 7;
+
 fn pref(p: u8) -> PoolPreference {
-    match p % 4 {
+    match p % PREFS {
         0 => PoolPreference::Any,
         1 => PoolPreference::Center,
         2 => PoolPreference::Edge("edge-a".into()),
-        _ => PoolPreference::Edge("edge-b".into()),
+        3 => PoolPreference::Edge("edge-b".into()),
+        4 => PoolPreference::EdgeOnly("edge-a".into()),
+        5 => PoolPreference::EdgeOnly("edge-b".into()),
+        _ => PoolPreference::CenterOnly,
     }
 }
 
@@ -62,6 +68,13 @@ fn check(steps: &[(u8, u8, u8, u8)]) {
         let full = outcome(plan_on(&s, None, &f, ranking, &PlanOptions::default()));
         let indexed = outcome(plan_on(&s, None, &f, ranking, &PlanOptions::indexed()));
         assert_eq!(indexed, full, "step {i}: {f:?}");
+        // A strict preference never leaves its pools.
+        if let Ok(p) = &full {
+            assert!(
+                f.pool.allows(&p.pool, p.pool_kind),
+                "step {i}: {p} for {f:?}"
+            );
+        }
         // Around the pending plans: as on a copy with them applied.
         let mut applied = s.clone();
         for (_, cmd) in &reserved {
@@ -154,7 +167,7 @@ proptest! {
 
     #[test]
     fn indexed_plans_pick_what_the_full_scan_picks(
-        steps in prop::collection::vec((0u8..10, 0u8..2, 0u8..8, 0u8..4), 1..80)
+        steps in prop::collection::vec((0u8..10, 0u8..2, 0u8..8, 0u8..PREFS), 1..80)
     ) {
         check(&steps);
     }

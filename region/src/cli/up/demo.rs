@@ -240,6 +240,7 @@ impl DemoFunction {
                 .pool
                 .parse::<PoolPreference>()
                 .map_err(|e| anyhow::anyhow!("pool {}: {e}", self.pool))?,
+            strict_pool: false,
             min_instances: self.instances.0,
             max_instances: Some(self.instances.1),
             idle_timeout_s: self.idle_timeout_s,

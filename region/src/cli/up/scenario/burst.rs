@@ -72,6 +72,7 @@ fn body() -> FunctionBody {
         tier: Tier::Guaranteed,
         deadline_ms: DEADLINE_MS,
         pool: PoolPreference::Center,
+        strict_pool: false,
         min_instances: 1,
         max_instances: Some(MAX_INSTANCES),
         // No scale-in while the scenario runs.
@@ -317,7 +318,9 @@ mod tests {
 
     #[test]
     fn one_x_fits_one_instance_and_twenty_x_needs_several() {
-        let spec = body().into_spec(gshare_core::model::TenantId("acme".into()));
+        let spec = body()
+            .into_spec(gshare_core::model::TenantId("acme".into()))
+            .expect("a valid spec");
         let target = gshare_core::autoscale::target_concurrency_milli(&spec, &Default::default())
             as f64
             / 1000.0;

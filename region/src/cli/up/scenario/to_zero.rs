@@ -71,6 +71,7 @@ fn body() -> FunctionBody {
         tier: Tier::Guaranteed,
         deadline_ms: 1000,
         pool: PoolPreference::Center,
+        strict_pool: false,
         min_instances: 0,
         max_instances: Some(1),
         idle_timeout_s: IDLE_TIMEOUT_S,
