@@ -223,6 +223,25 @@ pub struct FunctionView {
     /// placements and fits) and there resumes by swap-in.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub host_copies: Vec<NodeId>,
+    /// Its migrations in progress (absent when none): the new instance
+    /// serves beside the old one until it is ready, then the old one goes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub migrations: Vec<MigrationView>,
+}
+
+/// One migration in progress, in a function's view.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigrationView {
+    /// The instance that moves (released once `to` is ready).
+    pub from: InstanceId,
+    /// The instance placed for it.
+    pub to: InstanceId,
+    /// The new instance's node.
+    pub to_node: NodeId,
+    /// `return` (back to its preferred pool), `operator` or `defragment`.
+    pub cause: String,
+    /// When it started (Unix ms).
+    pub started_at_ms: u64,
 }
 
 /// What `autoscale` of a function's view says.
@@ -316,6 +335,7 @@ fn created(
         load: None,
         autoscale: None,
         host_copies: Vec::new(),
+        migrations: Vec::new(),
     })
 }
 
@@ -367,7 +387,7 @@ pub struct DryRun {
 }
 
 /// The answer to an evaluation that placed nothing.
-fn eval_error(e: &EvalError) -> ApiError {
+pub(super) fn eval_error(e: &EvalError) -> ApiError {
     match e {
         EvalError::Rejected(r) => ApiError::from_rejection(r),
         EvalError::Refused(e) => ApiError::from_apply(e),
@@ -534,6 +554,20 @@ fn view(ctx: &HttpContext, tenant: &TenantId, name: &str) -> Result<FunctionView
         load: None,
         autoscale: None,
         host_copies: Vec::new(),
+        migrations: d
+            .migrations()
+            .filter_map(|m| {
+                let to = d.instance(m.to)?;
+                let to_node = to.slices.first().map(|s| s.gpu.node.clone())?;
+                (&to.tenant == tenant && to.function == name).then(|| MigrationView {
+                    from: m.from,
+                    to: m.to,
+                    to_node,
+                    cause: m.cause.as_str().to_string(),
+                    started_at_ms: m.started_at,
+                })
+            })
+            .collect(),
     })
 }
 
