@@ -384,6 +384,20 @@ impl TestRegion {
         node: &str,
         order: &[u64],
     ) -> anyhow::Result<(PathBuf, SocketAddr)> {
+        self.sim_agent_config_in(node, order, "center", "center", 2)
+    }
+
+    /// [`TestRegion::sim_agent_config`] for a node of pool `pool` (of kind
+    /// `kind`) with `gpus` 16 GiB GPUs (an edge node of the local
+    /// topology: `edge-a`, `edge`, 1).
+    pub fn sim_agent_config_in(
+        &self,
+        node: &str,
+        order: &[u64],
+        pool: &str,
+        kind: &str,
+        gpus: u32,
+    ) -> anyhow::Result<(PathBuf, SocketAddr)> {
         let certs = self.certs();
         let certs = certs.to_str().context("certs path")?;
         let (ok, out) = self.gsharectl(&["certs", "issue", "--dir", certs, "--name", node])?;
@@ -412,8 +426,8 @@ impl TestRegion {
             &config,
             format!(
                 r#"node = "{node}"
-pool = "center"
-pool_kind = "center"
+pool = "{pool}"
+pool_kind = "{kind}"
 data_dir = "data/agent-{node}"
 ingress_addr = "{ingress}"
 host_swap_mib = 8192
@@ -424,7 +438,7 @@ backend = "simulated"
 model = "sim-gpu-16g"
 memory_mib = 16384
 h2d_mib_per_s = 12000
-count = 2
+count = {gpus}
 [load]
 cold_setup_us = 20000
 {replicas}

@@ -19,16 +19,25 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// What the load saw: the function, the HTTP status, the body.
+type Log = Arc<Mutex<Vec<(&'static str, u16, String)>>>;
+
 const GRACES: &str =
     "agent_join_grace_s = 4\nnode_ready_grace_ms = 1500\nnode_replace_grace_ms = 1000\n";
 
 fn call(addr: SocketAddr, method: &str, path: &str, token: &str, body: Option<&str>) -> HttpReply {
-    request(addr, method, path, Some(token), body, Duration::from_secs(90)).unwrap_or_else(|e| {
-        HttpReply {
-            status: 0,
-            body: e.to_string(),
-            ..HttpReply::default()
-        }
+    request(
+        addr,
+        method,
+        path,
+        Some(token),
+        body,
+        Duration::from_secs(90),
+    )
+    .unwrap_or_else(|e| HttpReply {
+        status: 0,
+        body: e.to_string(),
+        ..HttpReply::default()
     })
 }
 
@@ -57,7 +66,12 @@ impl Drop for Agent {
 }
 
 fn agent(region: &TestRegion, node: &str) -> Agent {
-    let (config, _) = region.sim_agent_config(node, &[]).expect("agent config");
+    let (config, _) = if node.starts_with("local-e") {
+        region.sim_agent_config_in(node, &[], "edge-a", "edge", 1)
+    } else {
+        region.sim_agent_config(node, &[])
+    }
+    .expect("agent config");
     Agent(
         Command::new(gshare_tests::binary("gshare-edge"))
             .arg("--config")
@@ -80,23 +94,39 @@ fn node_state(region: &TestRegion, node: &str) -> String {
         .unwrap_or_default()
 }
 
-/// The nodes of `function`'s instances and whether it migrates, on replica 1.
+/// The nodes of `function`'s instances and whether it migrates, in the
+/// replicated state on replica 1.
 fn where_is(region: &TestRegion, function: &str) -> (BTreeSet<String>, bool) {
-    let r = call(
-        region.http(1),
-        "GET",
-        &format!("/v1/tenants/acme/functions/{function}"),
-        TOKEN,
-        None,
-    );
+    let r = call(region.http(1), "GET", "/v1/cluster/state", TOKEN, None);
     let v = json_of(&r);
-    let nodes = v["instances"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|i| i["slices"][0]["gpu"]["node"].as_str().map(String::from))
-        .collect();
-    (nodes, v["migrations"].as_array().is_some_and(|m| !m.is_empty()))
+    let mut ids = BTreeSet::new();
+    let mut nodes = BTreeSet::new();
+    for (k, inst) in v["instances"].as_object().into_iter().flatten() {
+        if inst["function"] == json!(function) {
+            ids.insert(k.clone());
+            if let Some(n) = inst["slices"][0]["gpu"]["node"].as_str() {
+                nodes.insert(n.to_string());
+            }
+        }
+    }
+    let migrating = v["migrations"]
+        .as_object()
+        .is_some_and(|m| m.keys().any(|k| ids.contains(k)));
+    (nodes, migrating)
+}
+
+/// The replicas' log lines about migrations (on a failure).
+fn dump(region: &TestRegion) {
+    for id in 1..=3 {
+        for l in region.stderr(id, 1).lines().filter(|l| {
+            l.contains("migrat")
+                || l.contains("return")
+                || l.contains("Migrate")
+                || l.contains("edgy")
+        }) {
+            println!("r{id}: {l}");
+        }
+    }
 }
 
 fn settled_on(region: &TestRegion, function: &str, node: &str) -> bool {
@@ -157,7 +187,7 @@ fn functions_move_between_pools_make_before_break_without_a_failed_invocation() 
 
     // Load on both through replica 2 from now on.
     let stop = Arc::new(AtomicBool::new(false));
-    let log: Arc<Mutex<Vec<(&'static str, u16, String)>>> = Arc::default();
+    let log: Log = Arc::default();
     let load = {
         let (stop, log, acme) = (stop.clone(), log.clone(), acme.clone());
         let via = region.http(2);
@@ -172,7 +202,8 @@ fn functions_move_between_pools_make_before_break_without_a_failed_invocation() 
                         Some("{}"),
                         Duration::from_secs(10),
                     );
-                    let (status, body) = r.map_or_else(|e| (0, e.to_string()), |r| (r.status, r.body));
+                    let (status, body) =
+                        r.map_or_else(|e| (0, e.to_string()), |r| (r.status, r.body));
                     log.lock().unwrap().push((name, status, body));
                 }
                 std::thread::sleep(Duration::from_millis(20));
@@ -183,9 +214,17 @@ fn functions_move_between_pools_make_before_break_without_a_failed_invocation() 
     // edge-a's agent arrives: `edgy` returns there.
     let _ea1 = agent(&region, "local-ea1");
     let started = Instant::now();
-    until("edgy back on local-ea1", 60, || {
-        settled_on(&region, "edgy", "local-ea1").then_some(())
-    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !settled_on(&region, "edgy", "local-ea1") {
+        if Instant::now() > deadline {
+            dump(&region);
+            panic!(
+                "edgy not back on local-ea1: {:?}",
+                where_is(&region, "edgy")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
     println!(
         "edge-a's agent started -> edgy back on local-ea1 in {} ms",
         started.elapsed().as_millis()
@@ -195,8 +234,8 @@ fn functions_move_between_pools_make_before_break_without_a_failed_invocation() 
     let target = format!("http://{}", region.http(3));
     let (ok, out) = region
         .gsharectl(&[
-            "function", "move", "edgy", "--tenant", "acme", "--to", "center", "--region",
-            &target, "--token", TOKEN,
+            "function", "move", "edgy", "--tenant", "acme", "--to", "center", "--region", &target,
+            "--token", TOKEN,
         ])
         .unwrap();
     assert!(ok, "{out}");
@@ -206,12 +245,20 @@ fn functions_move_between_pools_make_before_break_without_a_failed_invocation() 
     let center = nodes.iter().next().cloned().unwrap_or_default();
     assert!(center.starts_with("local-c"), "{nodes:?}");
     std::thread::sleep(Duration::from_secs(3));
-    assert!(settled_on(&region, "edgy", &center), "moved back: {:?}", where_is(&region, "edgy"));
+    assert!(
+        settled_on(&region, "edgy", &center),
+        "moved back: {:?}",
+        where_is(&region, "edgy")
+    );
 
     // `f`, at its max_instances, moves to the other center node.
     let (f_nodes, _) = where_is(&region, "f");
     let from = f_nodes.iter().next().cloned().unwrap();
-    let to = if from == "local-c1" { "local-c2" } else { "local-c1" };
+    let to = if from == "local-c1" {
+        "local-c2"
+    } else {
+        "local-c1"
+    };
     let r = call(
         region.http(2),
         "POST",
@@ -274,9 +321,8 @@ fn functions_move_between_pools_make_before_break_without_a_failed_invocation() 
         .collect::<Vec<_>>()
         .join("\n");
     for (cause, at_least) in [("return", 1), ("operator", 2)] {
-        let line = format!(
-            "gshare_region_migrations_total{{cause=\"{cause}\",outcome=\"completed\"}} "
-        );
+        let line =
+            format!("gshare_region_migrations_total{{cause=\"{cause}\",outcome=\"completed\"}} ");
         let n: f64 = metrics
             .lines()
             .filter_map(|l| l.strip_prefix(&line))

@@ -152,14 +152,18 @@ async fn move_function(
 /// longest wait and a margin.
 async fn wait_for_end(ctx: &HttpContext, from: InstanceId, to: InstanceId) -> &'static str {
     let deadline = tokio::time::Instant::now() + MIGRATION_WAIT + Duration::from_secs(10);
+    // A follower may not have applied the leader's entry yet: `to` counts
+    // as given up only once it was seen here and went.
+    let mut seen = false;
     loop {
         {
             let st = ctx.replica.state.read();
             let d = st.region.domain();
             match (d.instance(from).is_some(), d.instance(to).is_some()) {
                 (false, true) => return "completed",
-                (_, false) => return "given_up",
-                (true, true) => {}
+                (_, true) => seen = true,
+                (_, false) if seen => return "given_up",
+                (_, false) => {}
             }
         }
         if tokio::time::Instant::now() >= deadline {
