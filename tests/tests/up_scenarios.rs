@@ -2,9 +2,10 @@
 //! starts the whole local region (3 replicas, 4 agents), runs its script,
 //! stops everything and ends with its `scenario:` line. The tests check
 //! what the scenario says happened (its own check passed: exit 0; the
-//! scale-out or the scale to zero; no invocation without an answer; the
-//! region billed what the agents journaled) and print the timings; they
-//! assert none.
+//! scale-out, the scale to zero, the move, the recovery from a lost edge
+//! node and the return to it; no invocation without an answer; the region
+//! billed what the agents journaled) and print the timings; they assert
+//! none.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -113,6 +114,42 @@ fn to_zero_reaches_zero_and_resumes_warm_then_cold() {
         f["from_zero_ms"],
         f["zero_s"],
         warm < cold
+    );
+}
+
+#[test]
+fn migrate_moves_under_load_and_loses_nothing() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let (ok, lines, f) = run("migrate");
+    check_common("migrate", ok, &lines, &f);
+    // Make-before-break: the old instance serves until the new one is
+    // resident, so no invocation fails because of the move.
+    assert_eq!(int(&f, "failed"), 0, "{f:?}");
+    assert!(int(&f, "moved") >= 1, "nothing moved: {f:?}");
+    println!(
+        "migrate: move_s={} moved={} invocations={} attainment={}",
+        decimal(&f, "move_s"),
+        f["moved"],
+        f["invocations"],
+        f["attainment"]
+    );
+}
+
+#[test]
+fn edge_loss_recovers_from_the_center_and_returns() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let (ok, lines, f) = run("edge-loss");
+    check_common("edge-loss", ok, &lines, &f);
+    assert!(
+        lines.iter().any(|l| l.starts_with("up: killed agent ")),
+        "no agent was killed"
+    );
+    assert!(int(&f, "moved") >= 1, "nothing moved: {f:?}");
+    let (recovered, returned) = (decimal(&f, "recovered_s"), decimal(&f, "returned_s"));
+    println!(
+        "edge-loss: recovered_s={recovered} returned_s={returned} invocations={} failed={} \
+         attainment={}",
+        f["invocations"], f["failed"], f["attainment"]
     );
 }
 

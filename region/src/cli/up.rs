@@ -26,6 +26,7 @@ mod gpu_usage;
 mod instances;
 mod layout;
 mod load;
+mod moves;
 mod report;
 mod scenario;
 mod stop_signal;

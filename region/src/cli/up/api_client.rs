@@ -53,9 +53,22 @@ impl ApiClient {
         token: &str,
         body: Option<&Value>,
     ) -> Result<Value, CallError> {
+        Self::call_at_within(addr, method, path, token, body, TIMEOUT)
+    }
+
+    /// One request to `addr` whose answer may take up to `timeout` (a
+    /// move answers once its migrations end).
+    pub fn call_at_within(
+        addr: SocketAddr,
+        method: &str,
+        path: &str,
+        token: &str,
+        body: Option<&Value>,
+        timeout: Duration,
+    ) -> Result<Value, CallError> {
         let body = body.map(Value::to_string);
         let token = (!token.is_empty()).then_some(token);
-        let r = request(addr, method, path, token, body.as_deref(), TIMEOUT).map_err(|e| {
+        let r = request(addr, method, path, token, body.as_deref(), timeout).map_err(|e| {
             CallError {
                 status: 0,
                 code: "unreachable".into(),

@@ -113,6 +113,9 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
 pub struct Children {
     launcher: PathBuf,
     procs: Vec<ChildProc>,
+    /// Children killed on purpose ([`Children::kill`]), kept to be
+    /// started again ([`Children::revive`]).
+    killed: Vec<ChildProc>,
 }
 
 impl Children {
@@ -122,6 +125,7 @@ impl Children {
         Self {
             launcher,
             procs: Vec::new(),
+            killed: Vec::new(),
         }
     }
 
@@ -170,6 +174,52 @@ impl Children {
         });
         let last = self.procs.len() - 1;
         Ok((&mut self.procs[last], killed))
+    }
+
+    /// Kills the child named `name` with SIGKILL (no chance to stop
+    /// cleanly: an agent's goodbye is never sent) and waits for it. It is
+    /// no longer a running child ([`Children::first_exited`] does not see
+    /// it) until [`Children::revive`] starts it again. Returns its pid.
+    pub fn kill(&mut self, name: &str) -> anyhow::Result<u32> {
+        let i = self
+            .procs
+            .iter()
+            .position(|p| p.name == name)
+            .ok_or_else(|| anyhow::anyhow!("no child named {name}"))?;
+        let mut p = self.procs.remove(i);
+        let pid = p.pid();
+        if p.exited().is_none() {
+            // Child::kill sends SIGKILL.
+            let _ = p.child.kill();
+        }
+        p.exited = p.child.wait().ok();
+        self.killed.push(p);
+        Ok(pid)
+    }
+
+    /// Starts a child [`Children::kill`] killed again, with the same
+    /// program, arguments and log (appended to). Call from the main thread.
+    pub fn revive(&mut self, name: &str) -> anyhow::Result<&mut ChildProc> {
+        let i = self
+            .killed
+            .iter()
+            .position(|p| p.name == name)
+            .ok_or_else(|| anyhow::anyhow!("no killed child named {name}"))?;
+        let old = self.killed.remove(i);
+        let child = match self.launch(name, &old.program, &old.args, &old.cwd, &old.log) {
+            Ok(c) => c,
+            Err(e) => {
+                self.killed.push(old);
+                return Err(e);
+            }
+        };
+        self.procs.push(ChildProc {
+            child,
+            exited: None,
+            ..old
+        });
+        let last = self.procs.len() - 1;
+        Ok(&mut self.procs[last])
     }
 
     fn launch(

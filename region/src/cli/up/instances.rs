@@ -24,6 +24,8 @@ const PERIOD: Duration = Duration::from_millis(250);
 /// One instance as listed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstanceSeen {
+    /// Its id (`i-<id>`).
+    pub id: u64,
     /// The node of its first slice (empty if it has none).
     pub node: String,
     /// Its state (`placed`, `assigned`, `cold`, `loading`, `resident`,
@@ -56,17 +58,38 @@ pub fn instances_of(
     tenant: &str,
     name: &str,
 ) -> Result<Vec<InstanceSeen>, CallError> {
+    function_of(api, operator, tenant, name).map(|f| f.instances)
+}
+
+/// A function's instances and its migrations in progress, as listed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FunctionSeen {
+    /// Its instances.
+    pub instances: Vec<InstanceSeen>,
+    /// Its migrations in progress (`migrations` of the view).
+    pub migrations: usize,
+}
+
+/// `tenant/name`'s instances and migrations now, from whichever replica
+/// answers.
+pub fn function_of(
+    api: &ApiClient,
+    operator: &str,
+    tenant: &str,
+    name: &str,
+) -> Result<FunctionSeen, CallError> {
     let v = api.call(
         "GET",
         &format!("/v1/tenants/{tenant}/functions/{name}"),
         operator,
         None,
     )?;
-    Ok(v["instances"]
+    let instances = v["instances"]
         .as_array()
         .map(|is| {
             is.iter()
                 .map(|i| InstanceSeen {
+                    id: i["instance"].as_u64().unwrap_or_default(),
                     node: i["slices"][0]["gpu"]["node"]
                         .as_str()
                         .unwrap_or_default()
@@ -76,7 +99,12 @@ pub fn instances_of(
                 })
                 .collect()
         })
-        .unwrap_or_default())
+        .unwrap_or_default();
+    let migrations = v["migrations"].as_array().map_or(0, Vec::len);
+    Ok(FunctionSeen {
+        instances,
+        migrations,
+    })
 }
 
 /// One sample of a function's instances.

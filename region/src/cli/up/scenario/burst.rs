@@ -30,7 +30,6 @@
 //! instance carries the burst is an answer, counted in `failed`, not a
 //! loss), and the region billed what the agents journaled.
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -38,11 +37,10 @@ use gshare_core::model::{PoolPreference, Runtime, Tier};
 
 use super::super::demo::deploy_body;
 use super::super::instances::instances_of;
-use super::super::load;
 use super::super::stop_signal::StopSignal;
 use super::super::Up;
 use super::crowd::{Aim, Crowd, Tally};
-use super::{secs, Outcome};
+use super::{first_serve, secs, Outcome};
 use crate::api::functions::{FunctionBody, LatencyBody};
 
 const TENANT: &str = "acme";
@@ -90,7 +88,7 @@ pub fn run(up: &mut Up, stop: &mut StopSignal) -> anyhow::Result<Outcome> {
     deploy_body(&up.api, &body(), &token).context("deploying acme/burst")?;
     println!("scenario burst: deployed {TENANT}/{NAME} (min 1, max {MAX_INSTANCES}; 100 ms a request, {DEADLINE_MS} ms deadline)");
     let replicas = up.api.replicas().to_vec();
-    let cold = first_serve(&replicas, &token, stop)?;
+    let cold = first_serve(&replicas, TENANT, NAME, &token, stop)?;
     println!(
         "scenario burst: first request served after {} ms (cold start)",
         cold.as_millis()
@@ -238,26 +236,6 @@ pub fn run(up: &mut Up, stop: &mut StopSignal) -> anyhow::Result<Outcome> {
     }
     o.check_billing(up, TENANT);
     Ok(o)
-}
-
-/// Sends requests with a long deadline until one is served (the cold
-/// start of the first instance); how long the served one took.
-fn first_serve(
-    replicas: &[SocketAddr],
-    token: &str,
-    stop: &StopSignal,
-) -> anyhow::Result<Duration> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut last = 0;
-    while Instant::now() < deadline && !stop.requested() {
-        let i = load::invoke(replicas[0], TENANT, NAME, token, 30_000);
-        if i.status == 200 {
-            return Ok(i.latency);
-        }
-        last = i.status;
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    anyhow::bail!("{TENANT}/{NAME} was not served within 60 s (last answer HTTP {last})")
 }
 
 /// The function's instances (not outgoing) in the replicated state.

@@ -77,6 +77,19 @@ impl Tally {
     }
 }
 
+/// The answers other than 200 among `records`, as `502×2 0×1` (status 0:
+/// no answer); empty when there are none.
+pub fn failures(records: &[Record]) -> String {
+    let mut by: std::collections::BTreeMap<u16, u64> = std::collections::BTreeMap::new();
+    for r in records.iter().filter(|r| r.outcome.status != 200) {
+        *by.entry(r.outcome.status).or_default() += 1;
+    }
+    by.iter()
+        .map(|(s, n)| format!("{s}×{n}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Running clients of one [`Aim`].
 pub struct Crowd {
     aim: Aim,

@@ -28,10 +28,15 @@
 mod billing;
 mod burst;
 mod crowd;
+mod edge_loss;
+mod migrate;
 mod to_zero;
 
 use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
+use super::load;
 use super::stop_signal::StopSignal;
 use super::Up;
 
@@ -44,6 +49,12 @@ pub enum Scenario {
     /// Idle → zero instances → first request: warm_ms= with the host copy kept, cold_ms= after
     /// an agent restart dropped it (instances_min=0).
     ToZero,
+    /// An operator moves a function under load from the center to edge-b, make-before-break:
+    /// moved= instances, move_s= the move call; no invocation may fail.
+    Migrate,
+    /// An edge node's agent is killed under load: recovered_s= until a request is served from
+    /// the center, returned_s= from its restart until the function is back on it.
+    EdgeLoss,
 }
 
 impl Scenario {
@@ -52,6 +63,8 @@ impl Scenario {
         match self {
             Scenario::Burst => "burst",
             Scenario::ToZero => "to-zero",
+            Scenario::Migrate => "migrate",
+            Scenario::EdgeLoss => "edge-loss",
         }
     }
 
@@ -61,6 +74,8 @@ impl Scenario {
         let mut o = match self {
             Scenario::Burst => burst::run(up, stop)?,
             Scenario::ToZero => to_zero::run(up, stop)?,
+            Scenario::Migrate => migrate::run(up, stop)?,
+            Scenario::EdgeLoss => edge_loss::run(up, stop)?,
         };
         o.name = self.name();
         for p in &o.problems {
@@ -126,6 +141,29 @@ impl Outcome {
             Err(e) => self.problems.push(e),
         }
     }
+}
+
+/// Sends requests with a long deadline through the first replica until
+/// one is served (the cold start of the first instance); how long the
+/// served one took.
+fn first_serve(
+    replicas: &[SocketAddr],
+    tenant: &str,
+    name: &str,
+    token: &str,
+    stop: &StopSignal,
+) -> anyhow::Result<Duration> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = 0;
+    while Instant::now() < deadline && !stop.requested() {
+        let i = load::invoke(replicas[0], tenant, name, token, 30_000);
+        if i.status == 200 {
+            return Ok(i.latency);
+        }
+        last = i.status;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    anyhow::bail!("{tenant}/{name} was not served within 60 s (last answer HTTP {last})")
 }
 
 /// Seconds with three decimals.
