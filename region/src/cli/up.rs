@@ -7,7 +7,8 @@
 //!   ├─ print `dashboard: http://<r1>/#token=<operator token>` (the live page)
 //!   ├─ gshare-edge × 4 (one per node of configs/local/topology.toml, simulated GPUs)
 //!   ├─ tenant tokens (acme, globex), demo functions on all four tiers (demo.rs)
-//!   ├─ warm-up (cold starts), then the invocation load (load.rs) while sampling GPUs (gpu_usage.rs)
+//!   ├─ warm-up (cold starts), then the invocation load (load.rs) while sampling GPUs (gpu_usage.rs);
+//!   │  during it the operator's move of acme/chat to the other center node (moves.rs)
 //!   ├─ print attainment, GPU utilization, bills, URLs
 //!   ├─ stay up until Ctrl-C / SIGTERM, or until --for seconds have passed since the start
 //!   └─ stop the agents, re-read bills, stop the replicas (children.rs),
@@ -49,6 +50,7 @@ use gpu_usage::{GpuSampler, GpuUsage};
 use instances::InstanceWatch;
 use layout::Layout;
 use load::{LoadReport, Target};
+use moves::DemoMove;
 use report::{print_attainment, print_bills, print_gpu_usage, print_indented};
 pub use scenario::Scenario;
 use stop_signal::StopSignal;
@@ -64,6 +66,9 @@ const BILL_SETTLE: Duration = Duration::from_secs(3);
 const TAIL_LINES: usize = 25;
 /// The deadline of the request that brings a demo function up from zero.
 const WAKE_DEADLINE_MS: u64 = 30_000;
+/// How far into the load the demo moves [`demo::MOVED`] (at most a third
+/// of the load).
+const DEMO_MOVE_DELAY: Duration = Duration::from_secs(3);
 /// `--load-s` when not given.
 const DEFAULT_LOAD_S: u64 = 10;
 
@@ -73,7 +78,8 @@ pub const LONG_ABOUT: &str = "Start a whole gshare region on this machine and sh
     configs/local/topology.toml (a center pool of two nodes, two edge pools of one node each; \
     simulated 16 GiB GPUs) in a fresh temporary directory on free loopback ports, deploys \
     demo functions of the tenants acme and globex on all four tiers, drives a short \
-    invocation load, and prints deadline attainment, GPU utilization, each tenant's bill and \
+    invocation load (during which the operator API moves one function to another node, \
+    make-before-break), and prints deadline attainment, GPU utilization, each tenant's bill and \
     the URLs and tokens to look with. It then stays up until Ctrl-C or SIGTERM (or until \
     --for seconds have passed), reads the bills once more, stops everything it started and \
     exits 0. Its last line is `up: invocations=<N> attainment=<x> tenants_billed=<K>`.\n\n\
@@ -312,6 +318,7 @@ impl Up {
             a.load_s,
             targets.len()
         );
+        let demo_move = self.start_demo_move(&mut targets, a, stop);
         self.load_began = self.scaling.as_ref().map(|w| w.started().elapsed());
         let sampler = GpuSampler::start(self.api.replicas().to_vec(), self.operator.clone());
         let report = load::run(
@@ -322,12 +329,123 @@ impl Up {
         );
         let usage = sampler.finish();
         print_attainment(&report);
+        if let Some(mut m) = demo_move {
+            if let Some(moved) = m.finish() {
+                self.print_demo_move(&m, &moved, &report);
+            }
+        }
         self.report = Some(report.clone());
         self.check(stop)?;
         print_gpu_usage(&usage, &self.layout);
         print_bills(&self.bills(), &self.layout);
         self.print_urls();
         Ok(())
+    }
+
+    /// Starts the demo's move of [`demo::MOVED`] to the other node of its
+    /// pool, [`DEMO_MOVE_DELAY`] into the load (at most a third of it), in
+    /// a thread. Its clients then all go through the replicas, which route
+    /// to wherever it is (an agent's own ingress answers 404 for a function
+    /// it does not host). `None`: it has no instance or no other node.
+    fn start_demo_move(
+        &self,
+        targets: &mut [Target],
+        a: &Args,
+        stop: &StopSignal,
+    ) -> Option<DemoMove> {
+        let (tenant, name) = demo::MOVED;
+        let from = instances::instances_of(&self.api, &self.operator, tenant, name)
+            .ok()?
+            .first()?
+            .node
+            .clone();
+        let pool = &self.layout.agents.iter().find(|x| x.node == from)?.pool;
+        let to = self
+            .layout
+            .agents
+            .iter()
+            .find(|x| x.pool == *pool && x.node != from)?
+            .node
+            .clone();
+        for t in targets
+            .iter_mut()
+            .filter(|t| t.function.tenant == tenant && t.function.name == name)
+        {
+            t.ingress = None;
+            t.traced = true;
+        }
+        let delay = DEMO_MOVE_DELAY.min(Duration::from_secs(a.load_s) / 3);
+        println!(
+            "up: {tenant}/{name} moves from {from} to {to} {:.1} s into the load (the operator's \
+             POST /v1/tenants/{tenant}/functions/{name}/move; its clients all go through the \
+             replicas)",
+            delay.as_secs_f64()
+        );
+        Some(DemoMove::start(
+            self.api.replicas()[0],
+            self.operator.clone(),
+            (tenant, name),
+            from,
+            to,
+            delay,
+            stop.flag(),
+        ))
+    }
+
+    /// The demo's move in one line, with what its clients got meanwhile;
+    /// the function's node is updated for the URLs.
+    fn print_demo_move(&mut self, m: &DemoMove, moved: &moves::Moved, report: &LoadReport) {
+        let function = m.function.as_str();
+        let (from, to) = (m.from.as_str(), m.to.as_str());
+        // Sent while the move ran, and after it.
+        let (mut during, mut after) = (Vec::new(), Vec::new());
+        for (_, sent, i) in report.traced.iter().filter(|(f, ..)| f == function) {
+            match m.window() {
+                Some((a, b)) if *sent >= a && *sent < b => during.push(i),
+                Some((_, b)) if *sent >= b => after.push(i),
+                _ => {}
+            }
+        }
+        let tell = |is: &[&load::Invocation]| {
+            let failed: Vec<u16> = is
+                .iter()
+                .filter(|i| i.status != 200)
+                .map(|i| i.status)
+                .collect();
+            if failed.is_empty() {
+                format!("{} served", is.len())
+            } else {
+                format!(
+                    "{} of {} served, HTTP {failed:?}",
+                    is.len() - failed.len(),
+                    is.len()
+                )
+            }
+        };
+        if moved.completed() > 0 {
+            let kept = during.iter().chain(&after).all(|i| i.status == 200);
+            println!(
+                "up: moved {function} from {from} to {to} (make-before-break, {:.1} s; {}: {} \
+                 while it moved, {} after)",
+                moved.took.as_secs_f64(),
+                if kept {
+                    "invocations kept being served"
+                } else {
+                    "some invocations failed"
+                },
+                tell(&during),
+                tell(&after)
+            );
+            if let Some((_, node)) = self.placed.iter_mut().find(|(f, _)| f.id() == function) {
+                *node = Some(to.to_string());
+            }
+        } else {
+            println!(
+                "up: the move of {function} from {from} to {to} did not complete after {:.1} s: {}",
+                moved.took.as_secs_f64(),
+                moved.describe()
+            );
+        }
     }
 
     /// Fails with [`Interrupted`] after a signal, or with the log of a
@@ -512,6 +630,7 @@ impl Up {
                     function: f.clone(),
                     token: self.tokens[f.tenant].clone(),
                     ingress: node.as_deref().map(|n| self.ingress_of(n)).transpose()?,
+                    traced: false,
                 })
             })
             .collect()

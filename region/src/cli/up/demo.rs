@@ -83,11 +83,12 @@ const fn scaled(f: DemoFunction, instances: (u32, u32), idle_timeout_s: u64) -> 
 
 /// The demo functions. Per tenant and pool kind they stay within the
 /// quotas of `configs/local/tenants.toml`; an exclusive instance holds its
-/// whole GPU's memory (acme center 2250/3000 milli, 27648/32768 MiB; acme
+/// whole GPU's memory (acme center 2000/3000 milli, 26624/32768 MiB; acme
 /// edge 750/1000, 13312/16384; globex center 1750/2000, 23552/32768;
 /// globex edge 500/500, 5632/8192; with `caption` at its maximum and
-/// `digest` placed: acme center 2750/3000, 29696/32768; acme edge
-/// 1000/1000, 15360/16384).
+/// `digest` placed: acme center 2500/3000, 28672/32768; acme edge
+/// 1000/1000, 15360/16384). While the demo moves [`MOVED`] (`acme/chat`)
+/// both its instances count: acme center 2750/3000, 31744/32768.
 ///
 /// Two of them show the autoscaler: `acme/caption` (1–2 instances; its
 /// clients keep about five requests at once in it, above one instance's
@@ -110,7 +111,7 @@ pub const DEMO: [DemoFunction; 13] = [
         "chat",
         Tier::Guaranteed,
         "center",
-        (500, 4096),
+        (250, 3072),
         (300, 40_000),
         (3, 30),
     ),
@@ -222,6 +223,10 @@ pub const DEMO: [DemoFunction; 13] = [
         (1, 700),
     ),
 ];
+
+/// The demo function `gsharectl up` moves to the other node of its pool
+/// while the load runs (the operator's move, make-before-break).
+pub const MOVED: (&str, &str) = ("acme", "chat");
 
 /// The tenants the demo deploys for.
 pub const TENANTS: [&str; 2] = ["acme", "globex"];
@@ -383,6 +388,22 @@ mod tests {
                 );
             }
         }
+        // The move of MOVED places its new instance beside the old one:
+        // the quota holds both, at the maximum counts.
+        let moved = DEMO
+            .iter()
+            .find(|f| (f.tenant, f.name) == MOVED)
+            .expect("the moved function is a demo function");
+        assert!(moved.pool == "center" && !moved.scales() && moved.tier != Tier::Exclusive);
+        let (c, m, n) = held[&(moved.tenant, "center")];
+        let quota = quota_of(moved.tenant, "center");
+        assert!(
+            c + u64::from(moved.compute_milli) <= quota.0
+                && m + moved.memory_mib <= quota.1
+                && n < quota.2,
+            "the move of {}: {c} milli, {m} MiB, {n} instances + one more over {quota:?}",
+            moved.id()
+        );
         for ((tenant, kind), (c, m, n)) in held {
             let quota = quota_of(tenant, kind);
             assert!(

@@ -127,6 +127,9 @@ pub struct LoadReport {
     pub statuses: BTreeMap<u16, u64>,
     /// How long the load ran.
     pub elapsed: Duration,
+    /// Each invocation of the targets with [`Target::traced`], with the
+    /// function (`tenant/name`) and when it was sent.
+    pub traced: Vec<(String, Instant, Invocation)>,
 }
 
 impl LoadReport {
@@ -151,6 +154,8 @@ pub struct Target {
     /// The ingress of the agent hosting it (`None`: it had no instance
     /// when the load began; its requests all go through the replicas).
     pub ingress: Option<SocketAddr>,
+    /// Keep each of its invocations in [`LoadReport::traced`].
+    pub traced: bool,
 }
 
 /// Runs the load for `duration` (or until `stop` is set) over `targets`,
@@ -185,9 +190,13 @@ pub fn run(
                         };
                         k += 1;
                         let f = &t.function;
+                        let sent = Instant::now();
                         let i = invoke(addr, f.tenant, f.name, &t.token, f.deadline_ms);
                         if let Ok(mut r) = report.lock() {
                             r.add(f, &i);
+                            if t.traced {
+                                r.traced.push((f.id(), sent, i));
+                            }
                         }
                         // Pause uniformly in [think/2, 3·think/2].
                         let pause = f.think_ms / 2 + rng.below(f.think_ms.max(1));

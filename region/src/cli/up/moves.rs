@@ -5,6 +5,9 @@
 //! instance resident before the old one is released).
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -27,6 +30,13 @@ pub struct Moved {
 }
 
 impl Moved {
+    /// The moves that completed (the old instance released).
+    pub fn completed(&self) -> usize {
+        self.answer.as_ref().map_or(0, |a| {
+            a.moves.iter().filter(|m| m.outcome == "completed").count()
+        })
+    }
+
     /// The answer in a few words (`2 moves: completed, completed`).
     pub fn describe(&self) -> String {
         match &self.answer {
@@ -84,3 +94,66 @@ pub fn move_function(
     }
 }
 
+/// The demo's move: one function moved by the operator API while the load
+/// runs, in a thread (off the load's path).
+pub struct DemoMove {
+    /// `tenant/name`.
+    pub function: String,
+    /// Its node before, and the node it is moved to.
+    pub from: String,
+    /// The target node.
+    pub to: String,
+    thread: Option<JoinHandle<Option<(Instant, Moved)>>>,
+    /// When the move call was sent and answered.
+    window: Option<(Instant, Instant)>,
+}
+
+impl DemoMove {
+    /// After `delay` (unless `stop` is set first), moves `tenant/name`
+    /// from `from` to the node `to` through `replica`.
+    pub fn start(
+        replica: SocketAddr,
+        operator: String,
+        (tenant, name): (&str, &str),
+        from: String,
+        to: String,
+        delay: Duration,
+        stop: Arc<AtomicBool>,
+    ) -> Self {
+        let (t, n, target) = (tenant.to_string(), name.to_string(), to.clone());
+        let thread = std::thread::Builder::new()
+            .name("up-demo-move".into())
+            .spawn(move || {
+                let at = Instant::now() + delay;
+                while Instant::now() < at {
+                    if stop.load(Ordering::Relaxed) {
+                        return None;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                let sent = Instant::now();
+                let m = move_function(replica, &operator, &t, &n, &format!("node:{target}"));
+                Some((sent, m))
+            })
+            .ok();
+        Self {
+            function: format!("{tenant}/{name}"),
+            from,
+            to,
+            thread,
+            window: None,
+        }
+    }
+
+    /// Waits for the move; `None` if it was not made (a signal came first).
+    pub fn finish(&mut self) -> Option<Moved> {
+        let (sent, m) = self.thread.take().and_then(|h| h.join().ok().flatten())?;
+        self.window = Some((sent, sent + m.took));
+        Some(m)
+    }
+
+    /// When the move call was sent and answered (after [`DemoMove::finish`]).
+    pub fn window(&self) -> Option<(Instant, Instant)> {
+        self.window
+    }
+}
