@@ -258,7 +258,11 @@ pub fn plan_returns(
     if candidates.is_empty() || limit == 0 {
         return out;
     }
-    let offset = usize::try_from(now / 1000).unwrap_or(0) % candidates.len();
+    let offset = now
+        .checked_div(1000)
+        .and_then(|s| usize::try_from(s).ok())
+        .and_then(|s| s.checked_rem(candidates.len()))
+        .unwrap_or(0);
     candidates.rotate_left(offset);
     let attempts = limit.saturating_mul(RETURN_PLANS_PER_RETURN);
     for (i, target) in candidates.into_iter().take(attempts) {
