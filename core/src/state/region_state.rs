@@ -705,10 +705,8 @@ impl RegionState {
             old.tier,
         );
         let (pool, pool_kind) = self.check_placement(&spec, &slices)?;
-        let id = InstanceId(self.data.next_instance);
-        self.data.next_instance = id.0.checked_add(1).ok_or(ApplyError::Overflow)?;
-        let inst = Instance {
-            id,
+        let id = self.insert_new(Instance {
+            id: InstanceId(0),
             tenant,
             function,
             tier,
@@ -717,9 +715,7 @@ impl RegionState {
             slices: slices.clone(),
             placed_at: now,
             version,
-        };
-        self.index.add_instance(&inst);
-        self.data.instances.insert(id, inst);
+        })?;
         self.data.migrations.insert(
             id,
             Migration {
@@ -1618,12 +1614,9 @@ impl RegionState {
             .spec;
         let tier = spec.tier;
         let (pool, pool_kind) = self.check_placement(spec, &slices)?;
-        let id = InstanceId(self.data.next_instance);
-        let next = id.0.checked_add(1).ok_or(ApplyError::Overflow)?;
-        self.data.next_instance = next;
         let version = self.function(&tenant, &function).map_or(0, |f| f.version);
-        let inst = Instance {
-            id,
+        let id = self.insert_new(Instance {
+            id: InstanceId(0),
             tenant,
             function,
             tier,
@@ -1632,13 +1625,22 @@ impl RegionState {
             slices: slices.clone(),
             placed_at: now,
             version,
-        };
-        self.index.add_instance(&inst);
-        self.data.instances.insert(id, inst);
+        })?;
         Ok(Applied::InstancePlaced {
             instance: id,
             slices,
         })
+    }
+
+    /// Adds `inst` under the next instance id (its own `id` is replaced);
+    /// refused, changing nothing, when the ids ran out.
+    fn insert_new(&mut self, mut inst: Instance) -> Result<InstanceId, ApplyError> {
+        let id = InstanceId(self.data.next_instance);
+        self.data.next_instance = id.0.checked_add(1).ok_or(ApplyError::Overflow)?;
+        inst.id = id;
+        self.index.add_instance(&inst);
+        self.data.instances.insert(id, inst);
+        Ok(id)
     }
 
     fn release(&mut self, id: InstanceId) {

@@ -205,6 +205,7 @@ async fn watch(inner: Weak<Inner>, hub: AgentHub, rules: LivenessRules) {
 /// reports it loaded (make-before-break), or after [`DRAIN_DELIVERY_WAIT`].
 async fn carry_out(s: &Scheduler, hub: &AgentHub, eval: Evaluation, old: InstanceId) {
     let what = format!("{eval:?}");
+    let eval_kind = eval.kind();
     match s.submit_here(eval).await {
         Ok(EvalDone {
             applied: Some(Applied::InstancePlaced { instance, slices }),
@@ -250,10 +251,17 @@ async fn carry_out(s: &Scheduler, hub: &AgentHub, eval: Evaluation, old: Instanc
         Ok(EvalDone {
             applied: Some(Applied::InstanceReplaced { instance, .. }),
             ..
-        }) => tracing::warn!(
-            "{what}: no room for {old} and a new instance at once (capacity or quota): \
-             moved it in one step to {instance} (break-before-make for this instance)"
-        ),
+        }) => {
+            if matches!(eval_kind, "node_not_ready") {
+                // A lost node's instance: nothing serves there to overlap with.
+                tracing::info!("{what}: moved {old} in one step to {instance}");
+            } else {
+                tracing::warn!(
+                    "{what}: no room for {old} and a new instance at once (capacity or quota): \
+                     moved it in one step to {instance} (break-before-make for this instance)"
+                )
+            }
+        }
         Ok(EvalDone {
             applied: Some(a), ..
         }) => tracing::info!("{what}: {a:?}"),
