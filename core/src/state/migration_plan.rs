@@ -154,18 +154,32 @@ pub fn plan_move(
     policy: &PlacementPolicy<'_>,
     now: UnixMillis,
 ) -> Result<Vec<Slice>, MoveError> {
-    let gone = || MoveError::Gone(instance);
-    let inst = view.instance(instance).ok_or_else(gone)?;
-    let f = view
-        .function(&inst.tenant, &inst.function)
-        .map_err(|_| gone())?;
-    let topology = view.topology().ok_or_else(gone)?;
+    let inst = view.instance(instance).ok_or(MoveError::Gone(instance))?;
     if target.holds(inst) {
         return Err(MoveError::AlreadyThere {
             instance,
             target: target.to_string(),
         });
     }
+    plan_into(view, inst, target, policy, now)
+}
+
+/// Slices in `target` for another instance of `inst`'s function, counted
+/// once with `inst` (the body of [`plan_move`], which first refuses an
+/// instance in the target already; a defragmentation moves instances
+/// inside their own pool).
+pub(crate) fn plan_into(
+    view: &RegionState,
+    inst: &Instance,
+    target: &MoveTarget,
+    policy: &PlacementPolicy<'_>,
+    now: UnixMillis,
+) -> Result<Vec<Slice>, MoveError> {
+    let gone = || MoveError::Gone(inst.id);
+    let f = view
+        .function(&inst.tenant, &inst.function)
+        .map_err(|_| gone())?;
+    let topology = view.topology().ok_or_else(gone)?;
     let (pool, prefer) = target.preference(topology);
     let spec = FunctionSpec {
         pool,

@@ -30,6 +30,7 @@ mod agent;
 mod applied;
 mod bill;
 mod command;
+mod defragment;
 mod drained_node;
 mod error;
 mod fit;
@@ -66,6 +67,9 @@ pub use agent::{AgentId, AgentRecord};
 pub use applied::{Applied, PlacedInstance};
 pub use bill::{Bill, BillLine, FunctionUsage};
 pub use command::{DomainCommand, UsageRecord, MAX_USAGE_BATCH};
+pub use defragment::{
+    plan_defragment, DefragMove, DefragPlan, Defragment, NoDefrag, DEFRAG_MOVES_MAX, DEFRAG_PLANS,
+};
 pub use drained_node::DrainedNode;
 pub use error::{ApplyError, ErrorClass, ObjectKind};
 pub use fit::{

@@ -42,6 +42,9 @@ pub struct PlacementPolicy<'a> {
     /// wins over the others of its pool group, whatever the ranking's
     /// score; the pool preference still comes first. Empty: no preference.
     pub prefer: &'a [NodeId],
+    /// Nodes the plan must not use (a defragmentation's moves leave the
+    /// node they make room on). Empty: none.
+    pub avoid: &'a [NodeId],
 }
 
 /// Where one instance goes.
@@ -89,7 +92,15 @@ pub fn plan_placements(
             ..policy.options
         };
         let prefer = if k == 0 { policy.prefer } else { &[] };
-        plan_preferring(view, pending, spec, policy.ranking, &options, prefer)
+        plan_preferring(
+            view,
+            pending,
+            spec,
+            policy.ranking,
+            &options,
+            prefer,
+            policy.avoid,
+        )
     };
     if count <= 1 {
         if count == 1 {

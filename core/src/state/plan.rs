@@ -89,7 +89,7 @@ fn progress(d: GpuDimension) -> u8 {
 
 /// The preference group of a pool for `pref` (0 is tried first; `None`:
 /// never, a pool outside a strict preference's).
-fn group(pref: &PoolPreference, name: &str, kind: PoolKind) -> Option<u8> {
+pub(crate) fn group(pref: &PoolPreference, name: &str, kind: PoolKind) -> Option<u8> {
     if !pref.allows(name, kind) {
         return None;
     }
@@ -277,7 +277,7 @@ pub fn plan_on(
     ranking: &dyn Ranking,
     options: &PlanOptions,
 ) -> Result<(Proposal, PlanMetric), Box<PlanRejection>> {
-    plan_preferring(state, pending, spec, ranking, options, &[])
+    plan_preferring(state, pending, spec, ranking, options, &[], &[])
 }
 
 /// [`plan_on`], where a feasible candidate on a node of `prefer` wins over
@@ -285,7 +285,8 @@ pub fn plan_on(
 /// side). A preference scans (the index does not know nodes by name).
 /// Within each side a GPU that holds no instance of the function yet wins
 /// over one that does (a function's instances spread over GPUs), so every
-/// plan, with a preference or not, spreads.
+/// plan, with a preference or not, spreads. Nodes in `avoid` are never
+/// used (nor counted as evaluated).
 pub(crate) fn plan_preferring(
     state: &RegionState,
     pending: Option<&PendingPlans>,
@@ -293,6 +294,7 @@ pub(crate) fn plan_preferring(
     ranking: &dyn Ranking,
     options: &PlanOptions,
     prefer: &[NodeId],
+    avoid: &[NodeId],
 ) -> Result<(Proposal, PlanMetric), Box<PlanRejection>> {
     let reject = |reason| rejection(&spec.tenant, &spec.name, reason);
     let topology = state
@@ -357,7 +359,7 @@ pub(crate) fn plan_preferring(
                 .is_some_and(|pos| siblings.contains(&(pos, s.gpu.index)))
         })
     };
-    if options.indexed && spec.tier != Tier::Exclusive && prefer.is_empty() {
+    if options.indexed && spec.tier != Tier::Exclusive && prefer.is_empty() && avoid.is_empty() {
         let d = Demand {
             tier: spec.tier,
             compute_milli: spec.compute_milli,
@@ -423,6 +425,9 @@ pub(crate) fn plan_preferring(
             let (p, j) = members[at];
             let pool = &topology.pools()[p];
             let node = &pool.nodes[j];
+            if avoid.contains(&node.name) {
+                continue;
+            }
             let preferred = prefer.contains(&node.name);
             let (q, used) = &quotas[kind_index(pool.kind)];
             if !state.takes_placements(&node.name) {

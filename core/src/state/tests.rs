@@ -94,6 +94,7 @@ gpu_hour = 625_000
 memory_gib_hour = 12_500
 "#;
 
+mod defragment;
 mod explained;
 mod indexed;
 mod keyed;

@@ -406,6 +406,7 @@ pub(super) fn eval_error(e: &EvalError) -> ApiError {
             gshare_core::state::MoveError::Gone(_) => ApiError::not_found(m.to_string()),
             _ => ApiError::new(StatusCode::CONFLICT, "no_room", m.to_string()),
         },
+        EvalError::NoRoom(_) => ApiError::new(StatusCode::CONFLICT, "no_room", e.to_string()),
     }
 }
 

@@ -5,7 +5,7 @@
 
 use gshare_core::model::{FunctionSpec, NodeId, TenantId};
 use gshare_core::state::{
-    Applied, ApplyError, InstanceId, MigrationCause, MoveError, MoveTarget, PlanRejection,
+    Applied, ApplyError, InstanceId, MigrationCause, MoveError, MoveTarget, NoDefrag, PlanRejection,
 };
 use serde::{Deserialize, Serialize};
 
@@ -107,6 +107,23 @@ pub enum Evaluation {
         /// The autoscaler's decision.
         desired: u32,
     },
+    /// One more instance of a function found no GPU although its pools
+    /// have the room in sum (a scale-out, a shed or a function below
+    /// `min_instances` answered `gpu_full`): move at most two small
+    /// instances of other functions make-before-break to make room
+    /// (`plan_defragment`; the first move is proposed, the next
+    /// evaluation sees it leaving and plans the rest).
+    Defragment {
+        /// The owner.
+        tenant: TenantId,
+        /// The function.
+        function: String,
+        /// The instances it should have (`min_instances`, or the
+        /// autoscaler's decision within `max_instances`).
+        desired: u32,
+        /// Planned in the center (a shed) rather than its own preference.
+        shed: bool,
+    },
 }
 
 impl Evaluation {
@@ -122,6 +139,7 @@ impl Evaluation {
             Evaluation::ScaleIn { .. } => "scale_in",
             Evaluation::Migrate { .. } => "migrate",
             Evaluation::Shed { .. } => "shed",
+            Evaluation::Defragment { .. } => "defragment",
         }
     }
 }
@@ -160,6 +178,9 @@ pub enum EvalError {
     /// The instance cannot move there; nothing was proposed.
     #[error(transparent)]
     Unmovable(MoveError),
+    /// No room can be made by defragmentation; nothing was proposed.
+    #[error("no room can be made: {0}")]
+    NoRoom(NoDefrag),
 }
 
 /// The answer to one evaluation.

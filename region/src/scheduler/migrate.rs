@@ -9,6 +9,9 @@
 //!        Abort    ─▶ InstanceRelease(new)   not ready in time, or its node went not_ready
 //!     plan_returns(view, policy, calm)                    (core, pure)
 //!        ─▶ Evaluation::Migrate { cause: Return } per function, one at a time
+//!     functions whose placement answered gpu_full in the last 5 s
+//!        ─▶ Evaluation::Defragment per function, one at a time
+//!           (plan_defragment: the first of at most two moves, or wait)
 //! ```
 //!
 //! A function is *calm* when its agents' latest reports show no deadline
@@ -45,6 +48,10 @@ pub const MIGRATION_WAIT: Duration = Duration::from_secs(60);
 const RETURN_MIN_AGE_MS: u64 = 10_000;
 /// Most returns started per tick (each function one at a time).
 const RETURNS_PER_TICK: usize = 4;
+/// A function blocked on `gpu_full` longer ago than this is not
+/// defragmented for (its need was not seen again: the underplaced tick
+/// and the autoscaler retry every second).
+const BLOCKED_FRESH_MS: u64 = 5_000;
 
 impl Scheduler {
     /// Starts the leader's migration tick (it acts only while this
@@ -87,7 +94,8 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub) {
         if inner.raft.metrics().borrow().state == ServerState::Shutdown {
             return;
         }
-        if !inner.leads() || !has_work(inner.state.read().region.domain()) {
+        if !inner.leads() || !(inner.any_blocked() || has_work(inner.state.read().region.domain()))
+        {
             continue;
         }
         let agents = hub.gather().await;
@@ -192,7 +200,71 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub) {
             })
             .collect()
         };
+        // Functions whose placement found no GPU in the last few seconds:
+        // make room by moving small instances (at most one evaluation per
+        // function at a time; the next tick plans the next move).
+        let since = now.saturating_sub(BLOCKED_FRESH_MS);
+        let defrags: Vec<(Evaluation, (TenantId, String))> = inner
+            .take_blocked(since)
+            .into_iter()
+            .map(|((tenant, function), b)| {
+                let key = (tenant.clone(), function.clone());
+                let eval = Evaluation::Defragment {
+                    tenant,
+                    function,
+                    desired: b.desired,
+                    shed: b.shed,
+                };
+                (eval, key)
+            })
+            .collect();
         let scheduler = Scheduler { inner };
+        for (eval, key) in defrags {
+            let fresh = busy
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(key.clone());
+            if !fresh {
+                continue;
+            }
+            let (s, busy, hub) = (scheduler.clone(), busy.clone(), hub.clone());
+            tokio::spawn(async move {
+                match s.submit_here(eval).await {
+                    Ok(done) => {
+                        if let Some(gshare_core::state::Applied::InstanceMigrating {
+                            from,
+                            instance: new,
+                            slices,
+                        }) = done.applied
+                        {
+                            let node = slices.first().map_or("", |s| s.gpu.node.0.as_str());
+                            let (tenant, function) = {
+                                let st = s.inner.state.read();
+                                let view = st.region.domain();
+                                view.instance(new).map_or_else(
+                                    || (String::new(), String::new()),
+                                    |i| (i.tenant.0.clone(), i.function.clone()),
+                                )
+                            };
+                            tracing::info!(
+                                "defragmentation for {}/{}: {from} of {tenant}/{function} moves as {new} to {node}",
+                                key.0, key.1
+                            );
+                            hub.activity.migrated(
+                                unix_ms(),
+                                "migrate_start",
+                                node,
+                                new,
+                                &tenant,
+                                &function,
+                            );
+                        }
+                    }
+                    Err(e) => tracing::debug!("defragmentation for {}/{}: {e}", key.0, key.1),
+                }
+                busy.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+            });
+        }
         for (instance, eval, key) in returns {
             let fresh = busy
                 .lock()

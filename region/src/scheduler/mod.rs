@@ -52,7 +52,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::agents::HostCopyKey;
-use gshare_core::autoscale::Decision;
+use gshare_core::autoscale::{Decision, FunctionKey};
 use gshare_core::model::{FunctionSpec, NodeId, TenantId};
 use gshare_core::state::{
     plan_placements, FragmentationAware, PendingPlans, PlacementPlan, PlacementPolicy, PlanOptions,
@@ -110,15 +110,18 @@ impl Counters {
 
     fn answered(&self, eval: &Evaluation, result: &EvalResult) {
         let kind = eval.kind();
-        if let (
-            Evaluation::Migrate { cause, .. },
-            Ok(EvalDone {
-                applied: Some(gshare_core::state::Applied::InstanceMigrating { .. }),
-                ..
-            }),
-        ) = (eval, result)
+        if let Ok(EvalDone {
+            applied: Some(gshare_core::state::Applied::InstanceMigrating { .. }),
+            ..
+        }) = result
         {
-            self.migration(*cause, "started");
+            match eval {
+                Evaluation::Migrate { cause, .. } => self.migration(*cause, "started"),
+                Evaluation::Defragment { .. } => {
+                    self.migration(gshare_core::state::MigrationCause::Defragment, "started")
+                }
+                _ => {}
+            }
         }
         let outcome = match result {
             Ok(_) => "committed",
@@ -128,6 +131,7 @@ impl Counters {
             Err(EvalError::Unknown(_)) => "unknown",
             Err(EvalError::Stopped) => "stopped",
             Err(EvalError::Unmovable(_)) => "unmovable",
+            Err(EvalError::NoRoom(_)) => "no_room",
         };
         let mut e = self.evaluations.lock().unwrap_or_else(|p| p.into_inner());
         *e.entry((kind, outcome)).or_default() += 1;
@@ -272,6 +276,18 @@ struct Inner {
     /// The agent reports (set by `watch_load`): what a wake from zero
     /// reads the freshest host copies from.
     hub: std::sync::OnceLock<crate::agents::AgentHub>,
+    /// Functions whose latest placement found no GPU (`gpu_full`): the
+    /// instances each should have, whether it was a shed, and when (Unix
+    /// ms). The migration tick takes them as defragmentation evaluations.
+    blocked: Mutex<BTreeMap<FunctionKey, Blocked>>,
+}
+
+/// A function whose placement found no GPU (see `Inner::blocked`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Blocked {
+    desired: u32,
+    shed: bool,
+    at_ms: u64,
 }
 
 /// The handle of a replica's scheduler (cheap to clone).
@@ -310,6 +326,7 @@ impl Scheduler {
             ranking: Mutex::new(None),
             host_copies: Mutex::default(),
             hub: std::sync::OnceLock::new(),
+            blocked: Mutex::default(),
         });
         tokio::spawn(worker::run(Arc::downgrade(&inner), rx));
         tokio::spawn(underplaced_tick(Arc::downgrade(&inner)));
@@ -433,6 +450,67 @@ impl Inner {
             .unwrap_or_default()
     }
 
+    /// Remembers a function whose placement `eval` found no GPU although
+    /// the answer came from the view (`result`): the migration tick looks
+    /// whether moving small instances makes room (a deploy is answered to
+    /// its caller instead; see docs/migration.md).
+    fn note_blocked(&self, view: &RegionState, eval: &Evaluation, result: &EvalResult, now: u64) {
+        let Err(EvalError::Rejected(r)) = result else {
+            return;
+        };
+        if !matches!(r.reason, gshare_core::state::RejectReason::Gpu { .. }) {
+            return;
+        }
+        let (tenant, function, desired, shed) = match eval {
+            Evaluation::ScaleOut {
+                tenant,
+                function,
+                desired,
+            } => (tenant, function, *desired, false),
+            Evaluation::Shed {
+                tenant,
+                function,
+                desired,
+            } => (tenant, function, *desired, true),
+            Evaluation::Underplaced { tenant, function } => {
+                let Ok(f) = view.function(tenant, function) else {
+                    return;
+                };
+                (tenant, function, f.spec.min_instances, false)
+            }
+            _ => return,
+        };
+        self.blocked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                (tenant.clone(), function.clone()),
+                Blocked {
+                    desired,
+                    shed,
+                    at_ms: now,
+                },
+            );
+    }
+
+    /// Takes the functions blocked since `since_ms` (older ones are
+    /// dropped: their need was not seen again).
+    fn take_blocked(&self, since_ms: u64) -> Vec<(FunctionKey, Blocked)> {
+        std::mem::take(&mut *self.blocked.lock().unwrap_or_else(|p| p.into_inner()))
+            .into_iter()
+            .filter(|(_, b)| b.at_ms >= since_ms)
+            .collect()
+    }
+
+    /// Whether any function waits for room.
+    fn any_blocked(&self) -> bool {
+        !self
+            .blocked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+    }
+
     /// The policy of one plan: the index over free capacity (what a full
     /// scan would pick), around the `pending` plans not yet applied.
     fn policy<'a>(
@@ -445,6 +523,7 @@ impl Inner {
             options: PlanOptions::indexed(),
             pending,
             prefer: &[],
+            avoid: &[],
         }
     }
 }

@@ -23,8 +23,9 @@ use gshare_core::command::{CommandOutcome, RegionCommand};
 use gshare_core::model::PoolPreference;
 use gshare_core::model::TenantId;
 use gshare_core::state::{
-    plan_move, plan_placements, plan_replacement, ApplyError, DomainCommand, KeyLookup, MoveError,
-    ObjectKind, PendingPlans, PlacementPolicy, PlanTicket, RegionState,
+    plan_defragment, plan_move, plan_placements, plan_replacement, ApplyError, Defragment,
+    DomainCommand, KeyLookup, MigrationCause, MoveError, ObjectKind, PendingPlans, PlacementPolicy,
+    PlanTicket, RegionState, RejectReason,
 };
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
@@ -237,6 +238,50 @@ fn decide(
                 cause: *cause,
             }),
         },
+        Evaluation::Defragment {
+            tenant,
+            function,
+            desired,
+            shed,
+        } => {
+            let nothing = Decision::Answer(Ok(EvalDone {
+                applied: None,
+                replans: 0,
+            }));
+            let Ok(f) = view.function(tenant, function) else {
+                return nothing;
+            };
+            if view.instance_count(tenant, function) >= (*desired).min(f.spec.max_instances) {
+                return nothing;
+            }
+            let mut spec = f.spec.clone();
+            if *shed {
+                spec.pool = PoolPreference::Center;
+            }
+            // Room may have come meanwhile, or the reason be another now.
+            match plan_placements(view, &spec, 1, policy, now) {
+                Ok(_) => return nothing,
+                Err(r) if !matches!(r.reason, RejectReason::Gpu { .. }) => {
+                    return Decision::Answer(Err(EvalError::Rejected(r)))
+                }
+                Err(_) => {}
+            }
+            match plan_defragment(view, &spec, policy, now) {
+                Defragment::Move(plan) => match plan.moves.first() {
+                    Some(m) => {
+                        tracing::info!("defragmentation: {plan}");
+                        Decision::Propose(DomainCommand::InstanceMigrate {
+                            instance: m.instance,
+                            slices: m.slices.clone(),
+                            cause: MigrationCause::Defragment,
+                        })
+                    }
+                    None => nothing,
+                },
+                Defragment::Waiting { .. } => nothing,
+                Defragment::Nothing(why) => Decision::Answer(Err(EvalError::NoRoom(why))),
+            }
+        }
         Evaluation::NodeNotReady { node, instance } | Evaluation::Drain { node, instance } => {
             let nothing = Decision::Answer(Ok(EvalDone {
                 applied: None,
@@ -402,7 +447,10 @@ fn plan_batch(inner: &Arc<Inner>, shared: &Shared, batch: Vec<Queued>) -> Vec<Pl
             decide(view, &q.eval, &policy, &|k| keys.contains_key(k), now)
         };
         match decision {
-            Decision::Answer(r) => answer(inner, q, r),
+            Decision::Answer(r) => {
+                inner.note_blocked(view, &q.eval, &r, now);
+                answer(inner, q, r)
+            }
             Decision::Defer => match &q.eval {
                 Evaluation::Deploy { tenant, key, .. } => {
                     let k = (tenant.clone(), key.clone());
@@ -420,7 +468,8 @@ fn plan_batch(inner: &Arc<Inner>, shared: &Shared, batch: Vec<Queued>) -> Vec<Pl
                 | Evaluation::ScaleOut { .. }
                 | Evaluation::ScaleIn { .. }
                 | Evaluation::Migrate { .. }
-                | Evaluation::Shed { .. } => {
+                | Evaluation::Shed { .. }
+                | Evaluation::Defragment { .. } => {
                     let _ = shared.again.send(q);
                 }
             },
@@ -439,7 +488,8 @@ fn plan_batch(inner: &Arc<Inner>, shared: &Shared, batch: Vec<Queued>) -> Vec<Pl
                     | Evaluation::ScaleOut { .. }
                     | Evaluation::ScaleIn { .. }
                     | Evaluation::Migrate { .. }
-                    | Evaluation::Shed { .. } => None,
+                    | Evaluation::Shed { .. }
+                    | Evaluation::Defragment { .. } => None,
                 };
                 planned.push(Planned {
                     q,

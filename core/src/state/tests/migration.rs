@@ -307,6 +307,7 @@ fn policy() -> PlacementPolicy<'static> {
         options: PlanOptions::default(),
         pending: None,
         prefer: &[],
+        avoid: &[],
     }
 }
 

@@ -11,6 +11,7 @@ fn policy() -> PlacementPolicy<'static> {
         options: PlanOptions::default(),
         pending: None,
         prefer: &[],
+        avoid: &[],
     }
 }
 

@@ -12,6 +12,7 @@ fn policy<'a>(options: PlanOptions, pending: Option<&'a PendingPlans>) -> Placem
         options,
         pending,
         prefer: &[],
+        avoid: &[],
     }
 }
 

@@ -13,6 +13,7 @@ fn policy<'a>(
         options,
         pending: None,
         prefer,
+        avoid: &[],
     }
 }
 
