@@ -9,7 +9,7 @@
 //!   tenant   ─▶ FunctionDeploy/Update/Delete
 //!   leader   ─▶ InstancePlace (from plan()), InstanceRelease, InstanceReplace,
 //!               InstanceScaleIn (autoscaler), NodeReadySet (liveness),
-//!               InstanceMigrate (make-before-break moves)
+//!               InstanceMigrate, MigrationEnd (make-before-break moves)
 //!   operator ─▶ NodeDrainSet
 //!   agent    ─▶ AgentRegister, UsageBatch,
 //!               InstanceSliceReserve / InstanceSliceRelease (a remap, two phases)
@@ -261,6 +261,20 @@ pub enum DomainCommand {
         /// Why it moves.
         cause: super::MigrationCause,
     },
+    /// Ends the migration `from` → `to`: `complete` releases `from` (the
+    /// new side is ready), else `to` (given up). Refused, changing
+    /// nothing, unless that migration is still in progress with both
+    /// sides (another command may have ended it, or released a side,
+    /// since the leader decided): a plain `InstanceRelease` decided on a
+    /// stale view could release the only side left.
+    MigrationEnd {
+        /// The old side.
+        from: InstanceId,
+        /// The new side.
+        to: InstanceId,
+        /// Release the old side (completed), or the new one (given up).
+        complete: bool,
+    },
 }
 
 impl DomainCommand {
@@ -292,6 +306,7 @@ impl DomainCommand {
             DomainCommand::InstanceReplace { .. } => "instance_replace",
             DomainCommand::InstanceScaleIn { .. } => "instance_scale_in",
             DomainCommand::InstanceMigrate { .. } => "instance_migrate",
+            DomainCommand::MigrationEnd { .. } => "migration_end",
         }
     }
 

@@ -20,7 +20,9 @@
 //!
 //! Movable: burstable and oversubscribed instances of the current version
 //! of another function that is not migrating, not placed by an operator,
-//! on one GPU. Guaranteed and exclusive instances never move for another
+//! on one GPU, placed at least [`DEFRAG_VICTIM_MIN_AGE_MS`] ago, in a pool
+//! with another node; never two of one function in one plan, and never
+//! onto a node another defragmentation is clearing a GPU of. Guaranteed and exclusive instances never move for another
 //! function's room. Only guaranteed and burstable instances are made room
 //! for (an oversubscribed one needs no resident room; an exclusive one
 //! needs whole GPUs).
@@ -34,12 +36,18 @@ use super::plan::group;
 use super::region_state::{RegionState, UnixMillis};
 use crate::model::{FunctionSpec, GpuId, Mib, MilliGpu, NodeId, PoolKind, Slice, TenantId, Tier};
 use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 /// Most instances moved to make room for one placement.
 pub const DEFRAG_MOVES_MAX: usize = 2;
 /// Most ways of making room that are planned (each plans its moves).
 pub const DEFRAG_PLANS: usize = 8;
+/// An instance placed (or moved) more recently than this does not move
+/// to make room (a victim does not bounce from plan to plan).
+pub const DEFRAG_VICTIM_MIN_AGE_MS: u64 = 10_000;
+/// The smallest movable instances of one GPU that are looked at.
+pub const DEFRAG_VICTIMS_PER_GPU: usize = 24;
 
 /// One instance moved to make room.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,14 +169,61 @@ pub enum Defragment {
     Nothing(NoDefrag),
 }
 
+/// The migrations in progress, read once per plan.
+struct Moving<'v> {
+    /// Old sides, with why they move.
+    leaving: BTreeMap<InstanceId, MigrationCause>,
+    /// Functions with a migration in progress.
+    functions: BTreeSet<(&'v TenantId, &'v str)>,
+    /// Nodes a defragmentation is clearing a GPU of (victims never go
+    /// there: they would fill what another plan empties).
+    clearing: Vec<NodeId>,
+}
+
+impl<'v> Moving<'v> {
+    fn of(view: &'v RegionState) -> Self {
+        let mut m = Moving {
+            leaving: BTreeMap::new(),
+            functions: BTreeSet::new(),
+            clearing: Vec::new(),
+        };
+        for g in view.migrations() {
+            m.leaving.insert(g.from, g.cause);
+            if let Some(i) = view.instance(g.to) {
+                m.functions.insert((&i.tenant, i.function.as_str()));
+            }
+            if g.cause == MigrationCause::Defragment {
+                for s in view.instance(g.from).iter().flat_map(|i| i.slices.iter()) {
+                    if !m.clearing.contains(&s.gpu.node) {
+                        m.clearing.push(s.gpu.node.clone());
+                    }
+                }
+            }
+        }
+        m
+    }
+}
+
 /// Whether `i` may move to make room for `spec` (see the module docs).
-fn movable(view: &RegionState, i: &Instance, spec: &FunctionSpec) -> bool {
+fn movable(
+    view: &RegionState,
+    moving: &Moving<'_>,
+    i: &Instance,
+    spec: &FunctionSpec,
+    now: UnixMillis,
+) -> bool {
+    let pool_has_another_node = view
+        .topology()
+        .and_then(|t| t.pool(&i.pool))
+        .is_some_and(|p| p.nodes.len() >= 2);
     i.tier.remappable()
         && i.slices.len() == 1
+        && pool_has_another_node
+        && now.saturating_sub(i.placed_at) >= DEFRAG_VICTIM_MIN_AGE_MS
         && !(i.tenant == spec.tenant && i.function == spec.name)
         && !view.operator_placed(i.id)
-        && view.migration_of(i.id).is_none()
-        && !view.migrating(&i.tenant, &i.function)
+        && !moving.leaving.contains_key(&i.id)
+        && !moving.functions.contains(&(&i.tenant, i.function.as_str()))
         && view
             .function(&i.tenant, &i.function)
             .is_ok_and(|f| f.version == i.version)
@@ -239,26 +294,61 @@ pub fn plan_defragment(
     let admitted = [admits(PoolKind::Center), admits(PoolKind::Edge)];
     let kind_index = |k: PoolKind| usize::from(k == PoolKind::Edge);
     let loads = view.node_loads();
+    let moving = Moving::of(view);
+
+    // The nodes it may use (preference group, position), and their free
+    // room in sum: a pool that is full, not fragmented, ends here.
     let mut quota_blocked = None;
+    let mut nodes: Vec<(u8, usize)> = Vec::new();
     let (mut free_mib, mut free_compute, mut largest): (Mib, u64, Mib) = (0, 0, 0);
+    for (pos, load) in loads.iter().enumerate() {
+        let (Some(pool), Some(node)) = (view.pool_of_position(pos), view.node_name_at(pos)) else {
+            continue;
+        };
+        let Some(g) = group(&spec.pool, &pool.name, pool.kind) else {
+            continue;
+        };
+        if !view.takes_placements(node)
+            || policy.avoid.contains(node)
+            || policy.pending.is_some_and(|p| p.node(pos).is_some())
+        {
+            continue;
+        }
+        if !admitted[kind_index(pool.kind)] {
+            quota_blocked.get_or_insert(pool.kind);
+            continue;
+        }
+        for slot in &load.gpus {
+            if slot.capacity.available && !slot.load.exclusive {
+                let free = slot.load.free_memory(&slot.capacity);
+                free_mib = free_mib.saturating_add(free);
+                free_compute = free_compute.saturating_add(u64::from(slot.load.free_compute()));
+                largest = largest.max(free);
+            }
+        }
+        nodes.push((g, pos));
+    }
+    if nodes.is_empty() {
+        if let Some(kind) = quota_blocked {
+            return Defragment::Nothing(NoDefrag::Quota(kind));
+        }
+    }
+    let short_memory = free_mib < spec.memory_mib;
+    let short_compute =
+        spec.tier == Tier::Guaranteed && free_compute < u64::from(spec.compute_milli);
+    if short_memory || short_compute {
+        return Defragment::Nothing(NoDefrag::Full {
+            free_mib,
+            free_compute_milli: free_compute,
+        });
+    }
+
     for g in 0..=2u8 {
         let mut options: Vec<Room<'_>> = Vec::new();
-        for (pos, load) in loads.iter().enumerate() {
-            let (Some(pool), Some(node)) = (view.pool_of_position(pos), view.node_name_at(pos))
-            else {
+        for &(_, pos) in nodes.iter().filter(|(ng, _)| *ng == g) {
+            let (Some(load), Some(node)) = (loads.get(pos), view.node_name_at(pos)) else {
                 continue;
             };
-            if group(&spec.pool, &pool.name, pool.kind) != Some(g)
-                || !view.takes_placements(node)
-                || policy.avoid.contains(node)
-                || policy.pending.is_some_and(|p| p.node(pos).is_some())
-            {
-                continue;
-            }
-            if !admitted[kind_index(pool.kind)] {
-                quota_blocked.get_or_insert(pool.kind);
-                continue;
-            }
             let mut scratch = load.clone();
             for (gi, slot) in load.gpus.iter().enumerate() {
                 let Ok(index) = u32::try_from(gi) else {
@@ -267,10 +357,6 @@ pub fn plan_defragment(
                 if !slot.capacity.available || slot.load.exclusive {
                     continue;
                 }
-                let free = slot.load.free_memory(&slot.capacity);
-                free_mib = free_mib.saturating_add(free);
-                free_compute = free_compute.saturating_add(u64::from(slot.load.free_compute()));
-                largest = largest.max(free);
                 // The instances on this GPU with what each asks of it.
                 let on: Vec<(&Instance, Demand)> = slot
                     .instances
@@ -284,19 +370,11 @@ pub fn plan_defragment(
                         Some((i, i.demand(s)))
                     })
                     .collect();
-                let leaving: Vec<(InstanceId, MigrationCause)> = on
-                    .iter()
-                    .filter_map(|(i, _)| {
-                        view.migration_of(i.id)
-                            .filter(|m| m.from == i.id)
-                            .map(|m| (i.id, m.cause))
-                    })
-                    .collect();
                 let mut fits_without = |gone: &[InstanceId]| {
                     let rest = GpuLoad::of(
                         on.iter()
                             .filter(|(i, _)| {
-                                !gone.contains(&i.id) && !leaving.iter().any(|(l, _)| *l == i.id)
+                                !gone.contains(&i.id) && !moving.leaving.contains_key(&i.id)
                             })
                             .map(|(_, d)| d),
                     );
@@ -304,6 +382,7 @@ pub fn plan_defragment(
                     scratch.refresh();
                     let ok = fit(caps, &scratch, &[(index, demand)]).is_ok();
                     scratch.gpus[gi].load = slot.load;
+                    scratch.refresh();
                     ok
                 };
                 if fits_without(&[]) {
@@ -314,36 +393,47 @@ pub fn plan_defragment(
                         },
                     };
                 }
-                let defragmenting = leaving
+                let defragmenting = on
                     .iter()
-                    .filter(|(_, c)| *c == MigrationCause::Defragment)
+                    .filter(|(i, _)| moving.leaving.get(&i.id) == Some(&MigrationCause::Defragment))
                     .count();
                 let allowed = DEFRAG_MOVES_MAX.saturating_sub(defragmenting);
                 let mut victims: Vec<&Instance> = on
                     .iter()
                     .map(|(i, _)| *i)
-                    .filter(|i| movable(view, i, spec))
+                    .filter(|i| movable(view, &moving, i, spec, now))
                     .collect();
                 victims.sort_by_key(|i| (size(i), i.id));
-                let mut alone = Vec::new();
-                if allowed >= 1 {
-                    for v in &victims {
-                        let ok = fits_without(&[v.id]);
-                        alone.push(ok);
-                        if ok {
-                            options.push(Room::new(vec![*v], defragmenting == 0, pos, index));
-                        }
+                victims.truncate(DEFRAG_VICTIMS_PER_GPU);
+                // Removing more never hurts a fit: if even every victim
+                // leaving is not enough, no subset is.
+                let all: Vec<InstanceId> = victims.iter().map(|i| i.id).collect();
+                if allowed == 0 || all.is_empty() || !fits_without(&all) {
+                    continue;
+                }
+                let mut alone = Vec::with_capacity(victims.len());
+                for v in &victims {
+                    let ok = fits_without(&[v.id]);
+                    alone.push(ok);
+                    if ok {
+                        options.push(Room::new(vec![*v], defragmenting == 0, pos, index));
                     }
                 }
                 if allowed >= 2 {
                     for a in 0..victims.len() {
                         for b in a.saturating_add(1)..victims.len() {
-                            if alone[a] || alone[b] {
+                            let (va, vb) = (victims[a], victims[b]);
+                            // Two of one function would be two migrations
+                            // of it at once (one at a time is the rule).
+                            if alone[a]
+                                || alone[b]
+                                || (va.tenant == vb.tenant && va.function == vb.function)
+                            {
                                 continue;
                             }
-                            if fits_without(&[victims[a].id, victims[b].id]) {
+                            if fits_without(&[va.id, vb.id]) {
                                 options.push(Room::new(
-                                    vec![victims[a], victims[b]],
+                                    vec![va, vb],
                                     defragmenting == 0,
                                     pos,
                                     index,
@@ -355,47 +445,57 @@ pub fn plan_defragment(
             }
         }
         options.sort_by_key(|o| o.key);
-        for o in options.iter().take(DEFRAG_PLANS) {
-            if let Some(plan) = plan_moves(view, spec, policy, o, now) {
-                return Defragment::Move(DefragPlan {
-                    free_mib,
-                    free_compute_milli: free_compute,
-                    largest_free_mib: largest,
-                    ..plan
-                });
+        // Victims that found no place elsewhere in their pool (by function
+        // and pool: the others of it would not either) are not tried again.
+        let mut stuck: BTreeSet<(&TenantId, &str, &str)> = BTreeSet::new();
+        let mut planned = 0usize;
+        for o in &options {
+            if planned >= DEFRAG_PLANS {
+                break;
+            }
+            if o.victims
+                .iter()
+                .any(|v| stuck.contains(&(&v.tenant, v.function.as_str(), v.pool.as_str())))
+            {
+                continue;
+            }
+            planned = planned.saturating_add(1);
+            match plan_moves(view, &moving, spec, policy, o, now) {
+                Ok(plan) => {
+                    return Defragment::Move(DefragPlan {
+                        free_mib,
+                        free_compute_milli: free_compute,
+                        largest_free_mib: largest,
+                        ..plan
+                    })
+                }
+                Err(Some(v)) => {
+                    stuck.insert((&v.tenant, v.function.as_str(), v.pool.as_str()));
+                }
+                Err(None) => {}
             }
         }
-    }
-    if let Some(kind) = quota_blocked {
-        if free_mib == 0 {
-            return Defragment::Nothing(NoDefrag::Quota(kind));
-        }
-    }
-    let short_memory = free_mib < spec.memory_mib;
-    let short_compute =
-        spec.tier == Tier::Guaranteed && free_compute < u64::from(spec.compute_milli);
-    if short_memory || short_compute {
-        return Defragment::Nothing(NoDefrag::Full {
-            free_mib,
-            free_compute_milli: free_compute,
-        });
     }
     Defragment::Nothing(NoDefrag::NoMoves)
 }
 
 /// Plans where each victim of `o` goes: in its own pool, off the GPU's
-/// node, each around the ones before it.
-fn plan_moves(
+/// node and off the nodes other defragmentations clear, each around the
+/// ones before it. Fails naming the victim that found no place (`None`:
+/// the view changed under it).
+fn plan_moves<'v>(
     view: &RegionState,
+    moving: &Moving<'_>,
     spec: &FunctionSpec,
     policy: &PlacementPolicy<'_>,
-    o: &Room<'_>,
+    o: &Room<'v>,
     now: UnixMillis,
-) -> Option<DefragPlan> {
-    let node: NodeId = view.node_name_at(o.pos)?.clone();
-    let pool = view.pool_of_position(o.pos)?.name.clone();
+) -> Result<DefragPlan, Option<&'v Instance>> {
+    let node: NodeId = view.node_name_at(o.pos).ok_or(None)?.clone();
+    let pool = view.pool_of_position(o.pos).ok_or(None)?.name.clone();
     let mut avoid: Vec<NodeId> = policy.avoid.to_vec();
     avoid.push(node.clone());
+    avoid.extend(moving.clearing.iter().cloned());
     let mut overlay = policy.pending.cloned().unwrap_or_default();
     let mut moves = Vec::with_capacity(o.victims.len());
     for v in &o.victims {
@@ -404,10 +504,11 @@ fn plan_moves(
             avoid: &avoid,
             ..*policy
         };
-        let slices = plan_into(view, v, &MoveTarget::Pool(v.pool.clone()), &p, now).ok()?;
-        let (vspec, _) = view.instance_spec(v.id)?;
+        let slices =
+            plan_into(view, v, &MoveTarget::Pool(v.pool.clone()), &p, now).map_err(|_| Some(*v))?;
+        let (vspec, _) = view.instance_spec(v.id).ok_or(None)?;
         overlay.reserve(view, vspec, &slices);
-        let here = v.slices.first()?;
+        let here = v.slices.first().ok_or(None)?;
         moves.push(DefragMove {
             instance: v.id,
             tenant: v.tenant.clone(),
@@ -418,7 +519,7 @@ fn plan_moves(
             slices,
         });
     }
-    Some(DefragPlan {
+    Ok(DefragPlan {
         tenant: spec.tenant.clone(),
         function: spec.name.clone(),
         tier: spec.tier,

@@ -69,6 +69,7 @@ pub use bill::{Bill, BillLine, FunctionUsage};
 pub use command::{DomainCommand, UsageRecord, MAX_USAGE_BATCH};
 pub use defragment::{
     plan_defragment, DefragMove, DefragPlan, Defragment, NoDefrag, DEFRAG_MOVES_MAX, DEFRAG_PLANS,
+    DEFRAG_VICTIMS_PER_GPU, DEFRAG_VICTIM_MIN_AGE_MS,
 };
 pub use drained_node::DrainedNode;
 pub use error::{ApplyError, ErrorClass, ObjectKind};

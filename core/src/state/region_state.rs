@@ -654,7 +654,33 @@ impl RegionState {
                 slices,
                 cause,
             } => self.instance_migrate(instance, slices, cause, now),
+            DomainCommand::MigrationEnd { from, to, complete } => {
+                self.migration_end(from, to, complete)
+            }
         }
+    }
+
+    /// Ends a migration in progress (see [`DomainCommand::MigrationEnd`]).
+    fn migration_end(
+        &mut self,
+        from: InstanceId,
+        to: InstanceId,
+        complete: bool,
+    ) -> Result<Applied, ApplyError> {
+        let live = self
+            .data
+            .migrations
+            .get(&to)
+            .is_some_and(|m| m.from == from)
+            && self.data.instances.contains_key(&from)
+            && self.data.instances.contains_key(&to);
+        if !live {
+            return Err(ApplyError::Migration {
+                instance: to,
+                reason: format!("no migration {from} -> {to} in progress (it ended meanwhile)"),
+            });
+        }
+        self.instance_release(if complete { from } else { to })
     }
 
     /// Starts a migration (see [`DomainCommand::InstanceMigrate`]); a
@@ -804,6 +830,14 @@ impl RegionState {
             .get(&instance)
             .cloned()
             .ok_or(ApplyError::UnknownInstance { instance })?;
+        if self.migration_of(instance).is_some() {
+            // Its migration's end releases one side; a replacement beside
+            // it would leave one instance too many.
+            return Err(ApplyError::Migration {
+                instance,
+                reason: "it is migrating (the migration's end releases one side)".into(),
+            });
+        }
         let next_instance = self.data.next_instance;
         let record = self.function(&old.tenant, &old.function).ok().cloned();
         self.release(instance);
@@ -1371,15 +1405,36 @@ impl RegionState {
         if reshaped {
             replacing = current;
         } else {
-            // Instances over a lowered max_instances go, newest first; the
-            // others run the new version from now on.
-            let excess = current.len().saturating_sub(spec.max_instances as usize);
-            let keep = current.len().saturating_sub(excess);
-            for id in current.iter().skip(keep) {
+            // Instances over a lowered max_instances go, newest first, those
+            // not migrating before migrating ones (a migration's two sides
+            // count once, so both go together); the others run the new
+            // version from now on.
+            let counted: Vec<InstanceId> = current
+                .iter()
+                .copied()
+                .filter(|id| !self.data.migrations.contains_key(id))
+                .collect();
+            let excess = counted.len().saturating_sub(spec.max_instances as usize);
+            let moving = |id: &InstanceId| self.migration_of(*id).map(|m| m.to);
+            let going: Vec<InstanceId> = counted
+                .iter()
+                .rev()
+                .filter(|id| moving(id).is_none())
+                .map(|id| vec![*id])
+                .chain(
+                    counted
+                        .iter()
+                        .rev()
+                        .filter_map(|id| moving(id).map(|to| vec![*id, to])),
+                )
+                .take(excess)
+                .flatten()
+                .collect();
+            for id in &going {
                 self.release(*id);
                 released.push(*id);
             }
-            for id in current.iter().take(keep) {
+            for id in current.iter().filter(|id| !going.contains(id)) {
                 if let Some(i) = self.data.instances.get_mut(id) {
                     i.version = version;
                 }
@@ -1695,6 +1750,14 @@ impl RegionState {
         let Some(inst) = self.data.instances.get(&instance) else {
             return Err(ApplyError::UnknownInstance { instance });
         };
+        if self.migration_of(instance).is_some() {
+            // Either side: the old one would go before the new one is
+            // ready, the new one would end the migration unannounced.
+            return Err(ApplyError::Migration {
+                instance,
+                reason: "it is migrating (a scale-in waits for the migration's end)".into(),
+            });
+        }
         if let Ok(f) = self.function(&inst.tenant, &inst.function) {
             if inst.version == f.version
                 && self.instance_count(&inst.tenant, &inst.function) <= f.spec.min_instances

@@ -132,6 +132,14 @@ async fn move_function(
             .first()
             .map(|s| s.gpu.node.clone())
             .unwrap_or_else(|| NodeId(String::new()));
+        ctx.replica.agents.activity.migrated(
+            crate::proposer::unix_ms(),
+            "migrate_start",
+            &node.0,
+            new,
+            &tenant.0,
+            &name,
+        );
         let outcome = wait_for_end(&ctx, instance, new).await;
         moves.push(MoveView {
             from: instance,

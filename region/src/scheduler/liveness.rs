@@ -122,7 +122,13 @@ async fn watch(inner: Weak<Inner>, hub: AgentHub, rules: LivenessRules) {
                     LivenessChange::Ready(node) => marks.push((node, true)),
                     LivenessChange::NotReady(node) => marks.push((node, false)),
                     LivenessChange::Replace(node) => {
-                        for i in view.instances_on(&node) {
+                        // A side of a migration is left to the migration
+                        // tick (it completes or gives up the move): a
+                        // replacement beside it would be one too many.
+                        for i in view
+                            .instances_on(&node)
+                            .filter(|i| view.migration_of(i.id).is_none())
+                        {
                             work.push(Evaluation::NodeNotReady {
                                 node: node.clone(),
                                 instance: i.id,
@@ -135,7 +141,10 @@ async fn watch(inner: Weak<Inner>, hub: AgentHub, rules: LivenessRules) {
                 for n in t.nodes() {
                     let draining = view.node_status(&n.name).is_some_and(|s| s.draining);
                     if draining {
-                        for i in view.instances_on(&n.name) {
+                        for i in view
+                            .instances_on(&n.name)
+                            .filter(|i| view.migration_of(i.id).is_none())
+                        {
                             work.push(Evaluation::Drain {
                                 node: n.name.clone(),
                                 instance: i.id,

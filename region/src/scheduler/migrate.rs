@@ -5,8 +5,9 @@
 //!  leader, every MIGRATE_TICK (only when a migration runs or an instance spilled):
 //!     hub.gather() (every replica's agent reports)
 //!     migration_steps(view, ready, now, MIGRATION_WAIT)   (core, pure)
-//!        Complete ─▶ InstanceRelease(old)   the new one is resident (on-demand tiers: hosted)
-//!        Abort    ─▶ InstanceRelease(new)   not ready in time, or its node went not_ready
+//!        Complete ─▶ MigrationEnd(release old)   the new one is resident (on-demand tiers: hosted)
+//!        Abort    ─▶ MigrationEnd(release new)   not ready in time, or its node went not_ready
+//!                    (refused if the migration ended meanwhile)
 //!     plan_returns(view, policy, calm)                    (core, pure)
 //!        ─▶ Evaluation::Migrate { cause: Return } per function, one at a time
 //!     functions whose placement answered gpu_full in the last 5 s
@@ -18,14 +19,14 @@
 //! miss and no early reject and the autoscaler wants no more instances
 //! than it has: a spill under load is how an edge pool sheds, and it
 //! goes back once the load has passed. Everything the tick decides is a
-//! Raft entry (`InstanceMigrate`, `InstanceRelease`), so a new leader
+//! Raft entry (`InstanceMigrate`, `MigrationEnd`), so a new leader
 //! picks up the migrations in progress where the old one left them.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use gshare_core::command::RegionCommand;
+use gshare_core::command::{CommandOutcome, RegionCommand};
 use gshare_core::model::TenantId;
 use gshare_core::protocol::InstanceState;
 use gshare_core::state::{
@@ -46,6 +47,9 @@ pub const MIGRATION_WAIT: Duration = Duration::from_secs(60);
 /// How long an instance stays where it spilled before it may return
 /// (a shed under load does not bounce back the moment the load dips).
 const RETURN_MIN_AGE_MS: u64 = 10_000;
+/// How long an instance whose return was given up waits before another
+/// return is planned for it.
+const RETURN_AFTER_GIVE_UP_MS: u64 = 5 * 60_000;
 /// Most returns started per tick (each function one at a time).
 const RETURNS_PER_TICK: usize = 4;
 /// A function blocked on `gpu_full` longer ago than this is not
@@ -86,6 +90,10 @@ fn has_work(view: &RegionState) -> bool {
 
 async fn tick(inner: Weak<Inner>, hub: AgentHub) {
     let busy: Arc<Mutex<BTreeSet<(TenantId, String)>>> = Arc::default();
+    // Old sides of migrations this leader gave up, and when: not planned
+    // to return again for RETURN_AFTER_GIVE_UP_MS (a model that loads
+    // slower than MIGRATION_WAIT would churn forever).
+    let mut given_up: BTreeMap<InstanceId, u64> = BTreeMap::new();
     loop {
         tokio::time::sleep(MIGRATE_TICK).await;
         let Some(inner) = inner.upgrade() else {
@@ -125,17 +133,31 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub) {
                 .collect()
         };
         if !steps.is_empty() {
+            // Conditional ends: refused if the migration ended meanwhile
+            // (a plain release decided on this view could take the only
+            // side left).
             let commands = steps
                 .iter()
                 .map(|(s, ..)| {
-                    RegionCommand::domain(DomainCommand::InstanceRelease {
-                        instance: s.releases(),
-                    })
+                    let (from, to, complete) = match *s {
+                        MigrationStep::Complete { from, to } => (from, to, true),
+                        MigrationStep::Abort { from, to } => (from, to, false),
+                    };
+                    RegionCommand::domain(DomainCommand::MigrationEnd { from, to, complete })
                 })
                 .collect();
             match inner.proposer.propose_all(commands).await {
-                Ok(_) => {
-                    for (step, cause, node, tenant, function) in &steps {
+                Ok(outcomes) => {
+                    for ((step, cause, node, tenant, function), outcome) in
+                        steps.iter().zip(outcomes)
+                    {
+                        if let CommandOutcome::Domain(Err(e)) = &outcome {
+                            tracing::debug!("migration step {step:?} refused: {e}");
+                            continue;
+                        }
+                        if let MigrationStep::Abort { from, .. } = step {
+                            given_up.insert(*from, now);
+                        }
                         let (outcome, kind, to) = match step {
                             MigrationStep::Complete { to, .. } => {
                                 ("completed", "migrate_done", *to)
@@ -161,6 +183,7 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub) {
                 Err(e) => tracing::debug!("migration steps not committed: {e}"),
             }
         }
+        given_up.retain(|_, at| now.saturating_sub(*at) < RETURN_AFTER_GIVE_UP_MS);
         let loads = agents.function_loads(|_| true);
         let returns: Vec<(InstanceId, Evaluation, (TenantId, String))> = {
             let st = inner.state.read();
@@ -187,6 +210,7 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub) {
                 RETURNS_PER_TICK,
             )
             .into_iter()
+            .filter(|(instance, _)| !given_up.contains_key(instance))
             .filter_map(|(instance, _)| {
                 let i = view.instance(instance)?;
                 let f = view.function(&i.tenant, &i.function).ok()?;
@@ -246,7 +270,7 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub) {
                                     |i| (i.tenant.0.clone(), i.function.clone()),
                                 )
                             };
-                            tracing::info!(
+                            tracing::debug!(
                                 "defragmentation for {}/{}: {from} of {tenant}/{function} moves as {new} to {node}",
                                 key.0, key.1
                             );

@@ -295,6 +295,11 @@ fn decide(
             if !inst.slices.iter().any(|s| &s.gpu.node == node) || view.takes_placements(node) {
                 return nothing;
             }
+            // A side of a migration: the migration tick ends it (apply
+            // refuses a replacement of it too).
+            if view.migration_of(*instance).is_some() {
+                return nothing;
+            }
             let Ok(f) = view.function(&inst.tenant, &inst.function) else {
                 return nothing;
             };

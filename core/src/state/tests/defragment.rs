@@ -7,8 +7,12 @@
 use super::*;
 use crate::state::{
     plan_defragment, plan_placements, DefragPlan, Defragment, MigrationCause, NoDefrag,
-    PlacementPolicy,
+    PlacementPolicy, DEFRAG_VICTIM_MIN_AGE_MS,
 };
+
+/// When the plans are made: the instances placed at `T0` are old enough
+/// to move.
+const LATER: u64 = T0 + DEFRAG_VICTIM_MIN_AGE_MS;
 
 fn policy() -> PlacementPolicy<'static> {
     PlacementPolicy {
@@ -99,7 +103,7 @@ fn a_burstable_instance_moves_to_another_node_to_make_room_that_exists_only_in_s
     let b = beneficiary(&mut s, 8_192);
     let rejected = plan_placements(&s, &b, 1, &policy(), T0).unwrap_err();
     assert_eq!(rejected.code(), "gpu_full");
-    let plan = the_move(plan_defragment(&s, &b, &policy(), T0));
+    let plan = the_move(plan_defragment(&s, &b, &policy(), LATER));
     assert_eq!(plan.gpu, gpu("c1", 0));
     assert_eq!(plan.pool, "dc");
     assert_eq!(
@@ -130,7 +134,7 @@ fn a_burstable_instance_moves_to_another_node_to_make_room_that_exists_only_in_s
         },
     );
     assert_eq!(
-        plan_defragment(&s, &b, &policy(), T0),
+        plan_defragment(&s, &b, &policy(), LATER),
         Defragment::Waiting { gpu: gpu("c1", 0) }
     );
     // Completed: the placement fits on the GPU that was made room on.
@@ -151,7 +155,7 @@ fn two_small_instances_move_when_one_is_not_enough_and_three_never() {
     put(&mut s, "big", "h", Tier::Guaranteed, ("c2", 0), 8_192);
     put(&mut s, "big", "h", Tier::Guaranteed, ("c2", 1), 8_192);
     let b = beneficiary(&mut s, 10_240);
-    let plan = the_move(plan_defragment(&s, &b, &policy(), T0));
+    let plan = the_move(plan_defragment(&s, &b, &policy(), LATER));
     assert_eq!(plan.gpu, gpu("c1", 0));
     let moved: Vec<InstanceId> = plan.moves.iter().map(|m| m.instance).collect();
     assert_eq!(moved, vec![s1, s2]);
@@ -169,7 +173,7 @@ fn two_small_instances_move_when_one_is_not_enough_and_three_never() {
         );
     }
     assert_eq!(
-        plan_defragment(&s, &b, &policy(), T0),
+        plan_defragment(&s, &b, &policy(), LATER),
         Defragment::Waiting { gpu: gpu("c1", 0) }
     );
     for m in &plan.moves {
@@ -192,7 +196,7 @@ fn two_small_instances_move_when_one_is_not_enough_and_three_never() {
     put(&mut s, "big", "h", Tier::Guaranteed, ("c2", 0), 8_192);
     put(&mut s, "big", "h", Tier::Guaranteed, ("c2", 1), 8_192);
     let b = beneficiary(&mut s, 10_240);
-    let first = the_move(plan_defragment(&s, &b, &policy(), T0));
+    let first = the_move(plan_defragment(&s, &b, &policy(), LATER));
     ok(
         &mut s,
         DomainCommand::InstanceMigrate {
@@ -201,7 +205,7 @@ fn two_small_instances_move_when_one_is_not_enough_and_three_never() {
             cause: MigrationCause::Defragment,
         },
     );
-    let rest = the_move(plan_defragment(&s, &b, &policy(), T0));
+    let rest = the_move(plan_defragment(&s, &b, &policy(), LATER));
     let moved: Vec<InstanceId> = rest.moves.iter().map(|m| m.instance).collect();
     assert_eq!((rest.gpu.clone(), moved), (gpu("c1", 0), vec![s2]));
 
@@ -216,7 +220,7 @@ fn two_small_instances_move_when_one_is_not_enough_and_three_never() {
     put(&mut s, "big", "h", Tier::Guaranteed, ("c2", 1), 8_192);
     let b = beneficiary(&mut s, 9_216);
     assert_eq!(
-        plan_defragment(&s, &b, &policy(), T0),
+        plan_defragment(&s, &b, &policy(), LATER),
         Defragment::Nothing(NoDefrag::NoMoves)
     );
 }
@@ -226,7 +230,7 @@ fn guaranteed_and_operator_placed_instances_never_move() {
     let (mut s, _) = split(Tier::Guaranteed);
     let b = beneficiary(&mut s, 8_192);
     assert_eq!(
-        plan_defragment(&s, &b, &policy(), T0),
+        plan_defragment(&s, &b, &policy(), LATER),
         Defragment::Nothing(NoDefrag::NoMoves)
     );
 
@@ -252,7 +256,7 @@ fn guaranteed_and_operator_placed_instances_never_move() {
     put(&mut s, "big", "g3", Tier::Guaranteed, ("c2", 1), 10_240);
     let b = beneficiary(&mut s, 8_192);
     assert_eq!(
-        plan_defragment(&s, &b, &policy(), T0),
+        plan_defragment(&s, &b, &policy(), LATER),
         Defragment::Nothing(NoDefrag::NoMoves)
     );
 }
@@ -269,7 +273,7 @@ fn a_victim_never_moves_within_its_node_and_a_full_pool_is_not_fragmented() {
     put(&mut s, "big", "g3", Tier::Guaranteed, ("c2", 1), 13_312);
     let b = beneficiary(&mut s, 8_192);
     assert_eq!(
-        plan_defragment(&s, &b, &policy(), T0),
+        plan_defragment(&s, &b, &policy(), LATER),
         Defragment::Nothing(NoDefrag::NoMoves)
     );
     // 4 + 6 + 3 + 3 GiB free: a 20 GiB instance needs no defragmentation,
@@ -280,10 +284,98 @@ fn a_victim_never_moves_within_its_node_and_a_full_pool_is_not_fragmented() {
         ..b
     };
     assert_eq!(
-        plan_defragment(&s, &huge, &policy(), T0),
+        plan_defragment(&s, &huge, &policy(), LATER),
         Defragment::Nothing(NoDefrag::Full {
             free_mib: 16_384,
             free_compute_milli: 4 * (1_000 - 250),
         })
     );
+}
+
+#[test]
+fn a_victim_placed_or_moved_lately_stays() {
+    let (mut s, _) = split(Tier::Burstable);
+    let b = beneficiary(&mut s, 8_192);
+    assert_eq!(
+        plan_defragment(&s, &b, &policy(), LATER - 1),
+        Defragment::Nothing(NoDefrag::NoMoves)
+    );
+    assert!(matches!(
+        plan_defragment(&s, &b, &policy(), LATER),
+        Defragment::Move(_)
+    ));
+}
+
+#[test]
+fn a_victim_in_a_pool_of_one_node_stays() {
+    // Every GPU has 6 GiB free; ea1 would have 10 without globex/x, but
+    // edge-a has no other node to take it.
+    let mut s = roomy();
+    for (name, at) in [
+        ("c10", ("c1", 0)),
+        ("c11", ("c1", 1)),
+        ("c20", ("c2", 0)),
+        ("c21", ("c2", 1)),
+    ] {
+        put(&mut s, "big", name, Tier::Guaranteed, at, 10_240);
+    }
+    put(&mut s, "big", "e1", Tier::Guaranteed, ("ea1", 0), 6_144);
+    put(&mut s, "globex", "x", Tier::Burstable, ("ea1", 0), 4_096);
+    put(&mut s, "big", "e2", Tier::Guaranteed, ("eb1", 0), 10_240);
+    let b = spec("acme", "b", Tier::Guaranteed, 250, 8_192);
+    deploy(&mut s, b.clone());
+    assert_eq!(
+        plan_placements(&s, &b, 1, &policy(), LATER)
+            .unwrap_err()
+            .code(),
+        "gpu_full"
+    );
+    assert_eq!(
+        plan_defragment(&s, &b, &policy(), LATER),
+        Defragment::Nothing(NoDefrag::NoMoves)
+    );
+}
+
+#[test]
+fn victims_never_go_to_a_node_another_defragmentation_clears() {
+    // c1/0 is being cleared (globex/s1 leaving it, cause defragment, to
+    // c2/1); acme/b2 (8 GiB) would fit c2/0 without globex/t, and t's only
+    // place off c2 is c1/1.
+    let setup = |cause| {
+        let mut s = roomy();
+        put(&mut s, "big", "g", Tier::Guaranteed, ("c1", 0), 6_144);
+        let s1 = put(&mut s, "globex", "s1", Tier::Burstable, ("c1", 0), 3_072);
+        put(&mut s, "big", "s2", Tier::Guaranteed, ("c1", 0), 3_072);
+        put(&mut s, "big", "h", Tier::Guaranteed, ("c1", 1), 11_264);
+        put(&mut s, "big", "k", Tier::Guaranteed, ("c2", 0), 8_192);
+        let t_ = put(&mut s, "globex", "t", Tier::Burstable, ("c2", 0), 4_096);
+        put(&mut s, "big", "m", Tier::Guaranteed, ("c2", 1), 12_288);
+        ok(
+            &mut s,
+            DomainCommand::InstanceMigrate {
+                instance: s1,
+                slices: vec![Slice {
+                    gpu: gpu("c2", 1),
+                    compute_milli: 250,
+                    memory_mib: 3_072,
+                }],
+                cause,
+            },
+        );
+        let mut b2 = spec("acme", "b2", Tier::Guaranteed, 250, 8_192);
+        b2.pool = PoolPreference::CenterOnly;
+        deploy(&mut s, b2.clone());
+        (s, b2, t_)
+    };
+    let (s, b2, _) = setup(MigrationCause::Defragment);
+    assert_eq!(
+        plan_defragment(&s, &b2, &policy(), LATER),
+        Defragment::Nothing(NoDefrag::NoMoves)
+    );
+    // The same state with a return leaving c1/0 instead: t goes to c1.
+    let (s, b2, t_) = setup(MigrationCause::Return);
+    let plan = the_move(plan_defragment(&s, &b2, &policy(), LATER));
+    assert_eq!(plan.gpu, gpu("c2", 0));
+    assert_eq!(plan.moves[0].instance, t_);
+    assert_eq!(plan.moves[0].slices[0].gpu.node, NodeId("c1".into()));
 }

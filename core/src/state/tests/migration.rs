@@ -299,6 +299,123 @@ fn the_migration_entries_are_appended_variants() {
         slices: vec![],
     };
     assert_eq!(bincode::serde::encode_to_vec(&a, config).unwrap()[0], 21);
+    let end = DomainCommand::MigrationEnd {
+        from: InstanceId(7),
+        to: InstanceId(8),
+        complete: true,
+    };
+    assert_eq!(bincode::serde::encode_to_vec(&end, config).unwrap()[0], 25);
+}
+
+/// acme/f (max 1) on c1/0 migrating to c2/1: (state, old, new).
+fn migrating() -> (RegionState, InstanceId, InstanceId) {
+    let (mut s, old) = one_on_c1();
+    let new = match ok(
+        &mut s,
+        migrate(old, slice("c2", 1, 250, 4_096), MigrationCause::Return),
+    ) {
+        Applied::InstanceMigrating { instance, .. } => instance,
+        other => panic!("{other:?}"),
+    };
+    (s, old, new)
+}
+
+#[test]
+fn a_migration_ends_only_while_it_is_in_progress() {
+    // Completed: the old side goes, the new one stays.
+    let (mut s, old, new) = migrating();
+    let end = |complete| DomainCommand::MigrationEnd {
+        from: old,
+        to: new,
+        complete,
+    };
+    assert_eq!(
+        ok(&mut s, end(true)),
+        Applied::InstanceReleased { instance: old }
+    );
+    assert!(s.instance(new).is_some());
+    assert!(!s.migrating(&t("acme"), "f"));
+    // Ended already: a second end (or a late give-up) changes nothing,
+    // where a plain release of the new side would leave no instance.
+    assert_eq!(refused(&mut s, end(false)).code(), "migration_conflict");
+    assert_eq!(s.instance_count(&t("acme"), "f"), 1);
+
+    // Given up: the new side goes; ended by another release first, the
+    // give-up is refused.
+    let (mut s, old, new) = migrating();
+    ok(&mut s, DomainCommand::InstanceRelease { instance: new });
+    let e = refused(
+        &mut s,
+        DomainCommand::MigrationEnd {
+            from: old,
+            to: new,
+            complete: true,
+        },
+    );
+    assert_eq!(e.code(), "migration_conflict");
+    assert!(s.instance(old).is_some());
+    // Wrong pairing.
+    let (mut s, old, new) = migrating();
+    let e = refused(
+        &mut s,
+        DomainCommand::MigrationEnd {
+            from: new,
+            to: old,
+            complete: false,
+        },
+    );
+    assert_eq!(e.code(), "migration_conflict");
+}
+
+#[test]
+fn neither_side_of_a_migration_is_replaced_or_scaled_in() {
+    let (mut s, old, new) = migrating();
+    for id in [old, new] {
+        let e = refused(
+            &mut s,
+            DomainCommand::InstanceReplace {
+                instance: id,
+                slices: vec![slice("c2", 0, 250, 4_096)],
+            },
+        );
+        assert_eq!(e.code(), "migration_conflict", "{id}");
+        let e = refused(&mut s, DomainCommand::InstanceScaleIn { instance: id });
+        assert_eq!(e.code(), "migration_conflict", "{id}");
+    }
+}
+
+#[test]
+fn lowering_max_instances_keeps_a_migration_whole() {
+    // acme/f at 2 (max 3): a on c1/0 migrating to c2/1, b on c1/1.
+    let mut s = region();
+    let mut f = spec("acme", "f", Tier::Guaranteed, 250, 4_096);
+    f.max_instances = 3;
+    deploy(&mut s, f.clone());
+    let a = place_at(&mut s, "acme", "f", slice("c1", 0, 250, 4_096));
+    let b = place_at(&mut s, "acme", "f", slice("c1", 1, 250, 4_096));
+    let a2 = match ok(
+        &mut s,
+        migrate(a, slice("c2", 1, 250, 4_096), MigrationCause::Operator),
+    ) {
+        Applied::InstanceMigrating { instance, .. } => instance,
+        other => panic!("{other:?}"),
+    };
+    // max 2: nothing over it (the migration's sides count once).
+    f.max_instances = 2;
+    f.deadline_ms = 600;
+    match ok(&mut s, DomainCommand::FunctionUpdate { spec: f.clone() }) {
+        Applied::FunctionUpdated { released, .. } => assert_eq!(released, vec![]),
+        other => panic!("{other:?}"),
+    }
+    assert!(s.migrating(&t("acme"), "f"));
+    // max 1: the one not migrating goes, the migration stays whole.
+    f.max_instances = 1;
+    match ok(&mut s, DomainCommand::FunctionUpdate { spec: f.clone() }) {
+        Applied::FunctionUpdated { released, .. } => assert_eq!(released, vec![b]),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(s.migration_of(a2).map(|m| m.from), Some(a));
+    assert_eq!(s.instance_count(&t("acme"), "f"), 1);
 }
 
 fn policy() -> PlacementPolicy<'static> {
