@@ -5,6 +5,7 @@ pub mod allocation;
 pub mod placement;
 pub mod serving;
 pub mod synthetic;
+pub mod variant;
 
 pub use allocation::{
     csv_header, csv_row, discrete_curve, mean_of, paper_label, CurveDeviation, ExpectedRow,

@@ -24,6 +24,7 @@ use gshare_core::placement::{
     canonical_policy_name, parse_node_csv, parse_pod_csv, FragModel, GpuModels,
 };
 use gshare_core::sim::synthetic::{default_workload, DEFAULT_WORKLOAD};
+use gshare_core::sim::variant::{derive, Variant};
 use gshare_core::sim::{
     csv_header, csv_row, mean_of, paper_label, run_experiment, CurveDeviation, ExpectedTable,
     ExperimentResult, Workload,
@@ -44,6 +45,15 @@ const EXPECTED_REL: &str = "../../fgd-simulator-expected-results/analysis_allo_d
         gsharectl sim placement --nodes openb_node_list_gpu_node.csv --pods openb_pod_list_default.csv \\\n      \
         --policy random,dotprod,clustering,packing,bestfit,fgd,gshare,gshare-noremap --seeds 42-51 --tune 1.3 \\\n      \
         --csv out.csv --svg out.svg\n\n\
+        Workload families (the paper's knobs; a seeded variant of each --pods list, see docs/placement.md):\n  \
+        gsharectl sim placement --nodes N.csv --pods openb_pod_list_default.csv --variant gpushare=60 --policy fgd,gshare\n  \
+        gsharectl sim placement --nodes N.csv --pods openb_pod_list_default.csv --variant cpu=200,gpuspec=10\n  \
+        gsharectl sim placement --nodes N.csv --pods openb_pod_list_default.csv --variant grid \\\n      \
+        --policy fgd,gshare --seeds 42-51 --compare fgd,gshare      # the 22 grid points, paired table\n\
+        Knobs: cpu=<pct> CPU-only demand, % of the list's (0..1000); gpushare=<pct> GPU-sharing tasks, % of the GPU \
+        milli; multigpu=<pct> multi-GPU tasks, % of the GPU milli; gpuspec=<pct> GPU tasks with a GPU-model \
+        constraint, % of GPU tasks (each 0..100). Grid: cpu 0,50,100,150,200,250,300; gpushare 20,40,60,80,100; \
+        gpuspec 5,10,15,20,25,33; multigpu 20,30,40,50.\n\n\
         Traces: https://github.com/alibaba/clusterdata (cluster-trace-gpu-v2023, csv/).\n\
         Policy names: random, dotprod, clustering, packing, bestfit, fgd, gshare, gshare-noremap\n\
         (the paper's labels 01-Random ... 06-FGD are accepted too)."
@@ -96,6 +106,159 @@ pub struct SimPlacementArgs {
     /// Seed of the embedded synthetic workload.
     #[arg(long, default_value_t = 2023)]
     pub synthetic_seed: u64,
+    /// Run a seeded variant of each pod list instead of the list itself:
+    /// `<knob>=<pct>[,<knob>=<pct>...]` (knobs cpu, gpushare, gpuspec,
+    /// multigpu), or `grid` for the paper's 22 points one knob at a time.
+    /// Repeat the flag for several variants; each is a workload named
+    /// `<list>+<variant>`.
+    #[arg(long, value_name = "KNOB=PCT[,...]|grid", action = clap::ArgAction::Append)]
+    pub variant: Vec<String>,
+    /// Seed of the variant derivation (one variant per seed, shared by all
+    /// experiment seeds, as the paper used one file per family).
+    #[arg(long, default_value_t = 1)]
+    pub variant_seed: u64,
+    /// Print a paired comparison of two policies per workload: mean
+    /// unallocated % of each, their difference (B - A), the standard error
+    /// of the per-seed difference, and a verdict.
+    #[arg(long, value_name = "A,B", value_delimiter = ',')]
+    pub compare: Vec<String>,
+}
+
+/// Parses the `--variant` values (`grid` expands to the 22 grid points).
+pub fn parse_variants(values: &[String]) -> Result<Vec<Variant>> {
+    let mut out = Vec::new();
+    for v in values {
+        if v.trim() == "grid" {
+            out.extend(Variant::grid());
+        } else {
+            out.push(Variant::parse(v)?);
+        }
+    }
+    Ok(out)
+}
+
+/// Each workload's variants (named `<workload>+<variant>`), in order.
+pub fn variant_workloads(
+    workloads: &[Workload],
+    variants: &[Variant],
+    seed: u64,
+) -> Result<Vec<Workload>> {
+    let mut out = Vec::new();
+    for w in workloads {
+        for v in variants {
+            let pods = derive(&w.pods, &w.nodes, v, seed)
+                .with_context(|| format!("deriving {v} from {}", w.name))?;
+            out.push(Workload {
+                name: format!("{}+{v}", w.name),
+                models: w.models.clone(),
+                nodes: w.nodes.clone(),
+                pods,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Two policies compared on one workload, paired by seed.
+#[derive(Debug, Clone)]
+pub struct Comparison {
+    /// Workload.
+    pub workload: String,
+    /// Mean unallocated % at 100 % arrived of the first policy.
+    pub a: f64,
+    /// The same for the second.
+    pub b: f64,
+    /// Mean of the per-seed differences `b - a`, pp.
+    pub diff: f64,
+    /// Standard error of that mean (sample s.d. / sqrt(seeds)).
+    pub se: f64,
+    /// Seeds paired.
+    pub seeds: usize,
+}
+
+impl Comparison {
+    /// "B better" when it leaves less unallocated by more than one s.e.,
+    /// "A better" the other way, else a tie.
+    pub fn verdict(&self, a: &str, b: &str) -> String {
+        if self.diff.abs() <= self.se {
+            "tie (within 1 s.e.)".to_string()
+        } else if self.diff < 0.0 {
+            format!("{b} better")
+        } else {
+            format!("{a} better")
+        }
+    }
+}
+
+/// Pairs `a` and `b` by seed on every workload that has both.
+pub fn compare(rows: &[Row], a: &str, b: &str) -> Vec<Comparison> {
+    let mut workloads: Vec<&str> = Vec::new();
+    for r in rows {
+        if !workloads.contains(&r.workload.as_str()) {
+            workloads.push(&r.workload);
+        }
+    }
+    let mut out = Vec::new();
+    for w in workloads {
+        let of = |p: &str| -> Vec<&Row> {
+            rows.iter()
+                .filter(|r| r.workload == w && r.policy_label == p)
+                .collect()
+        };
+        let (ra, rb) = (of(a), of(b));
+        let pairs: Vec<(f64, f64)> = ra
+            .iter()
+            .filter_map(|x| {
+                rb.iter()
+                    .find(|y| y.result.seed == x.result.seed)
+                    .map(|y| (x.result.unallocated_at_100(), y.result.unallocated_at_100()))
+            })
+            .collect();
+        if pairs.is_empty() {
+            continue;
+        }
+        let n = pairs.len() as f64;
+        let d: Vec<f64> = pairs.iter().map(|(x, y)| y - x).collect();
+        let diff = d.iter().sum::<f64>() / n;
+        let var = if pairs.len() > 1 {
+            d.iter().map(|v| (v - diff).powi(2)).sum::<f64>() / (n - 1.0)
+        } else {
+            0.0
+        };
+        out.push(Comparison {
+            workload: w.to_string(),
+            a: pairs.iter().map(|p| p.0).sum::<f64>() / n,
+            b: pairs.iter().map(|p| p.1).sum::<f64>() / n,
+            diff,
+            se: (var / n).sqrt(),
+            seeds: pairs.len(),
+        });
+    }
+    out
+}
+
+/// The comparison as a Markdown table.
+pub fn format_comparison(cmp: &[Comparison], a: &str, b: &str) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "| workload | {a}: unalloc. % @100 | {b} | {b} - {a} (pp) | s.e. of per-seed diff | seeds | verdict |"
+    );
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---|");
+    for c in cmp {
+        let _ = writeln!(
+            s,
+            "| {} | {:.2} | {:.2} | {:+.2} | {:.2} | {} | {} |",
+            c.workload,
+            c.a,
+            c.b,
+            c.diff,
+            c.se,
+            c.seeds,
+            c.verdict(a, b)
+        );
+    }
+    s
 }
 
 /// Parses `42`, `42-51` or `42,45,50`.
@@ -602,6 +765,28 @@ pub fn run(args: SimPlacementArgs) -> Result<()> {
         Some(nodes) => load_workloads(nodes, &args.pods)?,
         None => vec![default_workload(args.synthetic_seed)],
     };
+    let variants = parse_variants(&args.variant)?;
+    let workloads = if variants.is_empty() {
+        workloads
+    } else {
+        variant_workloads(&workloads, &variants, args.variant_seed)?
+    };
+    if !args.compare.is_empty() && args.compare.len() != 2 {
+        bail!(
+            "--compare {}: expected two policies, A,B",
+            args.compare.join(",")
+        );
+    }
+    if let [a, b] = args.compare.as_slice() {
+        for p in [a, b] {
+            if !args.policy.contains(p) {
+                bail!(
+                    "--compare {a},{b}: {p:?} is not among --policy {}",
+                    args.policy.join(",")
+                );
+            }
+        }
+    }
     let expected_path = args.expected.clone().or_else(|| {
         args.pods
             .first()
@@ -620,7 +805,7 @@ pub fn run(args: SimPlacementArgs) -> Result<()> {
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    if workloads.iter().any(|w| w.name == DEFAULT_WORKLOAD) {
+    if args.nodes.is_none() {
         println!("no --nodes/--pods: running the embedded synthetic workload ({DEFAULT_WORKLOAD}, drawn from openb distributions)");
     }
     let start = Instant::now();
@@ -660,6 +845,12 @@ pub fn run(args: SimPlacementArgs) -> Result<()> {
         seeds.len()
     );
     print!("{}", format_table(&summaries));
+    if let [a, b] = args.compare.as_slice() {
+        println!(
+            "\n{b} vs {a}: unallocated GPU % at 100 % arrived, paired by seed (negative = {b} leaves less)"
+        );
+        print!("{}", format_comparison(&compare(&rows, a, b), a, b));
+    }
     println!(
         "{} experiments in {:.2} s on {} thread(s): {:.2} experiments/s",
         rows.len(),
