@@ -185,7 +185,7 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub) {
         }
         given_up.retain(|_, at| now.saturating_sub(*at) < RETURN_AFTER_GIVE_UP_MS);
         let loads = agents.function_loads(|_| true);
-        let returns: Vec<(InstanceId, Evaluation, (TenantId, String))> = {
+        let returns: Vec<(Evaluation, (TenantId, String))> = {
             let st = inner.state.read();
             let view = st.region.domain();
             let calm = |tenant: &TenantId, function: &str| {
@@ -220,7 +220,7 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub) {
                     target,
                     cause: MigrationCause::Return,
                 };
-                Some((instance, eval, (i.tenant.clone(), i.function.clone())))
+                Some((eval, (i.tenant.clone(), i.function.clone())))
             })
             .collect()
         };
@@ -243,89 +243,75 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub) {
             })
             .collect();
         let scheduler = Scheduler { inner };
-        for (eval, key) in defrags {
-            let fresh = busy
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(key.clone());
-            if !fresh {
-                continue;
-            }
-            let (s, busy, hub) = (scheduler.clone(), busy.clone(), hub.clone());
-            tokio::spawn(async move {
-                match s.submit_here(eval).await {
-                    Ok(done) => {
-                        if let Some(gshare_core::state::Applied::InstanceMigrating {
-                            from,
-                            instance: new,
-                            slices,
-                        }) = done.applied
-                        {
-                            let node = slices.first().map_or("", |s| s.gpu.node.0.as_str());
-                            let (tenant, function) = {
-                                let st = s.inner.state.read();
-                                let view = st.region.domain();
-                                view.instance(new).map_or_else(
-                                    || (String::new(), String::new()),
-                                    |i| (i.tenant.0.clone(), i.function.clone()),
-                                )
-                            };
-                            tracing::debug!(
-                                "defragmentation for {}/{}: {from} of {tenant}/{function} moves as {new} to {node}",
-                                key.0, key.1
-                            );
-                            hub.activity.migrated(
-                                unix_ms(),
-                                "migrate_start",
-                                node,
-                                new,
-                                &tenant,
-                                &function,
-                            );
-                        }
-                    }
-                    Err(e) => tracing::debug!("defragmentation for {}/{}: {e}", key.0, key.1),
-                }
-                busy.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
-            });
-        }
-        for (instance, eval, key) in returns {
-            let fresh = busy
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(key.clone());
-            if !fresh {
-                continue;
-            }
-            let (s, busy, hub) = (scheduler.clone(), busy.clone(), hub.clone());
-            tokio::spawn(async move {
-                match s.submit_here(eval).await {
-                    Ok(done) => {
-                        if let Some(gshare_core::state::Applied::InstanceMigrating {
-                            instance: new,
-                            slices,
-                            ..
-                        }) = done.applied
-                        {
-                            let node = slices.first().map_or("", |s| s.gpu.node.0.as_str());
-                            tracing::info!(
-                                "{}/{}: {instance} spilled out of its preferred pool; returning as {new} on {node}",
-                                key.0, key.1
-                            );
-                            hub.activity.migrated(
-                                unix_ms(),
-                                "migrate_start",
-                                node,
-                                new,
-                                &key.0 .0,
-                                &key.1,
-                            );
-                        }
-                    }
-                    Err(e) => tracing::debug!("return of {instance}: {e}"),
-                }
-                busy.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
-            });
+        let starts = defrags
+            .into_iter()
+            .map(|(eval, key)| (eval, key, "defragmentation"))
+            .chain(
+                returns
+                    .into_iter()
+                    .map(|(eval, key)| (eval, key, "return to its preferred pool")),
+            );
+        for (eval, key, why) in starts {
+            start_move(&scheduler, &busy, &hub, eval, key, why);
         }
     }
+}
+
+/// Submits one move-starting evaluation for `key`'s function, unless one
+/// of it is still being decided; logs and records the move it started
+/// (`why`: what started it, in words).
+fn start_move(
+    scheduler: &Scheduler,
+    busy: &Arc<Mutex<BTreeSet<(TenantId, String)>>>,
+    hub: &AgentHub,
+    eval: Evaluation,
+    key: (TenantId, String),
+    why: &'static str,
+) {
+    let fresh = busy
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key.clone());
+    if !fresh {
+        return;
+    }
+    let (s, busy, hub) = (scheduler.clone(), busy.clone(), hub.clone());
+    tokio::spawn(async move {
+        match s.submit_here(eval).await {
+            Ok(done) => {
+                if let Some(gshare_core::state::Applied::InstanceMigrating {
+                    from,
+                    instance: new,
+                    slices,
+                }) = done.applied
+                {
+                    let node = slices.first().map_or("", |s| s.gpu.node.0.as_str());
+                    // The instance that moves (another function's, for a
+                    // defragmentation).
+                    let (tenant, function) = {
+                        let st = s.inner.state.read();
+                        st.region.domain().instance(new).map_or_else(
+                            || (key.0 .0.clone(), key.1.clone()),
+                            |i| (i.tenant.0.clone(), i.function.clone()),
+                        )
+                    };
+                    tracing::info!(
+                        "{why} for {}/{}: {from} of {tenant}/{function} moves as {new} to {node}",
+                        key.0,
+                        key.1
+                    );
+                    hub.activity.migrated(
+                        unix_ms(),
+                        "migrate_start",
+                        node,
+                        new,
+                        &tenant,
+                        &function,
+                    );
+                }
+            }
+            Err(e) => tracing::debug!("{why} for {}/{}: {e}", key.0, key.1),
+        }
+        busy.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+    });
 }
