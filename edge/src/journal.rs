@@ -43,7 +43,10 @@
 //!
 //! Guarantees: a record whose `append` returned is on disk; records come
 //! back from [`UsageJournal::batch_after`] in sequence order until they are
-//! acknowledged, across drops, restarts and `kill -9`. An `append` that did
+//! acknowledged, across drops, restarts and `kill -9`, and only once they
+//! are on disk (an append still flushing is not sent: were it applied by
+//! the region and then lost in a crash, its number would be handed out
+//! again and the region would drop the new record as a duplicate). An `append` that did
 //! not return may or may not be on disk (the region then bills it or not,
 //! but never twice).
 
@@ -296,6 +299,13 @@ pub struct UsageJournal {
     /// into the stored totals, so a record is folded once.
     folding: Mutex<()>,
     acked_through: AtomicU64,
+    /// Every record numbered below this is on disk: the end of the last
+    /// append whose flush returned (every number below it was written
+    /// before that flush began). Only these are sent to the region: a
+    /// record the region applied and a crash then lost would have its
+    /// number handed out again after the restart, and the region would
+    /// take the new record for a duplicate and never bill it.
+    durable_end: AtomicU64,
     region_next_seq: AtomicU64,
     key_window_ms: AtomicU64,
 }
@@ -474,6 +484,8 @@ impl UsageJournal {
             }),
             folding: Mutex::new(()),
             acked_through: AtomicU64::new(0),
+            // What was found on disk is durable.
+            durable_end: AtomicU64::new(after_last),
             region_next_seq: AtomicU64::new(0),
             key_window_ms: AtomicU64::new(DEFAULT_KEY_WINDOW_MS),
         })
@@ -537,6 +549,25 @@ impl UsageJournal {
         keyed: Vec<KeyedOutcome>,
         now_ms: u64,
     ) -> Result<Range<u64>, JournalError> {
+        let seqs = self.write_unflushed(records, keyed, now_ms)?;
+        // The flush runs without the lock. sled makes its log stable in
+        // order (a flush returns once everything written before it is on
+        // disk), so when it returns these records, and every one with a
+        // lower number, are durable.
+        self.db.flush()?;
+        self.durable_end.fetch_max(seqs.end, Ordering::AcqRel);
+        Ok(seqs)
+    }
+
+    /// The write half of [`UsageJournal::append_keyed`]: numbers assigned
+    /// and the records (and keyed outcomes) in the tree, not yet flushed,
+    /// so not yet visible to [`UsageJournal::batch_after`].
+    fn write_unflushed(
+        &self,
+        records: Vec<UsageRecord>,
+        keyed: Vec<KeyedOutcome>,
+        now_ms: u64,
+    ) -> Result<Range<u64>, JournalError> {
         let mut st = self.state();
         let first = st.next;
         if records.is_empty() && keyed.is_empty() {
@@ -593,12 +624,6 @@ impl UsageJournal {
             st.totals.insert(tenant, t);
         }
         st.next = end;
-        // The flush runs without the lock. sled makes its log stable in
-        // order (a flush returns once everything written before it is on
-        // disk), so when it returns these records, and every one with a
-        // lower number, are durable.
-        drop(st);
-        self.db.flush()?;
         Ok(first..end)
     }
 
@@ -680,19 +705,29 @@ impl UsageJournal {
         self.tree.scan_prefix([RECORD_PREFIX]).count()
     }
 
-    /// The oldest unacknowledged records with a sequence number above
-    /// `after_seq`, at most `max_records` (and at most [`MAX_USAGE_BATCH`]),
-    /// in order; `None` when there are none. `after_seq = 0` starts from the
-    /// oldest: after a restart that re-sends everything not acknowledged.
+    /// The oldest unacknowledged durable records with a sequence number
+    /// above `after_seq`, at most `max_records` (and at most
+    /// [`MAX_USAGE_BATCH`]), in order; `None` when there are none.
+    /// `after_seq = 0` starts from the oldest: after a restart that re-sends
+    /// everything not acknowledged. Records of an append still flushing are
+    /// not returned (see `durable_end`).
     pub fn batch_after(
         &self,
         after_seq: u64,
         max_records: usize,
     ) -> Result<Option<JournalBatch>, JournalError> {
         let max = max_records.clamp(1, MAX_USAGE_BATCH);
-        let start = record_key(after_seq.saturating_add(1));
+        let start = after_seq.saturating_add(1);
+        let end = self.durable_end.load(Ordering::Acquire);
+        if start >= end {
+            return Ok(None);
+        }
         let mut records = Vec::new();
-        for kv in self.tree.range(start..=record_key(u64::MAX)).take(max) {
+        for kv in self
+            .tree
+            .range(record_key(start)..record_key(end))
+            .take(max)
+        {
             let (k, v) = kv?;
             records.push(decode_record(&k, &v)?);
         }
@@ -845,6 +880,29 @@ mod tests {
         assert!(j.keyed(&acme, "k3", later).unwrap().is_some());
         assert_eq!(j.tree.scan_prefix([KEY_PREFIX]).count(), 1);
         assert_eq!(j.tree.scan_prefix([KEY_AGE_PREFIX]).count(), 1);
+    }
+
+    #[test]
+    fn records_still_flushing_are_not_sent() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = UsageJournal::open(dir.path(), agent()).unwrap();
+        assert_eq!(j.append(vec![rec(10)]).unwrap(), 1..2);
+        // An append whose flush has not returned: in the tree, not yet
+        // durable, so not in a batch (the region would bill it, and a
+        // crash now could hand its number out again).
+        assert_eq!(j.write_unflushed(vec![rec(20)], vec![], 0).unwrap(), 2..3);
+        let b = j.batch_after(0, 100).unwrap().unwrap();
+        assert_eq!((b.first_seq(), b.last_seq()), (1, 1));
+        assert!(j.batch_after(1, 100).unwrap().is_none());
+        // The next append's flush covers it.
+        assert_eq!(j.append(vec![rec(30)]).unwrap(), 3..4);
+        let b = j.batch_after(0, 100).unwrap().unwrap();
+        assert_eq!((b.first_seq(), b.last_seq()), (1, 3));
+        drop(j);
+        // After a restart everything held on disk is sent.
+        let j = UsageJournal::open(dir.path(), agent()).unwrap();
+        let b = j.batch_after(0, 100).unwrap().unwrap();
+        assert_eq!((b.first_seq(), b.last_seq()), (1, 3));
     }
 
     #[test]
