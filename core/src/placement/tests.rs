@@ -376,3 +376,63 @@ fn csv_columns_by_header_and_optional_columns_missing() {
     )
     .is_err());
 }
+
+#[test]
+fn gshare_puts_cpu_only_tasks_beside_taken_gpus() {
+    // n0 has more CPU per idle GPU, but its GPUs are still free; n1's
+    // GPU is taken, so no GPU task needs its CPU.
+    let frag = FragModel::from_pods(&[pod(4000, 1, 1, 1000), pod(2000, 1, 0, 0)]);
+    let mut c = cluster(vec![
+        node("n0", 64000, 1 << 20, 1, 0),
+        node("n1", 8000, 1 << 20, 1, 0),
+    ]);
+    c.bind(1, &pod(4000, 1, 1, 1000), 1, GpuSet::one(0));
+    let p = Gshare::new(frag, true)
+        .place(&c, &pod(2000, 1, 0, 0), &mut Rng::new(1))
+        .unwrap();
+    assert_eq!(p.node, 1);
+}
+
+#[test]
+fn gshare_keeps_unconstrained_tasks_off_a_model_constrained_tasks_oversubscribe() {
+    // Half the typical GPU demand must run on model B, which is a quarter
+    // of the GPUs: an unconstrained task goes to A while A has room, even
+    // where the tie order (and everything else, the nodes being alike)
+    // would pick B.
+    let mut pods = vec![pod(1000, 1, 1, 1000); 2];
+    let mut on_b = pod(1000, 1, 1, 1000);
+    on_b.gpu_spec = GpuSpec::only(&[1]);
+    pods.extend(vec![on_b.clone(); 2]);
+    let frag = FragModel::from_pods(&pods);
+    let specs = vec![
+        node("b0", 16000, 1 << 20, 1, 1),
+        node("a0", 16000, 1 << 20, 1, 0),
+        node("a1", 16000, 1 << 20, 1, 0),
+        node("a2", 16000, 1 << 20, 1, 0),
+    ];
+    let mut c = cluster(specs);
+    // B is the model the rule names (A's constrained share is 0).
+    assert_eq!(super::policies::oversubscribed_models(&frag, &c), 1 << 1);
+    // At half of the GPUs B's half of the demand no longer oversubscribes it.
+    let even = cluster(vec![
+        node("b0", 16000, 1 << 20, 1, 1),
+        node("a0", 16000, 1 << 20, 1, 0),
+    ]);
+    assert_eq!(super::policies::oversubscribed_models(&frag, &even), 0);
+    let mut g = Gshare::new(frag.clone(), true);
+    let p = g
+        .place(&c, &pod(1000, 1, 1, 1000), &mut Rng::new(1))
+        .unwrap();
+    assert_ne!(p.node, 0);
+    // The constrained one still goes to B.
+    let p = g.place(&c, &on_b, &mut Rng::new(1)).unwrap();
+    assert_eq!(p.node, 0);
+    // When A is full the unconstrained task still takes B.
+    for n in 1..4 {
+        c.bind(n as TaskId, &pod(1000, 1, 1, 1000), n, GpuSet::one(0));
+    }
+    let p = Gshare::new(frag, true)
+        .place(&c, &pod(1000, 1, 1, 1000), &mut Rng::new(1))
+        .unwrap();
+    assert_eq!(p.node, 0);
+}

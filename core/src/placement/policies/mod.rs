@@ -14,6 +14,8 @@ pub use best_fit::BestFit;
 pub use clustering::Clustering;
 pub use dot_product::DotProduct;
 pub use fgd::Fgd;
+#[cfg(test)]
+pub(crate) use gshare::oversubscribed_models;
 pub use gshare::Gshare;
 pub use packing::Packing;
 pub use random_fit::RandomFit;
