@@ -24,7 +24,10 @@ out="$(cd "$out" && pwd)"
 python=/usr/bin/python3.11
 busybox=/bin/busybox
 [ -x "$python" ] || { echo "microvm-image: $python missing (apt-get install python3.11)" >&2; exit 1; }
-"$busybox" --help 2>&1 | head -1 | grep -q BusyBox || { echo "microvm-image: $busybox missing (apt-get install busybox-static)" >&2; exit 1; }
+case "$("$busybox" 2>&1 || true)" in
+  *BusyBox*) ;;
+  *) echo "microvm-image: $busybox missing (apt-get install busybox-static)" >&2; exit 1 ;;
+esac
 if ldd "$busybox" >/dev/null 2>&1; then
   echo "microvm-image: $busybox is dynamically linked (install busybox-static)" >&2; exit 1
 fi
