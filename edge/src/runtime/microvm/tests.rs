@@ -104,7 +104,7 @@ fn the_guest_spec_forwards_a_host_port_and_appends_the_function_files() {
     for needle in [
         "qemu-system-x86_64 -M microvm -accel tcg -cpu max",
         "-m 192 ",
-        "tsc_early_khz=2600000",
+        "console=ttyS0 panic=-1 reboot=t quiet tsc_early_khz=2600000",
         "-no-reboot",
         &format!(
             "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{}-:9090",
