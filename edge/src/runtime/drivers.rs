@@ -299,6 +299,31 @@ key = "c.key"
     }
 
     #[test]
+    fn an_incomplete_microvm_image_is_reported_at_its_key() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("echo.toml"),
+            "runtime = \"custom\"\ncommand = [\"python3\"]\n",
+        )
+        .unwrap();
+        std::fs::create_dir_all(dir.path().join("img")).unwrap();
+        std::fs::write(dir.path().join("img/vmlinuz"), "k").unwrap();
+        let text = format!(
+            "{BASE}[runtimes.custom]\ndriver = \"microvm\"\ntemplate = \"echo.toml\"\nimage = \"img\"\n"
+        );
+        let c = AgentConfig::from_toml("agent.toml", &text).unwrap();
+        let e = Drivers::load("agent.toml", dir.path(), &c.runtimes, None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("runtimes.custom.image: guest image file ")
+                && e.contains("initramfs.cpio")
+                && e.ends_with("(got \"img\")"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn every_bad_template_is_reported_at_its_key() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
