@@ -253,6 +253,31 @@ pub const NODE_SERIES: [Series; 20] = [
     ),
 ];
 
+/// The node's microVMs (shown only with a `microvm` runtime), in
+/// [`sample`]'s order.
+pub const MICROVM_SERIES: [Series; 4] = [
+    Series::gauge(
+        "gshare_edge_microvm_accel",
+        "How the node's microVMs are accelerated: 1 for the accel in use (kvm, or tcg where KVM is not real, e.g. PVM)",
+        &["accel"],
+    ),
+    Series::counter(
+        "gshare_edge_microvm_boots_total",
+        "MicroVM boots measured (QEMU start to the first healthy answer)",
+        &[],
+    ),
+    Series::gauge(
+        "gshare_edge_microvm_boot_last_seconds",
+        "The last microVM boot-to-ready, seconds",
+        &[],
+    ),
+    Series::gauge(
+        "gshare_edge_microvm_boot_median_seconds",
+        "Median of the recent microVM boots: what the executor times a microVM load by, seconds",
+        &[],
+    ),
+];
+
 /// Per GPU of the node, in [`sample`]'s order.
 pub const GPU_SERIES: [Series; 3] = [
     Series::gauge(
@@ -299,6 +324,13 @@ pub fn sample(s: &NodeStatus, out: &mut Sampler) {
     for (series, v) in NODE_SERIES.iter().zip(figures) {
         out.add(series, &[], v as f64);
     }
+    if let Some(accel) = s.vm_accel {
+        out.add(&MICROVM_SERIES[0], &[accel], 1.0);
+        out.add(&MICROVM_SERIES[1], &[], s.vm_boots as f64);
+        let secs = gshare_core::metrics::seconds_from_us;
+        out.add(&MICROVM_SERIES[2], &[], secs(s.vm_boot_last_us));
+        out.add(&MICROVM_SERIES[3], &[], secs(s.vm_boot_median_us));
+    }
     for g in &s.gpus {
         let gpu = g.index.to_string();
         let labels = [gpu.as_str()];
@@ -338,6 +370,24 @@ mod tests {
         };
         let full = m.exposition(&status, true).unwrap();
         assert_eq!(check_exposition(&full), Vec::<String>::new(), "{full}");
+        assert!(!full.contains("gshare_edge_microvm_"), "{full}");
+        let with_vms = NodeStatus {
+            vm_accel: Some("tcg"),
+            vm_boots: 2,
+            vm_boot_last_us: 2_500_000,
+            vm_boot_median_us: 2_000_000,
+            ..status.clone()
+        };
+        let text = m.exposition(&with_vms, false).unwrap();
+        assert_eq!(check_exposition(&text), Vec::<String>::new(), "{text}");
+        for want in [
+            "gshare_edge_microvm_accel{accel=\"tcg\"} 1\n",
+            "gshare_edge_microvm_boots_total 2\n",
+            "gshare_edge_microvm_boot_last_seconds 2.5\n",
+            "gshare_edge_microvm_boot_median_seconds 2\n",
+        ] {
+            assert!(text.contains(want), "{want} missing in {text}");
+        }
         for want in [
             "gshare_edge_invocations_served_total 3\n",
             "gshare_edge_gpu_utilization_ratio{gpu=\"0\"} 0.25\n",

@@ -3,8 +3,13 @@
 //!
 //! ```toml
 //! [runtimes.vllm]
-//! driver = "process"               # "sim" | "process"
+//! driver = "process"               # "sim" | "process" | "microvm"
 //! template = "runtimes/vllm.toml"  # relative to the agent config file
+//!
+//! [runtimes.pytorch]
+//! driver = "microvm"               # the template's command runs in a VM per instance
+//! template = "runtimes/pytorch.toml"
+//! image = "../../target/microvm"   # vmlinuz + initramfs.cpio (scripts/microvm-image.sh)
 //!
 //! [runtimes.custom]
 //! driver = "sim"
@@ -13,7 +18,8 @@
 //! Keys of `[runtimes]` are runtime names (`vllm`, `sglang`, `pytorch`,
 //! `tf-serving`, `custom`); a runtime that is not listed (or a file without
 //! the section) is served by the `sim` driver. `template` is required with
-//! `driver = "process"` and refused with `sim`. The template file itself is
+//! `driver = "process"` and `"microvm"` and refused with `sim`; `image` is
+//! required with `"microvm"` and refused otherwise (docs/microvm.md). The template file itself is
 //! read by the agent (core does no I/O): a [`TemplateRef`] keeps the key
 //! path and place of `template` so that a missing or invalid file is
 //! reported as `agent.toml:12:12: runtimes.vllm.template: … (got "…")`.
@@ -39,6 +45,8 @@ pub enum DriverKind {
     Sim,
     /// The function's server as a supervised process (per instance).
     Process,
+    /// The function's server inside a microVM (a QEMU process) per instance.
+    Microvm,
 }
 
 impl DriverKind {
@@ -47,7 +55,13 @@ impl DriverKind {
         match self {
             DriverKind::Sim => "sim",
             DriverKind::Process => "process",
+            DriverKind::Microvm => "microvm",
         }
+    }
+
+    /// Whether functions of this driver run a command template.
+    pub fn runs_template(self) -> bool {
+        matches!(self, DriverKind::Process | DriverKind::Microvm)
     }
 }
 
@@ -61,8 +75,11 @@ pub struct RuntimeDriverConfig {
     pub runtime: Runtime,
     /// Its driver.
     pub driver: DriverKind,
-    /// The command template (`Some` exactly when `driver` is `Process`).
+    /// The command template (`Some` exactly when `driver` is `Process`
+    /// or `Microvm`).
     pub template: Option<TemplateRef>,
+    /// The guest image directory (`Some` exactly when `driver` is `Microvm`).
+    pub image: Option<FileRef>,
 }
 
 /// The drivers of the listed runtimes; the others use [`DriverKind::Sim`].
@@ -88,11 +105,12 @@ fn driver_kind(is: &mut Issues<'_>, f: &Field<String>) -> Option<DriverKind> {
     match f.v.as_deref()? {
         "sim" => Some(DriverKind::Sim),
         "process" => Some(DriverKind::Process),
+        "microvm" => Some(DriverKind::Microvm),
         other => {
             is.report(
                 &f.at,
                 IssueKind::Invalid,
-                "expected \"sim\" or \"process\"".into(),
+                "expected \"sim\", \"process\" or \"microvm\"".into(),
                 Some(quote(other)),
             );
             None
@@ -120,17 +138,18 @@ pub(crate) fn read_runtimes(
         };
         let driver = t.string(is, "driver", true);
         let template = t.string(is, "template", false);
+        let image = t.string(is, "image", false);
         let table_at = t.loc().clone();
         t.finish(is);
         let kind = driver_kind(is, &driver);
         let template = match (kind, template.v.as_deref()) {
-            (Some(DriverKind::Process), None) => {
-                let mut at = table_at;
+            (Some(k), None) if k.runs_template() => {
+                let mut at = table_at.clone();
                 at.path = template.at.path.clone();
                 is.report(
                     &at,
                     IssueKind::MissingKey,
-                    "driver = \"process\" needs a command template".into(),
+                    format!("driver = {} needs a command template", quote(k.as_str())),
                     None,
                 );
                 ok = false;
@@ -140,7 +159,7 @@ pub(crate) fn read_runtimes(
                 is.report(
                     &template.at,
                     IssueKind::Inconsistent,
-                    "only meaningful with driver = \"process\"".into(),
+                    "only meaningful with driver = \"process\" or \"microvm\"".into(),
                     Some(quote(path)),
                 );
                 ok = false;
@@ -159,11 +178,50 @@ pub(crate) fn read_runtimes(
             (_, Some(_)) => file_ref(src, &template),
             (_, None) => None,
         };
+        let image = match (kind, image.v.as_deref()) {
+            (Some(DriverKind::Microvm), None) => {
+                let mut at = table_at;
+                at.path = image.at.path.clone();
+                is.report(
+                    &at,
+                    IssueKind::MissingKey,
+                    "driver = \"microvm\" needs a guest image directory \
+                     (built by scripts/microvm-image.sh)"
+                        .into(),
+                    None,
+                );
+                ok = false;
+                None
+            }
+            (Some(DriverKind::Sim | DriverKind::Process), Some(path)) => {
+                is.report(
+                    &image.at,
+                    IssueKind::Inconsistent,
+                    "only meaningful with driver = \"microvm\"".into(),
+                    Some(quote(path)),
+                );
+                ok = false;
+                None
+            }
+            (_, Some("")) => {
+                is.report(
+                    &image.at,
+                    IssueKind::Invalid,
+                    "must not be empty".into(),
+                    Some(quote("")),
+                );
+                ok = false;
+                None
+            }
+            (_, Some(_)) => file_ref(src, &image),
+            (_, None) => None,
+        };
         match kind {
             Some(driver) => listed.push(RuntimeDriverConfig {
                 runtime,
                 driver,
                 template,
+                image,
             }),
             None => ok = false,
         }
@@ -235,6 +293,38 @@ key = "c.key"
     }
 
     #[test]
+    fn a_microvm_runtime_needs_a_template_and_an_image() {
+        let text = format!(
+            "{BASE}[runtimes.custom]\ndriver = \"microvm\"\ntemplate = \"echo.toml\"\n\
+             image = \"../target/microvm\"\n"
+        );
+        let c = AgentConfig::from_toml("a.toml", &text).unwrap();
+        let m = c.runtimes.get(Runtime::Custom).unwrap();
+        assert_eq!(m.driver, DriverKind::Microvm);
+        assert_eq!(m.template.as_ref().unwrap().path, "echo.toml");
+        let image = m.image.clone().unwrap();
+        assert_eq!(
+            (image.path.as_str(), image.key.as_str()),
+            ("../target/microvm", "runtimes.custom.image")
+        );
+        let text = format!(
+            "{BASE}[runtimes.custom]\ndriver = \"microvm\"\n\
+             [runtimes.vllm]\ndriver = \"process\"\ntemplate = \"v.toml\"\nimage = \"i\"\n"
+        );
+        let e = AgentConfig::from_toml("a.toml", &text)
+            .unwrap_err()
+            .to_string();
+        for needle in [
+            "runtimes.custom.template: driver = \"microvm\" needs a command template",
+            "runtimes.custom.image: driver = \"microvm\" needs a guest image directory",
+            "runtimes.vllm.image: only meaningful with driver = \"microvm\" (got \"i\")",
+        ] {
+            assert!(e.contains(needle), "{needle:?} missing in:\n{e}");
+        }
+        assert_eq!(e.lines().count(), 3, "{e}");
+    }
+
+    #[test]
     fn every_mistake_of_the_section_is_reported_at_once() {
         let text = format!(
             "{BASE}[runtimes.vllm]\ndriver = \"docker\"\n\
@@ -247,9 +337,9 @@ key = "c.key"
             .unwrap_err()
             .to_string();
         for needle in [
-            "runtimes.vllm.driver: expected \"sim\" or \"process\" (got \"docker\")",
+            "runtimes.vllm.driver: expected \"sim\", \"process\" or \"microvm\" (got \"docker\")",
             "runtimes.sglang.template: driver = \"process\" needs a command template",
-            "runtimes.pytorch.template: only meaningful with driver = \"process\" (got \"p.toml\")",
+            "runtimes.pytorch.template: only meaningful with driver = \"process\" or \"microvm\" (got \"p.toml\")",
             "runtimes.custom.template: must not be empty",
             "runtimes.custom.comand: unknown key",
             "runtimes.tensorrt: unknown key (expected one of: vllm, sglang, pytorch, tf-serving, custom)",

@@ -65,6 +65,17 @@ pub enum Event {
         /// The function.
         function: FunctionId,
     },
+    /// The function's runtime restarts on every load and measured how long
+    /// that takes (a microVM's boot-to-ready, see docs/microvm.md): from
+    /// now on each of its loads — cold start, swap-in or move — is timed
+    /// `start_us` instead of by the bandwidth model of
+    /// [`super::LoadCosts`]. Ignored for an unknown function.
+    StartMeasured {
+        /// The function.
+        function: FunctionId,
+        /// What one load of it takes, µs.
+        start_us: Micros,
+    },
     /// A tick, due at [`super::NodeExecutor::next_timeout`]: queued
     /// requests that can no longer meet their deadline are rejected early,
     /// and queues are dispatched again.

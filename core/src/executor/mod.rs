@@ -42,6 +42,7 @@ mod node_config;
 mod profile;
 mod reject_reason;
 mod rules;
+mod start_times;
 
 #[cfg(test)]
 mod tests;
@@ -57,3 +58,4 @@ pub use node_config::NodeConfig;
 pub use profile::FunctionProfile;
 pub use reject_reason::RejectReason;
 pub use rules::ExecutorRules;
+pub use start_times::{StartTimes, START_WINDOW};

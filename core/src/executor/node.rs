@@ -61,6 +61,9 @@ struct FunctionState {
     reserving: Option<(u32, u32, Micros)>,
     /// No remap is asked before this.
     reserve_after: Micros,
+    /// Every load of it takes this long (its runtime's measured start,
+    /// [`Event::StartMeasured`]); `None`: the bandwidth model.
+    start_us: Option<Micros>,
 }
 
 impl FunctionState {
@@ -332,14 +335,12 @@ impl NodeExecutor {
             return;
         };
         let inst = self.gpus[from as usize].remove_instance(k);
-        let memory = self
+        let (memory, start_us) = self
             .state(function)
-            .map_or(inst.mem_mib, |f| f.profile.memory_mib);
+            .map_or((inst.mem_mib, None), |f| (f.profile.memory_mib, f.start_us));
+        let load_us = start_us.unwrap_or_else(|| self.config.load.swap_in_us(memory));
         let t = &mut self.gpus[to as usize];
-        let ready_at = t
-            .link_free_at
-            .max(now)
-            .saturating_add(self.config.load.swap_in_us(memory));
+        let ready_at = t.link_free_at.max(now).saturating_add(load_us);
         t.link_free_at = ready_at;
         t.add_instance(Instance {
             loaded: false,
@@ -446,6 +447,11 @@ impl NodeExecutor {
             Event::RequestFinished { request, gpu } => self.finish(now, request, gpu),
             Event::LoadFinished { function, gpu } => self.loaded(now, function, gpu),
             Event::Prefetch { function } => self.prefetch(now, function),
+            Event::StartMeasured { function, start_us } => {
+                if let Some(Some(f)) = self.functions.get_mut(function.0 as usize) {
+                    f.start_us = Some(start_us);
+                }
+            }
             Event::Timer => {
                 let rules = self.config.rules;
                 for g in &mut self.gpus {
@@ -555,7 +561,21 @@ impl NodeExecutor {
             loading: 0,
             reserving: None,
             reserve_after: 0,
+            start_us: None,
         });
+    }
+
+    /// What loading `fs` onto a GPU takes now: its runtime's measured
+    /// start if it has one, else a swap-in when its weights are in host
+    /// memory (with the host cache), else a cold start.
+    fn load_us(&self, fs: &FunctionState) -> Micros {
+        match fs.start_us {
+            Some(us) => us,
+            None if self.config.rules.host_cache && fs.in_host => {
+                self.config.load.swap_in_us(fs.profile.memory_mib)
+            }
+            None => self.config.load.cold_start_us(fs.profile.memory_mib),
+        }
     }
 
     /// The function leaves the node; with `park` (and a host copy under a
@@ -713,11 +733,7 @@ impl NodeExecutor {
         let slotted = rules.slots_per_gpu.is_some();
         let service = profile.service_us(full_gpu_us, compute);
         let prefer_resident = rules.wait_within_deadline && profile.tier.delayable();
-        let load_us = if rules.host_cache && fs.in_host {
-            self.config.load.swap_in_us(profile.memory_mib)
-        } else {
-            self.config.load.cold_start_us(profile.memory_mib)
-        };
+        let load_us = self.load_us(&fs);
 
         let mut best: Option<Choice> = None;
         let mut best_resident: Option<Choice> = None;
@@ -1163,11 +1179,7 @@ impl NodeExecutor {
         else {
             return;
         };
-        let load_us = if rules.host_cache && fs.in_host {
-            self.config.load.swap_in_us(fs.profile.memory_mib)
-        } else {
-            self.config.load.cold_start_us(fs.profile.memory_mib)
-        };
+        let load_us = self.load_us(&fs);
         self.load(now, function, g, mem_cost, reserved, load_us);
     }
 

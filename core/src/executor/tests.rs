@@ -989,3 +989,32 @@ fn last_arrival_is_the_latest_request_of_a_placed_function() {
     assert_eq!(n.last_arrival(FunctionId(0)), None);
     assert_eq!(n.last_arrival(FunctionId(7)), None);
 }
+
+#[test]
+fn a_measured_runtime_start_times_every_load_of_its_function() {
+    // Functions 0 and 1 on one GPU (room for both); function 0's runtime
+    // (a microVM) measured 2.1 s per start.
+    let mut n = node(1, ExecutorRules::gshare(), &[Tier::Oversubscribed; 2]);
+    let boot = 2_100 * MS;
+    let measured = Event::StartMeasured {
+        function: FunctionId(0),
+        start_us: boot,
+    };
+    assert_eq!(step(&mut n, 0, measured), vec![]);
+    // Its cold start takes the measured boot, not setup + bytes / bandwidth;
+    // function 1 keeps the bandwidth model.
+    assert_eq!(
+        step(&mut n, 0, arrive(1, 0, 100 * MS, FAR)),
+        vec![cold(0, 0, boot)]
+    );
+    assert_eq!(
+        step(&mut n, 0, arrive(2, 1, 100 * MS, FAR)),
+        vec![cold(1, 0, boot + COLD)]
+    );
+    // A measurement for an unknown function changes nothing.
+    let unknown = Event::StartMeasured {
+        function: FunctionId(9),
+        start_us: 1,
+    };
+    assert_eq!(step(&mut n, 0, unknown), vec![]);
+}

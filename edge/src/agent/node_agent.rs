@@ -838,6 +838,25 @@ impl NodeAgent {
                 profile,
             },
         );
+        self.feed_start_estimates(now);
+    }
+
+    /// Gives the executor the current start estimate of every hosted
+    /// function whose runtime measures its starts (microVM boots; see
+    /// [`ProcessCounters::start_estimate_us`]): its loads are then timed by
+    /// the driver's measured boot-to-ready, not the bandwidth model. Called
+    /// when a function arrives and after each load (a boot measured since
+    /// shows in the next load's timing).
+    fn feed_start_estimates(&mut self, now: Micros) {
+        let counters = self.setup.process_counters.clone();
+        let estimates: Vec<(FunctionId, Micros)> = self
+            .functions
+            .iter()
+            .filter_map(|(id, h)| Some((*id, counters.start_estimate_us(h.spec.runtime)?)))
+            .collect();
+        for (function, start_us) in estimates {
+            self.step(now, Event::StartMeasured { function, start_us });
+        }
     }
 
     /// The region released the function: its GPU copies go; its weights
@@ -1190,6 +1209,7 @@ impl Handler<LoadDone> for NodeAgent {
                 gpu: msg.gpu,
             },
         );
+        self.feed_start_estimates(now);
         self.arm(ctx);
     }
 }
@@ -1325,6 +1345,10 @@ impl Handler<StatusQuery> for NodeAgent {
         s.process_restarts = p.restarts();
         s.process_failed_starts = p.failed_starts();
         s.process_running = p.running();
+        s.vm_accel = p.vm_accel();
+        s.vm_boots = p.vm_boots();
+        s.vm_boot_last_us = p.vm_boot_last_us().unwrap_or(0);
+        s.vm_boot_median_us = p.vm_boot_median_us().unwrap_or(0);
         s.usage_waiting = self.metering.as_ref().map_or(0, |m| m.waiting.len() as u64);
         s.gpus = (0..self.setup.gpus.len() as u32)
             .map(|i| {

@@ -43,6 +43,16 @@ pub struct NodeStatus {
     pub process_failed_starts: u64,
     /// Function processes started and not stopped.
     pub process_running: u64,
+    /// How the node's microVMs are accelerated (`"kvm"` or `"tcg"`);
+    /// `None` without a `microvm` runtime.
+    pub vm_accel: Option<&'static str>,
+    /// MicroVM boots measured (spawn to the first healthy answer).
+    pub vm_boots: u64,
+    /// The last microVM boot-to-ready, µs (0 before the first).
+    pub vm_boot_last_us: u64,
+    /// The median of the recent microVM boots, µs: what the executor times
+    /// a microVM load by (the template's default before the first boot).
+    pub vm_boot_median_us: u64,
     /// Usage journal appends that succeeded.
     pub usage_writes: u64,
     /// Usage records journaled.

@@ -1,5 +1,6 @@
 //! The runtime driver of each runtime, from the agent config's `[runtimes]`.
 
+use super::microvm::{self, Accel, MicrovmImage, MicrovmOptions};
 use super::process::{ProcessLedger, RuntimeTemplate};
 use super::{ProcessCounters, ProcessDriver, ProcessOptions, RuntimeDriver, SimDriver};
 use gshare_core::config::{ConfigError, DriverKind, RuntimeDrivers};
@@ -7,8 +8,9 @@ use gshare_core::model::{FunctionSpec, Mib, Runtime};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// The agent's drivers: `process` for the runtimes the config names so
-/// (with their templates read and checked), `sim` for every other one.
+/// The agent's drivers: `process` and `microvm` for the runtimes the config
+/// names so (with their templates, and guest images, read and checked),
+/// `sim` for every other one.
 #[derive(Debug, Default)]
 pub struct Drivers {
     process: Vec<(Runtime, Arc<ProcessOptions>)>,
@@ -21,12 +23,16 @@ impl Drivers {
         Self::default()
     }
 
-    /// Reads the templates of the `process` runtimes of `runtimes`
-    /// (paths relative to `base`, the agent config's directory). Every
-    /// template that cannot be read or parsed, or is written for another
-    /// runtime, is reported at once, at its `template` key of the agent
-    /// config `file`. Function output goes to `log_dir`; processes run in
-    /// their template file's directory.
+    /// Reads the templates of the `process` and `microvm` runtimes of
+    /// `runtimes` (paths relative to `base`, the agent config's directory).
+    /// Every template that cannot be read or parsed, or is written for
+    /// another runtime, is reported at once, at its `template` key of the
+    /// agent config `file`; a guest image that is incomplete (or QEMU
+    /// missing) at its `image` key. Function output goes to `log_dir`
+    /// (a microVM's serial console too); processes run in their template
+    /// file's directory, and microVM initramfs files are written beside
+    /// `log_dir` (`../microvm/`). The first microVM runtime decides KVM or
+    /// TCG ([`Accel::detect`]) and logs which and why.
     pub fn load(
         file: &str,
         base: &Path,
@@ -36,8 +42,9 @@ impl Drivers {
         let counters = ProcessCounters::new();
         let mut process = Vec::new();
         let mut issues = Vec::new();
+        let mut accel: Option<Accel> = None;
         for c in &runtimes.listed {
-            let (DriverKind::Process, Some(t)) = (c.driver, &c.template) else {
+            let (true, Some(t)) = (c.driver.runs_template(), &c.template) else {
                 continue;
             };
             let path = base.join(&t.path);
@@ -65,6 +72,56 @@ impl Drivers {
                 continue;
             }
             let workdir = path.parent().map(Path::to_path_buf);
+            let vm = match (c.driver, &c.image) {
+                (DriverKind::Microvm, Some(image)) => {
+                    let dir = base.join(&image.path);
+                    let opened = MicrovmImage::open(&dir)
+                        .map_err(|e| e.to_string())
+                        .and_then(|i| {
+                            which(microvm::QEMU).map(|_| i).ok_or_else(|| {
+                                format!(
+                                    "{} not found on PATH (apt-get install qemu-system-x86)",
+                                    microvm::QEMU
+                                )
+                            })
+                        });
+                    let image = match opened {
+                        Ok(i) => i,
+                        Err(e) => {
+                            issues.push(image.issue(e));
+                            continue;
+                        }
+                    };
+                    let a = *accel.get_or_insert_with(|| {
+                        let (a, why) = Accel::detect();
+                        match a {
+                            Accel::Kvm => tracing::info!(accel = "kvm", "microVMs use KVM: {why}"),
+                            Accel::Tcg => tracing::warn!(
+                                accel = "tcg",
+                                "microVMs fall back to TCG (software emulation, slower boots): {why}"
+                            ),
+                        }
+                        a
+                    });
+                    counters.register_vm_runtime(
+                        c.runtime,
+                        a == Accel::Kvm,
+                        template.vm.default_boot_ms.saturating_mul(1000),
+                    );
+                    let run_dir = log_dir.as_deref().and_then(Path::parent).map_or_else(
+                        || std::env::temp_dir().join("gshare-microvm"),
+                        |d| d.join("microvm"),
+                    );
+                    Some(Arc::new(MicrovmOptions {
+                        image,
+                        accel: a,
+                        qemu: microvm::QEMU.into(),
+                        run_dir,
+                        tsc_khz: microvm::host_tsc_khz(),
+                    }))
+                }
+                _ => None,
+            };
             process.push((
                 c.runtime,
                 Arc::new(ProcessOptions {
@@ -74,6 +131,7 @@ impl Drivers {
                     gpu_memory_mib: None,
                     counters: counters.clone(),
                     ledger: None,
+                    vm,
                 }),
             ));
         }
@@ -113,10 +171,10 @@ impl Drivers {
 
     /// The driver kind of `runtime`.
     pub fn kind(&self, runtime: Runtime) -> DriverKind {
-        if self.process.iter().any(|(r, _)| *r == runtime) {
-            DriverKind::Process
-        } else {
-            DriverKind::Sim
+        match self.process.iter().find(|(r, _)| *r == runtime) {
+            Some((_, o)) if o.vm.is_some() => DriverKind::Microvm,
+            Some(_) => DriverKind::Process,
+            None => DriverKind::Sim,
         }
     }
 
@@ -132,6 +190,18 @@ impl Drivers {
     pub fn into_factory(self) -> crate::agent::DriverFactory {
         Box::new(move |spec| self.driver_for(spec))
     }
+}
+
+/// `program`'s path on `PATH` (or itself when it names a file).
+fn which(program: &str) -> Option<PathBuf> {
+    if program.contains('/') {
+        return Path::new(program).is_file().then(|| PathBuf::from(program));
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(program))
+            .find(|p| p.is_file())
+    })
 }
 
 #[cfg(test)]
@@ -226,6 +296,31 @@ key = "c.key"
             };
             assert_eq!(sim.invoke(inv).await.unwrap(), b"x".to_vec());
         });
+    }
+
+    #[test]
+    fn an_incomplete_microvm_image_is_reported_at_its_key() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("echo.toml"),
+            "runtime = \"custom\"\ncommand = [\"python3\"]\n",
+        )
+        .unwrap();
+        std::fs::create_dir_all(dir.path().join("img")).unwrap();
+        std::fs::write(dir.path().join("img/vmlinuz"), "k").unwrap();
+        let text = format!(
+            "{BASE}[runtimes.custom]\ndriver = \"microvm\"\ntemplate = \"echo.toml\"\nimage = \"img\"\n"
+        );
+        let c = AgentConfig::from_toml("agent.toml", &text).unwrap();
+        let e = Drivers::load("agent.toml", dir.path(), &c.runtimes, None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("runtimes.custom.image: guest image file ")
+                && e.contains("initramfs.cpio")
+                && e.ends_with("(got \"img\")"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -11,12 +11,16 @@
 //!   instance with its slice's CUDA MPS limits ([`process::ProcessInstance`]),
 //!   proxies requests over HTTP, restarts it on crash, stops it (and its
 //!   children) on release and on swap-out, and starts it again on the new
-//!   GPU on swap-in or move ([`RuntimeDriver::place`]).
+//!   GPU on swap-in or move ([`RuntimeDriver::place`]);
+//! - `microvm`: the same [`ProcessDriver`] with [`ProcessOptions::vm`] set:
+//!   the process is QEMU, and the function's server runs in its own VM
+//!   ([`microvm`], docs/microvm.md).
 //!
 //! [`Drivers`] picks the driver of each runtime from the agent config's
 //! `[runtimes]` section and reads the `process` command templates.
 
 mod drivers;
+pub mod microvm;
 pub mod process;
 mod process_counters;
 mod process_driver;

@@ -46,7 +46,9 @@ pub use error::{InvokeError, ProcessError};
 pub use http::{read_response, request as http_request, HttpError, HttpResponse};
 pub use ledger::{ProcessLedger, Reaped};
 pub use spec::{free_port, Backoff, ProcessSpec, SliceLimits};
-pub use template::{render, MpsOrdinals, RuntimeTemplate, TemplateError, TemplateVars};
+pub use template::{
+    render, MpsOrdinals, RuntimeTemplate, TemplateError, TemplateVars, VmTemplate, VM_MEMORY_MIB,
+};
 
 use rustix::process::{kill_process_group, test_kill_process_group, Pid, Signal};
 use std::path::PathBuf;

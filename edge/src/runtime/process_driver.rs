@@ -11,12 +11,19 @@
 //!  stop()              ─▶ SIGTERM to the process group, SIGKILL after the grace
 //! ```
 //!
+//! With [`ProcessOptions::vm`] set this is the `microvm` driver: the
+//! process is QEMU booting the function in its own VM
+//! ([`super::microvm::guest_spec`]); everything else (supervision,
+//! backoff, ledger, readiness, placement) is the same, and each start's
+//! boot-to-ready is recorded for the executor ([`ProcessCounters::vm_booted`]).
+//!
 //! Crashes are the instance's supervisor's business: it restarts the
 //! process with capped exponential backoff while the driver keeps the
 //! same handle; calls in flight at the crash end with
 //! [`RuntimeError::Crashed`]. A watcher task copies the instance's crash
 //! and restart counts into the node's [`ProcessCounters`].
 
+use super::microvm::{self, MicrovmOptions};
 use super::process::{
     InvokeError, Phase, ProcessInstance, ProcessLedger, ProcessSpec, RuntimeTemplate, SliceLimits,
 };
@@ -52,12 +59,17 @@ pub struct ProcessOptions {
     /// Where started process groups are recorded (reaped by the next
     /// agent after a `kill -9`); none when `None`.
     pub ledger: Option<ProcessLedger>,
+    /// Run each instance in a microVM (the `microvm` driver); a plain
+    /// process when `None`.
+    pub vm: Option<Arc<MicrovmOptions>>,
 }
 
 struct Running {
     instance: Arc<ProcessInstance>,
     gpus: Vec<u32>,
     watcher: JoinHandle<()>,
+    /// The microVM's initramfs, removed when it stops.
+    initrd: Option<PathBuf>,
 }
 
 /// The running process, if any. Shared with the driver's own futures
@@ -168,28 +180,74 @@ async fn launch(
     let limits = SliceLimits::from_slices(&slices, options.gpu_memory_mib)
         .ok_or_else(|| RuntimeError::Failed("no GPU slice to run on".into()))?;
     let id = format!("{}-{}", function.tenant.0, function.name);
-    let mut spec: ProcessSpec =
-        ProcessSpec::from_template(&options.template, &id, &function.name, 0, limits.clone())
+    let (spec, initrd) = match &options.vm {
+        None => {
+            let mut spec: ProcessSpec = ProcessSpec::from_template(
+                &options.template,
+                &id,
+                &function.name,
+                0,
+                limits.clone(),
+            )
             .map_err(|e| RuntimeError::Failed(format!("{id}: template: {e}")))?;
-    spec.workdir = options.workdir.clone();
+            spec.workdir = options.workdir.clone();
+            (spec, None)
+        }
+        Some(vm) => {
+            let (spec, initrd) = microvm::guest_spec(
+                &options.template,
+                options.workdir.as_deref(),
+                vm,
+                &id,
+                &function.name,
+                limits.clone(),
+            )
+            .map_err(|e| RuntimeError::Failed(format!("{id}: microvm: {e}")))?;
+            (spec, Some(initrd))
+        }
+    };
     let log = options.log_dir.as_ref().and_then(|dir| {
         std::fs::create_dir_all(dir)
             .map_err(|e| tracing::warn!("{}: {e}; function output discarded", dir.display()))
             .ok()
             .map(|_| dir.join(format!("{id}.log")))
     });
-    let instance = Arc::new(
-        ProcessInstance::start_supervised(spec, log, options.ledger.clone())
-            .await
-            .map_err(|e| RuntimeError::Failed(e.to_string()))?,
-    );
+    let spawned = std::time::Instant::now();
+    let started = ProcessInstance::start_supervised(spec, log, options.ledger.clone()).await;
+    let instance = match started {
+        Ok(i) => Arc::new(i),
+        Err(e) => {
+            if let Some(path) = &initrd {
+                let _ = std::fs::remove_file(path);
+            }
+            return Err(RuntimeError::Failed(e.to_string()));
+        }
+    };
     options.counters.started();
-    tracing::info!(
-        instance = %id,
-        pid = instance.status().pid,
-        gpus = %limits.gpu_list(),
-        "function process ready"
-    );
+    let pid = instance.status().pid;
+    match &options.vm {
+        None => tracing::info!(
+            instance = %id,
+            pid,
+            gpus = %limits.gpu_list(),
+            "function process ready"
+        ),
+        Some(vm) => {
+            let boot = spawned.elapsed();
+            let boot_us = u64::try_from(boot.as_micros()).unwrap_or(u64::MAX);
+            options.counters.vm_booted(function.runtime, boot_us);
+            tracing::info!(
+                instance = %id,
+                pid,
+                gpus = %limits.gpu_list(),
+                accel = vm.accel.as_str(),
+                boot_to_ready_ms = boot.as_millis() as u64,
+                rss_mib = pid.and_then(microvm::rss_kib).map(|k| k / 1024),
+                host_port = instance.spec().port,
+                "function microvm ready"
+            );
+        }
+    }
     let watcher = tokio::spawn(watch_counts(
         Arc::downgrade(&instance),
         instance.subscribe(),
@@ -199,6 +257,7 @@ async fn launch(
         instance,
         gpus: limits.gpus,
         watcher,
+        initrd,
     })
 }
 
@@ -210,6 +269,9 @@ async fn halt(running: Running, counters: ProcessCounters) {
     );
     running.instance.stop().await;
     tracing::info!(instance = %instance, pid, "function process stopped");
+    if let Some(path) = &running.initrd {
+        let _ = std::fs::remove_file(path);
+    }
     let _ = running.watcher.await;
     counters.stopped();
 }

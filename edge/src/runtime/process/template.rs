@@ -25,6 +25,18 @@
 //!
 //! `{{` and `}}` stand for literal braces. An unknown placeholder is an
 //! error when the template is rendered.
+//!
+//! With `driver = "microvm"` the command runs inside the guest, where
+//! `{host}` is `0.0.0.0` and `{port}` the guest port; the optional `[vm]`
+//! table says what else the guest needs (see [`VmTemplate`],
+//! docs/microvm.md):
+//!
+//! ```toml
+//! [vm]
+//! files = ["echo_server.py"]   # copied into the guest's /fn (relative to this file)
+//! memory_mib = 256
+//! guest_port = 8080
+//! ```
 
 use super::spec::SliceLimits;
 use serde::Deserialize;
@@ -81,6 +93,54 @@ pub struct RuntimeTemplate {
     /// (invocations then fail until the function is loaded again); 0: never.
     #[serde(default = "default_max_failed_starts")]
     pub max_failed_starts: u32,
+    /// How the command runs in a microVM (`driver = "microvm"` only).
+    #[serde(default)]
+    pub vm: VmTemplate,
+}
+
+/// The `[vm]` table of a template: what a `microvm` guest needs.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmTemplate {
+    /// The function's files, relative to the template's directory, copied
+    /// into the guest's `/fn` (its working directory) under their names.
+    #[serde(default)]
+    pub files: Vec<String>,
+    /// Guest memory, MiB.
+    #[serde(default = "default_vm_memory_mib")]
+    pub memory_mib: u32,
+    /// The port the server listens on inside the guest (`{port}` there);
+    /// the driver forwards a loopback port of the host to it.
+    #[serde(default = "default_guest_port")]
+    pub guest_port: u16,
+    /// The start estimate the executor uses before the first boot is
+    /// measured (ms).
+    #[serde(default = "default_boot_ms")]
+    pub default_boot_ms: u64,
+}
+
+impl Default for VmTemplate {
+    fn default() -> Self {
+        Self {
+            files: Vec::new(),
+            memory_mib: default_vm_memory_mib(),
+            guest_port: default_guest_port(),
+            default_boot_ms: default_boot_ms(),
+        }
+    }
+}
+
+/// Smallest and largest `vm.memory_mib` accepted.
+pub const VM_MEMORY_MIB: std::ops::RangeInclusive<u32> = 64..=65_536;
+
+fn default_vm_memory_mib() -> u32 {
+    256
+}
+fn default_guest_port() -> u16 {
+    8080
+}
+fn default_boot_ms() -> u64 {
+    3_000
 }
 
 /// Longest `startup_timeout_s` accepted (a day).
@@ -267,6 +327,38 @@ impl RuntimeTemplate {
                 "restart_max_ms",
                 "restart delays must satisfy 1 <= restart_initial_ms <= restart_max_ms",
             ));
+        }
+        if !VM_MEMORY_MIB.contains(&t.vm.memory_mib) {
+            return Err(invalid(
+                "vm.memory_mib",
+                &format!(
+                    "must be from {} to {}",
+                    VM_MEMORY_MIB.start(),
+                    VM_MEMORY_MIB.end()
+                ),
+            ));
+        }
+        if t.vm.guest_port == 0 {
+            return Err(invalid("vm.guest_port", "must be from 1 to 65535"));
+        }
+        if !(1..=MAX_STARTUP_TIMEOUT_S.saturating_mul(1000)).contains(&t.vm.default_boot_ms) {
+            return Err(invalid(
+                "vm.default_boot_ms",
+                "must be at least 1 and at most startup_timeout_s's limit",
+            ));
+        }
+        for (i, f) in t.vm.files.iter().enumerate() {
+            let p = std::path::Path::new(f);
+            let plain = !f.is_empty()
+                && p.is_relative()
+                && p.components()
+                    .all(|c| matches!(c, std::path::Component::Normal(_)));
+            if !plain {
+                return Err(invalid(
+                    &format!("vm.files[{i}]"),
+                    &format!("{f:?}: must be a relative path without `..`"),
+                ));
+            }
         }
         // Render once with sample values: unknown placeholders fail now.
         let sample = TemplateVars {

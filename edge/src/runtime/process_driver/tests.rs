@@ -20,6 +20,7 @@ fn options(counters: &ProcessCounters) -> Arc<ProcessOptions> {
         gpu_memory_mib: Some(16_384),
         counters: counters.clone(),
         ledger: None,
+        vm: None,
     })
 }
 
@@ -197,6 +198,7 @@ async fn a_function_that_does_not_start_is_a_start_error() {
         gpu_memory_mib: None,
         counters: counters.clone(),
         ledger: None,
+        vm: None,
     }));
     let e = d.start(&function(), &[slice(0)]).await.unwrap_err();
     assert!(
@@ -226,6 +228,7 @@ async fn a_load_starts_over_a_process_its_supervisor_gave_up_on() {
         gpu_memory_mib: None,
         counters: counters.clone(),
         ledger: None,
+        vm: None,
     }));
     d.start(&function(), &[slice(0)]).await.unwrap();
     // From now on every restart exits at once: the supervisor gives up.
