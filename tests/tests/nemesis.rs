@@ -30,6 +30,7 @@ fn config() -> Config {
     {
         c.rounds = r;
     }
+    c.strict = std::env::var("GSHARE_NEMESIS_STRICT").is_ok_and(|v| v == "1");
     c
 }
 

@@ -48,15 +48,20 @@ pub struct Config {
     pub deployers: usize,
     /// Invoker clients (tenant `globex`).
     pub invokers: usize,
+    /// Check the invocation contract exactly: a key that ran on two agents
+    /// is a violation even after an unknown attempt (docs/chaos.md, "Known
+    /// open bugs"); also `ok ≤ billed ≤ ok + unknown`.
+    pub strict: bool,
 }
 
 impl Default for Config {
-    /// The CI size: 8 rounds, 2 deployers, 2 invokers.
+    /// The CI size: 8 rounds, 2 deployers, 2 invokers, not strict.
     fn default() -> Self {
         Config {
             rounds: 8,
             deployers: 2,
             invokers: 2,
+            strict: false,
         }
     }
 }
@@ -76,6 +81,9 @@ pub struct Report {
     pub invocations: checker::Invocations,
     /// Invocations the region billed `globex`.
     pub billed: u64,
+    /// Keys that ran on two agents after an unknown attempt (the known
+    /// open bug; a violation under [`Config::strict`]).
+    pub known_double_runs: Vec<String>,
     /// States sampled during the run.
     pub samples: u64,
     /// The applied index the replicas agreed on.
@@ -91,8 +99,8 @@ impl fmt::Display for Report {
         writeln!(
             f,
             "nemesis seed {}: ok in {:.1} s; {} rounds; {} ops (ok {}, failed {}, unknown {}); \
-             invocations ok {} failed {} unknown {}, billed {}; {} states sampled; \
-             replicas identical at applied index {}",
+             invocations ok {} failed {} unknown {}, billed {} (known double runs: {:?}); \
+             {} states sampled; replicas identical at applied index {}",
             self.seed,
             self.took.as_secs_f64(),
             self.faults.len(),
@@ -104,6 +112,7 @@ impl fmt::Display for Report {
             self.invocations.failed,
             self.invocations.unknown,
             self.billed,
+            self.known_double_runs,
             self.samples,
             self.applied
         )?;
@@ -290,23 +299,17 @@ pub fn run(seed: u64, config: Config) -> Result<Report, Failure> {
     violations.extend(checker::samples(&ops));
     violations.extend(checker::served_after_heal(&ops));
     let mut billed = 0;
+    let mut known_double_runs = Vec::new();
     match metered(&c) {
         Ok(m) => {
             billed = m.region["globex"].invocations;
-            let mut billing = checker::billing(&ops, billed);
-            if !billing.is_empty() {
-                let twice = keys_in_both_journals(&mut c, &ops);
-                for v in &mut billing {
-                    v.detail.push_str(&format!(
-                        "; keys whose answer both agents' journals hold (read offline): {:?}",
-                        twice
-                    ));
-                    if !twice.is_empty() {
-                        v.excerpt = history::excerpt(&ops, |o| twice.contains(&o.target));
-                    }
-                }
+            if config.strict {
+                violations.extend(checker::billing(&ops, billed));
             }
-            violations.extend(billing);
+            let runs = journal_runs(&mut c, &ops);
+            let (broken, known) = checker::runs(&ops, &runs, billed, config.strict);
+            violations.extend(broken);
+            known_double_runs = known;
             for tenant in ["globex", "acme"] {
                 let journals: Vec<(String, Usage)> = m
                     .journals
@@ -347,6 +350,7 @@ pub fn run(seed: u64, config: Config) -> Result<Report, Failure> {
         ),
         invocations: checker::invocations(&ops),
         billed,
+        known_double_runs,
         samples: samples.load(std::sync::atomic::Ordering::Relaxed),
         applied,
         disk,
@@ -354,9 +358,9 @@ pub fn run(seed: u64, config: Config) -> Result<Report, Failure> {
     })
 }
 
-/// Kills the agents and reads their journals offline: the invocation keys
-/// of the history that both hold an answer for (each ran on both agents).
-fn keys_in_both_journals(c: &mut Cluster, ops: &[history::Op]) -> Vec<String> {
+/// Kills the agents and reads their journals offline: for each invocation
+/// key of the history, how many journals hold its billed answer.
+fn journal_runs(c: &mut Cluster, ops: &[history::Op]) -> checker::Runs {
     use gshare_core::model::TenantId;
     use gshare_core::state::AgentId;
     use gshare_edge::journal::UsageJournal;
@@ -381,14 +385,14 @@ fn keys_in_both_journals(c: &mut Cluster, ops: &[history::Op]) -> Vec<String> {
     .unwrap_or(u64::MAX);
     ops.iter()
         .filter(|o| o.kind == OpKind::Invoke)
-        .filter(|o| {
-            journals
+        .map(|o| {
+            let n = journals
                 .iter()
                 .filter(|j| j.keyed(&globex, &o.target, now).ok().flatten().is_some())
-                .count()
-                > 1
+                .count();
+            (o.target.clone(), u32::try_from(n).unwrap_or(u32::MAX))
         })
-        .map(|o| o.target.clone())
+        .filter(|(_, n)| *n > 0)
         .collect()
 }
 

@@ -74,8 +74,8 @@ pub struct Round {
 }
 
 /// The schedule of one seed: `rounds` rounds, faults drawn uniformly
-/// (without [`Fault::FillDisk`] when `disk` is false), holds of 1.5–4 s,
-/// rests of 1–2 s.
+/// (without [`Fault::FillDisk`] when `disk` is false), holds of 1.5–4 s
+/// (a full disk 4.5–12 s), rests of 1–2 s.
 pub fn schedule(seed: u64, rounds: usize, disk: bool) -> Vec<Round> {
     let mut rng = Rng::new(seed ^ 0x6e65_6d65_7369_7321);
     let kinds: Vec<Fault> = ALL
@@ -85,7 +85,11 @@ pub fn schedule(seed: u64, rounds: usize, disk: bool) -> Vec<Round> {
     (0..rounds)
         .map(|_| {
             let fault = kinds[rng.below(kinds.len() as u64) as usize];
-            let hold = Duration::from_millis(1_500 + rng.below(2_500));
+            let mut hold = Duration::from_millis(1_500 + rng.below(2_500));
+            if fault == Fault::FillDisk {
+                // Long enough for sled to need space past what it holds.
+                hold *= 3;
+            }
             let rest = Duration::from_millis(1_000 + rng.below(1_000));
             Round {
                 fault,
