@@ -74,3 +74,76 @@ fn soak() {
     }
     println!("soak: {seeds} seeds, {rounds} fault rounds, all passed");
 }
+
+/// Regression (seed 200): a replica whose disk filled up kept its process
+/// running after openraft's core stopped on the storage error, serving a
+/// state that never advanced again, so nothing restarted it. It now exits;
+/// restarted on the freed disk it catches up, with every acknowledged
+/// write and the same state as the others.
+#[test]
+fn a_replica_whose_disk_fills_exits_and_recovers_when_restarted() {
+    use gshare_tests::nemesis::cluster::SmallDisk;
+    use gshare_tests::TestRegion;
+    use std::collections::BTreeMap;
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut region = TestRegion::new(3).expect("region");
+    let disk = match SmallDisk::mount(&region.path("data/r3")) {
+        Ok(d) => d,
+        Err(why) => {
+            println!("skipped: the machine refuses the tmpfs mount: {why}");
+            return;
+        }
+    };
+    for id in 1..=3 {
+        region.start(id, id == 1).expect("start");
+    }
+    region
+        .wait_leader(&[1, 2, 3], Duration::from_secs(30))
+        .expect("leader");
+    let mut acked = BTreeMap::new();
+    let mut write = |region: &TestRegion, i: u32| {
+        let (k, v) = (format!("df{i:05}"), format!("v{i}"));
+        region
+            .write(&k, &v, Duration::from_secs(30))
+            .expect("write acknowledged by the majority");
+        acked.insert(k, v);
+    };
+    for i in 0..20 {
+        write(&region, i);
+    }
+    let filled = disk.fill().expect("fill");
+    println!("r3's disk filled with {filled} bytes");
+    // Writes go on through replicas 1 and 2 (a majority) until r3 stops.
+    let mut i = 20;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while region.alive(3) {
+        assert!(
+            Instant::now() < deadline,
+            "r3 still runs on a full disk after {} writes; its log:\n{}",
+            i - 20,
+            region.stderr(3, 1)
+        );
+        write(&region, i);
+        i += 1;
+    }
+    println!("r3 exited after {} writes on the full disk", i - 20);
+    assert!(
+        region.stderr(3, 1).contains("No space left on device"),
+        "{}",
+        region.stderr(3, 1)
+    );
+    region.kill9(3).expect("reap");
+    disk.free();
+    region.start(3, false).expect("restart r3");
+    for j in i..i + 10 {
+        write(&region, j);
+    }
+    for id in 1..=3 {
+        let missing = region.wait_entries(id, "df", &acked, Duration::from_secs(60));
+        assert!(missing.is_empty(), "replica {id} lacks {missing:?}");
+    }
+    region.kill9(1).expect("stop");
+    region.kill9(2).expect("stop");
+    region.kill9(3).expect("stop");
+    drop(disk);
+}

@@ -56,6 +56,9 @@ pub struct SmallDisk {
 
 /// The region, its agents and the proxies between them.
 pub struct Cluster {
+    /// Replica [`DISK_REPLICA`]'s small data disk, if the mount worked
+    /// (first: it unmounts before the region's directory is removed).
+    pub disk: Option<SmallDisk>,
     /// The replicas.
     pub region: TestRegion,
     /// Proxies in front of replicas 2 and 3's QUIC endpoints (raft traffic
@@ -63,8 +66,6 @@ pub struct Cluster {
     pub raft_links: Vec<(u64, FaultProxy)>,
     /// The agents.
     pub agents: Vec<Agent>,
-    /// Replica [`DISK_REPLICA`]'s small data disk, if the mount worked.
-    pub disk: Option<SmallDisk>,
     /// Why there is no small disk.
     pub disk_skipped: Option<String>,
     /// A token of `acme`.
@@ -73,6 +74,58 @@ pub struct Cluster {
     pub globex: String,
     paused: BTreeSet<u64>,
     rt: tokio::runtime::Runtime,
+}
+
+impl SmallDisk {
+    /// Mounts a 64 MiB tmpfs at `path` (created if missing); `Err` says why
+    /// the machine refused (not root, no `CAP_SYS_ADMIN`).
+    pub fn mount(path: &std::path::Path) -> Result<SmallDisk, String> {
+        mount_tmpfs(path)?;
+        Ok(SmallDisk {
+            ballast: path.join("ballast"),
+            mount: path.to_path_buf(),
+        })
+    }
+
+    /// Fills it until the file system refuses; returns the bytes written.
+    pub fn fill(&self) -> anyhow::Result<u64> {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&self.ballast)?;
+        let chunk = vec![0u8; 1 << 20];
+        let mut written = 0u64;
+        while f.write_all(&chunk).is_ok() {
+            written += chunk.len() as u64;
+        }
+        // The rest, to the last byte.
+        let mut small = vec![0u8; 4096];
+        while let Ok(n) = f.write(&small) {
+            if n == 0 {
+                break;
+            }
+            written += n as u64;
+            small.truncate(small.len().max(2) / 2);
+        }
+        let _ = f.sync_all();
+        Ok(written)
+    }
+
+    /// Removes the ballast.
+    pub fn free(&self) {
+        let _ = std::fs::remove_file(&self.ballast);
+    }
+}
+
+impl Drop for SmallDisk {
+    /// Unmounts (lazily if still busy: drop it after the processes using it).
+    fn drop(&mut self) {
+        let ok = Command::new("umount")
+            .arg(&self.mount)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            let _ = Command::new("umount").arg("-l").arg(&self.mount).status();
+        }
+    }
 }
 
 fn mount_tmpfs(path: &std::path::Path) -> Result<(), String> {
@@ -113,14 +166,8 @@ impl Cluster {
             raft_links.push((id, proxy));
         }
         let data = region.path(&format!("data/r{DISK_REPLICA}"));
-        let (disk, disk_skipped) = match mount_tmpfs(&data) {
-            Ok(()) => (
-                Some(SmallDisk {
-                    ballast: data.join("ballast"),
-                    mount: data,
-                }),
-                None,
-            ),
+        let (disk, disk_skipped) = match SmallDisk::mount(&data) {
+            Ok(d) => (Some(d), None),
             Err(why) => (None, Some(why)),
         };
         for id in 1..=3 {
@@ -288,34 +335,15 @@ impl Cluster {
         self.agents[i].process.as_mut().is_some_and(|p| p.alive())
     }
 
-    /// Fills the small disk until the file system refuses; returns the
-    /// bytes written.
+    /// Fills the small disk; returns the bytes written.
     pub fn fill_disk(&self) -> anyhow::Result<u64> {
-        use std::io::Write;
-        let d = self.disk.as_ref().context("no small disk")?;
-        let mut f = std::fs::File::create(&d.ballast)?;
-        let chunk = vec![0u8; 1 << 20];
-        let mut written = 0u64;
-        while f.write_all(&chunk).is_ok() {
-            written += chunk.len() as u64;
-        }
-        // The last partial chunk, to the last byte.
-        let mut small = vec![0u8; 4096];
-        while let Ok(n) = f.write(&small) {
-            if n == 0 {
-                break;
-            }
-            written += n as u64;
-            small.truncate(small.len().max(2) / 2);
-        }
-        let _ = f.sync_all();
-        Ok(written)
+        self.disk.as_ref().context("no small disk")?.fill()
     }
 
     /// Frees the small disk's ballast.
     pub fn free_disk(&self) {
         if let Some(d) = &self.disk {
-            let _ = std::fs::remove_file(&d.ballast);
+            d.free();
         }
     }
 
@@ -371,15 +399,7 @@ impl Drop for Cluster {
             let _ = self.region.signal(id, "CONT");
             let _ = self.region.kill9(id);
         }
-        if let Some(d) = &self.disk {
-            let ok = Command::new("umount")
-                .arg(&d.mount)
-                .status()
-                .is_ok_and(|s| s.success());
-            if !ok {
-                let _ = Command::new("umount").arg("-l").arg(&d.mount).status();
-            }
-        }
+        // Then the fields drop: the small disk unmounts once nothing uses it.
     }
 }
 
