@@ -405,5 +405,5 @@ impl Drop for Cluster {
 
 /// Whether `r` is an error answer with code `code`.
 pub fn error_is(r: &gshare_region::http_client::HttpReply, code: &str) -> bool {
-    json_of(r)["error"]["code"] == Value::from(code)
+    json_of(r)["error"]["code"] == code
 }

@@ -259,7 +259,7 @@ pub fn run(seed: u64, config: Config) -> Result<Report, Failure> {
     }
     // The clients settle what they have in flight against the healed cluster.
     clients.stop();
-    let mut rng = Rng::new(seed ^ 0x7072_6f62_65);
+    let mut rng = Rng::new(seed ^ 0x0070_726f_6265);
     let replicas = targets.replicas.clone();
     workload::create_tenant(
         &h,
@@ -553,7 +553,7 @@ fn drained(c: &Cluster) -> bool {
         let r = call(a.ingress, "GET", "/v1/agent/journal", "", None);
         let v = json_of(&r);
         r.status == 200
-            && v["pending_records"] == Value::from(0)
+            && v["pending_records"] == 0
             && v["region_next_seq"].as_u64().unwrap_or(0) > 0
     })
 }
