@@ -23,7 +23,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::Context;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::{call, json_of, until, AgentProcess, FaultProxy, ProxyLimits, TestRegion, TOKEN};
 
