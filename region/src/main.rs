@@ -86,6 +86,22 @@ fn main() {
     }
 }
 
+/// Resolves once this replica's Raft core has stopped on a fatal error (a
+/// storage error such as a full disk: openraft does not recover from one).
+/// The process then exits instead of serving a state that no longer
+/// advances; restarted, it recovers from its log on disk.
+async fn raft_stopped(replica: &Replica) -> String {
+    let mut metrics = replica.raft.metrics();
+    loop {
+        if let Err(e) = &metrics.borrow().running_state {
+            return e.to_string();
+        }
+        if metrics.changed().await.is_err() {
+            return "its metrics channel closed".to_string();
+        }
+    }
+}
+
 async fn run(config: ReplicaConfig, init: bool, format: LogFormat) -> anyhow::Result<()> {
     let initial = if init {
         match gshare_region::bootstrap::initial_commands(&config) {
@@ -167,6 +183,10 @@ async fn run(config: ReplicaConfig, init: bool, format: LogFormat) -> anyhow::Re
         r = server => r?,
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
+        why = raft_stopped(&replica) => {
+            handle.stop(false).await;
+            anyhow::bail!("the Raft core stopped ({why}); exiting so that the replica is restarted");
+        }
     }
     handle.stop(true).await;
     replica.shutdown().await;

@@ -67,6 +67,25 @@ impl AgentProcess {
                 .expect("start gshare-edge"),
         )
     }
+
+    /// Starts `gshare-edge --config <config>` with its log (stderr)
+    /// written to `log`.
+    pub fn start_logged(config: &Path, log: &Path) -> anyhow::Result<AgentProcess> {
+        let err = std::fs::File::create(log)?;
+        Ok(AgentProcess(
+            Command::new(crate::binary("gshare-edge"))
+                .arg("--config")
+                .arg(config)
+                .stdout(Stdio::null())
+                .stderr(Stdio::from(err))
+                .spawn()?,
+        ))
+    }
+
+    /// Whether the process still runs.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.0.try_wait(), Ok(None))
+    }
 }
 
 impl Drop for AgentProcess {

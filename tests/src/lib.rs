@@ -19,6 +19,7 @@ pub mod api_calls;
 pub mod binaries;
 pub mod fault_proxy;
 pub mod fuzz;
+pub mod nemesis;
 pub mod raw_http;
 pub mod stand_in_region;
 pub mod test_region;

@@ -45,6 +45,10 @@ pub struct TestRegion {
     pub replicas: BTreeMap<u64, ReplicaProc>,
     /// Top-level config lines added to every replica's file (e.g. `snapshot_every = 16`).
     extra: String,
+    /// The address the other replicas' configs name for a replica's QUIC
+    /// endpoint, where it is not its own (a [`crate::FaultProxy`] in front
+    /// of it: see [`TestRegion::route_peers_via`]).
+    peer_routes: BTreeMap<u64, SocketAddr>,
 }
 
 fn free_udp_port() -> anyhow::Result<SocketAddr> {
@@ -75,6 +79,7 @@ impl TestRegion {
             dir,
             replicas: BTreeMap::new(),
             extra: extra.to_string(),
+            peer_routes: BTreeMap::new(),
         };
         for id in 1..=n {
             region.prepare(id)?;
@@ -123,13 +128,31 @@ impl TestRegion {
         );
         if with_peers {
             for p in self.replicas.values().filter(|p| p.id != id) {
+                let raft_addr = self.peer_routes.get(&p.id).unwrap_or(&p.raft_addr);
                 text.push_str(&format!(
                     "\n[[peers]]\nid = {}\nraft_addr = \"{}\"\nhttp_addr = \"{}\"\n",
-                    p.id, p.raft_addr, p.http_addr
+                    p.id, raft_addr, p.http_addr
                 ));
             }
         }
         fs::write(&r.config, text)?;
+        Ok(())
+    }
+
+    /// Names `via` (e.g. a [`crate::FaultProxy`] forwarding to replica
+    /// `id`'s QUIC address) as replica `id`'s address in the other replicas'
+    /// configs, rewritten now (call before the first start). The
+    /// membership `--init` creates takes the initializing replica's own
+    /// bind address for itself, so its inbound Raft traffic cannot be routed.
+    pub fn route_peers_via(&mut self, id: u64, via: SocketAddr) -> anyhow::Result<()> {
+        if !self.replicas.contains_key(&id) {
+            bail!("no replica {id}");
+        }
+        self.peer_routes.insert(id, via);
+        let ids: Vec<u64> = self.replicas.keys().copied().collect();
+        for id in ids {
+            self.write_config(id, true)?;
+        }
         Ok(())
     }
 
@@ -398,13 +421,6 @@ impl TestRegion {
         kind: &str,
         gpus: u32,
     ) -> anyhow::Result<(PathBuf, SocketAddr)> {
-        let certs = self.certs();
-        let certs = certs.to_str().context("certs path")?;
-        let (ok, out) = self.gsharectl(&["certs", "issue", "--dir", certs, "--name", node])?;
-        if !ok {
-            bail!("certs issue --name {node}: {out}");
-        }
-        let ingress = TcpListener::bind("127.0.0.1:0")?.local_addr()?;
         let mut ids: Vec<u64> = self.replicas.keys().copied().collect();
         ids.sort_by_key(|id| {
             (
@@ -412,14 +428,32 @@ impl TestRegion {
                 *id,
             )
         });
-        let replicas: String = ids
+        let quic: Vec<SocketAddr> = ids.iter().map(|id| self.replicas[id].raft_addr).collect();
+        self.sim_agent_config_via(node, &quic, pool, kind, gpus, "")
+    }
+
+    /// [`TestRegion::sim_agent_config_in`] with the replicas' QUIC
+    /// addresses given in order (e.g. [`crate::FaultProxy`]s in front of
+    /// them) and `extra` config lines (sections such as `[metering]`).
+    pub fn sim_agent_config_via(
+        &self,
+        node: &str,
+        quic: &[SocketAddr],
+        pool: &str,
+        kind: &str,
+        gpus: u32,
+        extra: &str,
+    ) -> anyhow::Result<(PathBuf, SocketAddr)> {
+        let certs = self.certs();
+        let certs = certs.to_str().context("certs path")?;
+        let (ok, out) = self.gsharectl(&["certs", "issue", "--dir", certs, "--name", node])?;
+        if !ok {
+            bail!("certs issue --name {node}: {out}");
+        }
+        let ingress = TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+        let replicas: String = quic
             .iter()
-            .map(|id| {
-                format!(
-                    "[[replicas]]\nquic_addr = \"{}\"\n",
-                    self.replicas[id].raft_addr
-                )
-            })
+            .map(|a| format!("[[replicas]]\nquic_addr = \"{a}\"\n"))
             .collect();
         let config = self.root().join(format!("agent-{node}.toml"));
         fs::write(
@@ -441,6 +475,7 @@ h2d_mib_per_s = 12000
 count = {gpus}
 [load]
 cold_setup_us = 20000
+{extra}
 {replicas}
 [tls]
 ca_cert = "certs/ca.pem"
