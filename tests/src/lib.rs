@@ -15,6 +15,7 @@
 //! --bins` (same profile as the test), so `cargo test` alone suffices on a
 //! clean checkout.
 
+pub mod agent_proc;
 pub mod api_calls;
 pub mod binaries;
 pub mod fault_proxy;

@@ -24,12 +24,16 @@ use gshare_core::protocol::{
 use gshare_core::state::InstanceId;
 use gshare_edge::token::token_digest;
 use gshare_edge::wire::write_frame;
+use gshare_tests::agent_proc::{alive, free_port, gone, AgentProc};
 use gshare_tests::stand_in_region::{fake_region, issue, new_ca, Ca, FakeRegion};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// How long a stopped process may take to go.
+const GONE_WITHIN: Duration = Duration::from_secs(20);
 
 const TOKEN: &str = "s3cret";
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures");
@@ -59,67 +63,6 @@ fn image_dir() -> Option<PathBuf> {
     );
     eprintln!("SKIPPED: {why}");
     None
-}
-
-fn free_port() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
-}
-
-/// The agent process; SIGTERM (then SIGKILL) if a test ends early.
-struct AgentProc(Option<Child>);
-
-impl AgentProc {
-    fn terminate(&mut self) -> (std::process::ExitStatus, String) {
-        let child = self.0.take().expect("agent running");
-        signal(child.id(), "-TERM");
-        let out = child.wait_with_output().unwrap();
-        (
-            out.status,
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-}
-
-impl Drop for AgentProc {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            signal(c.id(), "-TERM");
-            let until = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < until {
-                if matches!(c.try_wait(), Ok(Some(_))) {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn signal(pid: u32, sig: &str) {
-    let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
-}
-
-fn alive(pid: u64) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => false,
-        Ok(stat) => !stat
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| rest.starts_with('Z')),
-    }
-}
-
-async fn gone(pid: u64) -> bool {
-    let until = Instant::now() + Duration::from_secs(20);
-    while Instant::now() < until {
-        if !alive(pid) {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    false
 }
 
 /// The QEMU processes whose command line names `run_dir` (this test's VMs).
@@ -464,7 +407,7 @@ async fn a_function_in_a_microvm_is_served_and_reaches_nothing_a_process_reaches
     }
     assert!(stderr.contains("function microvm ready"), "{stderr}");
     for pid in vms {
-        assert!(gone(pid).await, "VM {pid} outlived the agent");
+        assert!(gone(pid, GONE_WITHIN).await, "VM {pid} outlived the agent");
     }
 }
 
@@ -490,7 +433,7 @@ async fn a_restarted_agent_stops_the_vm_its_killed_predecessor_left() {
     );
     let (mut agent2, _, _) = start(dir.path(), &ca, &mut region, &image).await;
     assert!(
-        gone(vms[0]).await,
+        gone(vms[0], GONE_WITHIN).await,
         "leftover VM {} not stopped by the new agent",
         vms[0]
     );

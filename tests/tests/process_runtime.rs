@@ -18,78 +18,19 @@ use gshare_core::protocol::{
 use gshare_core::state::InstanceId;
 use gshare_edge::token::token_digest;
 use gshare_edge::wire::write_frame;
+use gshare_tests::agent_proc::{alive, free_port, gone, AgentProc};
 use gshare_tests::stand_in_region::{fake_region, issue, new_ca, Ca, FakeRegion};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// How long a stopped process may take to go.
+const GONE_WITHIN: Duration = Duration::from_secs(15);
 
 const TOKEN: &str = "s3cret";
 const ECHO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/echo_server.py");
-
-fn free_port() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
-}
-
-/// The agent process; SIGTERM (then SIGKILL) if a test ends early.
-struct AgentProc(Option<Child>);
-
-impl AgentProc {
-    /// SIGTERM and wait; the exit status and stderr.
-    fn terminate(&mut self) -> (std::process::ExitStatus, String) {
-        let child = self.0.take().expect("agent running");
-        signal(child.id(), "-TERM");
-        let out = child.wait_with_output().unwrap();
-        (
-            out.status,
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-}
-
-impl Drop for AgentProc {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            signal(c.id(), "-TERM");
-            let until = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < until {
-                if matches!(c.try_wait(), Ok(Some(_))) {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn signal(pid: u32, sig: &str) {
-    let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
-}
-
-/// Whether `pid` is a live process (not gone, not a zombie).
-fn alive(pid: u64) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => false,
-        Ok(stat) => !stat
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| rest.starts_with('Z')),
-    }
-}
-
-async fn gone(pid: u64) -> bool {
-    let until = Instant::now() + Duration::from_secs(15);
-    while Instant::now() < until {
-        if !alive(pid) {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    false
-}
 
 fn write_agent_files(dir: &Path, ca: &Ca, region: SocketAddr) -> SocketAddr {
     let (cert, key) = issue(ca, "n1");
@@ -377,8 +318,14 @@ async fn a_crashed_function_process_fails_its_calls_explicitly_and_is_restarted(
         after["child_pid"].as_u64().unwrap(),
     );
     assert_ne!(pid2, pid, "not restarted");
-    assert!(gone(pid).await, "crashed server {pid} still there");
-    assert!(gone(child).await, "its child {child} still there");
+    assert!(
+        gone(pid, GONE_WITHIN).await,
+        "crashed server {pid} still there"
+    );
+    assert!(
+        gone(child, GONE_WITHIN).await,
+        "its child {child} still there"
+    );
     metric_reaches(ingress, "process_crashes_total", 1).await;
     metric_reaches(ingress, "process_restarts_total", 1).await;
     for i in 0..5 {
@@ -390,10 +337,13 @@ async fn a_crashed_function_process_fails_its_calls_explicitly_and_is_restarted(
     // Released by the region: the process group is stopped.
     assign(&conn, 2, &[]).await;
     assert!(
-        gone(pid2).await,
+        gone(pid2, GONE_WITHIN).await,
         "released function's server {pid2} still there"
     );
-    assert!(gone(child2).await, "its child {child2} still there");
+    assert!(
+        gone(child2, GONE_WITHIN).await,
+        "its child {child2} still there"
+    );
     metric_reaches(ingress, "process_running", 0).await;
     let (status, body) = invoke(ingress, "{}").await;
     assert_eq!(status, 404, "{body}");
@@ -460,7 +410,7 @@ async fn swapping_a_process_function_out_and_in_restarts_its_process() {
     assert_ne!(pids[0], pids[2], "a was not restarted after its swap-out");
     assert_ne!(pids[1], pids[3], "b was not restarted after its swap-out");
     assert!(
-        gone(pids[0]).await && gone(pids[1]).await,
+        gone(pids[0], GONE_WITHIN).await && gone(pids[1], GONE_WITHIN).await,
         "swapped-out processes left"
     );
     assert!(metric(ingress, "swap_outs_total").await >= 2);
@@ -470,7 +420,7 @@ async fn swapping_a_process_function_out_and_in_restarts_its_process() {
     let (exit, stderr) = agent.terminate();
     assert!(exit.success(), "agent exit {exit:?}: {stderr}");
     for pid in &pids[2..] {
-        assert!(gone(*pid).await, "{pid} outlived the agent");
+        assert!(gone(*pid, GONE_WITHIN).await, "{pid} outlived the agent");
     }
 }
 
@@ -493,8 +443,14 @@ async fn stopping_the_agent_stops_its_function_processes() {
         stderr.contains("function process stopped"),
         "no graceful stop logged: {stderr}"
     );
-    assert!(gone(pid).await, "function server {pid} outlived the agent");
-    assert!(gone(child).await, "its child {child} outlived the agent");
+    assert!(
+        gone(pid, GONE_WITHIN).await,
+        "function server {pid} outlived the agent"
+    );
+    assert!(
+        gone(child, GONE_WITHIN).await,
+        "its child {child} outlived the agent"
+    );
 }
 
 /// `kill -9` of the agent leaves its function processes running (they are
@@ -523,11 +479,11 @@ async fn a_restarted_agent_stops_the_processes_its_killed_predecessor_left() {
 
     let (mut agent2, ingress2, conn2) = start(dir.path(), &ca, &mut region).await;
     assert!(
-        gone(pid).await,
+        gone(pid, GONE_WITHIN).await,
         "leftover server {pid} not stopped by the new agent"
     );
     assert!(
-        gone(child).await,
+        gone(child, GONE_WITHIN).await,
         "leftover child {child} not stopped by the new agent"
     );
     assign(&conn2, 1, &[echo_spec()]).await;

@@ -1,0 +1,72 @@
+//! A `gshare-edge` child process of a test, and the process probes the
+//! runtime tests share (`process_runtime`, `microvm_runtime`).
+
+use std::net::SocketAddr;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+/// A free loopback TCP port (bound, then released).
+pub fn free_port() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+/// The agent process; SIGTERM (then SIGKILL) if a test ends early.
+pub struct AgentProc(pub Option<Child>);
+
+impl AgentProc {
+    /// SIGTERM and wait; the exit status and stderr.
+    pub fn terminate(&mut self) -> (std::process::ExitStatus, String) {
+        let child = self.0.take().expect("agent running");
+        signal(child.id(), "-TERM");
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+impl Drop for AgentProc {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            signal(c.id(), "-TERM");
+            let until = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < until {
+                if matches!(c.try_wait(), Ok(Some(_))) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Sends `sig` (e.g. `-TERM`) to `pid` with kill(1).
+pub fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
+}
+
+/// Whether `pid` is a live process (not gone, not a zombie).
+pub fn alive(pid: u64) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => false,
+        Ok(stat) => !stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z')),
+    }
+}
+
+/// Whether `pid` is gone within `within`.
+pub async fn gone(pid: u64, within: Duration) -> bool {
+    let until = Instant::now() + within;
+    while Instant::now() < until {
+        if !alive(pid) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
