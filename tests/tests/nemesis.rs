@@ -30,7 +30,7 @@ fn config() -> Config {
     {
         c.rounds = r;
     }
-    c.strict = std::env::var("GSHARE_NEMESIS_STRICT").is_ok_and(|v| v == "1");
+    c.strict = std::env::var("GSHARE_NEMESIS_STRICT").map_or(true, |v| v.trim() != "0");
     c
 }
 
@@ -146,4 +146,153 @@ fn a_replica_whose_disk_fills_exits_and_recovers_when_restarted() {
     region.kill9(2).expect("stop");
     region.kill9(3).expect("stop");
     drop(disk);
+}
+
+/// Regression (seeds 1, 2 and 100): a keyed invocation retried after an
+/// unknown outcome ran again when the retry's replica picked the
+/// function's other agent (keys are kept per agent). Every replica now
+/// sends one key to one node's agent (rendezvous on the key, or the node a
+/// replica-assigned key names), so a retry through any replica, however
+/// often, gets the stored answer and runs nothing.
+#[test]
+fn a_keyed_retry_through_any_replica_reaches_the_agent_that_ran_it() {
+    use gshare_core::model::TenantId;
+    use gshare_core::state::RegionState;
+    use gshare_region::http_client::request_with;
+    use gshare_tests::nemesis::cluster::{Cluster, STEADY};
+    use gshare_tests::{call, json_of, TOKEN};
+    use std::collections::BTreeSet;
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let c = Cluster::start(7).expect("cluster");
+    let replicas = c.replica_http();
+    // Which replica holds each agent's link (node → replica id).
+    let holders = || -> Vec<(String, u64)> {
+        let r = call(replicas[0], "GET", "/v1/cluster/agents", TOKEN, None);
+        json_of(&r)
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|a| Some((a["node"].as_str()?.to_string(), a["replica"].as_u64()?)))
+            .collect()
+    };
+    // The agents on two replicas, as after a fault: each replica then has
+    // a different agent to hand, so a replica choosing among the agents
+    // linked to it would run a key on its own one.
+    let first = gshare_tests::until("both agents linked", 30, || {
+        let h = holders();
+        (h.len() == 2).then_some(h)
+    });
+    if first[0].1 == first[1].1 {
+        let shared = first[0].1;
+        let moved = c.agents.iter().position(|a| a.node == first[1].0).unwrap();
+        let proxy = &c.agents[moved].links[(shared - 1) as usize];
+        proxy.cut();
+        gshare_tests::until("the agents on two replicas", 60, || {
+            let h = holders();
+            (h.len() == 2 && h[0].1 != h[1].1).then_some(())
+        });
+        proxy.heal();
+    }
+    // Until no replica holds a stale link (the one the cut ended) any more.
+    gshare_tests::until("one link per agent", 60, || {
+        let linked: usize = replicas
+            .iter()
+            .map(|r| {
+                let l = call(*r, "GET", "/v1/cluster/agents?scope=replica", TOKEN, None);
+                json_of(&l).as_array().map_or(99, Vec::len)
+            })
+            .sum();
+        (linked == 2).then_some(())
+    });
+    println!("agents' links: {:?}", holders());
+    let state = call(replicas[0], "GET", "/v1/cluster/state", TOKEN, None);
+    let state: RegionState = serde_json::from_str(&state.body).expect("state");
+    let nodes: BTreeSet<String> = state
+        .instances_of(&TenantId("globex".into()), STEADY)
+        .flat_map(|i| i.slices.iter().map(|s| s.gpu.node.0.clone()))
+        .collect();
+    assert_eq!(nodes.len(), 2, "the function must be on both agents' nodes");
+    let path = format!("/v1/invoke/globex/{STEADY}");
+    let invoke = |to: std::net::SocketAddr, key: Option<&str>| {
+        let headers: Vec<(&str, &str)> = key.map(|k| ("Idempotency-Key", k)).into_iter().collect();
+        let (r, h) = request_with(
+            to,
+            "POST",
+            &path,
+            Some(&c.globex),
+            &headers,
+            Some("{}"),
+            Duration::from_secs(30),
+        )
+        .expect("an answer");
+        assert_eq!(r.status, 200, "{r:?}");
+        let header = |name: &str| {
+            h.iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.clone())
+        };
+        (header("x-gshare-replayed"), header("idempotency-key"))
+    };
+    let runs = || -> u64 {
+        c.agent_ingress()
+            .iter()
+            .map(|a| {
+                let (r, _) = request_with(
+                    *a,
+                    "GET",
+                    "/metrics",
+                    None,
+                    &[],
+                    None,
+                    Duration::from_secs(10),
+                )
+                .expect("the agent's metrics");
+                r.body
+                    .lines()
+                    .find_map(|l| l.strip_prefix("gshare_edge_invocations_served_total "))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .expect("the agent's served count")
+            })
+            .sum()
+    };
+    let before = runs();
+    // Keys a client gives: the first call runs, every later one through
+    // every replica is the stored answer.
+    let mut ran = 0;
+    for k in 0..6 {
+        let key = format!("retry-{k}");
+        let (replayed, _) = invoke(replicas[k % 3], Some(&key));
+        assert_eq!(replayed, None, "{key}: the first call runs");
+        ran += 1;
+        for round in 0..2 {
+            for (r, addr) in replicas.iter().enumerate() {
+                let (replayed, _) = invoke(*addr, Some(&key));
+                assert_eq!(
+                    replayed.as_deref(),
+                    Some("1"),
+                    "{key}: retry {round} through r{} ran it again",
+                    r + 1
+                );
+            }
+        }
+    }
+    // Keys a replica assigns name their node: a retry with the answer's
+    // key through any replica is the stored answer too.
+    for r in 0..3 {
+        let (replayed, key) = invoke(replicas[r], None);
+        assert_eq!(replayed, None);
+        ran += 1;
+        let key = key.expect("the answer names its key");
+        assert!(key.contains('@'), "{key}");
+        for addr in &replicas {
+            assert_eq!(invoke(*addr, Some(&key)).0.as_deref(), Some("1"), "{key}");
+        }
+    }
+    let after = runs();
+    println!("runs counted by the agents: {before} -> {after} ({ran} expected)");
+    assert_eq!(
+        after - before,
+        ran,
+        "the agents ran more than the first calls"
+    );
 }

@@ -1,6 +1,6 @@
 //! Invocations forwarded from a replica to an agent, and their outcome.
 
-use crate::model::{Micros, TenantId};
+use crate::model::{Micros, NodeId, TenantId};
 use serde::{Deserialize, Serialize};
 
 /// Largest invocation body an ingress (an agent's or a replica's) accepts,
@@ -165,6 +165,37 @@ pub struct InvokeReply {
     pub outcome: InvokeOutcome,
 }
 
+/// The nodes an invocation under idempotency `key` tries, in order:
+/// a key that ends in `@<node>` with `<node>` among `nodes` (the pin a
+/// replica gives the keys it assigns, see `region/src/agents/invoke.rs`)
+/// goes to that node first; every other key ranks the nodes by rendezvous
+/// hashing (a hash of key and node name, highest first). So every replica
+/// sends one key to the same agent, the one that keeps its outcome, and a
+/// node joining or leaving the set moves only the keys it ranks first.
+pub fn key_order(key: &str, nodes: impl IntoIterator<Item = NodeId>) -> Vec<NodeId> {
+    let pin = key.rsplit_once('@').map(|(_, n)| n);
+    let mut ranked: Vec<(bool, u64, NodeId)> = nodes
+        .into_iter()
+        .map(|n| (pin == Some(n.0.as_str()), rendezvous(key, &n.0), n))
+        .collect();
+    ranked.sort_by(|a, b| (b.0, b.1, &a.2).cmp(&(a.0, a.1, &b.2)));
+    ranked.dedup_by(|a, b| a.2 == b.2);
+    ranked.into_iter().map(|(_, _, n)| n).collect()
+}
+
+/// FNV-1a over `key`, a separator and `node`, then a SplitMix64 finish:
+/// the same on every replica and every build.
+fn rendezvous(key: &str, node: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let bytes = key.bytes().chain([0xff]).chain(node.bytes());
+    for b in bytes {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    h ^ (h >> 31)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,5 +211,57 @@ mod tests {
         let frame = super::super::encode_frame(&InvokeOutcome::Failed(e.clone())).unwrap();
         let back: InvokeOutcome = super::super::decode_payload(&frame[4..]).unwrap();
         assert_eq!(back, InvokeOutcome::Failed(e));
+    }
+
+    fn nodes(names: &[&str]) -> Vec<NodeId> {
+        names.iter().map(|n| NodeId((*n).into())).collect()
+    }
+
+    #[test]
+    fn one_key_goes_to_one_node_whatever_the_order_given() {
+        let a = key_order("k-17", nodes(&["a", "b", "c", "d"]));
+        let b = key_order("k-17", nodes(&["d", "c", "b", "a"]));
+        assert_eq!(a, b);
+        assert_eq!(a.len(), 4);
+        // Keys spread: over 400 keys every node is first for some.
+        let mut first = std::collections::BTreeMap::new();
+        for i in 0..400 {
+            let k = format!("key-{i}");
+            *first
+                .entry(key_order(&k, nodes(&["a", "b", "c", "d"]))[0].0.clone())
+                .or_insert(0) += 1;
+        }
+        assert_eq!(first.len(), 4, "{first:?}");
+        assert!(first.values().all(|n| *n > 50), "{first:?}");
+    }
+
+    #[test]
+    fn a_node_joining_moves_only_the_keys_it_ranks_first() {
+        for i in 0..200 {
+            let k = format!("key-{i}");
+            let before = key_order(&k, nodes(&["a", "b", "c"]));
+            let after = key_order(&k, nodes(&["a", "b", "c", "e"]));
+            if after[0].0 != "e" {
+                assert_eq!(after[0], before[0], "{k}");
+            }
+            // Leaving: the rest keep their order.
+            let left: Vec<NodeId> = before.iter().filter(|n| n.0 != "b").cloned().collect();
+            assert_eq!(key_order(&k, nodes(&["a", "c"])), left, "{k}");
+        }
+    }
+
+    #[test]
+    fn a_pinned_key_goes_to_its_node_while_it_is_among_them() {
+        for n in ["a", "b", "c"] {
+            let k = format!("r1-0123456789abcdef@{n}");
+            assert_eq!(key_order(&k, nodes(&["a", "b", "c"]))[0].0, n);
+        }
+        // Pinned to a node that no longer hosts it: the rendezvous order.
+        let k = "r1-0123456789abcdef@z";
+        assert_eq!(
+            key_order(k, nodes(&["a", "b", "c"])),
+            key_order(k, nodes(&["c", "a", "b"]))
+        );
+        assert_eq!(key_order(k, nodes(&["a", "a", "b"])).len(), 2);
     }
 }

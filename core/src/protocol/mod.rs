@@ -51,7 +51,8 @@ pub use host_copy::{HostCopy, MAX_HOST_COPIES};
 pub use instance_assignment::{AssignedInstance, Assignment};
 pub use instance_report::{InstanceState, InstanceStatus};
 pub use invoke::{
-    InvokeError, InvokeOutcome, InvokeReply, InvokeRequest, MAX_INVOKE_BODY_BYTES, MAX_REPLAY_BODY,
+    key_order, InvokeError, InvokeOutcome, InvokeReply, InvokeRequest, MAX_INVOKE_BODY_BYTES,
+    MAX_REPLAY_BODY,
 };
 pub use region_message::{RegionMessage, RegionMessageV1};
 pub use swap_report::{SwapEvent, SwapKind};

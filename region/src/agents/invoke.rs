@@ -45,8 +45,8 @@ use gshare_core::http_surface::ERROR_HEADER;
 use gshare_core::model::{NodeId, TenantId};
 use gshare_core::net::{read_frame, write_frame};
 use gshare_core::protocol::{
-    token_digest, AgentMessage, AgentMessageV1, InvokeError, InvokeOutcome, InvokeRequest,
-    RegionMessage, RegionMessageV1, AGENT_FRAME_BYTES, MAX_INVOKE_BODY_BYTES,
+    key_order, token_digest, AgentMessage, AgentMessageV1, InvokeError, InvokeOutcome,
+    InvokeRequest, RegionMessage, RegionMessageV1, AGENT_FRAME_BYTES, MAX_INVOKE_BODY_BYTES,
 };
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -60,6 +60,8 @@ pub const MAX_FORWARD_REPLY_BYTES: usize = AGENT_FRAME_BYTES + (64 << 10);
 const FORWARDED: &str = "x-gshare-forwarded";
 const DEADLINE: &str = "x-gshare-deadline-ms";
 const KEY: &str = crate::api::idempotency::HEADER;
+/// On a forward between replicas: the node whose agent is to run it.
+const NODE: &str = "x-gshare-node";
 /// How long a replica whose forward lost its answer keeps trying to reach
 /// the agent again to ask what became of the key.
 const RELEARN: Duration = Duration::from_secs(3);
@@ -206,17 +208,27 @@ enum Forwarded {
     Lost(String),
 }
 
+/// Where a forward to a peer replica asks it to send the invocation.
+struct Pin<'a> {
+    /// The one node whose agent is to run it.
+    node: &'a str,
+    /// The idempotency key it runs under.
+    key: &'a str,
+    /// The request's deadline left, ms, if it has one.
+    deadline: Option<&'a str>,
+}
+
 /// One HTTP/1.1 POST to a peer replica, over TLS when `tls` is set, under
-/// the invocation's idempotency key.
+/// the invocation's idempotency key, for one node's agent.
 async fn forward_http(
     addr: &str,
     tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     path: &str,
     auth: &str,
-    deadline: Option<&str>,
-    key: &str,
+    to: &Pin<'_>,
     body: &[u8],
 ) -> Forwarded {
+    let (deadline, key) = (to.deadline, to.key);
     let Ok(addr) = addr.parse::<SocketAddr>() else {
         return Forwarded::NotSent;
     };
@@ -224,11 +236,12 @@ async fn forward_http(
         Some(c) => HttpTarget::tls(addr, c),
         None => HttpTarget::plain(addr),
     };
-    let (path, auth, deadline, key, body) = (
+    let (path, auth, deadline, key, node, body) = (
         path.to_string(),
         auth.to_string(),
         deadline.map(str::to_string),
         key.to_string(),
+        to.node.to_string(),
         body.to_vec(),
     );
     let sent = tokio::task::spawn_blocking(move || {
@@ -236,6 +249,7 @@ async fn forward_http(
             ("Authorization", auth.as_str()),
             (FORWARDED, "1"),
             (KEY, key.as_str()),
+            (NODE, node.as_str()),
         ];
         if let Some(d) = &deadline {
             headers.push((DEADLINE, d.as_str()));
@@ -421,6 +435,173 @@ fn no_instance(message: &str) -> HttpResponse {
     ))
 }
 
+/// The invocation's idempotency key.
+enum Key {
+    /// The client's `Idempotency-Key` (or the one a peer replica
+    /// forwarded): sent as it is, to the node [`key_order`] ranks first.
+    Given(String),
+    /// Assigned here (`r<replica>-<secret>`): sent to a node as
+    /// `<key>@<node>`, so that a retry under the key this answer names goes
+    /// to the node that keeps its outcome.
+    Assigned(String),
+}
+
+impl Key {
+    /// The key sent to `node`'s agent.
+    fn for_node(&self, node: &NodeId) -> String {
+        match self {
+            Key::Given(k) => k.clone(),
+            Key::Assigned(base) => {
+                let pinned = format!("{base}@{}", node.0);
+                if gshare_core::state::is_valid_key(&pinned) {
+                    pinned
+                } else {
+                    base.clone()
+                }
+            }
+        }
+    }
+
+    /// The key named by an answer that sent nothing to any agent.
+    fn base(&self) -> &str {
+        match self {
+            Key::Given(k) | Key::Assigned(k) => k,
+        }
+    }
+}
+
+/// What asking one node's agent (directly, or through a peer replica
+/// linked to it) gave.
+enum Step {
+    /// An answer for the client (from the agent, or an unknown outcome).
+    Done(HttpResponse),
+    /// The agent answered that it does not host the function, and knew
+    /// nothing of the key: nothing ran there.
+    NotHosted,
+    /// The agent could not be reached: nothing was sent to it.
+    Unreachable,
+}
+
+/// Everything a forward needs besides the node.
+struct Call<'a> {
+    ctx: &'a HttpContext,
+    tenant: &'a TenantId,
+    name: &'a str,
+    body: &'a [u8],
+    auth: &'a str,
+    /// The request's deadline left, ms (`None`: the function's).
+    deadline_ms: Option<u64>,
+    function_deadline_ms: u64,
+    /// A peer forwarded it here: ask only agents linked here.
+    forwarded: bool,
+}
+
+/// Sends the invocation to `node`'s agent under `key`: over its QUIC link
+/// when it is linked here, else (on the first replica only) through each
+/// peer replica in turn, pinned to that node (`X-Gshare-Node`).
+async fn ask_node(call: &Call<'_>, node: &NodeId, key: &str) -> Step {
+    let hub = &call.ctx.replica.agents;
+    let Some(conn) = hub.link(node) else {
+        if call.forwarded {
+            return Step::Unreachable;
+        }
+        return via_peers(call, node, key).await;
+    };
+    let request = InvokeRequest {
+        id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        tenant: call.tenant.clone(),
+        function: call.name.to_string(),
+        deadline_ms: call.deadline_ms,
+        body: call.body.to_vec(),
+    };
+    let sent = std::time::Instant::now();
+    match forward_quic(&conn, request, key).await {
+        // The agent no longer (or not yet) hosts it, and ran nothing under
+        // the key (it looks the key up first): an instance just released or
+        // just placed (a roll, a drain or a migration moved it).
+        Ok(InvokeOutcome::Failed(InvokeError::UnknownFunction)) => {
+            tracing::debug!(node = %node.0, "the agent does not host {}/{}", call.tenant.0, call.name);
+            Step::NotHosted
+        }
+        Ok(outcome) => {
+            hub.activity.invoked(
+                &call.tenant.0,
+                call.name,
+                call.deadline_ms.unwrap_or(call.function_deadline_ms),
+                sent.elapsed(),
+                &outcome,
+            );
+            Step::Done(outcome_response(outcome))
+        }
+        Err(Lost::NotSent(e)) => {
+            tracing::warn!(node = %node.0, "forwarding to agent failed: {e}");
+            Step::Unreachable
+        }
+        Err(Lost::AfterSend(e)) => {
+            tracing::warn!(node = %node.0, "forward to agent lost its answer: {e}");
+            Step::Done(match relearn(call.ctx, node, call.tenant, key).await {
+                Some(outcome) => outcome_response(outcome),
+                None => outcome_unknown(key, &e),
+            })
+        }
+    }
+}
+
+/// Asks the peer replicas, one after the other, to send the invocation to
+/// `node`'s agent: the first linked to it answers; a peer that is not
+/// (`503 no_agent`, `503 no_instance`) or cannot be reached passes it on.
+async fn via_peers(call: &Call<'_>, node: &NodeId, key: &str) -> Step {
+    let ctx = call.ctx;
+    let peers: Vec<String> = {
+        let m = ctx.replica.raft.metrics().borrow().clone();
+        m.membership_config
+            .membership()
+            .nodes()
+            .filter(|(id, _)| **id != ctx.replica.id)
+            .map(|(_, n)| n.http_addr.clone())
+            .collect()
+    };
+    let path = format!("/v1/invoke/{}/{}", call.tenant.0, call.name);
+    let deadline = call.deadline_ms.map(|ms| ms.to_string());
+    for peer in peers {
+        let tls = ctx.forward_tls.clone();
+        let to = Pin {
+            node: &node.0,
+            key,
+            deadline: deadline.as_deref(),
+        };
+        match forward_http(&peer, tls, &path, call.auth, &to, call.body).await {
+            Forwarded::Answer(status, headers, body) => {
+                let code = headers
+                    .iter()
+                    .find(|(k, _)| k == ERROR_HEADER)
+                    .map(|(_, v)| v.as_str());
+                match (status, code) {
+                    (404, Some("unknown_function")) => return Step::NotHosted,
+                    (503, Some("no_agent" | "no_instance")) => continue,
+                    _ => {}
+                }
+                let mut reply = HttpResponse::build(
+                    StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+                );
+                for h in headers
+                    .into_iter()
+                    .filter(|(k, _)| PASSED_ON.contains(&k.as_str()))
+                {
+                    reply.insert_header(h);
+                }
+                return Step::Done(reply.body(body));
+            }
+            Forwarded::NotSent => {}
+            // The peer may have run it: asking another peer could run it twice.
+            Forwarded::Lost(why) => {
+                return Step::Done(outcome_unknown(key, &format!("replica {peer}: {why}")))
+            }
+        }
+    }
+    Step::Unreachable
+}
+
 /// The route handler.
 pub async fn invoke_route(
     req: HttpRequest,
@@ -454,23 +635,14 @@ pub async fn invoke_route(
             }
         },
     };
-    let key = match req.headers().get(KEY) {
-        None => match crate::api::auth::new_secret() {
-            Ok(secret) => format!("r{}-{}", ctx.replica.id, &secret[4..36]),
-            Err(e) => {
-                return error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "internal",
-                    &e.to_string(),
-                )
-            }
-        },
+    let given = match req.headers().get(KEY) {
+        None => None,
         Some(v) => match v
             .to_str()
             .ok()
             .filter(|k| gshare_core::state::is_valid_key(k))
         {
-            Some(k) => k.to_string(),
+            Some(k) => Some(k.to_string()),
             None => {
                 return error(
                     StatusCode::BAD_REQUEST,
@@ -480,8 +652,21 @@ pub async fn invoke_route(
             }
         },
     };
-    let keyed = |mut r: HttpResponse| {
-        if let Ok(v) = actix_web::http::header::HeaderValue::from_str(&key) {
+    let key = match given {
+        Some(k) => Key::Given(k),
+        None => match crate::api::auth::new_secret() {
+            Ok(secret) => Key::Assigned(format!("r{}-{}", ctx.replica.id, &secret[4..36])),
+            Err(e) => {
+                return error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    &e.to_string(),
+                )
+            }
+        },
+    };
+    let keyed = |mut r: HttpResponse, key: &str| {
+        if let Ok(v) = actix_web::http::header::HeaderValue::from_str(key) {
             r.headers_mut()
                 .insert(actix_web::http::header::HeaderName::from_static(KEY), v);
         }
@@ -504,6 +689,12 @@ pub async fn invoke_route(
     };
     let start = NEXT_ID.fetch_add(1, Ordering::Relaxed) as usize;
     let forwarded = req.headers().contains_key(FORWARDED);
+    // The node a peer replica asks this one to send it to (and no other).
+    let pin = req
+        .headers()
+        .get(NODE)
+        .and_then(|v| v.to_str().ok())
+        .map(|n| NodeId(n.to_string()));
     let arrived = tokio::time::Instant::now();
     // The request's deadline (then what is left of it, on a second try).
     let original_ms = deadline_ms;
@@ -512,134 +703,112 @@ pub async fn invoke_route(
         let (nodes, function_deadline_ms, deadline_ms) =
             match hold(&ctx, &tenant, &name, start, asked_ms, forwarded).await {
                 Ok(route) => route,
-                Err(reply) => return keyed(reply),
+                Err(reply) => return keyed(reply, key.base()),
             };
-        // What is left of the deadline after a hold is what the agent (or the
-        // peer) gets.
-        let deadline = deadline_ms.map(|ms| ms.to_string());
-        let hub = &ctx.replica.agents;
+        let call = Call {
+            ctx: &ctx,
+            tenant: &tenant,
+            name: &name,
+            body: &body,
+            auth: &auth,
+            deadline_ms,
+            function_deadline_ms,
+            forwarded,
+        };
+        // The order the nodes are asked in. A key the client gave goes to
+        // the node its rank puts first and nowhere else while that node's
+        // agent cannot be reached (it may hold the key's outcome from an
+        // earlier try); it moves on only past an agent that answers it does
+        // not host the function (and so knew nothing of the key). A key
+        // assigned here is new: any node will do, the preferred first.
+        let strict = matches!(key, Key::Given(_));
+        let order = |nodes: Vec<NodeId>| match (&key, &pin) {
+            (_, Some(p)) => vec![p.clone()],
+            (Key::Given(k), None) => key_order(k, nodes),
+            (Key::Assigned(_), None) => nodes,
+        };
+        let mut nodes = order(nodes);
         // Nodes already asked; a second round asks the ones a fresh route adds.
         let mut tried: BTreeSet<NodeId> = BTreeSet::new();
-        let mut nodes = nodes;
-        for round in 0..2 {
-            let count = nodes.len();
-            for (k, node) in nodes.iter().enumerate() {
+        let mut unreachable: Option<NodeId> = None;
+        'rounds: for _ in 0..2 {
+            for node in &nodes {
                 if !tried.insert(node.clone()) {
                     continue;
                 }
-                let Some(conn) = hub.link(node) else { continue };
-                let request = InvokeRequest {
-                    id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-                    tenant: tenant.clone(),
-                    function: name.clone(),
-                    deadline_ms,
-                    body: body.to_vec(),
-                };
-                let sent = std::time::Instant::now();
-                match forward_quic(&conn, request, &key).await {
-                    // The agent no longer (or not yet) hosts it, and ran nothing:
-                    // an instance just released or just placed (a roll, a drain
-                    // or a migration moved it); the next node may host it, and
-                    // the first round's last one looks at the route again.
-                    Ok(InvokeOutcome::Failed(InvokeError::UnknownFunction))
-                        if k + 1 < count || round == 0 =>
-                    {
-                        tracing::debug!(node = %node.0, "the agent does not host {}/{name}; next node", tenant.0);
+                let sent_key = key.for_node(node);
+                match ask_node(&call, node, &sent_key).await {
+                    Step::Done(reply) => return keyed(reply, &sent_key),
+                    // A peer asked for this node only: it moves on itself.
+                    Step::NotHosted if pin.is_some() => {
+                        return keyed(
+                            outcome_response(InvokeOutcome::Failed(InvokeError::UnknownFunction)),
+                            &sent_key,
+                        )
                     }
-                    Ok(outcome) => {
-                        hub.activity.invoked(
-                            &tenant.0,
-                            &name,
-                            deadline_ms.unwrap_or(function_deadline_ms),
-                            sent.elapsed(),
-                            &outcome,
-                        );
-                        return keyed(outcome_response(outcome));
-                    }
-                    Err(Lost::NotSent(e)) => {
-                        tracing::warn!(node = %node.0, "forwarding to agent failed: {e}")
-                    }
-                    Err(Lost::AfterSend(e)) => {
-                        tracing::warn!(node = %node.0, "forward to agent lost its answer: {e}");
-                        return match relearn(&ctx, node, &tenant, &key).await {
-                            Some(outcome) => keyed(outcome_response(outcome)),
-                            None => outcome_unknown(&key, &e),
-                        };
+                    Step::NotHosted => {}
+                    Step::Unreachable => {
+                        unreachable = Some(node.clone());
+                        if strict {
+                            break 'rounds;
+                        }
                     }
                 }
             }
+            if pin.is_some() {
+                break;
+            }
             // Where the function is now, leaving out the nodes asked.
-            let fresh: Vec<NodeId> = route(&ctx, &tenant, &name, start)
-                .map(|r| r.nodes)
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|n| !tried.contains(n))
-                .collect();
+            let fresh: Vec<NodeId> = order(
+                route(&ctx, &tenant, &name, start)
+                    .map(|r| r.nodes)
+                    .unwrap_or_default(),
+            )
+            .into_iter()
+            .filter(|n| !tried.contains(n))
+            .collect();
             if fresh.is_empty() {
                 break;
             }
             nodes = fresh;
         }
-        if tried.iter().any(|n| hub.link(n).is_some()) && !forwarded {
-            // Every linked node answered that it does not host the function:
-            // it is being moved or was just deleted; nothing ran.
-            if route(&ctx, &tenant, &name, start).is_none() {
-                return keyed(outcome_response(InvokeOutcome::Failed(
-                    InvokeError::UnknownFunction,
-                )));
-            }
-        }
-        if forwarded {
-            return error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "no_agent",
-                "no hosting agent is connected to this replica",
+        if route(&ctx, &tenant, &name, start).is_none() {
+            // The function was deleted meanwhile; nothing ran.
+            return keyed(
+                outcome_response(InvokeOutcome::Failed(InvokeError::UnknownFunction)),
+                key.base(),
             );
         }
-        let peers: Vec<String> = {
-            let m = ctx.replica.raft.metrics().borrow().clone();
-            m.membership_config
-                .membership()
-                .nodes()
-                .filter(|(id, _)| **id != ctx.replica.id)
-                .map(|(_, n)| n.http_addr.clone())
-                .collect()
-        };
-        let path = format!("/v1/invoke/{}/{name}", tenant.0);
-        for peer in peers {
-            let tls = ctx.forward_tls.clone();
-            match forward_http(&peer, tls, &path, &auth, deadline.as_deref(), &key, &body).await {
-                Forwarded::Answer(status, headers, body) if status != 503 => {
-                    let mut reply = HttpResponse::build(
-                        StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
-                    );
-                    for h in headers
-                        .into_iter()
-                        .filter(|(k, _)| PASSED_ON.contains(&k.as_str()))
-                    {
-                        reply.insert_header(h);
-                    }
-                    return keyed(reply.body(body));
-                }
-                Forwarded::Answer(..) | Forwarded::NotSent => {}
-                // The peer may have run it: asking another peer could run it twice.
-                Forwarded::Lost(why) => {
-                    return outcome_unknown(&key, &format!("replica {peer}: {why}"))
-                }
+        let why = match (&key, &unreachable) {
+            (Key::Given(_), Some(home)) => format!(
+                "the agent of node {}, which keeps the outcome of this Idempotency-Key, \
+                 is not connected to the region; nothing ran on this attempt",
+                home.0
+            ),
+            (_, None) => "no node the function is placed on hosts it yet (it is being moved); \
+                          nothing ran"
+                .to_string(),
+            _ => {
+                "no agent hosting the function is connected to the region; nothing ran".to_string()
             }
+        };
+        if forwarded {
+            return keyed(
+                error(StatusCode::SERVICE_UNAVAILABLE, "no_agent", &why),
+                key.base(),
+            );
         }
-        // No agent hosting it is reachable from any replica: its node was
+        // No agent it may go to is reachable from any replica: its node was
         // lost (the leader moves its instance after the liveness graces) or
         // the instance is moving. Nothing ran; the request waits while its
         // deadline holds and is then tried again where the function is.
         let budget = Duration::from_millis(original_ms.unwrap_or(function_deadline_ms));
         let left = budget.saturating_sub(arrived.elapsed());
         if left <= NO_AGENT_RETRY {
-            return keyed(error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "no_agent",
-                "no agent hosting the function is connected to the region",
-            ));
+            return keyed(
+                error(StatusCode::SERVICE_UNAVAILABLE, "no_agent", &why),
+                key.base(),
+            );
         }
         tokio::time::sleep(NO_AGENT_RETRY).await;
         asked_ms = Some(
@@ -687,7 +856,18 @@ mod tests {
         // A hang guard, not a timing assert (the forward's own timeout is 60 s).
         let got = tokio::time::timeout(
             Duration::from_secs(30),
-            forward_http(&addr, None, "/v1/invoke/t/f", "Bearer x", None, "k1", b"{}"),
+            forward_http(
+                &addr,
+                None,
+                "/v1/invoke/t/f",
+                "Bearer x",
+                &Pin {
+                    node: "n1",
+                    key: "k1",
+                    deadline: None,
+                },
+                b"{}",
+            ),
         )
         .await
         .expect("the forward kept reading an endless answer");

@@ -246,10 +246,10 @@ pub type Runs = BTreeMap<String, u32>;
 /// Per key, from the journals: every ok invocation ran (and was billed)
 /// at least once, no definitely failed one ran, and the region bills
 /// exactly the runs the journals hold. A key that ran on two agents is a
-/// double run: a violation when `strict`, else returned as known (see
-/// docs/chaos.md, "Known open bugs": a keyed retry after an unknown outcome
-/// may run on another agent) — but only for a key with an unknown
-/// attempt; any other double run is a violation in every mode.
+/// double run: a violation when `strict` (the default), else returned as
+/// known — but only for a key with an unknown attempt (the window left:
+/// the key's node lost its instance between the attempts, docs/chaos.md);
+/// any other double run is a violation in every mode.
 pub fn runs(ops: &[Op], runs: &Runs, billed: u64, strict: bool) -> (Vec<Violation>, Vec<String>) {
     let mut out = Vec::new();
     let mut known = Vec::new();
