@@ -304,12 +304,12 @@ pub fn run(seed: u64, config: Config) -> Result<Report, Failure> {
     match metered(&c) {
         Ok(m) => {
             billed = m.region["globex"].invocations;
-            if config.strict {
-                violations.extend(checker::billing(&ops, billed));
-            }
             let runs = journal_runs(&mut c, &ops);
             let (broken, known) = checker::runs(&ops, &runs, billed, config.strict);
             violations.extend(broken);
+            if config.strict {
+                violations.extend(checker::billing(&ops, billed, known.len() as u64));
+            }
             known_double_runs = known;
             for tenant in ["globex", "acme"] {
                 let journals: Vec<(String, Usage)> = m
