@@ -267,19 +267,19 @@ impl VmReport {
                 v.rss_mib.map_or("-".into(), |m| format!("{m:.0}")),
             ]);
         }
-        for f in deployed {
-            if !self.vms.iter().any(|v| v.function == f.id()) {
-                rows.push(vec![
-                    f.id(),
-                    "-".into(),
-                    "-".into(),
-                    "no VM running now (swapped out, not placed, or restarted after a crash)"
-                        .into(),
-                    "-".into(),
-                ]);
-            }
-        }
         print_indented(&rows);
+        let without: Vec<String> = deployed
+            .iter()
+            .map(DemoFunction::id)
+            .filter(|id| !self.vms.iter().any(|v| v.function == *id))
+            .collect();
+        if !without.is_empty() {
+            println!(
+                "up: no VM running now for {} (swapped out, scaled to zero, not placed yet, or \
+                 restarted after a crash: such a restart's boot is not measured)",
+                without.join(", ")
+            );
+        }
         for (node, why) in &self.unread {
             println!("up: agent {node}'s /metrics could not be read: {why}");
         }
