@@ -236,3 +236,32 @@ impl Drop for VmGuard {
         self.counters.vm().running.remove(&self.key);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ready_vm_is_listed_with_its_boot_and_rss_until_its_guard_drops() {
+        let c = ProcessCounters::new();
+        c.register_vm_runtime(Runtime::Custom, false, 3_000_000);
+        // This test process stands in for a live QEMU; a pid above Linux's
+        // maximum for one that is gone (a crashed VM).
+        let me = std::process::id();
+        let live = c.vm_ready(Runtime::Custom, "acme", "echo", me, 6_000_000);
+        let dead = c.vm_ready(Runtime::Custom, "acme", "gone", 4_194_305, 5_000_000);
+        assert_eq!(c.vm_boots(), 2, "both boots are measured");
+        let vms = c.running_vms();
+        assert_eq!(vms.len(), 1, "{vms:?}");
+        assert_eq!(
+            (vms[0].tenant.as_str(), vms[0].function.as_str(), vms[0].pid),
+            ("acme", "echo", me)
+        );
+        assert_eq!(vms[0].boot_us, 6_000_000);
+        assert!(vms[0].rss_kib > 0);
+        drop(dead);
+        drop(live);
+        assert!(c.running_vms().is_empty());
+        assert_eq!(c.vm_boots(), 2);
+    }
+}
