@@ -278,6 +278,21 @@ pub const MICROVM_SERIES: [Series; 4] = [
     ),
 ];
 
+/// Per running microVM (labelled by tenant: shown with the metrics token
+/// only), in [`sample`]'s order.
+pub const MICROVM_VM_SERIES: [Series; 2] = [
+    Series::gauge(
+        "gshare_edge_microvm_vm_boot_seconds",
+        "A running microVM's boot-to-ready as measured at its start (QEMU spawned to the first healthy answer), seconds",
+        &[TENANT_LABEL, "function", "pid"],
+    ),
+    Series::gauge(
+        "gshare_edge_microvm_vm_rss_bytes",
+        "A running microVM's resident memory (its QEMU process), bytes",
+        &[TENANT_LABEL, "function", "pid"],
+    ),
+];
+
 /// Per GPU of the node, in [`sample`]'s order.
 pub const GPU_SERIES: [Series; 3] = [
     Series::gauge(
@@ -330,6 +345,16 @@ pub fn sample(s: &NodeStatus, out: &mut Sampler) {
         let secs = gshare_core::metrics::seconds_from_us;
         out.add(&MICROVM_SERIES[2], &[], secs(s.vm_boot_last_us));
         out.add(&MICROVM_SERIES[3], &[], secs(s.vm_boot_median_us));
+        for v in &s.vms {
+            let pid = v.pid.to_string();
+            let labels = [v.tenant.as_str(), v.function.as_str(), pid.as_str()];
+            out.add(&MICROVM_VM_SERIES[0], &labels, secs(v.boot_us));
+            out.add(
+                &MICROVM_VM_SERIES[1],
+                &labels,
+                v.rss_kib.saturating_mul(1024) as f64,
+            );
+        }
     }
     for g in &s.gpus {
         let gpu = g.index.to_string();
@@ -376,10 +401,30 @@ mod tests {
             vm_boots: 2,
             vm_boot_last_us: 2_500_000,
             vm_boot_median_us: 2_000_000,
+            vms: vec![crate::runtime::VmFigures {
+                tenant: "acme".into(),
+                function: "hello".into(),
+                pid: 4242,
+                boot_us: 6_250_000,
+                rss_kib: 300 * 1024,
+            }],
             ..status.clone()
         };
         let text = m.exposition(&with_vms, false).unwrap();
         assert_eq!(check_exposition(&text), Vec::<String>::new(), "{text}");
+        assert!(!text.contains("gshare_edge_microvm_vm_"), "{text}");
+        let full_vms = m.exposition(&with_vms, true).unwrap();
+        assert_eq!(
+            check_exposition(&full_vms),
+            Vec::<String>::new(),
+            "{full_vms}"
+        );
+        for want in [
+            "gshare_edge_microvm_vm_boot_seconds{tenant=\"acme\",function=\"hello\",pid=\"4242\"} 6.25\n",
+            "gshare_edge_microvm_vm_rss_bytes{tenant=\"acme\",function=\"hello\",pid=\"4242\"} 314572800\n",
+        ] {
+            assert!(full_vms.contains(want), "{want} missing in {full_vms}");
+        }
         for want in [
             "gshare_edge_microvm_accel{accel=\"tcg\"} 1\n",
             "gshare_edge_microvm_boots_total 2\n",

@@ -70,6 +70,11 @@ impl UpProcess {
         }
     }
 
+    /// The lines read so far.
+    pub fn seen(&self) -> &[String] {
+        &self.seen
+    }
+
     /// Waits for the exit; returns whether it succeeded and all stdout lines.
     pub fn finish(mut self) -> (bool, Vec<String>) {
         let deadline = Instant::now() + RUN_LIMIT;

@@ -1349,6 +1349,7 @@ impl Handler<StatusQuery> for NodeAgent {
         s.vm_boots = p.vm_boots();
         s.vm_boot_last_us = p.vm_boot_last_us().unwrap_or(0);
         s.vm_boot_median_us = p.vm_boot_median_us().unwrap_or(0);
+        s.vms = p.running_vms();
         s.usage_waiting = self.metering.as_ref().map_or(0, |m| m.waiting.len() as u64);
         s.gpus = (0..self.setup.gpus.len() as u32)
             .map(|i| {

@@ -53,6 +53,9 @@ pub struct NodeStatus {
     /// The median of the recent microVM boots, µs: what the executor times
     /// a microVM load by (the template's default before the first boot).
     pub vm_boot_median_us: u64,
+    /// The microVMs running now (boot-to-ready as measured at their start,
+    /// RSS now).
+    pub vms: Vec<crate::runtime::VmFigures>,
     /// Usage journal appends that succeeded.
     pub usage_writes: u64,
     /// Usage records journaled.

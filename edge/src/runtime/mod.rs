@@ -27,7 +27,7 @@ mod process_driver;
 mod sim;
 
 pub use drivers::Drivers;
-pub use process_counters::ProcessCounters;
+pub use process_counters::{ProcessCounters, VmFigures};
 pub use process_driver::{ProcessDriver, ProcessOptions};
 pub use sim::SimDriver;
 

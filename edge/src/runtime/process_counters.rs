@@ -1,10 +1,11 @@
 //! Counters of the node's function processes, for `/metrics`, and the
 //! measured boot-to-ready of its microVMs (for `/metrics` and for the
-//! executor's timing of their loads).
+//! executor's timing of their loads), and the microVMs running now, each
+//! with the boot-to-ready measured when it started.
 
 use gshare_core::executor::StartTimes;
 use gshare_core::model::{Micros, Runtime};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -20,12 +21,40 @@ struct Counts {
     vm: Mutex<VmStarts>,
 }
 
+/// One microVM started by a driver and not stopped yet.
+#[derive(Debug, Clone)]
+struct RunningVm {
+    tenant: String,
+    function: String,
+    pid: u32,
+    boot_us: Micros,
+}
+
+/// A running microVM as `/metrics` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VmFigures {
+    /// Its function's tenant.
+    pub tenant: String,
+    /// Its function.
+    pub function: String,
+    /// QEMU's pid.
+    pub pid: u32,
+    /// Its boot-to-ready (QEMU spawned → first healthy answer), µs.
+    pub boot_us: Micros,
+    /// QEMU's resident memory now, KiB.
+    pub rss_kib: u64,
+}
+
 #[derive(Debug, Default)]
 struct VmStarts {
     /// Per microVM runtime (registered by the driver set).
     by_runtime: HashMap<Runtime, StartTimes>,
     /// All of the node's boots, last first out.
     node: Option<StartTimes>,
+    /// The microVMs started and not stopped, by [`ProcessCounters::vm_ready`]'s key.
+    running: BTreeMap<u64, RunningVm>,
+    /// The next key.
+    next_key: u64,
 }
 
 /// Shared by every [`super::ProcessDriver`] of a node (clones count into
@@ -80,6 +109,55 @@ impl ProcessCounters {
         if let Some(t) = vm.node.as_mut() {
             t.record(us);
         }
+    }
+
+    /// `vm_booted`, and the VM (QEMU `pid`, serving `tenant`'s `function`)
+    /// is running until the returned guard is dropped.
+    pub(crate) fn vm_ready(
+        &self,
+        runtime: Runtime,
+        tenant: &str,
+        function: &str,
+        pid: u32,
+        us: Micros,
+    ) -> VmGuard {
+        self.vm_booted(runtime, us);
+        let mut vm = self.vm();
+        let key = vm.next_key;
+        vm.next_key += 1;
+        vm.running.insert(
+            key,
+            RunningVm {
+                tenant: tenant.to_string(),
+                function: function.to_string(),
+                pid,
+                boot_us: us,
+            },
+        );
+        VmGuard {
+            counters: self.clone(),
+            key,
+        }
+    }
+
+    /// The microVMs running now whose QEMU is alive, each with the
+    /// boot-to-ready measured when it started and its RSS read now from
+    /// `/proc`. A VM its supervisor restarted after a crash is not among
+    /// them (its boot was not measured; its first QEMU is gone).
+    pub fn running_vms(&self) -> Vec<VmFigures> {
+        let running: Vec<RunningVm> = self.vm().running.values().cloned().collect();
+        running
+            .into_iter()
+            .filter_map(|v| {
+                Some(VmFigures {
+                    rss_kib: super::microvm::rss_kib(v.pid)?,
+                    tenant: v.tenant,
+                    function: v.function,
+                    pid: v.pid,
+                    boot_us: v.boot_us,
+                })
+            })
+            .collect()
     }
 
     /// What the next load of a `runtime` function is expected to take: the
@@ -142,5 +220,48 @@ impl ProcessCounters {
     /// Instances started and not stopped yet (running or restarting).
     pub fn running(&self) -> u64 {
         self.0.running.load(Ordering::Relaxed)
+    }
+}
+
+/// A microVM counted as running by [`ProcessCounters::vm_ready`]; dropping
+/// it (the VM stopped, or its driver went) ends that.
+#[derive(Debug)]
+pub(crate) struct VmGuard {
+    counters: ProcessCounters,
+    key: u64,
+}
+
+impl Drop for VmGuard {
+    fn drop(&mut self) {
+        self.counters.vm().running.remove(&self.key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ready_vm_is_listed_with_its_boot_and_rss_until_its_guard_drops() {
+        let c = ProcessCounters::new();
+        c.register_vm_runtime(Runtime::Custom, false, 3_000_000);
+        // This test process stands in for a live QEMU; a pid above Linux's
+        // maximum for one that is gone (a crashed VM).
+        let me = std::process::id();
+        let live = c.vm_ready(Runtime::Custom, "acme", "echo", me, 6_000_000);
+        let dead = c.vm_ready(Runtime::Custom, "acme", "gone", 4_194_305, 5_000_000);
+        assert_eq!(c.vm_boots(), 2, "both boots are measured");
+        let vms = c.running_vms();
+        assert_eq!(vms.len(), 1, "{vms:?}");
+        assert_eq!(
+            (vms[0].tenant.as_str(), vms[0].function.as_str(), vms[0].pid),
+            ("acme", "echo", me)
+        );
+        assert_eq!(vms[0].boot_us, 6_000_000);
+        assert!(vms[0].rss_kib > 0);
+        drop(dead);
+        drop(live);
+        assert!(c.running_vms().is_empty());
+        assert_eq!(c.vm_boots(), 2);
     }
 }

@@ -27,6 +27,7 @@ use super::microvm::{self, MicrovmOptions};
 use super::process::{
     InvokeError, Phase, ProcessInstance, ProcessLedger, ProcessSpec, RuntimeTemplate, SliceLimits,
 };
+use super::process_counters::VmGuard;
 use super::{Invocation, Placement, ProcessCounters, RuntimeDriver, RuntimeError, RuntimeFuture};
 use gshare_core::model::{FunctionSpec, GpuId, Mib, Slice};
 use std::cell::RefCell;
@@ -70,6 +71,8 @@ struct Running {
     watcher: JoinHandle<()>,
     /// The microVM's initramfs, removed when it stops.
     initrd: Option<PathBuf>,
+    /// Counts the microVM as running (in `/metrics`) until dropped.
+    _vm: Option<VmGuard>,
 }
 
 /// The running process, if any. Shared with the driver's own futures
@@ -225,6 +228,7 @@ async fn launch(
     };
     options.counters.started();
     let pid = instance.status().pid;
+    let mut vm_guard = None;
     match &options.vm {
         None => tracing::info!(
             instance = %id,
@@ -235,7 +239,18 @@ async fn launch(
         Some(vm) => {
             let boot = spawned.elapsed();
             let boot_us = u64::try_from(boot.as_micros()).unwrap_or(u64::MAX);
-            options.counters.vm_booted(function.runtime, boot_us);
+            match pid {
+                Some(pid) => {
+                    vm_guard = Some(options.counters.vm_ready(
+                        function.runtime,
+                        &function.tenant.0,
+                        &function.name,
+                        pid,
+                        boot_us,
+                    ));
+                }
+                None => options.counters.vm_booted(function.runtime, boot_us),
+            }
             tracing::info!(
                 instance = %id,
                 pid,
@@ -258,6 +273,7 @@ async fn launch(
         gpus: limits.gpus,
         watcher,
         initrd,
+        _vm: vm_guard,
     })
 }
 

@@ -71,6 +71,10 @@ enum Command {
     /// Internal: how `gsharectl up` starts its children.
     #[command(hide = true)]
     UpChild(cli::up::ChildArgs),
+    /// Internal: what stops `gsharectl up --runtime microvm`'s VMs after a
+    /// `kill -9` of `up`.
+    #[command(hide = true)]
+    UpVmReaper(cli::up::VmReaperArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -139,6 +143,7 @@ fn main() {
         Command::Sim(SimCommand::Serving(a)) => cli::sim_serving::run(a),
         Command::Up(a) => cli::up::run(a),
         Command::UpChild(a) => cli::up::exec_child(a),
+        Command::UpVmReaper(a) => cli::up::run_vm_reaper(a),
         Command::Completions { shell } => completions(shell),
         Command::Man { dir } => man(&dir),
     };

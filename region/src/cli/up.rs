@@ -5,9 +5,12 @@
 //!   ├─ temp dir gshare-up-XXXX: CA + certificates, configs, data, logs (layout.rs)
 //!   ├─ gshare-region × 3 (r1 with --init: configs/local topology + tenants)  ── wait for a leader
 //!   ├─ print `dashboard: http://<r1>/#token=<operator token>` (the live page)
-//!   ├─ gshare-edge × 4 (one per node of configs/local/topology.toml, simulated GPUs)
-//!   ├─ tenant tokens (acme, globex), demo functions on all four tiers (demo.rs)
-//!   ├─ warm-up (cold starts), then the invocation load (load.rs) while sampling GPUs (gpu_usage.rs);
+//!   ├─ gshare-edge × 4 (one per node of configs/local/topology.toml, simulated GPUs;
+//!   │  with --runtime microvm the demo's functions run in microVMs: microvm.rs)
+//!   ├─ tenant tokens (acme, globex), demo functions on all four tiers (demo.rs;
+//!   │  --functions picks some of them)
+//!   ├─ warm-up (cold starts; with --runtime microvm: print each VM's boot-to-ready),
+//!   │  then the invocation load (load.rs) while sampling GPUs (gpu_usage.rs);
 //!   │  during it the operator's move of acme/chat to the other center node (moves.rs)
 //!   ├─ print attainment, GPU utilization, bills, URLs
 //!   ├─ stay up until Ctrl-C / SIGTERM, or until --for seconds have passed since the start
@@ -17,7 +20,8 @@
 //!
 //! `gshare-region` and `gshare-edge` are taken from the directory of the
 //! running `gsharectl` (e.g. `target/release/`). Children end with
-//! `gsharectl up` however it ends (see `children.rs`).
+//! `gsharectl up` however it ends (see `children.rs`), and so do the
+//! agents' microVMs (`vm_reaper.rs`).
 
 mod api_client;
 mod binaries;
@@ -27,13 +31,16 @@ mod gpu_usage;
 mod instances;
 mod layout;
 mod load;
+mod microvm;
 mod moves;
 mod report;
 mod scenario;
 mod stop_signal;
+mod vm_reaper;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
@@ -41,19 +48,22 @@ use gshare_core::model::Tier;
 use serde_json::Value;
 
 pub use children::{exec_child, ChildArgs};
+pub use vm_reaper::{run_vm_reaper, VmReaperArgs};
 
 use api_client::ApiClient;
 use binaries::Binaries;
 use children::Children;
-use demo::{DemoFunction, DEMO, TENANTS};
+use demo::{DemoFunction, TENANTS};
 use gpu_usage::{GpuSampler, GpuUsage};
 use instances::InstanceWatch;
 use layout::Layout;
 use load::{LoadReport, Target};
+use microvm::{DemoRuntime, MicrovmSetup, VmReport};
 use moves::DemoMove;
 use report::{print_attainment, print_bills, print_gpu_usage, print_indented};
 pub use scenario::Scenario;
 use stop_signal::StopSignal;
+use vm_reaper::VmReaper;
 
 const REPLICAS: u64 = 3;
 /// How long the replicas may take to elect a leader and load the files.
@@ -83,6 +93,15 @@ pub const LONG_ABOUT: &str = "Start a whole gshare region on this machine and sh
     the URLs and tokens to look with. It then stays up until Ctrl-C or SIGTERM (or until \
     --for seconds have passed), reads the bills once more, stops everything it started and \
     exits 0. Its last line is `up: invocations=<N> attainment=<x> tenants_billed=<K>`.\n\n\
+    With --runtime microvm every instance of a demo function runs in its own QEMU microVM \
+    (the agents' `microvm` runtime driver, docs/microvm.md) serving a small function server \
+    from the guest; after the warm-up the report lists each running VM with its function, \
+    node, QEMU pid, the boot-to-ready its agent measured (QEMU spawned to the first 200 from \
+    the guest's /health) and its RSS, then `up: microvm boot-to-ready: vms=<n> \
+    median_ms=<m> min_ms=<a> max_ms=<b>` over those VMs. It needs qemu-system-x86_64 and the \
+    guest image that scripts/microvm-image.sh builds into target/microvm. Each VM holds about \
+    300 MiB and boots in seconds (under TCG, where KVM is not real, 2-10 s each, CPU-bound): \
+    --functions keeps the demo small.\n\n\
     The replicas and agents end with it however it ends (Ctrl-C, SIGTERM, a panic, even \
     kill -9). Their logs are in <dir>/logs/.\n\n\
     gshare-region and gshare-edge must sit next to this gsharectl: build them with \
@@ -93,7 +112,10 @@ pub const LONG_ABOUT: &str = "Start a whole gshare region on this machine and sh
 #[command(after_help = "Examples:\n  \
         cargo build --release && target/release/gsharectl up     # until Ctrl-C\n  \
         target/release/gsharectl up --for 60                     # exit 0 after 60 s\n  \
-        target/release/gsharectl up --keep                       # keep certs, configs, logs")]
+        target/release/gsharectl up --keep                       # keep certs, configs, logs\n  \
+        scripts/microvm-image.sh                                 # the guest image, once\n  \
+        target/release/gsharectl up --runtime microvm --functions acme/rank,globex/translate\n  \
+                                                                 # two demo functions in microVMs")]
 pub struct Args {
     /// Exit 0 once this many seconds have passed since the start (the demo
     /// always runs to its end first). Without it: run until Ctrl-C or SIGTERM.
@@ -114,6 +136,21 @@ pub struct Args {
     /// exit; by default it is removed, except after a failure.
     #[arg(long)]
     keep: bool,
+    /// Where the demo's functions run: `sim` (no process: the agent waits
+    /// out the predicted service time) or `microvm` (each instance in its
+    /// own QEMU microVM; needs qemu-system-x86_64 and the guest image of
+    /// scripts/microvm-image.sh). Not with --scenario.
+    #[arg(long, value_enum, value_name = "DRIVER", default_value_t = DemoRuntime::Sim)]
+    runtime: DemoRuntime,
+    /// The guest image for --runtime microvm [default:
+    /// $GSHARE_MICROVM_IMAGE, else `microvm` beside the binaries'
+    /// directory: target/microvm for target/release/gsharectl].
+    #[arg(long, value_name = "DIR")]
+    microvm_image: Option<PathBuf>,
+    /// Deploy only these demo functions (`tenant/name`, comma-separated;
+    /// default: all 13). Ignored with --scenario.
+    #[arg(long, value_name = "TENANT/NAME,…", value_delimiter = ',')]
+    functions: Vec<String>,
 }
 
 /// A signal arrived while the region was starting or the demo ran.
@@ -138,6 +175,11 @@ struct Up {
     scaling: Option<InstanceWatch>,
     /// When the demo load began, since `scaling` started.
     load_began: Option<Duration>,
+    /// The demo functions to deploy (all of [`demo::DEMO`] unless --functions).
+    demo: Vec<DemoFunction>,
+    /// With --runtime microvm: kills the VMs if `up` is killed (after
+    /// `children`: dropped once the agents stopped their VMs).
+    vm_reaper: Option<VmReaper>,
 }
 
 /// Runs `gsharectl up`.
@@ -145,6 +187,17 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut stop = StopSignal::install()?;
     let bins = Binaries::locate()?;
+    if a.scenario.is_some() && a.runtime == DemoRuntime::Microvm {
+        bail!("--runtime microvm runs the demo only, not a --scenario");
+    }
+    let demo = demo::select(&a.functions)?;
+    let microvm = match a.runtime {
+        DemoRuntime::Sim => None,
+        DemoRuntime::Microvm => Some(MicrovmSetup::locate(
+            a.microvm_image.as_deref(),
+            bins.dir(),
+        )?),
+    };
     let tmp = tempfile::Builder::new()
         .prefix("gshare-up-")
         .tempdir()
@@ -154,11 +207,17 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         tmp.path().display(),
         if a.keep { "kept" } else { "removed" }
     );
-    if a.scenario.is_some() && (a.for_s.is_some() || a.load_s != DEFAULT_LOAD_S) {
-        println!("up: --scenario ignores --for and --load-s");
+    if a.scenario.is_some()
+        && (a.for_s.is_some() || a.load_s != DEFAULT_LOAD_S || !a.functions.is_empty())
+    {
+        println!("up: --scenario ignores --for, --load-s and --functions");
     }
     let operator = crate::api::auth::new_secret().map_err(|e| anyhow!("{e}"))?;
-    let layout = Layout::write(tmp.path(), REPLICAS, &operator)?;
+    let layout = Layout::write(tmp.path(), REPLICAS, &operator, microvm)?;
+    let vm_reaper = match &layout.microvm {
+        Some(_) => Some(VmReaper::start(&bins.gsharectl, &layout.dir.join("data"))?),
+        None => None,
+    };
     let mut up = Up {
         api: ApiClient::new(layout.replicas.iter().map(|r| r.http_addr).collect()),
         layout,
@@ -169,6 +228,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         report: None,
         scaling: None,
         load_began: None,
+        demo,
+        vm_reaper,
     };
     let ran = match a.scenario {
         None => up.start_and_demo(&bins, &mut stop, &a).map(|()| None),
@@ -212,6 +273,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let mut killed = up.children.stop_where(|p| p.name.starts_with("agent "));
     let bills = up.final_bills();
     killed.extend(up.children.stop());
+    drop(up.vm_reaper.take());
     if !killed.is_empty() {
         eprintln!(
             "gsharectl up: killed after {} s without exiting: {}",
@@ -285,12 +347,13 @@ impl Up {
         self.scaling = Some(InstanceWatch::start(
             self.api.replicas().to_vec(),
             self.operator.clone(),
-            DEMO.iter()
+            self.demo
+                .iter()
                 .filter(|f| f.scales())
                 .map(|f| (f.tenant.to_string(), f.name.to_string()))
                 .collect(),
         ));
-        for f in DEMO {
+        for f in self.demo.clone() {
             let token = &self.tokens[f.tenant];
             let node = demo::deploy(&self.api, &f, token)?;
             self.placed.push((f, node));
@@ -311,6 +374,10 @@ impl Up {
                 cold.join(", ")
             );
         }
+        if let Some(m) = &self.layout.microvm {
+            let deployed: Vec<DemoFunction> = self.placed.iter().map(|(f, _)| f.clone()).collect();
+            VmReport::scrape(&self.layout.agents, &m.metrics_token).print(&deployed);
+        }
         let clients: u32 = targets.iter().map(|t| t.function.clients).sum();
         println!(
             "up: invocation load for {} s: {} functions, {clients} clients, half of them through \
@@ -329,6 +396,9 @@ impl Up {
         );
         let usage = sampler.finish();
         print_attainment(&report);
+        if let Some(m) = &self.layout.microvm {
+            VmReport::scrape(&self.layout.agents, &m.metrics_token).print_boots();
+        }
         if let Some(mut m) = demo_move {
             if let Some(moved) = m.finish() {
                 self.print_demo_move(&m, &moved, &report);
@@ -564,11 +634,16 @@ impl Up {
                 &a.log,
             )?;
             println!(
-                "up: agent {} (pool {}, {} simulated GPU{}) pid {} ingress {} log {}",
+                "up: agent {} (pool {}, {} simulated GPU{}{}) pid {} ingress {} log {}",
                 a.node,
                 a.pool,
                 a.gpus,
                 if a.gpus == 1 { "" } else { "s" },
+                if self.layout.microvm.is_some() {
+                    ", functions in microVMs"
+                } else {
+                    ""
+                },
                 p.pid(),
                 a.ingress,
                 a.log.display()
@@ -788,6 +863,17 @@ impl Up {
             println!(
                 "  agent {} ({}): http://{2}/metrics  http://{2}/healthz  (ingress http://{2}/v1/invoke/…)",
                 a.node, a.pool, a.ingress
+            );
+        }
+        if let (Some(m), Some(a)) = (&self.layout.microvm, self.layout.agents.first()) {
+            println!(
+                "  microVMs of agent {}: curl -s http://{}/metrics -H 'Authorization: Bearer {}' \
+                 | grep gshare_edge_microvm_   (each VM's console: {}/data/agent-{}/function-logs/)",
+                a.node,
+                a.ingress,
+                m.metrics_token,
+                self.layout.dir.display(),
+                a.node
             );
         }
         println!("  operator token: {}", self.operator);

@@ -17,6 +17,13 @@ pub struct Binaries {
 }
 
 impl Binaries {
+    /// The directory they sit in (e.g. `target/release`).
+    pub fn dir(&self) -> &std::path::Path {
+        self.gsharectl
+            .parent()
+            .unwrap_or_else(|| std::path::Path::new("."))
+    }
+
     /// Finds the binaries next to the running executable.
     pub fn locate() -> anyhow::Result<Binaries> {
         let gsharectl = std::env::current_exe().context("finding gsharectl's own path")?;

@@ -231,6 +231,35 @@ pub const MOVED: (&str, &str) = ("acme", "chat");
 /// The tenants the demo deploys for.
 pub const TENANTS: [&str; 2] = ["acme", "globex"];
 
+/// The demo functions named by `--functions` (`tenant/name`), in
+/// [`DEMO`]'s order; all of them when `names` is empty. Every name that is
+/// not a demo function is reported at once.
+pub fn select(names: &[String]) -> anyhow::Result<Vec<DemoFunction>> {
+    if names.is_empty() {
+        return Ok(DEMO.to_vec());
+    }
+    let unknown: Vec<&str> = names
+        .iter()
+        .map(|n| n.trim())
+        .filter(|n| !DEMO.iter().any(|f| f.id() == *n))
+        .collect();
+    if !unknown.is_empty() {
+        bail!(
+            "--functions: not demo functions: {}; the demo's are {}",
+            unknown.join(", "),
+            DEMO.iter()
+                .map(DemoFunction::id)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(DEMO
+        .iter()
+        .filter(|f| names.iter().any(|n| n.trim() == f.id()))
+        .cloned()
+        .collect())
+}
+
 impl DemoFunction {
     /// The body of its `POST /v1/functions`.
     pub fn body(&self) -> anyhow::Result<FunctionBody> {
@@ -411,6 +440,22 @@ mod tests {
                 "{tenant} {kind}: {c} milli, {m} MiB, {n} instances over {quota:?}"
             );
         }
+    }
+
+    #[test]
+    fn select_keeps_the_demo_order_and_names_every_unknown_function() {
+        assert_eq!(select(&[]).unwrap().len(), DEMO.len());
+        let names = ["globex/translate".to_string(), " acme/rank".to_string()];
+        let picked: Vec<String> = select(&names)
+            .unwrap()
+            .iter()
+            .map(DemoFunction::id)
+            .collect();
+        assert_eq!(picked, ["acme/rank", "globex/translate"]);
+        let e = select(&["acme/nope".into(), "acme/rank".into(), "x".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not demo functions: acme/nope, x;"), "{e}");
     }
 
     /// The quotas of configs/local/tenants.toml, read from the TOML text.

@@ -9,6 +9,7 @@
 //! <dir>/agent-<node>.toml                      agent configs (simulated GPUs of the node)
 //! <dir>/data/{r<i>,agent-<node>}/              sled data
 //! <dir>/logs/{r<i>,agent-<node>}.log           each process's stdout and stderr
+//! <dir>/runtimes/, <dir>/metrics-token          with --runtime microvm only (microvm.rs)
 //! ```
 
 use std::fmt::Write as _;
@@ -18,6 +19,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use gshare_core::config::Topology;
 
+use super::microvm::MicrovmSetup;
 use crate::tls;
 
 /// `configs/local/topology.toml`, embedded.
@@ -72,6 +74,8 @@ pub struct Layout {
     pub agents: Vec<AgentSlot>,
     /// The parsed topology.
     pub topology: Topology,
+    /// The demo's functions run in microVMs (`--runtime microvm`).
+    pub microvm: Option<MicrovmSetup>,
 }
 
 /// Free loopback ports: each socket is held until all are chosen, so no
@@ -100,8 +104,14 @@ impl PortPicker {
 
 impl Layout {
     /// Writes certificates and configs of `replicas` replicas and one agent
-    /// per node of the local topology into `dir`, on free ports.
-    pub fn write(dir: &Path, replicas: u64, operator_token: &str) -> anyhow::Result<Layout> {
+    /// per node of the local topology into `dir`, on free ports; with
+    /// `microvm`, the agents run the demo's runtime in microVMs.
+    pub fn write(
+        dir: &Path,
+        replicas: u64,
+        operator_token: &str,
+        microvm: Option<MicrovmSetup>,
+    ) -> anyhow::Result<Layout> {
         let topology = Topology::from_toml("configs/local/topology.toml", LOCAL_TOPOLOGY)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         for sub in ["certs", "data", "logs"] {
@@ -118,7 +128,11 @@ impl Layout {
             replicas: Vec::new(),
             agents: Vec::new(),
             topology,
+            microvm,
         };
+        if let Some(m) = &layout.microvm {
+            m.write(dir)?;
+        }
         for id in 1..=replicas {
             let name = format!("r{id}");
             tls::issue(&certs, &name, &tls::default_sans(&name))
@@ -187,13 +201,17 @@ impl Layout {
             "# The agent of node {node_name} (pool {pool}) started by `gsharectl up`.\n\
              node = \"{node_name}\"\npool = \"{pool}\"\npool_kind = \"{kind}\"\n\
              data_dir = \"data/agent-{node_name}\"\ningress_addr = \"{ingress}\"\n\
-             host_swap_mib = {swap}\nheartbeat_ms = {HEARTBEAT_MS}\n\n[gpus]\nbackend = \"simulated\"\n",
+             host_swap_mib = {swap}\nheartbeat_ms = {HEARTBEAT_MS}\n",
             node_name = a.node,
             pool = node.pool,
             kind = node.kind.as_str(),
             ingress = a.ingress,
             swap = node.swap_mib,
         );
+        if let Some(m) = &self.microvm {
+            t.push_str(&m.agent_keys());
+        }
+        t.push_str("\n[gpus]\nbackend = \"simulated\"\n");
         for g in &node.gpus {
             let _ = write!(
                 t,
@@ -214,6 +232,9 @@ impl Layout {
             "\n[tls]\nca_cert = \"certs/ca.pem\"\ncert = \"certs/{0}.pem\"\nkey = \"certs/{0}.key\"\n",
             a.node
         );
+        if let Some(m) = &self.microvm {
+            t.push_str(&m.agent_runtimes());
+        }
         Ok(t)
     }
 }
@@ -225,7 +246,7 @@ mod tests {
     #[test]
     fn writes_configs_that_the_replica_and_agent_parsers_accept() {
         let dir = tempfile::tempdir().unwrap();
-        let l = Layout::write(dir.path(), 3, "tok").unwrap();
+        let l = Layout::write(dir.path(), 3, "tok", None).unwrap();
         assert_eq!(l.replicas.len(), 3);
         assert_eq!(
             l.agents.iter().map(|a| a.node.as_str()).collect::<Vec<_>>(),
@@ -244,9 +265,42 @@ mod tests {
             assert_eq!(c.node.0, a.node);
             assert!(addrs.insert(a.ingress));
             assert!(dir.path().join(format!("certs/{}.pem", a.node)).exists());
+            assert!(c.runtimes.listed.is_empty(), "sim only: {text}");
         }
         for r in &l.replicas {
             assert!(addrs.insert(r.http_addr), "ports are distinct");
+        }
+    }
+
+    #[test]
+    fn with_microvm_every_agent_runs_the_demo_runtime_in_microvms() {
+        let dir = tempfile::tempdir().unwrap();
+        let setup = MicrovmSetup {
+            image: PathBuf::from("/images/microvm"),
+            metrics_token: "m-tok".into(),
+        };
+        let l = Layout::write(dir.path(), 3, "tok", Some(setup)).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(super::super::microvm::METRICS_TOKEN_FILE))
+                .unwrap(),
+            "m-tok"
+        );
+        assert!(dir.path().join("runtimes/demo_function.py").is_file());
+        for a in &l.agents {
+            let text = std::fs::read_to_string(&a.config).unwrap();
+            let c = gshare_core::config::AgentConfig::from_toml("agent.toml", &text)
+                .unwrap_or_else(|e| panic!("{e}\n{text}"));
+            assert_eq!(c.metrics_token_file.as_deref(), Some("metrics-token"));
+            let r = &c.runtimes.listed;
+            assert_eq!(r.len(), 1, "{text}");
+            assert_eq!(r[0].runtime, gshare_core::model::Runtime::Pytorch);
+            assert_eq!(r[0].driver, gshare_core::config::DriverKind::Microvm);
+            let template = r[0].template.as_ref().expect("template");
+            assert!(dir.path().join(&template.path).is_file(), "{text}");
+            assert_eq!(
+                r[0].image.as_ref().map(|i| i.path.as_str()),
+                Some("/images/microvm")
+            );
         }
     }
 }
