@@ -172,6 +172,9 @@ proptest! {
 
 fn spec() -> FunctionSpec {
     FunctionSpec {
+        model: None,
+        args: Vec::new(),
+        env: Default::default(),
         tenant: TenantId("acme".into()),
         name: "resnet".into(),
         runtime: Runtime::Pytorch,

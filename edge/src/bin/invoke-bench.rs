@@ -89,6 +89,9 @@ const TOKEN: &str = "bench-token";
 
 fn spec() -> FunctionSpec {
     FunctionSpec {
+        model: None,
+        args: Vec::new(),
+        env: Default::default(),
         tenant: TenantId("bench".into()),
         name: "zero".into(),
         runtime: Runtime::Custom,

@@ -232,6 +232,9 @@ key = "c.key"
 
     fn function(runtime: Runtime) -> FunctionSpec {
         FunctionSpec {
+            model: None,
+            args: Vec::new(),
+            env: Default::default(),
             tenant: TenantId("t".into()),
             name: "f".into(),
             runtime,

@@ -47,7 +47,8 @@ pub use http::{read_response, request as http_request, HttpError, HttpResponse};
 pub use ledger::{ProcessLedger, Reaped};
 pub use spec::{free_port, Backoff, ProcessSpec, SliceLimits};
 pub use template::{
-    render, MpsOrdinals, RuntimeTemplate, TemplateError, TemplateVars, VmTemplate, VM_MEMORY_MIB,
+    render, FunctionArgs, MpsOrdinals, RuntimeTemplate, TemplateError, TemplateVars, VmTemplate,
+    VM_MEMORY_MIB,
 };
 
 use rustix::process::{kill_process_group, test_kill_process_group, Pid, Signal};

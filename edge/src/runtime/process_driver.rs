@@ -25,7 +25,8 @@
 
 use super::microvm::{self, MicrovmOptions};
 use super::process::{
-    InvokeError, Phase, ProcessInstance, ProcessLedger, ProcessSpec, RuntimeTemplate, SliceLimits,
+    FunctionArgs, InvokeError, Phase, ProcessInstance, ProcessLedger, ProcessSpec, RuntimeTemplate,
+    SliceLimits,
 };
 use super::process_counters::VmGuard;
 use super::{Invocation, Placement, ProcessCounters, RuntimeDriver, RuntimeError, RuntimeFuture};
@@ -188,7 +189,7 @@ async fn launch(
             let mut spec: ProcessSpec = ProcessSpec::from_template(
                 &options.template,
                 &id,
-                &function.name,
+                FunctionArgs::of(&function),
                 0,
                 limits.clone(),
             )
@@ -202,7 +203,7 @@ async fn launch(
                 options.workdir.as_deref(),
                 vm,
                 &id,
-                &function.name,
+                FunctionArgs::of(&function),
                 limits.clone(),
             )
             .map_err(|e| RuntimeError::Failed(format!("{id}: microvm: {e}")))?;

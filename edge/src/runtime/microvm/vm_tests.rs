@@ -92,6 +92,9 @@ fn process_options(counters: &ProcessCounters) -> Arc<ProcessOptions> {
 
 fn function() -> FunctionSpec {
     FunctionSpec {
+        model: None,
+        args: Vec::new(),
+        env: Default::default(),
         tenant: TenantId("acme".into()),
         name: "echo".into(),
         runtime: Runtime::Custom,

@@ -1,6 +1,6 @@
 //! What a process instance runs: argv, environment, slice, timings.
 
-use super::template::{MpsOrdinals, RuntimeTemplate, TemplateError, TemplateVars};
+use super::template::{FunctionArgs, MpsOrdinals, RuntimeTemplate, TemplateError, TemplateVars};
 use gshare_core::model::{Mib, MilliGpu, Slice};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -160,12 +160,13 @@ pub struct ProcessSpec {
 }
 
 impl ProcessSpec {
-    /// Renders `template` for one instance. `port = 0` picks a free
-    /// loopback port now (kept across restarts).
+    /// Renders `template` for one instance of `function` (its `{model}`,
+    /// `args` and `env`). `port = 0` picks a free loopback port now (kept
+    /// across restarts).
     pub fn from_template(
         template: &RuntimeTemplate,
         instance: &str,
-        model: &str,
+        function: FunctionArgs<'_>,
         port: u16,
         slice: SliceLimits,
     ) -> Result<Self, TemplateError> {
@@ -191,15 +192,14 @@ impl ProcessSpec {
         };
         let vars = TemplateVars {
             instance: instance.to_string(),
-            model: model.to_string(),
+            model: function.model.to_string(),
             host: "127.0.0.1".into(),
             port,
             aux_port,
             slice: slice.clone(),
         };
-        let argv = template.render_command(&vars)?;
-        let mut env = template.render_env(&vars)?;
-        env.extend(slice.cuda_env(template.mps_ordinals));
+        let (argv, env) =
+            template.render_process(&vars, function, slice.cuda_env(template.mps_ordinals))?;
         Ok(Self {
             instance: instance.to_string(),
             argv,
