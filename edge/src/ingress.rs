@@ -1,4 +1,7 @@
-//! The agent's HTTP ingress: `POST /v1/invoke/{tenant}/{name}`, `/healthz`,
+//! The agent's HTTP ingress: `POST /v1/invoke/{tenant}/{name}`, the
+//! transparent `/v1/invoke/{tenant}/{name}/{*path}` (any method: the request
+//! passed on to the function's server, its reply passed back; docs/edge.md,
+//! "The transparent route"), `/healthz`,
 //! `/metrics`, and with metering `GET /v1/agent/usage/{tenant}` (the
 //! tenant's durable totals as journaled here; the tenant's bearer token,
 //! 401 without one, 403 with another tenant's) and `GET /v1/agent/journal`
@@ -11,7 +14,8 @@
 //! here and checked by the [`NodeAgent`] against the digests the region
 //! sent (so it works while the agent is cut off); the body is read only
 //! after that check. Every accepted invocation is answered: `200` with the
-//! function's body, or an explicit error `{"error": {"code", "message",
+//! function's body (the transparent route: the function's status, headers
+//! and body), or an explicit error `{"error": {"code", "message",
 //! "retryable"}}` with the header `X-Gshare-Error: <code>` (core's
 //! [`ErrorBody`], the replicas' shape too):
 //!
@@ -24,14 +28,17 @@
 //! | 404 | `unknown_route` (no route for this path and method) |
 //! | 413 | `body_too_large` (over [`MAX_BODY_BYTES`], after the token check) |
 //! | 429 | `over_capacity` |
-//! | 502 | `instance_failed` (the runtime failed, or the function answered non-2xx) |
+//! | 502 | `instance_failed` (the runtime failed, its reply was over the cap, or on the plain route the function answered non-2xx) |
 //! | 502 | `function_crashed` (its process died while serving; it is restarted) |
 //! | 503 | `shutting_down` |
 //! | 504 | `deadline_unreachable` (on arrival, while queued, or the function ran past it) |
 
-use crate::agent::{Admission, CheckToken, Invoke, MetricsQuery, NodeAgent, PlacementQuery};
+use crate::agent::{
+    Admission, CheckToken, Invoke, MetricsQuery, NodeAgent, PlacementQuery, Transparent,
+};
 use crate::journal::UsageJournal;
 use crate::region_link::LinkHealth;
+use crate::runtime::{HttpCall, ReplyHead};
 use crate::token::token_digest;
 use actix::Addr;
 use actix_web::http::StatusCode;
@@ -41,6 +48,7 @@ use gshare_core::model::TenantId;
 use gshare_core::protocol::{InvokeError, InvokeOutcome, MAX_INVOKE_BODY_BYTES};
 use std::net::SocketAddr;
 use std::sync::Arc;
+use tokio::sync::oneshot;
 
 /// Header carrying the relative deadline in milliseconds.
 pub const DEADLINE_HEADER: &str = "x-gshare-deadline-ms";
@@ -145,11 +153,137 @@ async fn read_body(
     }
 }
 
+/// `POST /v1/invoke/{tenant}/{name}`: the body to the function's invoke
+/// path; its 2xx body back (any other status: `502 instance_failed`).
 async fn invoke(
     req: HttpRequest,
     path: web::Path<(String, String)>,
     payload: web::Payload,
     agent: web::Data<Addr<NodeAgent>>,
+) -> HttpResponse {
+    let (tenant, function) = path.into_inner();
+    run(req, tenant, function, payload, agent, None).await
+}
+
+/// `/v1/invoke/{tenant}/{name}/{*path}`, any method: the request passed
+/// on to the function (method, `/{path}`, query, headers but the
+/// hop-by-hop ones and gshare's own, body) and its reply back as it is
+/// (status, headers but the hop-by-hop ones and any `x-gshare-*`, body).
+async fn invoke_transparent(
+    req: HttpRequest,
+    path: web::Path<(String, String, String)>,
+    payload: web::Payload,
+    agent: web::Data<Addr<NodeAgent>>,
+) -> HttpResponse {
+    let (tenant, function, _) = path.into_inner();
+    let call = HttpCall {
+        method: req.method().as_str().to_string(),
+        target: function_target(req.uri()),
+        headers: pass_on(req.headers()),
+    };
+    run(req, tenant, function, payload, agent, Some(call)).await
+}
+
+/// The path and query at the function: what follows
+/// `/v1/invoke/{tenant}/{name}` in the request's path, as sent (not
+/// decoded), and its query.
+fn function_target(uri: &actix_web::http::Uri) -> String {
+    let rest = uri.path().splitn(6, '/').nth(5).unwrap_or_default();
+    match uri.query() {
+        Some(q) => format!("/{rest}?{q}"),
+        None => format!("/{rest}"),
+    }
+}
+
+/// Hop-by-hop headers (RFC 9110 7.6.1): never passed on, either way.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Whether header `name` (lower-case) goes through the proxy: not
+/// hop-by-hop (nor named by `Connection`), not a framing header the
+/// client recomputes (`content-length`, `host`, `expect`), and not
+/// gshare's own (`x-gshare-*`, and on requests `authorization` and
+/// `idempotency-key`, which gshare consumes).
+fn passes(name: &str, connection: &[String], request: bool) -> bool {
+    let gshare_own =
+        name.starts_with("x-gshare-") || (request && matches!(name, "authorization" | KEY_HEADER));
+    !(HOP_BY_HOP.contains(&name)
+        || connection.iter().any(|c| c == name)
+        || matches!(name, "content-length" | "host" | "expect")
+        || gshare_own)
+}
+
+/// The header names a `Connection` header lists (they are hop-by-hop too).
+fn connection_names<'a>(values: impl Iterator<Item = &'a [u8]>) -> Vec<String> {
+    values
+        .filter_map(|v| std::str::from_utf8(v).ok())
+        .flat_map(|v| v.split(','))
+        .map(|n| n.trim().to_ascii_lowercase())
+        .filter(|n| !n.is_empty())
+        .collect()
+}
+
+/// The request headers the function gets.
+fn pass_on(headers: &actix_web::http::header::HeaderMap) -> Vec<(String, Vec<u8>)> {
+    let connection = connection_names(headers.get_all("connection").map(|v| v.as_bytes()));
+    headers
+        .iter()
+        .filter(|(k, _)| passes(k.as_str(), &connection, true))
+        .map(|(k, v)| (k.as_str().to_string(), v.as_bytes().to_vec()))
+        .collect()
+}
+
+/// The answer to a transparent invocation: the function's status, headers
+/// (filtered by [`passes`]) and body, with gshare's timing headers.
+fn transparent_response(
+    head: ReplyHead,
+    body: Vec<u8>,
+    queued_us: u64,
+    service_us: u64,
+) -> HttpResponse {
+    let status = StatusCode::from_u16(head.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let connection = connection_names(
+        head.headers
+            .iter()
+            .filter(|(k, _)| k == "connection")
+            .map(|(_, v)| v.as_slice()),
+    );
+    let mut resp = HttpResponse::build(status);
+    for (k, v) in &head.headers {
+        if !passes(k, &connection, false) {
+            continue;
+        }
+        let (Ok(k), Ok(v)) = (
+            actix_web::http::header::HeaderName::from_bytes(k.as_bytes()),
+            actix_web::http::header::HeaderValue::from_bytes(v),
+        ) else {
+            continue;
+        };
+        resp.append_header((k, v));
+    }
+    resp.insert_header(("x-gshare-queued-us", queued_us.to_string()))
+        .insert_header(("x-gshare-service-us", service_us.to_string()))
+        .body(body)
+}
+
+/// Checks the token and headers, reads the body and runs the invocation
+/// (`http`: the transparent route's request).
+async fn run(
+    req: HttpRequest,
+    tenant: String,
+    function: String,
+    payload: web::Payload,
+    agent: web::Data<Addr<NodeAgent>>,
+    http: Option<HttpCall>,
 ) -> HttpResponse {
     let token = match bearer(&req) {
         Ok(t) => t,
@@ -185,7 +319,6 @@ async fn invoke(
             }
         },
     };
-    let (tenant, function) = path.into_inner();
     let (tenant, digest) = (TenantId(tenant), token_digest(token));
     let body = match read_body(&req, payload).await {
         Ok(b) => b,
@@ -203,6 +336,13 @@ async fn invoke(
             };
         }
     };
+    let (http, head_rx) = match http {
+        Some(call) => {
+            let (head, rx) = oneshot::channel();
+            (Some(Transparent { call, head }), Some(rx))
+        }
+        None => (None, None),
+    };
     let msg = Invoke {
         tenant,
         function,
@@ -210,16 +350,33 @@ async fn invoke(
         deadline_ms,
         body: body.to_vec(),
         idempotency_key,
+        http,
     };
-    match agent.send(msg).await {
+    let outcome = match agent.send(msg).await {
         Ok(Admission::Accepted(rx)) => match rx.await {
-            Ok(outcome) => outcome_response(outcome),
-            Err(_) => failed(&InvokeError::ShuttingDown),
+            Ok(outcome) => outcome,
+            Err(_) => return failed(&InvokeError::ShuttingDown),
         },
         Ok(Admission::Unauthorized) => {
-            error(401, "unauthorized", "token not valid for this tenant")
+            return error(401, "unauthorized", "token not valid for this tenant")
         }
-        Err(_) => failed(&InvokeError::ShuttingDown),
+        Err(_) => return failed(&InvokeError::ShuttingDown),
+    };
+    // The head was sent before the outcome (when the function answered);
+    // none when the outcome is not this call's own run (it joined a
+    // running key, or replays a stored one): that answers as a plain
+    // invocation does.
+    let head = head_rx.and_then(|mut rx| rx.try_recv().ok());
+    match (outcome, head) {
+        (
+            InvokeOutcome::Done {
+                body,
+                queued_us,
+                service_us,
+            },
+            Some(head),
+        ) => transparent_response(head, body, queued_us, service_us),
+        (outcome, _) => outcome_response(outcome),
     }
 }
 
@@ -387,6 +544,10 @@ pub fn serve_listener(
             .app_data(web::Data::new(view.clone()))
             .app_data(web::Data::new(link.clone()))
             .route("/v1/invoke/{tenant}/{name}", web::post().to(invoke))
+            .route(
+                "/v1/invoke/{tenant}/{name}/{path:.*}",
+                web::route().to(invoke_transparent),
+            )
             .route("/v1/agent/usage/{tenant}", web::get().to(tenant_usage))
             .route("/v1/agent/journal", web::get().to(journal_status))
             .route("/v1/agent/placement", web::get().to(placement))

@@ -7,7 +7,8 @@
 //! flight with `502 function_crashed`; the process is restarted (new pid)
 //! and serves again; the crash and restart show in the agent's `/metrics`;
 //! releasing the function, or stopping the agent, leaves no process of its
-//! group behind.
+//! group behind. The transparent route (`/v1/invoke/{tenant}/{name}/{*path}`)
+//! passes the request on and the function's reply back.
 
 use gshare_core::model::{
     FunctionSpec, GpuId, LatencyProfile, NodeId, PoolPreference, Runtime, Slice, TenantId, Tier,
@@ -265,6 +266,129 @@ async fn start(
         .expect("agent registers in time")
         .unwrap();
     (agent, ingress, conn)
+}
+
+/// One raw HTTP/1.1 exchange (`Connection: close`): status, headers
+/// (lower-case names, in order), body.
+fn exchange(addr: SocketAddr, request: String) -> (u16, Vec<(String, String)>, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    (status, headers, body.to_string())
+}
+
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+#[actix_rt::test]
+async fn the_transparent_route_passes_the_request_on_and_the_reply_back() {
+    let ca = new_ca();
+    let mut region = fake_region(&ca);
+    let dir = tempfile::tempdir().unwrap();
+    let (_agent, ingress, conn) = start(dir.path(), &ca, &mut region).await;
+    assign(&conn, 1, &[echo_spec()]).await;
+    // The plain route works as before (and the process is up).
+    assert_eq!(first_echo(ingress).await["body"], r#"{"hello":1}"#);
+
+    let call = |req: String| tokio::task::spawn_blocking(move || exchange(ingress, req));
+    // Method, path suffix (as sent), query, headers, body through; the
+    // hop-by-hop ones (and those `Connection` names), the token, the
+    // idempotency key and gshare's own headers not.
+    let (status, headers, body) = call(format!(
+        "PUT /v1/invoke/acme/echo/t/a%20b/c?x=1&y=2 HTTP/1.1\r\nHost: x\r\n\
+         Authorization: Bearer {TOKEN}\r\nX-Custom: v\r\nX-Hop: h\r\n\
+         Connection: close, X-Hop\r\nX-Gshare-Deadline-Ms: 15000\r\nX-Gshare-Other: o\r\n\
+         X-Want-Status: 201\r\nContent-Length: 5\r\n\r\nhello"
+    ))
+    .await
+    .unwrap();
+    assert_eq!(status, 201, "{headers:?} {body}");
+    let v = json(&body);
+    assert_eq!(v["method"], "PUT");
+    assert_eq!(v["path"], "/t/a%20b/c?x=1&y=2");
+    assert_eq!(v["body"], "hello");
+    let seen = v["headers"].as_object().unwrap();
+    assert_eq!(seen["x-custom"], "v");
+    for gone in [
+        "authorization",
+        "x-hop",
+        "x-gshare-other",
+        "idempotency-key",
+    ] {
+        assert!(
+            !seen.contains_key(gone),
+            "{gone} reached the function: {seen:?}"
+        );
+    }
+    // The agent's own remaining deadline, not the client's header.
+    let left: u64 = seen["x-gshare-deadline-ms"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(left <= 15_000, "{left}");
+    // The function's headers back, but not its forged gshare error.
+    assert_eq!(header(&headers, "x-fn"), Some("yes"));
+    assert_eq!(header(&headers, "x-gshare-error"), None, "{headers:?}");
+    assert!(
+        header(&headers, "x-gshare-service-us").is_some(),
+        "{headers:?}"
+    );
+
+    // The function's own error statuses pass through unchanged.
+    let (status, headers, body) = call(format!(
+        "GET /v1/invoke/acme/echo/t/?q=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\
+         X-Want-Status: 503\r\nConnection: close\r\n\r\n"
+    ))
+    .await
+    .unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(header(&headers, "x-gshare-error"), None);
+    let v = json(&body);
+    assert_eq!(
+        (v["method"].as_str(), v["path"].as_str()),
+        (Some("GET"), Some("/t/?q=1"))
+    );
+
+    // gshare's own errors keep their shape and carry X-Gshare-Error.
+    for (request, want_status, want_code) in [
+        (
+            format!(
+                "POST /v1/invoke/acme/nope/t/x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\
+                 Content-Length: 0\r\nConnection: close\r\n\r\n"
+            ),
+            404,
+            "unknown_function",
+        ),
+        (
+            "GET /v1/invoke/acme/echo/t/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                .to_string(),
+            401,
+            "unauthorized",
+        ),
+    ] {
+        let (status, headers, body) = call(request).await.unwrap();
+        assert_eq!(status, want_status, "{body}");
+        assert_eq!(header(&headers, "x-gshare-error"), Some(want_code), "{headers:?}");
+        assert_eq!(json(&body)["error"]["code"], want_code);
+    }
 }
 
 #[actix_rt::test]

@@ -2,7 +2,7 @@
 
 use super::NodeStatus;
 use crate::gpu::AccountingError;
-use crate::runtime::{Invocation, RuntimeError};
+use crate::runtime::{FunctionReply, HttpCall, Invocation, ReplyHead, RuntimeError};
 use actix::Message;
 use gshare_core::executor::{FunctionId, RequestId};
 use gshare_core::model::{Mib, Micros, TenantId};
@@ -28,6 +28,19 @@ pub struct Invoke {
     /// journal's key window (a repeat joins the running one, or gets the
     /// stored answer).
     pub idempotency_key: Option<String>,
+    /// Set on the transparent route: the request to pass on, and where the
+    /// function's status and headers go (sent when its reply arrives,
+    /// before the outcome, which may wait for the usage journal).
+    pub http: Option<Transparent>,
+}
+
+/// The transparent route's part of an [`Invoke`].
+#[derive(Debug)]
+pub struct Transparent {
+    /// The method, path, query and headers to pass on.
+    pub call: HttpCall,
+    /// Receives the function's status and headers.
+    pub head: oneshot::Sender<ReplyHead>,
 }
 
 /// What became of the invocation under a key (asked by a replica whose
@@ -85,8 +98,8 @@ pub struct RequestDone {
     pub request: RequestId,
     /// The GPU it ran on.
     pub gpu: u32,
-    /// Its body or the runtime's error.
-    pub result: Result<Vec<u8>, RuntimeError>,
+    /// The function's reply or the runtime's error.
+    pub result: Result<FunctionReply, RuntimeError>,
 }
 
 /// Bring a function's weights onto the GPU (NodeAgent → GpuActor).

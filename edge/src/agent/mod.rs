@@ -29,7 +29,7 @@ pub use messages::{
     FunctionPlacement, HostCopiesQuery, Invoke, KeyAnswer, LoadDone, LoadWeights, LookupKey,
     MetricsQuery, MetricsSnapshot, PlacementQuery, ReleaseInstance, ReleaseWeights, RequestDone,
     Residency, RunRequest, SliceAnswer, SliceRequest, StatusQuery, StopNow, StopRuntimes,
-    TakeLoads, TakeSliceRequests, TakeSwapEvents,
+    TakeLoads, TakeSliceRequests, TakeSwapEvents, Transparent,
 };
 pub use metering::Metering;
 pub use node_agent::{DriverFactory, NodeAgent, NodeSetup};

@@ -10,7 +10,9 @@ use super::{
 };
 use crate::gpu::{GpuInfo, SimulatedGpu};
 use crate::metrics::{AgentMetrics, Measured};
-use crate::runtime::{Invocation, Placement, ProcessCounters, RuntimeDriver, RuntimeError};
+use crate::runtime::{
+    HttpCall, Invocation, Placement, ProcessCounters, ReplyHead, RuntimeDriver, RuntimeError,
+};
 use actix::{Actor, Addr, AsyncContext, Context, Handler, ResponseFuture, SpawnHandle};
 use gshare_core::clock::SharedClock;
 use gshare_core::config::AgentLoadCosts;
@@ -111,6 +113,10 @@ struct Pending {
     arrived: Micros,
     deadline: Micros,
     body: Vec<u8>,
+    /// The transparent route's request (moved into the invocation when it
+    /// runs) and where the function's status and headers go.
+    http: Option<HttpCall>,
+    head: Option<oneshot::Sender<ReplyHead>>,
     started: Option<(Micros, u32, MilliGpu)>,
     /// What its usage is metered under (set when it starts on a GPU).
     usage: Option<UsageKey>,
@@ -523,6 +529,7 @@ impl NodeAgent {
                     service_us: finish_at.saturating_sub(now),
                     deadline: Some(self.epoch + Duration::from_micros(p.deadline)),
                     body: std::mem::take(&mut p.body),
+                    http: p.http.take(),
                 }));
             }
             Command::SwapIn {
@@ -1066,6 +1073,10 @@ impl Handler<Invoke> for NodeAgent {
         let deadline = now.saturating_add(deadline_ms.saturating_mul(1000));
         let request = RequestId(self.next_request);
         self.next_request += 1;
+        let (http, head) = match msg.http {
+            Some(t) => (Some(t.call), Some(t.head)),
+            None => (None, None),
+        };
         self.pending.insert(
             request,
             Pending {
@@ -1073,6 +1084,8 @@ impl Handler<Invoke> for NodeAgent {
                 arrived: now,
                 deadline,
                 body: msg.body,
+                http,
+                head,
                 started: None,
                 usage: None,
                 key: invocation_key.clone(),
@@ -1152,11 +1165,16 @@ impl Handler<RequestDone> for NodeAgent {
 
     fn handle(&mut self, msg: RequestDone, ctx: &mut Context<Self>) {
         let now = self.now();
-        let outcome = match (msg.result, self.pending.get(&msg.request)) {
-            (Ok(body), Some(p)) => {
+        let outcome = match (msg.result, self.pending.get_mut(&msg.request)) {
+            (Ok(reply), Some(p)) => {
                 let started = p.started.map_or(p.arrived, |s| s.0);
+                // The head first: the outcome may wait for the journal,
+                // and the ingress answers only once it has it.
+                if let Some(head) = p.head.take() {
+                    let _ = head.send(reply.head);
+                }
                 InvokeOutcome::Done {
-                    body,
+                    body: reply.body,
                     queued_us: started - p.arrived,
                     service_us: now - started,
                 }

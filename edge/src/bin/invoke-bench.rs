@@ -139,6 +139,7 @@ fn baseline(secs: f64) -> (Vec<f64>, f64) {
                     service_us: 0,
                     deadline: None,
                     body: b"{}".to_vec(),
+                    http: None,
                 })
                 .await
                 .expect("sim invoke");

@@ -296,8 +296,9 @@ key = "c.key"
                 service_us: 0,
                 deadline: None,
                 body: b"x".to_vec(),
+                http: None,
             };
-            assert_eq!(sim.invoke(inv).await.unwrap(), b"x".to_vec());
+            assert_eq!(sim.invoke(inv).await.unwrap().body, b"x".to_vec());
         });
     }
 

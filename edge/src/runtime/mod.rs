@@ -27,6 +27,7 @@ mod process_driver;
 mod sim;
 
 pub use drivers::Drivers;
+pub use process::ReplyHead;
 pub use process_counters::{ProcessCounters, VmFigures};
 pub use process_driver::{ProcessDriver, ProcessOptions};
 pub use sim::SimDriver;
@@ -55,6 +56,46 @@ pub struct Invocation {
     pub deadline: Option<std::time::Instant>,
     /// Request body.
     pub body: Vec<u8>,
+    /// The HTTP request as the client sent it to the transparent route
+    /// (`/v1/invoke/{tenant}/{function}/{*path}`): any status of the
+    /// function is its answer. `None`: a plain invocation (`POST` of the
+    /// body to the template's invoke path; a non-2xx answer fails it).
+    pub http: Option<HttpCall>,
+}
+
+/// What the transparent route passes on to the function (the body travels
+/// in [`Invocation::body`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpCall {
+    /// The method.
+    pub method: String,
+    /// Path and query at the function (`/v1/chat/completions?x=1`).
+    pub target: String,
+    /// Headers to pass on (lower-case names; hop-by-hop headers and
+    /// gshare's own already removed).
+    pub headers: Vec<(String, Vec<u8>)>,
+}
+
+/// A function's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FunctionReply {
+    /// Its status and headers (`200` and none from drivers without HTTP).
+    pub head: ReplyHead,
+    /// Its body.
+    pub body: Vec<u8>,
+}
+
+impl FunctionReply {
+    /// A `200` with `body` and no headers.
+    pub fn ok(body: Vec<u8>) -> Self {
+        Self {
+            head: ReplyHead {
+                status: 200,
+                headers: Vec::new(),
+            },
+            body,
+        }
+    }
 }
 
 /// Why a driver could not serve.
@@ -83,8 +124,11 @@ pub trait RuntimeDriver {
         spec: &FunctionSpec,
         slices: &[Slice],
     ) -> RuntimeFuture<Result<(), RuntimeError>>;
-    /// Serves one request; the answer is the response body.
-    fn invoke(&mut self, invocation: Invocation) -> RuntimeFuture<Result<Vec<u8>, RuntimeError>>;
+    /// Serves one request; the answer is the function's reply.
+    fn invoke(
+        &mut self,
+        invocation: Invocation,
+    ) -> RuntimeFuture<Result<FunctionReply, RuntimeError>>;
     /// Stops the instance (and everything it started).
     fn stop(&mut self) -> RuntimeFuture<()>;
     /// A copy of the function's weights was loaded on a node GPU (swap-in,

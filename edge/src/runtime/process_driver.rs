@@ -4,8 +4,10 @@
 //!  start(spec, slices) ─▶ render the runtime's template for the slice
 //!                          (CUDA_VISIBLE_DEVICES, MPS limits, {port} …)
 //!                          ─▶ ProcessInstance::start: spawn, wait for health
-//!  invoke(invocation)  ─▶ POST the body, bounded by the request's deadline
-//!                          ─▶ 2xx: its body │ crash: Crashed │ late: DeadlineExceeded
+//!  invoke(invocation)  ─▶ POST the body (or, on the transparent route, the
+//!                          client's method, path, headers), bounded by the deadline
+//!                          ─▶ 2xx (any status when transparent): its reply
+//!                             │ crash: Crashed │ late: DeadlineExceeded
 //!  place(Some(gpu))    ─▶ not running, or on another GPU: stop, start on `gpu`
 //!  place(None)         ─▶ stop (weights leave the GPU with the process)
 //!  stop()              ─▶ SIGTERM to the process group, SIGKILL after the grace
@@ -25,11 +27,14 @@
 
 use super::microvm::{self, MicrovmOptions};
 use super::process::{
-    FunctionArgs, InvokeError, Phase, ProcessInstance, ProcessLedger, ProcessSpec, RuntimeTemplate,
-    SliceLimits,
+    FunctionArgs, FunctionCall, InvokeError, Phase, ProcessInstance, ProcessLedger, ProcessSpec,
+    ReplyHead, RuntimeTemplate, SliceLimits,
 };
 use super::process_counters::VmGuard;
-use super::{Invocation, Placement, ProcessCounters, RuntimeDriver, RuntimeError, RuntimeFuture};
+use super::{
+    FunctionReply, Invocation, Placement, ProcessCounters, RuntimeDriver, RuntimeError,
+    RuntimeFuture,
+};
 use gshare_core::model::{FunctionSpec, GpuId, Mib, Slice};
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -327,7 +332,10 @@ impl RuntimeDriver for ProcessDriver {
         self.relaunch(spec.clone(), slices.to_vec())
     }
 
-    fn invoke(&mut self, invocation: Invocation) -> RuntimeFuture<Result<Vec<u8>, RuntimeError>> {
+    fn invoke(
+        &mut self,
+        invocation: Invocation,
+    ) -> RuntimeFuture<Result<FunctionReply, RuntimeError>> {
         let Some(instance) = self.running.borrow().as_ref().map(|r| r.instance.clone()) else {
             return Box::pin(async { Err(RuntimeError::NotRunning) });
         };
@@ -339,8 +347,34 @@ impl RuntimeDriver for ProcessDriver {
         }
         .max(Duration::from_millis(1));
         Box::pin(async move {
-            match instance.invoke(&invocation.body, deadline).await {
-                Ok(resp) if (200..300).contains(&resp.status) => Ok(resp.body),
+            let transparent = invocation.http.is_some();
+            let answer = match &invocation.http {
+                None => instance.invoke(&invocation.body, deadline).await,
+                Some(http) => {
+                    let headers: Vec<(&str, &[u8])> = http
+                        .headers
+                        .iter()
+                        .map(|(k, v)| (k.as_str(), v.as_slice()))
+                        .collect();
+                    let call = FunctionCall {
+                        method: &http.method,
+                        target: Some(&http.target),
+                        headers: &headers,
+                        body: invocation.body,
+                    };
+                    instance.invoke_with(call, deadline).await
+                }
+            };
+            match answer {
+                // The transparent route passes every status on; a plain
+                // invocation's answer is a 2xx body.
+                Ok(resp) if transparent || (200..300).contains(&resp.status) => Ok(FunctionReply {
+                    head: ReplyHead {
+                        status: resp.status,
+                        headers: resp.headers,
+                    },
+                    body: resp.body,
+                }),
                 Ok(resp) => Err(RuntimeError::Failed(format!(
                     "function answered HTTP {}: {}",
                     resp.status,

@@ -132,12 +132,13 @@ fn call(body: &str) -> Invocation {
         service_us: 1_000,
         deadline: Some(std::time::Instant::now() + Duration::from_secs(60)),
         body: body.as_bytes().to_vec(),
+        http: None,
     }
 }
 
 async fn echo(d: &mut ProcessDriver, body: &str) -> serde_json::Value {
     let out = d.invoke(call(body)).await.expect("echo answers");
-    serde_json::from_slice(&out).unwrap()
+    serde_json::from_slice(&out.body).unwrap()
 }
 
 fn alive(pid: u32) -> bool {

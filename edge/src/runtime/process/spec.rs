@@ -144,6 +144,8 @@ pub struct ProcessSpec {
     pub health_path: String,
     /// Invocation path (POST).
     pub invoke_path: String,
+    /// Largest response body taken from the server, bytes.
+    pub max_reply_bytes: usize,
     /// Longest wait for health after a (re)start.
     pub startup_timeout: Duration,
     /// Time between health polls.
@@ -210,6 +212,7 @@ impl ProcessSpec {
             aux_port,
             health_path: template.health_path.clone(),
             invoke_path: template.invoke_path.clone(),
+            max_reply_bytes: template.max_reply_bytes,
             startup_timeout: Duration::from_secs(template.startup_timeout_s),
             health_interval: Duration::from_millis(50),
             health_request_timeout: Duration::from_secs(2),

@@ -86,6 +86,10 @@ pub struct RuntimeTemplate {
     /// HTTP path invocations are POSTed to.
     #[serde(default = "default_invoke_path")]
     pub invoke_path: String,
+    /// Largest response body taken from the server, bytes (a larger one
+    /// fails the invocation: `instance_failed`).
+    #[serde(default = "default_max_reply_bytes")]
+    pub max_reply_bytes: usize,
     /// How long a start may take before the health check gives up (s).
     #[serde(default = "default_startup_timeout_s")]
     pub startup_timeout_s: u64,
@@ -222,6 +226,13 @@ fn default_restart_max_ms() -> u64 {
 fn default_max_failed_starts() -> u32 {
     10
 }
+
+fn default_max_reply_bytes() -> usize {
+    super::MAX_RESPONSE_BODY
+}
+
+/// Smallest and largest `max_reply_bytes` accepted (1 KiB to 1 GiB).
+pub const MAX_REPLY_BYTES: std::ops::RangeInclusive<usize> = 1024..=(1 << 30);
 
 fn default_health_path() -> String {
     "/health".into()
@@ -406,6 +417,16 @@ impl RuntimeTemplate {
                     "must be from {} to {}",
                     VM_MEMORY_MIB.start(),
                     VM_MEMORY_MIB.end()
+                ),
+            ));
+        }
+        if !MAX_REPLY_BYTES.contains(&t.max_reply_bytes) {
+            return Err(invalid(
+                "max_reply_bytes",
+                &format!(
+                    "must be from {} to {}",
+                    MAX_REPLY_BYTES.start(),
+                    MAX_REPLY_BYTES.end()
                 ),
             ));
         }

@@ -301,11 +301,15 @@ async fn starts_with_slice_env_waits_for_health_and_proxies() {
     assert_eq!(p.status().phase, Phase::Ready);
     let resp = p
         .invoke_with(
-            &[
-                ("Content-Type", "application/json"),
-                ("X-Gshare-Deadline-Ms", "999999"),
-            ],
-            br#"{"hello":"world"}"#,
+            FunctionCall {
+                method: "POST",
+                target: None,
+                headers: &[
+                    ("content-type", b"application/json"),
+                    ("X-Gshare-Deadline-Ms", b"999999"),
+                ],
+                body: br#"{"hello":"world"}"#.to_vec(),
+            },
             Duration::from_secs(10),
         )
         .await

@@ -71,12 +71,13 @@ fn call(body: &str, deadline_ms: Option<u64>) -> Invocation {
         service_us: 1_000,
         deadline: deadline_ms.map(|ms| std::time::Instant::now() + Duration::from_millis(ms)),
         body: body.as_bytes().to_vec(),
+        http: None,
     }
 }
 
 async fn echo(d: &mut ProcessDriver, body: &str) -> serde_json::Value {
     let out = d.invoke(call(body, None)).await.expect("echo answers");
-    serde_json::from_slice(&out).unwrap()
+    serde_json::from_slice(&out.body).unwrap()
 }
 
 fn alive(pid: u64) -> bool {
