@@ -32,6 +32,7 @@ const GONE_WITHIN: Duration = Duration::from_secs(15);
 
 const TOKEN: &str = "s3cret";
 const ECHO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/echo_server.py");
+const OPENAI: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/openai_server.py");
 
 fn write_agent_files(dir: &Path, ca: &Ca, region: SocketAddr) -> SocketAddr {
     let (cert, key) = issue(ca, "n1");
@@ -49,6 +50,22 @@ health_path = "/health"
 invoke_path = "/invoke"
 startup_timeout_s = 20
 stop_grace_s = 5
+"#
+        ),
+    )
+    .unwrap();
+    // A fake OpenAI-compatible server as the `pytorch` runtime: `{model}`
+    // is the function's model; a function may add `--gap-ms`.
+    std::fs::write(
+        dir.join("runtimes/openai.toml"),
+        format!(
+            r#"runtime = "pytorch"
+command = ["python3", {OPENAI:?}, "--port", "{{port}}", "--model", "{{model}}"]
+health_path = "/health"
+invoke_path = "/v1/chat/completions"
+startup_timeout_s = 20
+stop_grace_s = 5
+allow_args = ["--gap-ms="]
 "#
         ),
     )
@@ -83,6 +100,9 @@ key = "n1.key"
 [runtimes.custom]
 driver = "process"
 template = "runtimes/echo.toml"
+[runtimes.pytorch]
+driver = "process"
+template = "runtimes/openai.toml"
 "#
         ),
     )
@@ -389,6 +409,108 @@ async fn the_transparent_route_passes_the_request_on_and_the_reply_back() {
         assert_eq!(header(&headers, "x-gshare-error"), Some(want_code), "{headers:?}");
         assert_eq!(json(&body)["error"]["code"], want_code);
     }
+}
+
+/// Where `.ci/run` installs the Python `openai` package (`pip install
+/// --target`, so that the machine's own Python packages stay as they are).
+const PYDEPS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/pydeps");
+
+/// `python3` with [`PYDEPS`] on its path.
+fn python3() -> Command {
+    let mut c = Command::new("python3");
+    let path = match std::env::var_os("PYTHONPATH") {
+        Some(p) => format!("{PYDEPS}:{}", p.to_string_lossy()),
+        None => PYDEPS.to_string(),
+    };
+    c.env("PYTHONPATH", path);
+    c
+}
+
+/// Whether the Python `openai` package is importable; in CI
+/// (`GSHARE_CI=1`; `.ci/run` installs it) its absence fails the test.
+fn openai_package() -> bool {
+    let ok = python3()
+        .args(["-c", "import openai"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var_os("GSHARE_CI").is_none(),
+            "the Python openai package is missing (pip install --target target/pydeps openai)"
+        );
+        eprintln!("skipped: the Python openai package is missing (pip install --target target/pydeps openai)");
+    }
+    ok
+}
+
+/// The official OpenAI client, its `base_url` at the agent's transparent
+/// route of `acme/chat`, against a fake OpenAI-compatible server run by the
+/// `process` driver with the function's `model` and `args`: a chat
+/// completion, a streamed one, and the model list all work through gshare.
+#[actix_rt::test]
+async fn an_openai_client_talks_to_a_function_through_the_agent() {
+    if !openai_package() {
+        return;
+    }
+    let ca = new_ca();
+    let mut region = fake_region(&ca);
+    let dir = tempfile::tempdir().unwrap();
+    let (_agent, ingress, conn) = start(dir.path(), &ca, &mut region).await;
+    let chat = FunctionSpec {
+        name: "chat".into(),
+        runtime: Runtime::Pytorch,
+        model: Some("org/tiny-chat".into()),
+        args: vec!["--gap-ms".into(), "10".into()],
+        ..echo_spec()
+    };
+    assign(&conn, 1, &[chat]).await;
+    let script = r#"
+import json, os, sys, openai
+c = openai.OpenAI(base_url=os.environ["BASE_URL"], api_key=os.environ["TOKEN"], max_retries=0)
+out = {}
+r = c.chat.completions.create(model="org/tiny-chat", messages=[{"role": "user", "content": "hello gshare"}])
+out["model"], out["content"] = r.model, r.choices[0].message.content
+s = c.chat.completions.create(model="org/tiny-chat", messages=[{"role": "user", "content": "one two three"}], stream=True)
+out["deltas"] = [ch.choices[0].delta.content for ch in s if ch.choices and ch.choices[0].delta.content]
+out["models"] = [m.id for m in c.models.list()]
+try:
+    c.with_options(api_key="wrong").models.list()
+    out["wrong_token"] = "accepted"
+except openai.AuthenticationError as e:
+    out["wrong_token"] = e.response.headers.get("x-gshare-error")
+print(json.dumps(out))
+"#;
+    let base_url = format!("http://{ingress}/v1/invoke/acme/chat/v1");
+    let until = Instant::now() + Duration::from_secs(30);
+    let out = loop {
+        let (base_url, script) = (base_url.clone(), script.to_string());
+        let run = tokio::task::spawn_blocking(move || {
+            python3()
+                .args(["-c", &script])
+                .env("BASE_URL", base_url)
+                .env("TOKEN", TOKEN)
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        if run.status.success() {
+            break json(&String::from_utf8_lossy(&run.stdout));
+        }
+        // Until the instance's process is up (503/429 from gshare).
+        let err = String::from_utf8_lossy(&run.stderr).to_string();
+        assert!(Instant::now() < until, "the client failed: {err}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(out["model"], "org/tiny-chat", "{out}");
+    assert_eq!(out["content"], "echo: hello gshare");
+    assert_eq!(
+        out["deltas"],
+        serde_json::json!(["echo:", " one", " two", " three"])
+    );
+    assert_eq!(out["models"], serde_json::json!(["org/tiny-chat"]));
+    assert_eq!(out["wrong_token"], "unauthorized");
 }
 
 #[actix_rt::test]
