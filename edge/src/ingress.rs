@@ -1,7 +1,8 @@
 //! The agent's HTTP ingress: `POST /v1/invoke/{tenant}/{name}`, the
 //! transparent `/v1/invoke/{tenant}/{name}/{*path}` (any method: the request
-//! passed on to the function's server, its reply passed back; docs/edge.md,
-//! "The transparent route"), `/healthz`,
+//! passed on to the function's server, its reply passed back, a reply
+//! without a length streamed as it comes; docs/edge.md, "The transparent
+//! route" and "Streaming replies"), `/healthz`,
 //! `/metrics`, and with metering `GET /v1/agent/usage/{tenant}` (the
 //! tenant's durable totals as journaled here; the tenant's bearer token,
 //! 401 without one, 403 with another tenant's) and `GET /v1/agent/journal`
@@ -34,11 +35,11 @@
 //! | 504 | `deadline_unreachable` (on arrival, while queued, or the function ran past it) |
 
 use crate::agent::{
-    Admission, CheckToken, Invoke, MetricsQuery, NodeAgent, PlacementQuery, Transparent,
+    Admission, CheckToken, Invoke, MetricsQuery, NodeAgent, PlacementQuery, ReplyStart, Transparent,
 };
 use crate::journal::UsageJournal;
 use crate::region_link::LinkHealth;
-use crate::runtime::{HttpCall, ReplyHead};
+use crate::runtime::{HttpCall, ReplyHead, StreamItem};
 use crate::token::token_digest;
 use actix::Addr;
 use actix_web::http::StatusCode;
@@ -48,7 +49,7 @@ use gshare_core::model::TenantId;
 use gshare_core::protocol::{InvokeError, InvokeOutcome, MAX_INVOKE_BODY_BYTES};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 /// Header carrying the relative deadline in milliseconds.
 pub const DEADLINE_HEADER: &str = "x-gshare-deadline-ms";
@@ -242,14 +243,8 @@ fn pass_on(headers: &actix_web::http::header::HeaderMap) -> Vec<(String, Vec<u8>
         .collect()
 }
 
-/// The answer to a transparent invocation: the function's status, headers
-/// (filtered by [`passes`]) and body, with gshare's timing headers.
-fn transparent_response(
-    head: ReplyHead,
-    body: Vec<u8>,
-    queued_us: u64,
-    service_us: u64,
-) -> HttpResponse {
+/// The function's status and headers (filtered by [`passes`]).
+fn function_head(head: &ReplyHead) -> actix_web::HttpResponseBuilder {
     let status = StatusCode::from_u16(head.status).unwrap_or(StatusCode::BAD_GATEWAY);
     let connection = connection_names(
         head.headers
@@ -270,9 +265,71 @@ fn transparent_response(
         };
         resp.append_header((k, v));
     }
-    resp.insert_header(("x-gshare-queued-us", queued_us.to_string()))
+    resp
+}
+
+/// The answer to a transparent invocation: the function's status, headers
+/// and body, with gshare's timing headers.
+fn transparent_response(
+    head: ReplyHead,
+    body: Vec<u8>,
+    queued_us: u64,
+    service_us: u64,
+) -> HttpResponse {
+    function_head(&head)
+        .insert_header(("x-gshare-queued-us", queued_us.to_string()))
         .insert_header(("x-gshare-service-us", service_us.to_string()))
         .body(body)
+}
+
+/// The answer to a transparent invocation whose reply streams: the
+/// function's status and headers, then its body as it comes (chunked).
+fn streamed_response(head: ReplyHead, chunks: mpsc::Receiver<StreamItem>) -> HttpResponse {
+    function_head(&head).body(StreamedBody {
+        chunks,
+        ended: false,
+    })
+}
+
+/// A streamed reply's body: the chunks as they come; ended by
+/// [`StreamItem::End`], or cut (an error: the connection is closed without
+/// the last chunk, so the client sees an incomplete reply) when the channel
+/// closes without it (deadline, crash, over the cap).
+struct StreamedBody {
+    chunks: mpsc::Receiver<StreamItem>,
+    ended: bool,
+}
+
+impl actix_web::body::MessageBody for StreamedBody {
+    type Error = std::io::Error;
+
+    fn size(&self) -> actix_web::body::BodySize {
+        actix_web::body::BodySize::Stream
+    }
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<web::Bytes, Self::Error>>> {
+        use std::task::Poll;
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        match self.chunks.poll_recv(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some(StreamItem::Data(b))) => Poll::Ready(Some(Ok(b))),
+            Poll::Ready(Some(StreamItem::End)) => {
+                self.ended = true;
+                Poll::Ready(None)
+            }
+            Poll::Ready(None) => {
+                self.ended = true;
+                Poll::Ready(Some(Err(std::io::Error::other(
+                    "the function's reply was cut (deadline, crash or reply cap)",
+                ))))
+            }
+        }
+    }
 }
 
 /// Checks the token and headers, reads the body and runs the invocation
@@ -336,10 +393,11 @@ async fn run(
             };
         }
     };
+    let stream = idempotency_key.is_none();
     let (http, head_rx) = match http {
         Some(call) => {
             let (head, rx) = oneshot::channel();
-            (Some(Transparent { call, head }), Some(rx))
+            (Some(Transparent { call, head, stream }), Some(rx))
         }
         None => (None, None),
     };
@@ -352,30 +410,52 @@ async fn run(
         idempotency_key,
         http,
     };
-    let outcome = match agent.send(msg).await {
-        Ok(Admission::Accepted(rx)) => match rx.await {
-            Ok(outcome) => outcome,
-            Err(_) => return failed(&InvokeError::ShuttingDown),
-        },
+    let mut outcome_rx = match agent.send(msg).await {
+        Ok(Admission::Accepted(rx)) => rx,
         Ok(Admission::Unauthorized) => {
             return error(401, "unauthorized", "token not valid for this tenant")
         }
         Err(_) => return failed(&InvokeError::ShuttingDown),
     };
-    // The head was sent before the outcome (when the function answered);
-    // none when the outcome is not this call's own run (it joined a
+    // The transparent route: the reply's start may come before the outcome
+    // (a streamed reply: answered at once, the outcome only settles the
+    // run), or with it (the head is sent just before the outcome).
+    let (mut start, mut early) = (None, None);
+    if let Some(mut head_rx) = head_rx {
+        tokio::select! {
+            biased;
+            s = &mut head_rx => match s {
+                Ok(ReplyStart { head, chunks: Some(chunks) }) => {
+                    return streamed_response(head, chunks);
+                }
+                Ok(s) => start = Some(s),
+                Err(_) => {}
+            },
+            o = &mut outcome_rx => early = Some(o),
+        }
+        if start.is_none() {
+            start = head_rx.try_recv().ok();
+        }
+    }
+    let outcome = match early {
+        Some(o) => o,
+        None => outcome_rx.await,
+    };
+    let Ok(outcome) = outcome else {
+        return failed(&InvokeError::ShuttingDown);
+    };
+    // No head when the outcome is not this call's own run (it joined a
     // running key, or replays a stored one): that answers as a plain
     // invocation does.
-    let head = head_rx.and_then(|mut rx| rx.try_recv().ok());
-    match (outcome, head) {
+    match (outcome, start) {
         (
             InvokeOutcome::Done {
                 body,
                 queued_us,
                 service_us,
             },
-            Some(head),
-        ) => transparent_response(head, body, queued_us, service_us),
+            Some(start),
+        ) => transparent_response(start.head, body, queued_us, service_us),
         (outcome, _) => outcome_response(outcome),
     }
 }

@@ -65,7 +65,7 @@ health_path = "/health"
 invoke_path = "/v1/chat/completions"
 startup_timeout_s = 20
 stop_grace_s = 5
-allow_args = ["--gap-ms="]
+allow_args = ["--gap-ms=", "--hold-last-for="]
 "#
         ),
     )
@@ -294,8 +294,13 @@ fn exchange(addr: SocketAddr, request: String) -> (u16, Vec<(String, String)>, S
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     s.write_all(request.as_bytes()).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
+    // Until the server closes (or resets: a cut reply) the connection.
+    let mut raw = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while let Ok(n @ 1..) = s.read(&mut chunk) {
+        raw.extend_from_slice(&chunk[..n]);
+    }
+    let out = String::from_utf8_lossy(&raw).into_owned();
     let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
     let mut lines = head.lines();
     let status = lines
@@ -511,6 +516,100 @@ print(json.dumps(out))
     );
     assert_eq!(out["models"], serde_json::json!(["org/tiny-chat"]));
     assert_eq!(out["wrong_token"], "unauthorized");
+}
+
+/// A streamed reply passes through the agent as it comes: the fake server
+/// holds its last token until the client has seen the first ones (it
+/// writes a file on its first delta; a proxy that buffered the reply would
+/// never let it, and the last token would be `LATE`). A stream still
+/// running at its deadline is cut: the reply ends without its last chunk.
+#[actix_rt::test]
+async fn streamed_tokens_arrive_incrementally_and_a_stream_is_cut_at_its_deadline() {
+    if !openai_package() {
+        return;
+    }
+    let ca = new_ca();
+    let mut region = fake_region(&ca);
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("first-delta-seen");
+    let (_agent, ingress, conn) = start(dir.path(), &ca, &mut region).await;
+    let chat = FunctionSpec {
+        name: "chat".into(),
+        runtime: Runtime::Pytorch,
+        model: Some("org/tiny-chat".into()),
+        args: vec![
+            "--hold-last-for".into(),
+            gate.to_string_lossy().into_owned(),
+        ],
+        ..echo_spec()
+    };
+    assign(&conn, 1, &[chat]).await;
+    let script = r#"
+import json, os, openai
+c = openai.OpenAI(base_url=os.environ["BASE_URL"], api_key=os.environ["TOKEN"], max_retries=0)
+c.models.list()
+s = c.chat.completions.create(model="org/tiny-chat", messages=[{"role": "user", "content": "one two three"}], stream=True)
+deltas = []
+for ch in s:
+    if ch.choices and ch.choices[0].delta.content:
+        deltas.append(ch.choices[0].delta.content)
+        open(os.environ["GATE"], "a").close()
+print(json.dumps(deltas))
+"#;
+    let base_url = format!("http://{ingress}/v1/invoke/acme/chat/v1");
+    let until = Instant::now() + Duration::from_secs(30);
+    let deltas = loop {
+        let (base_url, script, g) = (base_url.clone(), script.to_string(), gate.clone());
+        let run = tokio::task::spawn_blocking(move || {
+            python3()
+                .args(["-c", &script])
+                .env("BASE_URL", base_url)
+                .env("TOKEN", TOKEN)
+                .env("GATE", g)
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        if run.status.success() {
+            break json(&String::from_utf8_lossy(&run.stdout));
+        }
+        let err = String::from_utf8_lossy(&run.stderr).to_string();
+        assert!(Instant::now() < until, "the client failed: {err}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(
+        deltas,
+        serde_json::json!(["echo:", " one", " two", " three"]),
+        "the last token waited for a client that saw nothing yet"
+    );
+
+    // The gate gone, the server holds the last token (up to 30 s) past a
+    // 1 s deadline: the client gets the head and the first tokens, then
+    // the connection closes without the chunked body's last chunk.
+    std::fs::remove_file(&gate).unwrap();
+    let body = r#"{"model":"org/tiny-chat","stream":true,"messages":[{"role":"user","content":"one two"}]}"#;
+    let (status, headers, raw) = tokio::task::spawn_blocking(move || {
+        exchange(
+            ingress,
+            format!(
+                "POST /v1/invoke/acme/chat/v1/chat/completions HTTP/1.1\r\nHost: x\r\n\
+                 Authorization: Bearer {TOKEN}\r\nX-Gshare-Deadline-Ms: 1000\r\n\
+                 Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            ),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(status, 200, "{raw}");
+    assert_eq!(header(&headers, "content-type"), Some("text/event-stream"));
+    assert!(raw.contains(r#""content": " one""#), "first tokens: {raw}");
+    assert!(!raw.contains("LATE") && !raw.contains("[DONE]"), "{raw}");
+    assert!(
+        !raw.ends_with("0\r\n\r\n"),
+        "the cut reply looks complete: {raw}"
+    );
 }
 
 #[actix_rt::test]

@@ -2,7 +2,9 @@
 
 use super::NodeStatus;
 use crate::gpu::AccountingError;
-use crate::runtime::{FunctionReply, HttpCall, Invocation, ReplyHead, RuntimeError};
+use crate::runtime::{
+    FunctionReply, HttpCall, Invocation, ReplyHead, RuntimeError, StreamItem, StreamOpen,
+};
 use actix::Message;
 use gshare_core::executor::{FunctionId, RequestId};
 use gshare_core::model::{Mib, Micros, TenantId};
@@ -39,8 +41,32 @@ pub struct Invoke {
 pub struct Transparent {
     /// The method, path, query and headers to pass on.
     pub call: HttpCall,
-    /// Receives the function's status and headers.
-    pub head: oneshot::Sender<ReplyHead>,
+    /// Receives the function's status and headers (and, for a streamed
+    /// reply, its body's chunks: then the outcome only settles the run).
+    pub head: oneshot::Sender<ReplyStart>,
+    /// Whether the reply may stream (not for keyed invocations, whose
+    /// answer is stored for replays).
+    pub stream: bool,
+}
+
+/// The start of a transparent invocation's answer.
+#[derive(Debug)]
+pub struct ReplyStart {
+    /// The function's status and headers.
+    pub head: ReplyHead,
+    /// A streamed body's chunks (released once the usage of the run so far
+    /// is journaled); `None`: the body comes whole in the outcome.
+    pub chunks: Option<tokio::sync::mpsc::Receiver<StreamItem>>,
+}
+
+/// A driver's reply started streaming (a task → NodeAgent).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct StreamOpened {
+    /// The request.
+    pub request: RequestId,
+    /// Its head and chunks.
+    pub open: StreamOpen,
 }
 
 /// What became of the invocation under a key (asked by a replica whose

@@ -140,6 +140,7 @@ fn baseline(secs: f64) -> (Vec<f64>, f64) {
                     deadline: None,
                     body: b"{}".to_vec(),
                     http: None,
+                    stream_to: None,
                 })
                 .await
                 .expect("sim invoke");

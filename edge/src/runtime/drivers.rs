@@ -297,6 +297,7 @@ key = "c.key"
                 deadline: None,
                 body: b"x".to_vec(),
                 http: None,
+                stream_to: None,
             };
             assert_eq!(sim.invoke(inv).await.unwrap().body, b"x".to_vec());
         });

@@ -27,7 +27,7 @@ mod process_driver;
 mod sim;
 
 pub use drivers::Drivers;
-pub use process::ReplyHead;
+pub use process::{ReplyHead, StreamItem};
 pub use process_counters::{ProcessCounters, VmFigures};
 pub use process_driver::{ProcessDriver, ProcessOptions};
 pub use sim::SimDriver;
@@ -41,7 +41,7 @@ use std::pin::Pin;
 pub type RuntimeFuture<T> = Pin<Box<dyn Future<Output = T>>>;
 
 /// One request to run, as the executor decided it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct Invocation {
     /// The request.
     pub request: RequestId,
@@ -61,6 +61,20 @@ pub struct Invocation {
     /// function is its answer. `None`: a plain invocation (`POST` of the
     /// body to the template's invoke path; a non-2xx answer fails it).
     pub http: Option<HttpCall>,
+    /// Set when the reply may stream (the transparent route, no
+    /// idempotency key): a driver that streams it sends the head and the
+    /// body's channel here as soon as the head arrived, and answers the
+    /// invocation (with an empty body) when the stream ended.
+    pub stream_to: Option<tokio::sync::oneshot::Sender<StreamOpen>>,
+}
+
+/// A reply whose body streams: its head and where its chunks arrive.
+#[derive(Debug)]
+pub struct StreamOpen {
+    /// The function's status and headers.
+    pub head: ReplyHead,
+    /// The body, chunk by chunk; closed without [`StreamItem::End`]: cut.
+    pub chunks: tokio::sync::mpsc::Receiver<StreamItem>,
 }
 
 /// What the transparent route passes on to the function (the body travels

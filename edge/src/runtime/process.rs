@@ -70,6 +70,40 @@ pub const MAX_RESPONSE_BODY: usize = 64 * 1024 * 1024;
 /// the process died (to report `Crashed` rather than `Transport`).
 const CRASH_CONFIRM: Duration = Duration::from_millis(500);
 
+/// One piece of a streamed reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamItem {
+    /// Bytes of the body, as the function sent them.
+    Data(hyper::body::Bytes),
+    /// The body ended as the function ended it.
+    End,
+}
+
+/// Passes `body`'s frames to `tx` (at most `max_body` bytes in all), then
+/// [`StreamItem::End`]. A receiver that is gone ends it early (`Ok`).
+async fn pump(
+    mut body: hyper::body::Incoming,
+    tx: &tokio::sync::mpsc::Sender<StreamItem>,
+    max_body: usize,
+) -> Result<(), HttpError> {
+    use http_body_util::BodyExt;
+    let mut sent = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| HttpError::Io(e.to_string()))?;
+        if let Ok(data) = frame.into_data() {
+            if data.len() > max_body.saturating_sub(sent) {
+                return Err(HttpError::TooLarge(max_body));
+            }
+            sent = sent.saturating_add(data.len());
+            if tx.send(StreamItem::Data(data)).await.is_err() {
+                return Ok(());
+            }
+        }
+    }
+    let _ = tx.send(StreamItem::End).await;
+    Ok(())
+}
+
 /// One request to a function's server.
 #[derive(Debug, Clone)]
 pub struct FunctionCall<'a> {
@@ -426,6 +460,24 @@ impl ProcessInstance {
         call: FunctionCall<'_>,
         deadline: Duration,
     ) -> Result<HttpResponse, InvokeError> {
+        self.invoke_streaming(call, deadline, |_| None).await
+    }
+
+    /// [`invoke_with`](Self::invoke_with), where `on_head` may take the
+    /// reply's body as a stream: given the head, it returns where the
+    /// body's chunks go (a bounded channel: the function is read only as
+    /// fast as the receiver takes them), or `None` to read it whole. A
+    /// streamed body ends with [`StreamItem::End`]; a channel closed
+    /// without it means the reply was cut (deadline, crash, over
+    /// `max_reply_bytes`: the call's error says which). The answer of a
+    /// streamed call has an empty body. A receiver that goes away ends the
+    /// call (`Ok`, the client left).
+    pub async fn invoke_streaming(
+        &self,
+        call: FunctionCall<'_>,
+        deadline: Duration,
+        on_head: impl FnOnce(&ReplyHead) -> Option<tokio::sync::mpsc::Sender<StreamItem>>,
+    ) -> Result<HttpResponse, InvokeError> {
         let spec = &self.shared.spec;
         let instance = || spec.instance.clone();
         let until = tokio::time::Instant::now() + deadline;
@@ -476,13 +528,24 @@ impl ProcessInstance {
         };
         let mut rx2 = rx.clone();
         let target = call.target.unwrap_or(&spec.invoke_path);
-        let request = self.shared.client.send(
-            call.method,
-            target,
-            &all_headers,
-            call.body,
-            spec.max_reply_bytes,
-        );
+        let client = &self.shared.client;
+        let request = async {
+            let (head, body) = client
+                .open(call.method, target, &all_headers, call.body)
+                .await?;
+            let body = match on_head(&head) {
+                None => read_body(body, spec.max_reply_bytes).await?,
+                Some(tx) => {
+                    pump(body, &tx, spec.max_reply_bytes).await?;
+                    Vec::new()
+                }
+            };
+            Ok::<_, HttpError>(HttpResponse {
+                status: head.status,
+                headers: head.headers,
+                body,
+            })
+        };
         // Owned values only across awaits (`watch::Ref` is not `Send`).
         let status_change = async { rx.wait_for(changed).await.map(|s| *s).ok() };
         let outcome = tokio::select! {

@@ -8,6 +8,9 @@
 //!                          client's method, path, headers), bounded by the deadline
 //!                          ─▶ 2xx (any status when transparent): its reply
 //!                             │ crash: Crashed │ late: DeadlineExceeded
+//!                          a transparent reply without a length, when the agent
+//!                          allows it (`stream_to`): head and chunk channel sent at
+//!                          once, the call answered (empty body) when it ended
 //!  place(Some(gpu))    ─▶ not running, or on another GPU: stop, start on `gpu`
 //!  place(None)         ─▶ stop (weights leave the GPU with the process)
 //!  stop()              ─▶ SIGTERM to the process group, SIGKILL after the grace
@@ -33,7 +36,7 @@ use super::process::{
 use super::process_counters::VmGuard;
 use super::{
     FunctionReply, Invocation, Placement, ProcessCounters, RuntimeDriver, RuntimeError,
-    RuntimeFuture,
+    RuntimeFuture, StreamOpen,
 };
 use gshare_core::model::{FunctionSpec, GpuId, Mib, Slice};
 use std::cell::RefCell;
@@ -44,6 +47,10 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+/// Chunks of a streamed reply held between the function and the client
+/// (the function is read only as fast as the client takes them).
+const STREAM_CHUNKS: usize = 16;
 
 /// How much of a function's error body is kept in the error message.
 const ERROR_BODY_EXCERPT: usize = 200;
@@ -348,6 +355,7 @@ impl RuntimeDriver for ProcessDriver {
         .max(Duration::from_millis(1));
         Box::pin(async move {
             let transparent = invocation.http.is_some();
+            let stream_to = invocation.stream_to;
             let answer = match &invocation.http {
                 None => instance.invoke(&invocation.body, deadline).await,
                 Some(http) => {
@@ -362,7 +370,20 @@ impl RuntimeDriver for ProcessDriver {
                         headers: &headers,
                         body: invocation.body,
                     };
-                    instance.invoke_with(call, deadline).await
+                    // A reply without a length (chunked, event streams)
+                    // streams when the agent allows it; one with a length
+                    // is read whole.
+                    let on_head = |head: &ReplyHead| {
+                        let sized = head.headers.iter().any(|(k, _)| k == "content-length");
+                        let to = stream_to.filter(|_| !sized)?;
+                        let (tx, chunks) = tokio::sync::mpsc::channel(STREAM_CHUNKS);
+                        let open = StreamOpen {
+                            head: head.clone(),
+                            chunks,
+                        };
+                        to.send(open).ok().map(|()| tx)
+                    };
+                    instance.invoke_streaming(call, deadline, on_head).await
                 }
             };
             match answer {

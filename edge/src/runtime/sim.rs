@@ -67,6 +67,7 @@ mod tests {
             deadline: None,
             body: b"hi".to_vec(),
             http: None,
+            stream_to: None,
         }
     }
 

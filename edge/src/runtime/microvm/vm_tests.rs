@@ -133,6 +133,7 @@ fn call(body: &str) -> Invocation {
         deadline: Some(std::time::Instant::now() + Duration::from_secs(60)),
         body: body.as_bytes().to_vec(),
         http: None,
+        stream_to: None,
     }
 }
 

@@ -72,6 +72,7 @@ fn call(body: &str, deadline_ms: Option<u64>) -> Invocation {
         deadline: deadline_ms.map(|ms| std::time::Instant::now() + Duration::from_millis(ms)),
         body: body.as_bytes().to_vec(),
         http: None,
+        stream_to: None,
     }
 }
 
