@@ -175,6 +175,9 @@ mod tests {
 
     fn spec() -> FunctionSpec {
         FunctionSpec {
+            model: None,
+            args: Vec::new(),
+            env: Default::default(),
             tenant: TenantId("t".into()),
             name: "f".into(),
             runtime: Runtime::Custom,

@@ -34,6 +34,7 @@ pub mod net;
 pub mod placement;
 pub mod protocol;
 pub mod rng;
+pub mod serving;
 pub mod sim;
 pub mod state;
 

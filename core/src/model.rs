@@ -557,6 +557,26 @@ pub struct FunctionSpec {
     pub idle_timeout_s: u64,
     /// Service time as a function of compute share.
     pub latency: LatencyProfile,
+    /// The model its runtime serves (`org/model`): what `{model}` in the
+    /// runtime's template stands for; `None`: the function's name (as
+    /// before this field). Checked by [`crate::serving::check_model`].
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Arguments appended to the runtime's command; the agent refuses
+    /// any its runtime's template does not allow (`allow_args`).
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Environment variables set for the runtime; the agent refuses any
+    /// its runtime's template does not allow (`allow_env`).
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
+}
+
+impl FunctionSpec {
+    /// What `{model}` stands for: [`FunctionSpec::model`], else the name.
+    pub fn model_or_name(&self) -> &str {
+        self.model.as_deref().unwrap_or(&self.name)
+    }
 }
 
 #[cfg(test)]

@@ -42,6 +42,9 @@ struct Case {
 /// exclusive instance, anything less a guaranteed slice.
 fn spec(name: &str, compute_milli: u32) -> FunctionSpec {
     FunctionSpec {
+        model: None,
+        args: Vec::new(),
+        env: Default::default(),
         tenant: TenantId("t".into()),
         name: name.into(),
         runtime: Runtime::Vllm,

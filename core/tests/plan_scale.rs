@@ -55,6 +55,9 @@ fn region(nodes: usize) -> RegionState {
 
 fn spec(i: usize) -> FunctionSpec {
     FunctionSpec {
+        model: None,
+        args: Vec::new(),
+        env: Default::default(),
         tenant: TenantId("t".into()),
         name: format!("f{i}"),
         runtime: Runtime::Vllm,

@@ -1,4 +1,8 @@
-//! The agent's HTTP ingress: `POST /v1/invoke/{tenant}/{name}`, `/healthz`,
+//! The agent's HTTP ingress: `POST /v1/invoke/{tenant}/{name}`, the
+//! transparent `/v1/invoke/{tenant}/{name}/{*path}` (any method: the request
+//! passed on to the function's server, its reply passed back, a reply
+//! without a length streamed as it comes; docs/edge.md, "The transparent
+//! route" and "Streaming replies"), `/healthz`,
 //! `/metrics`, and with metering `GET /v1/agent/usage/{tenant}` (the
 //! tenant's durable totals as journaled here; the tenant's bearer token,
 //! 401 without one, 403 with another tenant's) and `GET /v1/agent/journal`
@@ -11,7 +15,8 @@
 //! here and checked by the [`NodeAgent`] against the digests the region
 //! sent (so it works while the agent is cut off); the body is read only
 //! after that check. Every accepted invocation is answered: `200` with the
-//! function's body, or an explicit error `{"error": {"code", "message",
+//! function's body (the transparent route: the function's status, headers
+//! and body), or an explicit error `{"error": {"code", "message",
 //! "retryable"}}` with the header `X-Gshare-Error: <code>` (core's
 //! [`ErrorBody`], the replicas' shape too):
 //!
@@ -24,14 +29,17 @@
 //! | 404 | `unknown_route` (no route for this path and method) |
 //! | 413 | `body_too_large` (over [`MAX_BODY_BYTES`], after the token check) |
 //! | 429 | `over_capacity` |
-//! | 502 | `instance_failed` (the runtime failed, or the function answered non-2xx) |
+//! | 502 | `instance_failed` (the runtime failed, its reply was over the cap, or on the plain route the function answered non-2xx) |
 //! | 502 | `function_crashed` (its process died while serving; it is restarted) |
 //! | 503 | `shutting_down` |
 //! | 504 | `deadline_unreachable` (on arrival, while queued, or the function ran past it) |
 
-use crate::agent::{Admission, CheckToken, Invoke, MetricsQuery, NodeAgent, PlacementQuery};
+use crate::agent::{
+    Admission, CheckToken, Invoke, MetricsQuery, NodeAgent, PlacementQuery, ReplyStart, Transparent,
+};
 use crate::journal::UsageJournal;
 use crate::region_link::LinkHealth;
+use crate::runtime::{HttpCall, ReplyHead, StreamItem};
 use crate::token::token_digest;
 use actix::Addr;
 use actix_web::http::StatusCode;
@@ -41,6 +49,7 @@ use gshare_core::model::TenantId;
 use gshare_core::protocol::{InvokeError, InvokeOutcome, MAX_INVOKE_BODY_BYTES};
 use std::net::SocketAddr;
 use std::sync::Arc;
+use tokio::sync::{mpsc, oneshot};
 
 /// Header carrying the relative deadline in milliseconds.
 pub const DEADLINE_HEADER: &str = "x-gshare-deadline-ms";
@@ -145,11 +154,193 @@ async fn read_body(
     }
 }
 
+/// `POST /v1/invoke/{tenant}/{name}`: the body to the function's invoke
+/// path; its 2xx body back (any other status: `502 instance_failed`).
 async fn invoke(
     req: HttpRequest,
     path: web::Path<(String, String)>,
     payload: web::Payload,
     agent: web::Data<Addr<NodeAgent>>,
+) -> HttpResponse {
+    let (tenant, function) = path.into_inner();
+    run(req, tenant, function, payload, agent, None).await
+}
+
+/// `/v1/invoke/{tenant}/{name}/{*path}`, any method: the request passed
+/// on to the function (method, `/{path}`, query, headers but the
+/// hop-by-hop ones and gshare's own, body) and its reply back as it is
+/// (status, headers but the hop-by-hop ones and any `x-gshare-*`, body).
+async fn invoke_transparent(
+    req: HttpRequest,
+    path: web::Path<(String, String, String)>,
+    payload: web::Payload,
+    agent: web::Data<Addr<NodeAgent>>,
+) -> HttpResponse {
+    let (tenant, function, _) = path.into_inner();
+    let call = HttpCall {
+        method: req.method().as_str().to_string(),
+        target: function_target(req.uri()),
+        headers: pass_on(req.headers()),
+    };
+    run(req, tenant, function, payload, agent, Some(call)).await
+}
+
+/// The path and query at the function: what follows
+/// `/v1/invoke/{tenant}/{name}` in the request's path, as sent (not
+/// decoded), and its query.
+fn function_target(uri: &actix_web::http::Uri) -> String {
+    let rest = uri.path().splitn(6, '/').nth(5).unwrap_or_default();
+    match uri.query() {
+        Some(q) => format!("/{rest}?{q}"),
+        None => format!("/{rest}"),
+    }
+}
+
+/// Hop-by-hop headers (RFC 9110 7.6.1): never passed on, either way.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Whether header `name` (lower-case) goes through the proxy: not
+/// hop-by-hop (nor named by `Connection`), not a framing header the
+/// client recomputes (`content-length`, `host`, `expect`), and not
+/// gshare's own (`x-gshare-*`, and on requests `authorization` and
+/// `idempotency-key`, which gshare consumes).
+fn passes(name: &str, connection: &[String], request: bool) -> bool {
+    let gshare_own =
+        name.starts_with("x-gshare-") || (request && matches!(name, "authorization" | KEY_HEADER));
+    !(HOP_BY_HOP.contains(&name)
+        || connection.iter().any(|c| c == name)
+        || matches!(name, "content-length" | "host" | "expect")
+        || gshare_own)
+}
+
+/// The header names a `Connection` header lists (they are hop-by-hop too).
+fn connection_names<'a>(values: impl Iterator<Item = &'a [u8]>) -> Vec<String> {
+    values
+        .filter_map(|v| std::str::from_utf8(v).ok())
+        .flat_map(|v| v.split(','))
+        .map(|n| n.trim().to_ascii_lowercase())
+        .filter(|n| !n.is_empty())
+        .collect()
+}
+
+/// The request headers the function gets.
+fn pass_on(headers: &actix_web::http::header::HeaderMap) -> Vec<(String, Vec<u8>)> {
+    let connection = connection_names(headers.get_all("connection").map(|v| v.as_bytes()));
+    headers
+        .iter()
+        .filter(|(k, _)| passes(k.as_str(), &connection, true))
+        .map(|(k, v)| (k.as_str().to_string(), v.as_bytes().to_vec()))
+        .collect()
+}
+
+/// The function's status and headers (filtered by [`passes`]).
+fn function_head(head: &ReplyHead) -> actix_web::HttpResponseBuilder {
+    let status = StatusCode::from_u16(head.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let connection = connection_names(
+        head.headers
+            .iter()
+            .filter(|(k, _)| k == "connection")
+            .map(|(_, v)| v.as_slice()),
+    );
+    let mut resp = HttpResponse::build(status);
+    for (k, v) in &head.headers {
+        if !passes(k, &connection, false) {
+            continue;
+        }
+        let (Ok(k), Ok(v)) = (
+            actix_web::http::header::HeaderName::from_bytes(k.as_bytes()),
+            actix_web::http::header::HeaderValue::from_bytes(v),
+        ) else {
+            continue;
+        };
+        resp.append_header((k, v));
+    }
+    resp
+}
+
+/// The answer to a transparent invocation: the function's status, headers
+/// and body, with gshare's timing headers.
+fn transparent_response(
+    head: ReplyHead,
+    body: Vec<u8>,
+    queued_us: u64,
+    service_us: u64,
+) -> HttpResponse {
+    function_head(&head)
+        .insert_header(("x-gshare-queued-us", queued_us.to_string()))
+        .insert_header(("x-gshare-service-us", service_us.to_string()))
+        .body(body)
+}
+
+/// The answer to a transparent invocation whose reply streams: the
+/// function's status and headers, then its body as it comes (chunked).
+fn streamed_response(head: ReplyHead, chunks: mpsc::Receiver<StreamItem>) -> HttpResponse {
+    function_head(&head).body(StreamedBody {
+        chunks,
+        ended: false,
+    })
+}
+
+/// A streamed reply's body: the chunks as they come; ended by
+/// [`StreamItem::End`], or cut (an error: the connection is closed without
+/// the last chunk, so the client sees an incomplete reply) when the channel
+/// closes without it (deadline, crash, over the cap).
+struct StreamedBody {
+    chunks: mpsc::Receiver<StreamItem>,
+    ended: bool,
+}
+
+impl actix_web::body::MessageBody for StreamedBody {
+    type Error = std::io::Error;
+
+    fn size(&self) -> actix_web::body::BodySize {
+        actix_web::body::BodySize::Stream
+    }
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<web::Bytes, Self::Error>>> {
+        use std::task::Poll;
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        match self.chunks.poll_recv(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some(StreamItem::Data(b))) => Poll::Ready(Some(Ok(b))),
+            Poll::Ready(Some(StreamItem::End)) => {
+                self.ended = true;
+                Poll::Ready(None)
+            }
+            Poll::Ready(None) => {
+                self.ended = true;
+                Poll::Ready(Some(Err(std::io::Error::other(
+                    "the function's reply was cut (deadline, crash or reply cap)",
+                ))))
+            }
+        }
+    }
+}
+
+/// Checks the token and headers, reads the body and runs the invocation
+/// (`http`: the transparent route's request).
+async fn run(
+    req: HttpRequest,
+    tenant: String,
+    function: String,
+    payload: web::Payload,
+    agent: web::Data<Addr<NodeAgent>>,
+    http: Option<HttpCall>,
 ) -> HttpResponse {
     let token = match bearer(&req) {
         Ok(t) => t,
@@ -185,7 +376,6 @@ async fn invoke(
             }
         },
     };
-    let (tenant, function) = path.into_inner();
     let (tenant, digest) = (TenantId(tenant), token_digest(token));
     let body = match read_body(&req, payload).await {
         Ok(b) => b,
@@ -203,6 +393,14 @@ async fn invoke(
             };
         }
     };
+    let stream = idempotency_key.is_none();
+    let (http, head_rx) = match http {
+        Some(call) => {
+            let (head, rx) = oneshot::channel();
+            (Some(Transparent { call, head, stream }), Some(rx))
+        }
+        None => (None, None),
+    };
     let msg = Invoke {
         tenant,
         function,
@@ -210,16 +408,55 @@ async fn invoke(
         deadline_ms,
         body: body.to_vec(),
         idempotency_key,
+        http,
     };
-    match agent.send(msg).await {
-        Ok(Admission::Accepted(rx)) => match rx.await {
-            Ok(outcome) => outcome_response(outcome),
-            Err(_) => failed(&InvokeError::ShuttingDown),
-        },
+    let mut outcome_rx = match agent.send(msg).await {
+        Ok(Admission::Accepted(rx)) => rx,
         Ok(Admission::Unauthorized) => {
-            error(401, "unauthorized", "token not valid for this tenant")
+            return error(401, "unauthorized", "token not valid for this tenant")
         }
-        Err(_) => failed(&InvokeError::ShuttingDown),
+        Err(_) => return failed(&InvokeError::ShuttingDown),
+    };
+    // The transparent route: the reply's start may come before the outcome
+    // (a streamed reply: answered at once, the outcome only settles the
+    // run), or with it (the head is sent just before the outcome).
+    let (mut start, mut early) = (None, None);
+    if let Some(mut head_rx) = head_rx {
+        tokio::select! {
+            biased;
+            s = &mut head_rx => match s {
+                Ok(ReplyStart { head, chunks: Some(chunks) }) => {
+                    return streamed_response(head, chunks);
+                }
+                Ok(s) => start = Some(s),
+                Err(_) => {}
+            },
+            o = &mut outcome_rx => early = Some(o),
+        }
+        if start.is_none() {
+            start = head_rx.try_recv().ok();
+        }
+    }
+    let outcome = match early {
+        Some(o) => o,
+        None => outcome_rx.await,
+    };
+    let Ok(outcome) = outcome else {
+        return failed(&InvokeError::ShuttingDown);
+    };
+    // No head when the outcome is not this call's own run (it joined a
+    // running key, or replays a stored one): that answers as a plain
+    // invocation does.
+    match (outcome, start) {
+        (
+            InvokeOutcome::Done {
+                body,
+                queued_us,
+                service_us,
+            },
+            Some(start),
+        ) => transparent_response(start.head, body, queued_us, service_us),
+        (outcome, _) => outcome_response(outcome),
     }
 }
 
@@ -387,6 +624,10 @@ pub fn serve_listener(
             .app_data(web::Data::new(view.clone()))
             .app_data(web::Data::new(link.clone()))
             .route("/v1/invoke/{tenant}/{name}", web::post().to(invoke))
+            .route(
+                "/v1/invoke/{tenant}/{name}/{path:.*}",
+                web::route().to(invoke_transparent),
+            )
             .route("/v1/agent/usage/{tenant}", web::get().to(tenant_usage))
             .route("/v1/agent/journal", web::get().to(journal_status))
             .route("/v1/agent/placement", web::get().to(placement))

@@ -555,6 +555,7 @@ async fn invokes(conn: quinn::Connection, agent: Addr<NodeAgent>) -> Result<(), 
                     deadline_ms: req.deadline_ms,
                     body: req.body,
                     idempotency_key: key,
+                    http: None,
                 })
                 .await
             {

@@ -70,6 +70,9 @@ async fn call(
 
 fn spec() -> FunctionSpec {
     FunctionSpec {
+        model: None,
+        args: Vec::new(),
+        env: Default::default(),
         tenant: TenantId("acme".into()),
         name: "echo".into(),
         runtime: Runtime::Custom,

@@ -108,6 +108,9 @@ key = "n1.key"
 
 fn spec(name: &str, tier: Tier, memory_mib: u64, full_gpu_us: u64) -> FunctionSpec {
     FunctionSpec {
+        model: None,
+        args: Vec::new(),
+        env: Default::default(),
         tenant: TenantId("acme".into()),
         name: name.into(),
         runtime: Runtime::Custom,

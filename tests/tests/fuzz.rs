@@ -172,6 +172,9 @@ proptest! {
 
 fn spec() -> FunctionSpec {
     FunctionSpec {
+        model: None,
+        args: Vec::new(),
+        env: Default::default(),
         tenant: TenantId("acme".into()),
         name: "resnet".into(),
         runtime: Runtime::Pytorch,
@@ -430,7 +433,18 @@ proptest! {
             .build()
             .unwrap();
         let got = rt.block_on(async {
-            tokio::time::timeout(Duration::from_secs(10), read_response(&bytes[..], "POST", max_body)).await
+            // The "server" sends the bytes, closes its side and drains the
+            // request: the client's parser sees exactly this input.
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let (client, mut server) = tokio::io::duplex(64 * 1024);
+            let input = bytes.clone();
+            tokio::spawn(async move {
+                let _ = server.write_all(&input).await;
+                let _ = server.shutdown().await;
+                let mut sink = [0u8; 1024];
+                while server.read(&mut sink).await.unwrap_or(0) > 0 {}
+            });
+            tokio::time::timeout(Duration::from_secs(10), read_response(client, "POST", max_body)).await
         });
         // A finite input is answered at once: a value or an error.
         let got = got.map_err(|_| TestCaseError::fail("the parser waited on a finite input"))?;

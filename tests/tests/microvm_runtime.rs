@@ -152,6 +152,9 @@ template = "runtimes/echo-process.toml"
 
 fn spec(name: &str, runtime: Runtime) -> FunctionSpec {
     FunctionSpec {
+        model: None,
+        args: Vec::new(),
+        env: Default::default(),
         tenant: TenantId("acme".into()),
         name: name.into(),
         runtime,

@@ -7,7 +7,8 @@
 //! flight with `502 function_crashed`; the process is restarted (new pid)
 //! and serves again; the crash and restart show in the agent's `/metrics`;
 //! releasing the function, or stopping the agent, leaves no process of its
-//! group behind.
+//! group behind. The transparent route (`/v1/invoke/{tenant}/{name}/{*path}`)
+//! passes the request on and the function's reply back.
 
 use gshare_core::model::{
     FunctionSpec, GpuId, LatencyProfile, NodeId, PoolPreference, Runtime, Slice, TenantId, Tier,
@@ -31,6 +32,7 @@ const GONE_WITHIN: Duration = Duration::from_secs(15);
 
 const TOKEN: &str = "s3cret";
 const ECHO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/echo_server.py");
+const OPENAI: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/openai_server.py");
 
 fn write_agent_files(dir: &Path, ca: &Ca, region: SocketAddr) -> SocketAddr {
     let (cert, key) = issue(ca, "n1");
@@ -48,6 +50,22 @@ health_path = "/health"
 invoke_path = "/invoke"
 startup_timeout_s = 20
 stop_grace_s = 5
+"#
+        ),
+    )
+    .unwrap();
+    // A fake OpenAI-compatible server as the `pytorch` runtime: `{model}`
+    // is the function's model; a function may add `--gap-ms`.
+    std::fs::write(
+        dir.join("runtimes/openai.toml"),
+        format!(
+            r#"runtime = "pytorch"
+command = ["python3", {OPENAI:?}, "--port", "{{port}}", "--model", "{{model}}"]
+health_path = "/health"
+invoke_path = "/v1/chat/completions"
+startup_timeout_s = 20
+stop_grace_s = 5
+allow_args = ["--gap-ms=", "--hold-last-for="]
 "#
         ),
     )
@@ -82,6 +100,9 @@ key = "n1.key"
 [runtimes.custom]
 driver = "process"
 template = "runtimes/echo.toml"
+[runtimes.pytorch]
+driver = "process"
+template = "runtimes/openai.toml"
 "#
         ),
     )
@@ -91,6 +112,9 @@ template = "runtimes/echo.toml"
 
 fn echo_spec() -> FunctionSpec {
     FunctionSpec {
+        model: None,
+        args: Vec::new(),
+        env: Default::default(),
         tenant: TenantId("acme".into()),
         name: "echo".into(),
         runtime: Runtime::Custom,
@@ -262,6 +286,330 @@ async fn start(
         .expect("agent registers in time")
         .unwrap();
     (agent, ingress, conn)
+}
+
+/// One raw HTTP/1.1 exchange (`Connection: close`): status, headers
+/// (lower-case names, in order), body.
+fn exchange(addr: SocketAddr, request: String) -> (u16, Vec<(String, String)>, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    // Until the server closes (or resets: a cut reply) the connection.
+    let mut raw = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while let Ok(n @ 1..) = s.read(&mut chunk) {
+        raw.extend_from_slice(&chunk[..n]);
+    }
+    let out = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    (status, headers, body.to_string())
+}
+
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+#[actix_rt::test]
+async fn the_transparent_route_passes_the_request_on_and_the_reply_back() {
+    let ca = new_ca();
+    let mut region = fake_region(&ca);
+    let dir = tempfile::tempdir().unwrap();
+    let (_agent, ingress, conn) = start(dir.path(), &ca, &mut region).await;
+    assign(&conn, 1, &[echo_spec()]).await;
+    // The plain route works as before (and the process is up).
+    assert_eq!(first_echo(ingress).await["body"], r#"{"hello":1}"#);
+
+    let call = |req: String| tokio::task::spawn_blocking(move || exchange(ingress, req));
+    // Method, path suffix (as sent), query, headers, body through; the
+    // hop-by-hop ones (and those `Connection` names), the token, the
+    // idempotency key and gshare's own headers not.
+    let (status, headers, body) = call(format!(
+        "PUT /v1/invoke/acme/echo/t/a%20b/c?x=1&y=2 HTTP/1.1\r\nHost: x\r\n\
+         Authorization: Bearer {TOKEN}\r\nX-Custom: v\r\nX-Hop: h\r\n\
+         Connection: close, X-Hop\r\nX-Gshare-Deadline-Ms: 15000\r\nX-Gshare-Other: o\r\n\
+         X-Want-Status: 201\r\nContent-Length: 5\r\n\r\nhello"
+    ))
+    .await
+    .unwrap();
+    assert_eq!(status, 201, "{headers:?} {body}");
+    let v = json(&body);
+    assert_eq!(v["method"], "PUT");
+    assert_eq!(v["path"], "/t/a%20b/c?x=1&y=2");
+    assert_eq!(v["body"], "hello");
+    let seen = v["headers"].as_object().unwrap();
+    assert_eq!(seen["x-custom"], "v");
+    for gone in [
+        "authorization",
+        "x-hop",
+        "x-gshare-other",
+        "idempotency-key",
+    ] {
+        assert!(
+            !seen.contains_key(gone),
+            "{gone} reached the function: {seen:?}"
+        );
+    }
+    // The agent's own remaining deadline, not the client's header.
+    let left: u64 = seen["x-gshare-deadline-ms"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(left <= 15_000, "{left}");
+    // The function's headers back, but not its forged gshare error.
+    assert_eq!(header(&headers, "x-fn"), Some("yes"));
+    assert_eq!(header(&headers, "x-gshare-error"), None, "{headers:?}");
+    assert!(
+        header(&headers, "x-gshare-service-us").is_some(),
+        "{headers:?}"
+    );
+
+    // The function's own error statuses pass through unchanged.
+    let (status, headers, body) = call(format!(
+        "GET /v1/invoke/acme/echo/t/?q=1 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\
+         X-Want-Status: 503\r\nConnection: close\r\n\r\n"
+    ))
+    .await
+    .unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(header(&headers, "x-gshare-error"), None);
+    let v = json(&body);
+    assert_eq!(
+        (v["method"].as_str(), v["path"].as_str()),
+        (Some("GET"), Some("/t/?q=1"))
+    );
+
+    // gshare's own errors keep their shape and carry X-Gshare-Error.
+    for (request, want_status, want_code) in [
+        (
+            format!(
+                "POST /v1/invoke/acme/nope/t/x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\
+                 Content-Length: 0\r\nConnection: close\r\n\r\n"
+            ),
+            404,
+            "unknown_function",
+        ),
+        (
+            "GET /v1/invoke/acme/echo/t/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                .to_string(),
+            401,
+            "unauthorized",
+        ),
+    ] {
+        let (status, headers, body) = call(request).await.unwrap();
+        assert_eq!(status, want_status, "{body}");
+        assert_eq!(header(&headers, "x-gshare-error"), Some(want_code), "{headers:?}");
+        assert_eq!(json(&body)["error"]["code"], want_code);
+    }
+}
+
+/// Where `.ci/run` installs the Python `openai` package (`pip install
+/// --target`, so that the machine's own Python packages stay as they are).
+const PYDEPS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/pydeps");
+
+/// `python3` with [`PYDEPS`] on its path.
+fn python3() -> Command {
+    let mut c = Command::new("python3");
+    let path = match std::env::var_os("PYTHONPATH") {
+        Some(p) => format!("{PYDEPS}:{}", p.to_string_lossy()),
+        None => PYDEPS.to_string(),
+    };
+    c.env("PYTHONPATH", path);
+    c
+}
+
+/// Whether the Python `openai` package is importable; in CI
+/// (`GSHARE_CI=1`; `.ci/run` installs it) its absence fails the test.
+fn openai_package() -> bool {
+    let ok = python3()
+        .args(["-c", "import openai"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var_os("GSHARE_CI").is_none(),
+            "the Python openai package is missing (pip install --target target/pydeps openai)"
+        );
+        eprintln!("skipped: the Python openai package is missing (pip install --target target/pydeps openai)");
+    }
+    ok
+}
+
+/// The official OpenAI client, its `base_url` at the agent's transparent
+/// route of `acme/chat`, against a fake OpenAI-compatible server run by the
+/// `process` driver with the function's `model` and `args`: a chat
+/// completion, a streamed one, and the model list all work through gshare.
+#[actix_rt::test]
+async fn an_openai_client_talks_to_a_function_through_the_agent() {
+    if !openai_package() {
+        return;
+    }
+    let ca = new_ca();
+    let mut region = fake_region(&ca);
+    let dir = tempfile::tempdir().unwrap();
+    let (_agent, ingress, conn) = start(dir.path(), &ca, &mut region).await;
+    let chat = FunctionSpec {
+        name: "chat".into(),
+        runtime: Runtime::Pytorch,
+        model: Some("org/tiny-chat".into()),
+        args: vec!["--gap-ms".into(), "10".into()],
+        ..echo_spec()
+    };
+    assign(&conn, 1, &[chat]).await;
+    let script = r#"
+import json, os, sys, openai
+c = openai.OpenAI(base_url=os.environ["BASE_URL"], api_key=os.environ["TOKEN"], max_retries=0)
+out = {}
+r = c.chat.completions.create(model="org/tiny-chat", messages=[{"role": "user", "content": "hello gshare"}])
+out["model"], out["content"] = r.model, r.choices[0].message.content
+s = c.chat.completions.create(model="org/tiny-chat", messages=[{"role": "user", "content": "one two three"}], stream=True)
+out["deltas"] = [ch.choices[0].delta.content for ch in s if ch.choices and ch.choices[0].delta.content]
+out["models"] = [m.id for m in c.models.list()]
+try:
+    c.with_options(api_key="wrong").models.list()
+    out["wrong_token"] = "accepted"
+except openai.AuthenticationError as e:
+    out["wrong_token"] = e.response.headers.get("x-gshare-error")
+print(json.dumps(out))
+"#;
+    let base_url = format!("http://{ingress}/v1/invoke/acme/chat/v1");
+    let until = Instant::now() + Duration::from_secs(30);
+    let out = loop {
+        let (base_url, script) = (base_url.clone(), script.to_string());
+        let run = tokio::task::spawn_blocking(move || {
+            python3()
+                .args(["-c", &script])
+                .env("BASE_URL", base_url)
+                .env("TOKEN", TOKEN)
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        if run.status.success() {
+            break json(&String::from_utf8_lossy(&run.stdout));
+        }
+        // Until the instance's process is up (503/429 from gshare).
+        let err = String::from_utf8_lossy(&run.stderr).to_string();
+        assert!(Instant::now() < until, "the client failed: {err}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(out["model"], "org/tiny-chat", "{out}");
+    assert_eq!(out["content"], "echo: hello gshare");
+    assert_eq!(
+        out["deltas"],
+        serde_json::json!(["echo:", " one", " two", " three"])
+    );
+    assert_eq!(out["models"], serde_json::json!(["org/tiny-chat"]));
+    assert_eq!(out["wrong_token"], "unauthorized");
+}
+
+/// A streamed reply passes through the agent as it comes: the fake server
+/// holds its last token until the client has seen the first ones (it
+/// writes a file on its first delta; a proxy that buffered the reply would
+/// never let it, and the last token would be `LATE`). A stream still
+/// running at its deadline is cut: the reply ends without its last chunk.
+#[actix_rt::test]
+async fn streamed_tokens_arrive_incrementally_and_a_stream_is_cut_at_its_deadline() {
+    if !openai_package() {
+        return;
+    }
+    let ca = new_ca();
+    let mut region = fake_region(&ca);
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("first-delta-seen");
+    let (_agent, ingress, conn) = start(dir.path(), &ca, &mut region).await;
+    let chat = FunctionSpec {
+        name: "chat".into(),
+        runtime: Runtime::Pytorch,
+        model: Some("org/tiny-chat".into()),
+        args: vec![
+            "--hold-last-for".into(),
+            gate.to_string_lossy().into_owned(),
+        ],
+        ..echo_spec()
+    };
+    assign(&conn, 1, &[chat]).await;
+    let script = r#"
+import json, os, openai
+c = openai.OpenAI(base_url=os.environ["BASE_URL"], api_key=os.environ["TOKEN"], max_retries=0)
+c.models.list()
+s = c.chat.completions.create(model="org/tiny-chat", messages=[{"role": "user", "content": "one two three"}], stream=True)
+deltas = []
+for ch in s:
+    if ch.choices and ch.choices[0].delta.content:
+        deltas.append(ch.choices[0].delta.content)
+        open(os.environ["GATE"], "a").close()
+print(json.dumps(deltas))
+"#;
+    let base_url = format!("http://{ingress}/v1/invoke/acme/chat/v1");
+    let until = Instant::now() + Duration::from_secs(30);
+    let deltas = loop {
+        let (base_url, script, g) = (base_url.clone(), script.to_string(), gate.clone());
+        let run = tokio::task::spawn_blocking(move || {
+            python3()
+                .args(["-c", &script])
+                .env("BASE_URL", base_url)
+                .env("TOKEN", TOKEN)
+                .env("GATE", g)
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        if run.status.success() {
+            break json(&String::from_utf8_lossy(&run.stdout));
+        }
+        let err = String::from_utf8_lossy(&run.stderr).to_string();
+        assert!(Instant::now() < until, "the client failed: {err}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(
+        deltas,
+        serde_json::json!(["echo:", " one", " two", " three"]),
+        "the last token waited for a client that saw nothing yet"
+    );
+
+    // The gate gone, the server holds the last token (up to 30 s) past a
+    // 1 s deadline: the client gets the head and the first tokens, then
+    // the connection closes without the chunked body's last chunk.
+    std::fs::remove_file(&gate).unwrap();
+    let body = r#"{"model":"org/tiny-chat","stream":true,"messages":[{"role":"user","content":"one two"}]}"#;
+    let (status, headers, raw) = tokio::task::spawn_blocking(move || {
+        exchange(
+            ingress,
+            format!(
+                "POST /v1/invoke/acme/chat/v1/chat/completions HTTP/1.1\r\nHost: x\r\n\
+                 Authorization: Bearer {TOKEN}\r\nX-Gshare-Deadline-Ms: 1000\r\n\
+                 Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            ),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(status, 200, "{raw}");
+    assert_eq!(header(&headers, "content-type"), Some("text/event-stream"));
+    assert!(raw.contains(r#""content": " one""#), "first tokens: {raw}");
+    assert!(!raw.contains("LATE") && !raw.contains("[DONE]"), "{raw}");
+    assert!(
+        !raw.ends_with("0\r\n\r\n"),
+        "the cut reply looks complete: {raw}"
+    );
 }
 
 #[actix_rt::test]

@@ -10,6 +10,9 @@ use crate::model::{LatencyProfile, PoolPreference, Runtime, TenantId};
 /// deadline: capacity 5 requests, target 3.5 at 70 %.
 fn spec(min: u32, max: u32) -> FunctionSpec {
     FunctionSpec {
+        model: None,
+        args: Vec::new(),
+        env: Default::default(),
         tenant: TenantId("acme".into()),
         name: "f".into(),
         runtime: Runtime::Pytorch,

@@ -21,6 +21,7 @@ use crate::bounds::{
     MAX_GPUS_PER_INSTANCE, MAX_IDLE_TIMEOUT_S, MAX_INSTANCES_PER_FUNCTION,
 };
 use crate::model::{PoolPreference, Runtime, Tier, WHOLE_GPU};
+use std::collections::BTreeMap;
 use std::str::FromStr;
 
 /// A function's latency profile as written (`[latency]`).
@@ -62,6 +63,12 @@ pub struct FunctionFile {
     pub idle_timeout_s: Option<u64>,
     /// Latency profile.
     pub latency: Option<FunctionFileLatency>,
+    /// The model its runtime serves (`org/model`).
+    pub model: Option<String>,
+    /// Arguments appended to the runtime's command.
+    pub args: Vec<String>,
+    /// Environment of the runtime.
+    pub env: BTreeMap<String, String>,
 }
 
 impl FunctionFile {
@@ -100,6 +107,9 @@ impl FunctionFile {
             t.finish(&mut is);
             (full, sat)
         });
+        let model = root.string(&mut is, "model", false);
+        let args = root.strings(&mut is, "args", false);
+        let env = root.string_table(&mut is, "env", false);
         root.finish(&mut is);
 
         // Meaning: names, words, ranges, the tier's rule, min ≤ max.
@@ -146,6 +156,7 @@ impl FunctionFile {
             let sat = check_range(&mut is, &sat, 1, WHOLE_GPU);
             (full, sat)
         });
+        let (model, args, env) = serving(&mut is, model, args, env);
         if !is.is_empty() {
             return Err(is.into_error(file));
         }
@@ -197,10 +208,68 @@ impl FunctionFile {
                 max_instances,
                 idle_timeout_s,
                 latency,
+                model,
+                args,
+                env,
             }),
             _ => Err(is.into_error(file)),
         }
     }
+}
+
+/// `model`, `args` and `env`, each checked as the region checks them
+/// ([`crate::serving`]), every problem reported with its key.
+fn serving(
+    is: &mut Issues<'_>,
+    model: Field<String>,
+    args: Vec<Field<String>>,
+    env: Vec<(String, Field<String>)>,
+) -> (Option<String>, Vec<String>, BTreeMap<String, String>) {
+    use crate::serving::{check_arg, check_env, check_model, MAX_ARGS, MAX_ENV};
+    if let Some(m) = &model.v {
+        if let Err(e) = check_model(m) {
+            is.report(&model.at, IssueKind::Invalid, e.reason, Some(quote(m)));
+        }
+    }
+    if args.len() > MAX_ARGS {
+        let at = args[MAX_ARGS].at.clone();
+        is.report(
+            &at,
+            IssueKind::OutOfRange,
+            format!("at most {MAX_ARGS} arguments"),
+            None,
+        );
+    }
+    if env.len() > MAX_ENV {
+        let at = env[MAX_ENV].1.at.clone();
+        is.report(
+            &at,
+            IssueKind::OutOfRange,
+            format!("at most {MAX_ENV} variables"),
+            None,
+        );
+    }
+    let mut out_args = Vec::new();
+    for (i, a) in args.iter().enumerate() {
+        if let Some(v) = &a.v {
+            match check_arg(i, v) {
+                Ok(()) => out_args.push(v.clone()),
+                Err(e) => is.report(&a.at, IssueKind::Invalid, e.reason, Some(quote(v))),
+            }
+        }
+    }
+    let mut out_env = BTreeMap::new();
+    for (k, f) in &env {
+        if let Some(v) = &f.v {
+            match check_env(k, v) {
+                Ok(()) => {
+                    out_env.insert(k.clone(), v.clone());
+                }
+                Err(e) => is.report(&f.at, IssueKind::Invalid, e.reason, Some(quote(v))),
+            }
+        }
+    }
+    (model.v, out_args, out_env)
 }
 
 /// An enum word (`tier = "burstable"`) parsed with its `FromStr`, which
@@ -440,6 +509,36 @@ mod tests {
             e.to_string().contains("pool: unknown pool preference"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn model_args_and_env_are_read_and_each_mistake_is_reported_at_its_key() {
+        let src = format!(
+            "{BASE}model = \"Qwen/Qwen2.5-0.5B-Instruct\"\nargs = [\"--max-model-len\", \"4096\"]\n\
+             [env]\nHF_HOME = \"/cache\"\n"
+        );
+        let f = FunctionFile::from_toml("f.toml", &src).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(f.model.as_deref(), Some("Qwen/Qwen2.5-0.5B-Instruct"));
+        assert_eq!(f.args, ["--max-model-len", "4096"]);
+        assert_eq!(f.env["HF_HOME"], "/cache");
+        let f = FunctionFile::from_toml("f.toml", BASE).unwrap();
+        assert_eq!((f.model, f.args.len(), f.env.len()), (None, 0, 0));
+
+        let src = format!(
+            "{BASE}model = \"/etc/passwd\"\nargs = [\"ok\", 3, \"\"]\n[env]\n\"A-B\" = \"x\"\nN = 1\n"
+        );
+        let e = FunctionFile::from_toml("f.toml", &src).unwrap_err();
+        let text = e.to_string();
+        for want in [
+            "f.toml:7:9: model: \"/etc/passwd\": every `/`-separated part must start with",
+            "f.toml:8:15: args[1]: expected a string, found an integer",
+            "f.toml:8:18: args[2]: must be 1 to 1024 bytes, got 0",
+            "env.A-B: a variable name is a letter or `_`",
+            "f.toml:11:5: env.N: expected a string",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+        assert_eq!(e.issues.len(), 5, "{text}");
     }
 
     #[test]

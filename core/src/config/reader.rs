@@ -386,6 +386,72 @@ impl<'a, 'i> TableReader<'a, 'i> {
         Field { v, at }
     }
 
+    /// An array of strings, each with its location (`key[i]`); an element
+    /// that is not a string is reported and skipped.
+    pub fn strings(
+        &mut self,
+        issues: &mut Issues<'_>,
+        key: &'static str,
+        required: bool,
+    ) -> Vec<Field<String>> {
+        let (at, v) = self.take(issues, key, required);
+        let Some(v) = v else { return Vec::new() };
+        let DeValue::Array(items) = v.get_ref() else {
+            Self::wrong_type(issues, &at, "an array of strings", v.get_ref());
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let item_at = Loc {
+                path: format!("{}[{i}]", at.path),
+                span: Some(item.span()),
+            };
+            match item.get_ref() {
+                DeValue::String(s) => out.push(Field {
+                    v: Some(s.to_string()),
+                    at: item_at,
+                }),
+                other => Self::wrong_type(issues, &item_at, "a string", other),
+            }
+        }
+        out
+    }
+
+    /// A table of strings (`[env]`), each value with its location
+    /// (`key.name`); a value that is not a string is reported and skipped.
+    pub fn string_table(
+        &mut self,
+        issues: &mut Issues<'_>,
+        key: &'static str,
+        required: bool,
+    ) -> Vec<(String, Field<String>)> {
+        let (at, v) = self.take(issues, key, required);
+        let Some(v) = v else { return Vec::new() };
+        let DeValue::Table(t) = v.get_ref() else {
+            Self::wrong_type(issues, &at, "a table of strings", v.get_ref());
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (k, item) in t.iter() {
+            let name: &str = k.get_ref();
+            let item_at = Loc {
+                path: at.key(name),
+                span: Some(item.span()),
+            };
+            match item.get_ref() {
+                DeValue::String(s) => out.push((
+                    name.to_string(),
+                    Field {
+                        v: Some(s.to_string()),
+                        at: item_at,
+                    },
+                )),
+                other => Self::wrong_type(issues, &item_at, "a string", other),
+            }
+        }
+        out
+    }
+
     /// A sub-table.
     pub fn table(
         &mut self,

@@ -44,6 +44,23 @@ fn invocations_accrue_compute_and_counts_until_taken() {
 }
 
 #[test]
+fn a_streamed_run_is_one_invocation_billed_in_two_parts() {
+    let mut m = UsageMeter::new();
+    // Start to first byte (10 ms) as the invocation, taken (journaled)...
+    m.invocation(&key("a"), 250, T0, T0 + 10_000);
+    assert_eq!(
+        m.take_busy(),
+        vec![draft("a", 2_500, 0, 1, T0 / 1_000 + 10)]
+    );
+    // ...then the stream's 30 ms as compute only: no second invocation.
+    m.accrue_busy(&key("a"), 250, T0 + 10_000, T0 + 40_000);
+    assert_eq!(
+        m.take_busy(),
+        vec![draft("a", 7_500, 0, 0, T0 / 1_000 + 40)]
+    );
+}
+
+#[test]
 fn residency_is_billed_while_on_the_gpu_only() {
     let mut m = UsageMeter::new();
     let id = ResidencyId(7);

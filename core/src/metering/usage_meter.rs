@@ -100,6 +100,19 @@ impl UsageMeter {
     /// An invocation of `key` completed: the slice's `compute_milli` was
     /// busy from `start_us` to `end_us`.
     pub fn invocation(&mut self, key: &UsageKey, compute_milli: u64, start_us: u64, end_us: u64) {
+        self.accrue_busy(key, compute_milli, start_us, end_us);
+        let a = self
+            .busy
+            .entry((key.clone(), hour_of_end(end_us.max(1))))
+            .or_default();
+        a.invocations = a.invocations.saturating_add(1);
+        a.end_us = a.end_us.max(end_us);
+    }
+
+    /// The slice's `compute_milli` was busy from `start_us` to `end_us` for
+    /// an invocation already counted (the rest of a streamed reply's run,
+    /// after its first part was billed as [`UsageMeter::invocation`]).
+    pub fn accrue_busy(&mut self, key: &UsageKey, compute_milli: u64, start_us: u64, end_us: u64) {
         let start_us = start_us.min(end_us);
         split_hours(start_us, end_us, |hour, from, to| {
             let a = self.busy.entry((key.clone(), hour)).or_default();
@@ -108,12 +121,6 @@ impl UsageMeter {
             );
             a.end_us = a.end_us.max(to);
         });
-        let a = self
-            .busy
-            .entry((key.clone(), hour_of_end(end_us.max(1))))
-            .or_default();
-        a.invocations = a.invocations.saturating_add(1);
-        a.end_us = a.end_us.max(end_us);
     }
 
     fn accrue_memory(&mut self, key: &UsageKey, memory_mib: u64, from_us: u64, to_us: u64) {

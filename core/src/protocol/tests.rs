@@ -7,6 +7,9 @@ use crate::state::{AgentId, InstanceId, UsageRecord};
 
 fn spec() -> FunctionSpec {
     FunctionSpec {
+        model: None,
+        args: Vec::new(),
+        env: Default::default(),
         tenant: TenantId("acme".into()),
         name: "resnet".into(),
         runtime: Runtime::Pytorch,

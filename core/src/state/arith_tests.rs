@@ -112,6 +112,9 @@ fn report_quota() -> Quota {
 
 fn spec(tenant: &str, name: &str, tier: Tier, compute_milli: u32, memory_mib: u64) -> FunctionSpec {
     FunctionSpec {
+        model: None,
+        args: Vec::new(),
+        env: Default::default(),
         tenant: t(tenant),
         name: name.into(),
         runtime: Runtime::Pytorch,

@@ -289,6 +289,16 @@ pub enum ApplyError {
     },
 }
 
+impl From<crate::serving::ServingError> for ApplyError {
+    /// A bad model id, argument or environment entry is an invalid spec.
+    fn from(e: crate::serving::ServingError) -> Self {
+        ApplyError::InvalidSpec {
+            field: e.field,
+            reason: e.reason,
+        }
+    }
+}
+
 impl From<crate::bounds::OutOfBounds> for ApplyError {
     /// A value out of its range is an invalid spec naming the field and the bound.
     fn from(e: crate::bounds::OutOfBounds) -> Self {

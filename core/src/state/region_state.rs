@@ -1300,6 +1300,7 @@ impl RegionState {
             ));
         }
         bounds::check_spec(spec)?;
+        crate::serving::check_serving(spec)?;
         if spec.min_instances > spec.max_instances {
             return Err(bad(
                 "max_instances",
@@ -1361,7 +1362,7 @@ impl RegionState {
     }
 
     /// An update that changes what an instance holds or runs (runtime,
-    /// memory, compute, tier, pool preference) makes the function's
+    /// memory, compute, tier, pool preference, model, args, env) makes the function's
     /// instances outgoing: they keep their version (and its spec, kept in
     /// [`FunctionRecord::older`]) and their slices, so they serve on and
     /// count against capacity and quota, but not against `max_instances`;
@@ -1386,6 +1387,8 @@ impl RegionState {
         self.validate_spec(&spec)?;
         let version = old.version.checked_add(1).ok_or(ApplyError::Overflow)?;
         let o = &old.spec;
+        // What the process runs (model, args, env) is fixed when it
+        // starts: a change of it is a reshape too.
         let reshaped = (o.runtime, o.memory_mib, o.compute_milli, o.tier, &o.pool)
             != (
                 spec.runtime,
@@ -1393,7 +1396,8 @@ impl RegionState {
                 spec.compute_milli,
                 spec.tier,
                 &spec.pool,
-            );
+            )
+            || (&o.model, &o.args, &o.env) != (&spec.model, &spec.args, &spec.env);
         let (tenant, name) = (spec.tenant.clone(), spec.name.clone());
         let mut released = Vec::new();
         let current: Vec<InstanceId> = self

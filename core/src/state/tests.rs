@@ -175,6 +175,9 @@ fn region() -> RegionState {
 
 fn spec(tenant: &str, name: &str, tier: Tier, compute_milli: u32, memory_mib: u64) -> FunctionSpec {
     FunctionSpec {
+        model: None,
+        args: Vec::new(),
+        env: Default::default(),
         tenant: t(tenant),
         name: name.into(),
         runtime: Runtime::Vllm,

@@ -2,7 +2,9 @@
 
 use super::NodeStatus;
 use crate::gpu::AccountingError;
-use crate::runtime::{Invocation, RuntimeError};
+use crate::runtime::{
+    FunctionReply, HttpCall, Invocation, ReplyHead, RuntimeError, StreamItem, StreamOpen,
+};
 use actix::Message;
 use gshare_core::executor::{FunctionId, RequestId};
 use gshare_core::model::{Mib, Micros, TenantId};
@@ -28,6 +30,43 @@ pub struct Invoke {
     /// journal's key window (a repeat joins the running one, or gets the
     /// stored answer).
     pub idempotency_key: Option<String>,
+    /// Set on the transparent route: the request to pass on, and where the
+    /// function's status and headers go (sent when its reply arrives,
+    /// before the outcome, which may wait for the usage journal).
+    pub http: Option<Transparent>,
+}
+
+/// The transparent route's part of an [`Invoke`].
+#[derive(Debug)]
+pub struct Transparent {
+    /// The method, path, query and headers to pass on.
+    pub call: HttpCall,
+    /// Receives the function's status and headers (and, for a streamed
+    /// reply, its body's chunks: then the outcome only settles the run).
+    pub head: oneshot::Sender<ReplyStart>,
+    /// Whether the reply may stream (not for keyed invocations, whose
+    /// answer is stored for replays).
+    pub stream: bool,
+}
+
+/// The start of a transparent invocation's answer.
+#[derive(Debug)]
+pub struct ReplyStart {
+    /// The function's status and headers.
+    pub head: ReplyHead,
+    /// A streamed body's chunks (released once the usage of the run so far
+    /// is journaled); `None`: the body comes whole in the outcome.
+    pub chunks: Option<tokio::sync::mpsc::Receiver<StreamItem>>,
+}
+
+/// A driver's reply started streaming (a task → NodeAgent).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct StreamOpened {
+    /// The request.
+    pub request: RequestId,
+    /// Its head and chunks.
+    pub open: StreamOpen,
 }
 
 /// What became of the invocation under a key (asked by a replica whose
@@ -85,8 +124,8 @@ pub struct RequestDone {
     pub request: RequestId,
     /// The GPU it ran on.
     pub gpu: u32,
-    /// Its body or the runtime's error.
-    pub result: Result<Vec<u8>, RuntimeError>,
+    /// The function's reply or the runtime's error.
+    pub result: Result<FunctionReply, RuntimeError>,
 }
 
 /// Bring a function's weights onto the GPU (NodeAgent → GpuActor).

@@ -4,6 +4,8 @@
 //! ```text
 //!   Run started ─▶ key (tenant, function, tier, GPU model, pool kind)
 //!   Done        ─▶ meter.invocation(…) ─▶ reply waits ─┐
+//!   stream head ─▶ meter.invocation(start‥head) ─▶ head and chunks wait ─┤
+//!   stream end  ─▶ meter.accrue_busy(head‥end) (rides with the next write)
 //!   loads / releases of weights ─▶ resident_start / stop│
 //!   interval tick, instance released ─▶ memory due      │
 //!                                                       ▼
@@ -51,12 +53,23 @@ pub(super) type HeldReply = (
     Option<InvocationKey>,
 );
 
+/// A streamed reply's start, held until the usage of its run so far is
+/// journaled.
+pub(super) type HeldStream = (
+    gshare_core::executor::RequestId,
+    oneshot::Sender<super::ReplyStart>,
+    super::ReplyStart,
+);
+
 /// The agent's metering state.
 pub(super) struct MeterState {
     pub(super) setup: Metering,
     pub(super) meter: UsageMeter,
     /// Replies whose usage is in the meter, waiting for the next write.
     pub(super) waiting: Vec<HeldReply>,
+    /// Streamed replies whose usage so far is in the meter, waiting for
+    /// the next write before their first byte goes out.
+    pub(super) streams: Vec<HeldStream>,
     /// A journal write is in flight.
     pub(super) writing: bool,
     /// Resident memory should be journaled with the next write.
@@ -75,6 +88,7 @@ impl MeterState {
             setup,
             meter: UsageMeter::new(),
             waiting: Vec::new(),
+            streams: Vec::new(),
             writing: false,
             memory_due: false,
             flushed: false,

@@ -1,16 +1,19 @@
 //! The supervisor: owns the node's executor and carries out its commands.
 
-use super::metering::{HeldReply, InvocationKey, MeterState, Metering};
+use super::metering::{HeldReply, HeldStream, InvocationKey, MeterState, Metering};
 use super::{
     Admission, AgentPlacement, ApplyAssignment, ApplyTokens, CheckToken, FlushUsage,
     FunctionPlacement, GpuActor, HostCopiesQuery, InstanceActor, Invoke, KeyAnswer, LoadDone,
     LoadWeights, LookupKey, MetricsQuery, MetricsSnapshot, NodeStatus, PlacementQuery,
-    ReleaseInstance, ReleaseWeights, RequestDone, Residency, RunRequest, SliceAnswer, SliceRequest,
-    StatusQuery, StopNow, StopRuntimes, TakeLoads, TakeSliceRequests, TakeSwapEvents,
+    ReleaseInstance, ReleaseWeights, ReplyStart, RequestDone, Residency, RunRequest, SliceAnswer,
+    SliceRequest, StatusQuery, StopNow, StopRuntimes, StreamOpened, TakeLoads, TakeSliceRequests,
+    TakeSwapEvents,
 };
 use crate::gpu::{GpuInfo, SimulatedGpu};
 use crate::metrics::{AgentMetrics, Measured};
-use crate::runtime::{Invocation, Placement, ProcessCounters, RuntimeDriver, RuntimeError};
+use crate::runtime::{
+    HttpCall, Invocation, Placement, ProcessCounters, RuntimeDriver, RuntimeError, StreamOpen,
+};
 use actix::{Actor, Addr, AsyncContext, Context, Handler, ResponseFuture, SpawnHandle};
 use gshare_core::clock::SharedClock;
 use gshare_core::config::AgentLoadCosts;
@@ -111,6 +114,18 @@ struct Pending {
     arrived: Micros,
     deadline: Micros,
     body: Vec<u8>,
+    /// The transparent route's request (moved into the invocation when it
+    /// runs) and where the function's status and headers go.
+    http: Option<HttpCall>,
+    head: Option<oneshot::Sender<ReplyStart>>,
+    /// Its reply may stream (see [`Transparent::stream`]).
+    stream: bool,
+    /// When its reply started streaming (the usage up to then is billed as
+    /// the invocation; the rest as compute when the stream ends).
+    streamed_at: Option<Micros>,
+    /// Its stream's start could not be journaled: its outcome is
+    /// `usage_not_recorded` (the first byte never went out).
+    stream_failed: Option<String>,
     started: Option<(Micros, u32, MilliGpu)>,
     /// What its usage is metered under (set when it starts on a GPU).
     usage: Option<UsageKey>,
@@ -126,6 +141,7 @@ struct Pending {
 struct Written {
     result: Result<u64, String>,
     replies: Vec<HeldReply>,
+    streams: Vec<HeldStream>,
 }
 
 /// The node agent's supervisor actor (see the module docs of [`super`]).
@@ -305,7 +321,7 @@ impl NodeAgent {
         let Some(m) = self.metering.as_mut() else {
             return;
         };
-        if m.writing || (m.waiting.is_empty() && !m.memory_due) {
+        if m.writing || (m.waiting.is_empty() && m.streams.is_empty() && !m.memory_due) {
             return;
         }
         let Some(me) = self.me.clone() else {
@@ -318,7 +334,8 @@ impl NodeAgent {
         };
         m.memory_due = false;
         let replies = std::mem::take(&mut m.waiting);
-        if drafts.is_empty() && replies.is_empty() {
+        let streams = std::mem::take(&mut m.streams);
+        if drafts.is_empty() && replies.is_empty() && streams.is_empty() {
             return;
         }
         m.writing = true;
@@ -332,7 +349,11 @@ impl NodeAgent {
                 Ok(Err(e)) => Err(e.to_string()),
                 Err(e) => Err(format!("journal task: {e}")),
             };
-            me.do_send(Written { result, replies });
+            me.do_send(Written {
+                result,
+                replies,
+                streams,
+            });
         });
     }
 
@@ -415,6 +436,19 @@ impl NodeAgent {
         }
         let now = self.now();
         match (&outcome, p.started, p.usage, self.metering.as_mut()) {
+            // A streamed run: its first part was billed when the stream
+            // started; the rest is compute, whatever the end (journaled
+            // with the next write: its bytes are already out).
+            (_, Some((_, _, compute)), Some(key), Some(m)) if p.streamed_at.is_some() => {
+                let from = p.streamed_at.unwrap_or(now);
+                m.meter.accrue_busy(
+                    &key,
+                    u64::from(compute),
+                    m.unix_base_us + from,
+                    m.unix_base_us + now,
+                );
+                self.release(p.tx, outcome, p.key);
+            }
             (InvokeOutcome::Done { .. }, Some((started, _, compute)), Some(key), Some(m)) => {
                 // Held until its usage is journaled.
                 m.meter.invocation(
@@ -509,6 +543,11 @@ impl NodeAgent {
                     return;
                 }
                 let usage = self.usage_key(function, gpu);
+                let stream_to = self
+                    .pending
+                    .get(&request)
+                    .filter(|p| p.stream && p.http.is_some())
+                    .map(|_| self.stream_watch(request));
                 let Some(p) = self.pending.get_mut(&request) else {
                     return;
                 };
@@ -523,6 +562,8 @@ impl NodeAgent {
                     service_us: finish_at.saturating_sub(now),
                     deadline: Some(self.epoch + Duration::from_micros(p.deadline)),
                     body: std::mem::take(&mut p.body),
+                    stream_to,
+                    http: p.http.take(),
                 }));
             }
             Command::SwapIn {
@@ -942,6 +983,7 @@ impl Actor for NodeAgent {
             for (tx, _, _) in m.waiting.drain(..) {
                 let _ = tx.send(InvokeOutcome::Failed(InvokeError::ShuttingDown));
             }
+            m.streams.clear();
         }
         for (_, waiting) in self.running_keys.drain() {
             for tx in waiting {
@@ -980,6 +1022,7 @@ impl Handler<FlushUsage> for NodeAgent {
             .collect();
         m.flushed = true;
         let replies = std::mem::take(&mut m.waiting);
+        let streams = std::mem::take(&mut m.streams);
         let (keyed, now_ms) = keyed_outcomes(&replies, unix_ms);
         let result = m
             .setup
@@ -987,7 +1030,11 @@ impl Handler<FlushUsage> for NodeAgent {
             .append_keyed(records, keyed, now_ms)
             .map(|seqs| seqs.end - seqs.start)
             .map_err(|e| e.to_string());
-        self.written(Written { result, replies });
+        self.written(Written {
+            result,
+            replies,
+            streams,
+        });
     }
 }
 
@@ -1005,6 +1052,9 @@ impl NodeAgent {
                 for (tx, outcome, key) in msg.replies {
                     self.release(tx, outcome, key);
                 }
+                for (_, tx, start) in msg.streams {
+                    let _ = tx.send(start);
+                }
             }
             Err(e) => {
                 self.status.usage_write_failures += 1;
@@ -1016,6 +1066,13 @@ impl NodeAgent {
                 for (tx, _, key) in msg.replies {
                     let err = InvokeError::UsageNotRecorded { detail: e.clone() };
                     self.release(tx, InvokeOutcome::Failed(err), key);
+                }
+                // Dropping the chunks stops the function's reply; the run's
+                // outcome (its RequestDone) becomes usage_not_recorded.
+                for (request, _, _) in msg.streams {
+                    if let Some(p) = self.pending.get_mut(&request) {
+                        p.stream_failed = Some(e.clone());
+                    }
                 }
             }
         }
@@ -1066,6 +1123,10 @@ impl Handler<Invoke> for NodeAgent {
         let deadline = now.saturating_add(deadline_ms.saturating_mul(1000));
         let request = RequestId(self.next_request);
         self.next_request += 1;
+        let (http, head, stream) = match msg.http {
+            Some(t) => (Some(t.call), Some(t.head), t.stream),
+            None => (None, None, false),
+        };
         self.pending.insert(
             request,
             Pending {
@@ -1073,6 +1134,11 @@ impl Handler<Invoke> for NodeAgent {
                 arrived: now,
                 deadline,
                 body: msg.body,
+                http,
+                head,
+                stream,
+                streamed_at: None,
+                stream_failed: None,
                 started: None,
                 usage: None,
                 key: invocation_key.clone(),
@@ -1152,11 +1218,29 @@ impl Handler<RequestDone> for NodeAgent {
 
     fn handle(&mut self, msg: RequestDone, ctx: &mut Context<Self>) {
         let now = self.now();
-        let outcome = match (msg.result, self.pending.get(&msg.request)) {
-            (Ok(body), Some(p)) => {
+        let failed_stream = self
+            .pending
+            .get_mut(&msg.request)
+            .and_then(|p| p.stream_failed.take());
+        let outcome = match (msg.result, self.pending.get_mut(&msg.request)) {
+            (_, Some(_)) if failed_stream.is_some() => {
+                InvokeOutcome::Failed(InvokeError::UsageNotRecorded {
+                    detail: failed_stream.unwrap_or_default(),
+                })
+            }
+            (Ok(reply), Some(p)) => {
                 let started = p.started.map_or(p.arrived, |s| s.0);
+                // The head first: the outcome may wait for the journal,
+                // and the ingress answers only once it has it.
+                if let Some(head) = p.head.take() {
+                    let start = ReplyStart {
+                        head: reply.head,
+                        chunks: None,
+                    };
+                    let _ = head.send(start);
+                }
                 InvokeOutcome::Done {
-                    body,
+                    body: reply.body,
                     queued_us: started - p.arrived,
                     service_us: now - started,
                 }
@@ -1186,6 +1270,59 @@ impl Handler<RequestDone> for NodeAgent {
             },
         );
         self.arm(ctx);
+    }
+}
+
+impl NodeAgent {
+    /// Where a driver sends the start of request `request`'s streamed
+    /// reply: a task passes it on as [`StreamOpened`].
+    fn stream_watch(&self, request: RequestId) -> oneshot::Sender<StreamOpen> {
+        let (tx, rx) = oneshot::channel();
+        if let Some(me) = self.me.clone() {
+            actix::spawn(async move {
+                if let Ok(open) = rx.await {
+                    me.do_send(StreamOpened { request, open });
+                }
+            });
+        }
+        tx
+    }
+}
+
+impl Handler<StreamOpened> for NodeAgent {
+    type Result = ();
+
+    /// The usage of the run so far is metered as the invocation; the head
+    /// and chunks go to the ingress once that is journaled (at once
+    /// without metering).
+    fn handle(&mut self, msg: StreamOpened, _: &mut Context<Self>) {
+        let now = self.now();
+        let Some(p) = self.pending.get_mut(&msg.request) else {
+            return;
+        };
+        let Some(tx) = p.head.take() else {
+            return;
+        };
+        p.streamed_at = Some(now);
+        let start = ReplyStart {
+            head: msg.open.head,
+            chunks: Some(msg.open.chunks),
+        };
+        match (p.started, p.usage.clone(), self.metering.as_mut()) {
+            (Some((started, _, compute)), Some(key), Some(m)) => {
+                m.meter.invocation(
+                    &key,
+                    u64::from(compute),
+                    m.unix_base_us + started,
+                    m.unix_base_us + now,
+                );
+                m.streams.push((msg.request, tx, start));
+                self.journal_usage();
+            }
+            _ => {
+                let _ = tx.send(start);
+            }
+        }
     }
 }
 

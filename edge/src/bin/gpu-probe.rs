@@ -15,7 +15,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use gshare_core::config::{GpuSource, NvmlFallback, DEFAULT_H2D_MIB_PER_S};
 use gshare_edge::gpu::{discover, inventory, GpuError, GpuMeter};
-use gshare_edge::runtime::process::{ProcessSpec, RuntimeTemplate, SliceLimits};
+use gshare_edge::runtime::process::{FunctionArgs, ProcessSpec, RuntimeTemplate, SliceLimits};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 
@@ -78,7 +78,13 @@ fn main() -> anyhow::Result<()> {
                 memory_mib,
                 gpu_memory_mib,
             };
-            let spec = ProcessSpec::from_template(&t, "gpu-check", "probe", 0, slice)?;
+            let spec = ProcessSpec::from_template(
+                &t,
+                "gpu-check",
+                FunctionArgs::model("probe"),
+                0,
+                slice,
+            )?;
             for (k, v) in &spec.env {
                 anyhow::ensure!(
                     !v.contains('\n'),

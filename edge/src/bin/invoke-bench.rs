@@ -89,6 +89,9 @@ const TOKEN: &str = "bench-token";
 
 fn spec() -> FunctionSpec {
     FunctionSpec {
+        model: None,
+        args: Vec::new(),
+        env: Default::default(),
         tenant: TenantId("bench".into()),
         name: "zero".into(),
         runtime: Runtime::Custom,
@@ -136,6 +139,8 @@ fn baseline(secs: f64) -> (Vec<f64>, f64) {
                     service_us: 0,
                     deadline: None,
                     body: b"{}".to_vec(),
+                    http: None,
+                    stream_to: None,
                 })
                 .await
                 .expect("sim invoke");

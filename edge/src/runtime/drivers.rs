@@ -232,6 +232,9 @@ key = "c.key"
 
     fn function(runtime: Runtime) -> FunctionSpec {
         FunctionSpec {
+            model: None,
+            args: Vec::new(),
+            env: Default::default(),
             tenant: TenantId("t".into()),
             name: "f".into(),
             runtime,
@@ -293,8 +296,10 @@ key = "c.key"
                 service_us: 0,
                 deadline: None,
                 body: b"x".to_vec(),
+                http: None,
+                stream_to: None,
             };
-            assert_eq!(sim.invoke(inv).await.unwrap(), b"x".to_vec());
+            assert_eq!(sim.invoke(inv).await.unwrap().body, b"x".to_vec());
         });
     }
 

@@ -33,7 +33,9 @@ mod cpio;
 
 pub use cpio::{archive, Entry};
 
-use super::process::{ProcessSpec, RuntimeTemplate, SliceLimits, TemplateError, TemplateVars};
+use super::process::{
+    FunctionArgs, ProcessSpec, RuntimeTemplate, SliceLimits, TemplateError, TemplateVars,
+};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -305,22 +307,21 @@ pub fn guest_spec(
     workdir: Option<&Path>,
     vm: &MicrovmOptions,
     instance: &str,
-    model: &str,
+    function: FunctionArgs<'_>,
     limits: SliceLimits,
 ) -> Result<(ProcessSpec, PathBuf), MicrovmError> {
     // Host side: a free loopback port (the forward), the template's timings.
-    let mut spec = ProcessSpec::from_template(template, instance, model, 0, limits.clone())?;
+    let mut spec = ProcessSpec::from_template(template, instance, function, 0, limits.clone())?;
     let vars = TemplateVars {
         instance: instance.to_string(),
-        model: model.to_string(),
+        model: function.model.to_string(),
         host: "0.0.0.0".into(),
         port: template.vm.guest_port,
         aux_port: spec.aux_port,
         slice: limits.clone(),
     };
-    let argv = template.render_command(&vars)?;
-    let mut env = template.render_env(&vars)?;
-    env.extend(limits.cuda_env(template.mps_ordinals));
+    let (argv, env) =
+        template.render_process(&vars, function, limits.cuda_env(template.mps_ordinals))?;
     let run = run_script(&argv, &env)?;
     let overlay = function_archive(template, workdir, &run)?;
     std::fs::create_dir_all(&vm.run_dir).map_err(|source| MicrovmError::Write {

@@ -27,6 +27,7 @@ mod process_driver;
 mod sim;
 
 pub use drivers::Drivers;
+pub use process::{ReplyHead, StreamItem};
 pub use process_counters::{ProcessCounters, VmFigures};
 pub use process_driver::{ProcessDriver, ProcessOptions};
 pub use sim::SimDriver;
@@ -40,7 +41,7 @@ use std::pin::Pin;
 pub type RuntimeFuture<T> = Pin<Box<dyn Future<Output = T>>>;
 
 /// One request to run, as the executor decided it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct Invocation {
     /// The request.
     pub request: RequestId,
@@ -55,6 +56,60 @@ pub struct Invocation {
     pub deadline: Option<std::time::Instant>,
     /// Request body.
     pub body: Vec<u8>,
+    /// The HTTP request as the client sent it to the transparent route
+    /// (`/v1/invoke/{tenant}/{function}/{*path}`): any status of the
+    /// function is its answer. `None`: a plain invocation (`POST` of the
+    /// body to the template's invoke path; a non-2xx answer fails it).
+    pub http: Option<HttpCall>,
+    /// Set when the reply may stream (the transparent route, no
+    /// idempotency key): a driver that streams it sends the head and the
+    /// body's channel here as soon as the head arrived, and answers the
+    /// invocation (with an empty body) when the stream ended.
+    pub stream_to: Option<tokio::sync::oneshot::Sender<StreamOpen>>,
+}
+
+/// A reply whose body streams: its head and where its chunks arrive.
+#[derive(Debug)]
+pub struct StreamOpen {
+    /// The function's status and headers.
+    pub head: ReplyHead,
+    /// The body, chunk by chunk; closed without [`StreamItem::End`]: cut.
+    pub chunks: tokio::sync::mpsc::Receiver<StreamItem>,
+}
+
+/// What the transparent route passes on to the function (the body travels
+/// in [`Invocation::body`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpCall {
+    /// The method.
+    pub method: String,
+    /// Path and query at the function (`/v1/chat/completions?x=1`).
+    pub target: String,
+    /// Headers to pass on (lower-case names; hop-by-hop headers and
+    /// gshare's own already removed).
+    pub headers: Vec<(String, Vec<u8>)>,
+}
+
+/// A function's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FunctionReply {
+    /// Its status and headers (`200` and none from drivers without HTTP).
+    pub head: ReplyHead,
+    /// Its body.
+    pub body: Vec<u8>,
+}
+
+impl FunctionReply {
+    /// A `200` with `body` and no headers.
+    pub fn ok(body: Vec<u8>) -> Self {
+        Self {
+            head: ReplyHead {
+                status: 200,
+                headers: Vec::new(),
+            },
+            body,
+        }
+    }
 }
 
 /// Why a driver could not serve.
@@ -83,8 +138,11 @@ pub trait RuntimeDriver {
         spec: &FunctionSpec,
         slices: &[Slice],
     ) -> RuntimeFuture<Result<(), RuntimeError>>;
-    /// Serves one request; the answer is the response body.
-    fn invoke(&mut self, invocation: Invocation) -> RuntimeFuture<Result<Vec<u8>, RuntimeError>>;
+    /// Serves one request; the answer is the function's reply.
+    fn invoke(
+        &mut self,
+        invocation: Invocation,
+    ) -> RuntimeFuture<Result<FunctionReply, RuntimeError>>;
     /// Stops the instance (and everything it started).
     fn stop(&mut self) -> RuntimeFuture<()>;
     /// A copy of the function's weights was loaded on a node GPU (swap-in,

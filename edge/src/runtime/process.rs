@@ -43,11 +43,14 @@ mod template;
 mod tests;
 
 pub use error::{InvokeError, ProcessError};
-pub use http::{read_response, request as http_request, HttpError, HttpResponse};
+pub use http::{
+    read_body, read_response, Headers, HttpClient, HttpError, HttpResponse, ReplyHead, MAX_HEAD,
+};
 pub use ledger::{ProcessLedger, Reaped};
 pub use spec::{free_port, Backoff, ProcessSpec, SliceLimits};
 pub use template::{
-    render, MpsOrdinals, RuntimeTemplate, TemplateError, TemplateVars, VmTemplate, VM_MEMORY_MIB,
+    render, FunctionArgs, MpsOrdinals, RuntimeTemplate, TemplateError, TemplateVars, VmTemplate,
+    VM_MEMORY_MIB,
 };
 
 use rustix::process::{kill_process_group, test_kill_process_group, Pid, Signal};
@@ -60,11 +63,59 @@ use tokio::process::{Child, Command};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-/// Largest response body accepted from a function (64 MiB).
+/// Largest response body accepted from a function by default (64 MiB;
+/// a runtime template's `max_reply_bytes`).
 pub const MAX_RESPONSE_BODY: usize = 64 * 1024 * 1024;
 /// After a transport error, how long an invocation waits to learn whether
 /// the process died (to report `Crashed` rather than `Transport`).
 const CRASH_CONFIRM: Duration = Duration::from_millis(500);
+
+/// One piece of a streamed reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamItem {
+    /// Bytes of the body, as the function sent them.
+    Data(hyper::body::Bytes),
+    /// The body ended as the function ended it.
+    End,
+}
+
+/// Passes `body`'s frames to `tx` (at most `max_body` bytes in all), then
+/// [`StreamItem::End`]. A receiver that is gone ends it early (`Ok`).
+async fn pump(
+    mut body: hyper::body::Incoming,
+    tx: &tokio::sync::mpsc::Sender<StreamItem>,
+    max_body: usize,
+) -> Result<(), HttpError> {
+    use http_body_util::BodyExt;
+    let mut sent = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| HttpError::Io(e.to_string()))?;
+        if let Ok(data) = frame.into_data() {
+            if data.len() > max_body.saturating_sub(sent) {
+                return Err(HttpError::TooLarge(max_body));
+            }
+            sent = sent.saturating_add(data.len());
+            if tx.send(StreamItem::Data(data)).await.is_err() {
+                return Ok(());
+            }
+        }
+    }
+    let _ = tx.send(StreamItem::End).await;
+    Ok(())
+}
+
+/// One request to a function's server.
+#[derive(Debug, Clone)]
+pub struct FunctionCall<'a> {
+    /// The method.
+    pub method: &'a str,
+    /// Path and query (starting with `/`); `None`: the template's invoke path.
+    pub target: Option<&'a str>,
+    /// Headers (the agent's `X-Gshare-Deadline-Ms` replaces any given).
+    pub headers: &'a [(&'a str, &'a [u8])],
+    /// The body.
+    pub body: Vec<u8>,
+}
 
 /// Where an instance is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,6 +145,8 @@ pub struct Status {
 
 struct Shared {
     spec: ProcessSpec,
+    /// The pooled client to the server (its port is kept across restarts).
+    client: HttpClient,
     status: watch::Sender<Status>,
     stop: watch::Sender<bool>,
     crashes: AtomicU64,
@@ -210,6 +263,7 @@ fn spawn(
 /// timeout passes or a stop is requested. Kills the group on failure.
 async fn wait_healthy(
     spec: &ProcessSpec,
+    client: &HttpClient,
     child: &mut Child,
     stop: &mut watch::Receiver<bool>,
 ) -> Result<(), ProcessError> {
@@ -234,15 +288,7 @@ async fn wait_healthy(
                 status: status.to_string(),
             });
         }
-        let probe = http::request(
-            &spec.host,
-            spec.port,
-            "GET",
-            &spec.health_path,
-            &[],
-            &[],
-            64 * 1024,
-        );
+        let probe = client.send("GET", &spec.health_path, &[], Vec::new(), 64 * 1024);
         if let Ok(Ok(resp)) = tokio::time::timeout(spec.health_request_timeout, probe).await {
             if resp.status == 200 {
                 return Ok(());
@@ -320,8 +366,10 @@ impl ProcessInstance {
             pid: None,
         });
         let (stop, mut stop_rx) = watch::channel(false);
+        let client = HttpClient::new(&spec.host, spec.port);
         let shared = Arc::new(Shared {
             spec,
+            client,
             status,
             stop,
             crashes: AtomicU64::new(0),
@@ -335,7 +383,7 @@ impl ProcessInstance {
         let pid = child.id();
         shared.pgid.store(pid.unwrap_or(0) as i32, Ordering::SeqCst);
         shared.set_status(Phase::Starting, 1, pid);
-        if let Err(e) = wait_healthy(&shared.spec, &mut child, &mut stop_rx).await {
+        if let Err(e) = wait_healthy(&shared.spec, &shared.client, &mut child, &mut stop_rx).await {
             shared.pgid.store(0, Ordering::SeqCst);
             shared.set_status(Phase::Failed, 1, None);
             return Err(e);
@@ -383,18 +431,25 @@ impl ProcessInstance {
         self.shared.in_flight.load(Ordering::Relaxed)
     }
 
-    /// POSTs `body` (JSON) to the function; see [`invoke_with`](Self::invoke_with).
+    /// POSTs `body` (JSON) to the function's invoke path; see
+    /// [`invoke_with`](Self::invoke_with).
     pub async fn invoke(
         &self,
         body: &[u8],
         deadline: Duration,
     ) -> Result<HttpResponse, InvokeError> {
-        self.invoke_with(&[("Content-Type", "application/json")], body, deadline)
-            .await
+        let call = FunctionCall {
+            method: "POST",
+            target: None,
+            headers: &[("content-type", b"application/json")],
+            body: body.to_vec(),
+        };
+        self.invoke_with(call, deadline).await
     }
 
-    /// POSTs `body` with `headers` to the function's invoke path and returns
-    /// its response (any status: the function's own errors are its answer).
+    /// Sends `call` to the function and returns its response (any status:
+    /// the function's own errors are its answer), its body at most the
+    /// spec's `max_reply_bytes`.
     ///
     /// While the instance restarts the call waits for it, within `deadline`.
     /// It ends with an error if the deadline passes, the process crashes
@@ -402,9 +457,26 @@ impl ProcessInstance {
     /// The remaining time is sent as `X-Gshare-Deadline-Ms`.
     pub async fn invoke_with(
         &self,
-        headers: &[(&str, &str)],
-        body: &[u8],
+        call: FunctionCall<'_>,
         deadline: Duration,
+    ) -> Result<HttpResponse, InvokeError> {
+        self.invoke_streaming(call, deadline, |_| None).await
+    }
+
+    /// [`invoke_with`](Self::invoke_with), where `on_head` may take the
+    /// reply's body as a stream: given the head, it returns where the
+    /// body's chunks go (a bounded channel: the function is read only as
+    /// fast as the receiver takes them), or `None` to read it whole. A
+    /// streamed body ends with [`StreamItem::End`]; a channel closed
+    /// without it means the reply was cut (deadline, crash, over
+    /// `max_reply_bytes`: the call's error says which). The answer of a
+    /// streamed call has an empty body. A receiver that goes away ends the
+    /// call (`Ok`, the client left).
+    pub async fn invoke_streaming(
+        &self,
+        call: FunctionCall<'_>,
+        deadline: Duration,
+        on_head: impl FnOnce(&ReplyHead) -> Option<tokio::sync::mpsc::Sender<StreamItem>>,
     ) -> Result<HttpResponse, InvokeError> {
         let spec = &self.shared.spec;
         let instance = || spec.instance.clone();
@@ -436,12 +508,13 @@ impl ProcessInstance {
             .saturating_duration_since(tokio::time::Instant::now())
             .as_millis()
             .to_string();
-        let mut all_headers: Vec<(&str, &str)> = headers
+        let mut all_headers: Vec<(&str, &[u8])> = call
+            .headers
             .iter()
             .filter(|(k, _)| !k.eq_ignore_ascii_case("x-gshare-deadline-ms"))
             .copied()
             .collect();
-        all_headers.push(("X-Gshare-Deadline-Ms", &left_ms));
+        all_headers.push(("x-gshare-deadline-ms", left_ms.as_bytes()));
         let changed = |s: &Status| s.phase != Phase::Ready || s.generation != generation;
         let crashed_or_stopped = |s: Status| match s.phase {
             Phase::Stopped => InvokeError::Unavailable {
@@ -454,15 +527,25 @@ impl ProcessInstance {
             },
         };
         let mut rx2 = rx.clone();
-        let request = http::request(
-            &spec.host,
-            spec.port,
-            "POST",
-            &spec.invoke_path,
-            &all_headers,
-            body,
-            MAX_RESPONSE_BODY,
-        );
+        let target = call.target.unwrap_or(&spec.invoke_path);
+        let client = &self.shared.client;
+        let request = async {
+            let (head, body) = client
+                .open(call.method, target, &all_headers, call.body)
+                .await?;
+            let body = match on_head(&head) {
+                None => read_body(body, spec.max_reply_bytes).await?,
+                Some(tx) => {
+                    pump(body, &tx, spec.max_reply_bytes).await?;
+                    Vec::new()
+                }
+            };
+            Ok::<_, HttpError>(HttpResponse {
+                status: head.status,
+                headers: head.headers,
+                body,
+            })
+        };
         // Owned values only across awaits (`watch::Ref` is not `Send`).
         let status_change = async { rx.wait_for(changed).await.map(|s| *s).ok() };
         let outcome = tokio::select! {
@@ -578,7 +661,7 @@ async fn supervise(
             let pid = next.id();
             shared.pgid.store(pid.unwrap_or(0) as i32, Ordering::SeqCst);
             shared.set_status(Phase::Restarting, generation, pid);
-            match wait_healthy(spec, &mut next, &mut stop).await {
+            match wait_healthy(spec, &shared.client, &mut next, &mut stop).await {
                 Ok(()) => {
                     child = next;
                     healthy_since = Instant::now();

@@ -4,8 +4,13 @@
 //!  start(spec, slices) ─▶ render the runtime's template for the slice
 //!                          (CUDA_VISIBLE_DEVICES, MPS limits, {port} …)
 //!                          ─▶ ProcessInstance::start: spawn, wait for health
-//!  invoke(invocation)  ─▶ POST the body, bounded by the request's deadline
-//!                          ─▶ 2xx: its body │ crash: Crashed │ late: DeadlineExceeded
+//!  invoke(invocation)  ─▶ POST the body (or, on the transparent route, the
+//!                          client's method, path, headers), bounded by the deadline
+//!                          ─▶ 2xx (any status when transparent): its reply
+//!                             │ crash: Crashed │ late: DeadlineExceeded
+//!                          a transparent reply without a length, when the agent
+//!                          allows it (`stream_to`): head and chunk channel sent at
+//!                          once, the call answered (empty body) when it ended
 //!  place(Some(gpu))    ─▶ not running, or on another GPU: stop, start on `gpu`
 //!  place(None)         ─▶ stop (weights leave the GPU with the process)
 //!  stop()              ─▶ SIGTERM to the process group, SIGKILL after the grace
@@ -25,10 +30,14 @@
 
 use super::microvm::{self, MicrovmOptions};
 use super::process::{
-    InvokeError, Phase, ProcessInstance, ProcessLedger, ProcessSpec, RuntimeTemplate, SliceLimits,
+    FunctionArgs, FunctionCall, InvokeError, Phase, ProcessInstance, ProcessLedger, ProcessSpec,
+    ReplyHead, RuntimeTemplate, SliceLimits,
 };
 use super::process_counters::VmGuard;
-use super::{Invocation, Placement, ProcessCounters, RuntimeDriver, RuntimeError, RuntimeFuture};
+use super::{
+    FunctionReply, Invocation, Placement, ProcessCounters, RuntimeDriver, RuntimeError,
+    RuntimeFuture, StreamOpen,
+};
 use gshare_core::model::{FunctionSpec, GpuId, Mib, Slice};
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -38,6 +47,10 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+
+/// Chunks of a streamed reply held between the function and the client
+/// (the function is read only as fast as the client takes them).
+const STREAM_CHUNKS: usize = 16;
 
 /// How much of a function's error body is kept in the error message.
 const ERROR_BODY_EXCERPT: usize = 200;
@@ -188,7 +201,7 @@ async fn launch(
             let mut spec: ProcessSpec = ProcessSpec::from_template(
                 &options.template,
                 &id,
-                &function.name,
+                FunctionArgs::of(&function),
                 0,
                 limits.clone(),
             )
@@ -202,7 +215,7 @@ async fn launch(
                 options.workdir.as_deref(),
                 vm,
                 &id,
-                &function.name,
+                FunctionArgs::of(&function),
                 limits.clone(),
             )
             .map_err(|e| RuntimeError::Failed(format!("{id}: microvm: {e}")))?;
@@ -326,7 +339,10 @@ impl RuntimeDriver for ProcessDriver {
         self.relaunch(spec.clone(), slices.to_vec())
     }
 
-    fn invoke(&mut self, invocation: Invocation) -> RuntimeFuture<Result<Vec<u8>, RuntimeError>> {
+    fn invoke(
+        &mut self,
+        invocation: Invocation,
+    ) -> RuntimeFuture<Result<FunctionReply, RuntimeError>> {
         let Some(instance) = self.running.borrow().as_ref().map(|r| r.instance.clone()) else {
             return Box::pin(async { Err(RuntimeError::NotRunning) });
         };
@@ -338,8 +354,48 @@ impl RuntimeDriver for ProcessDriver {
         }
         .max(Duration::from_millis(1));
         Box::pin(async move {
-            match instance.invoke(&invocation.body, deadline).await {
-                Ok(resp) if (200..300).contains(&resp.status) => Ok(resp.body),
+            let transparent = invocation.http.is_some();
+            let stream_to = invocation.stream_to;
+            let answer = match &invocation.http {
+                None => instance.invoke(&invocation.body, deadline).await,
+                Some(http) => {
+                    let headers: Vec<(&str, &[u8])> = http
+                        .headers
+                        .iter()
+                        .map(|(k, v)| (k.as_str(), v.as_slice()))
+                        .collect();
+                    let call = FunctionCall {
+                        method: &http.method,
+                        target: Some(&http.target),
+                        headers: &headers,
+                        body: invocation.body,
+                    };
+                    // A reply without a length (chunked, event streams)
+                    // streams when the agent allows it; one with a length
+                    // is read whole.
+                    let on_head = |head: &ReplyHead| {
+                        let sized = head.headers.iter().any(|(k, _)| k == "content-length");
+                        let to = stream_to.filter(|_| !sized)?;
+                        let (tx, chunks) = tokio::sync::mpsc::channel(STREAM_CHUNKS);
+                        let open = StreamOpen {
+                            head: head.clone(),
+                            chunks,
+                        };
+                        to.send(open).ok().map(|()| tx)
+                    };
+                    instance.invoke_streaming(call, deadline, on_head).await
+                }
+            };
+            match answer {
+                // The transparent route passes every status on; a plain
+                // invocation's answer is a 2xx body.
+                Ok(resp) if transparent || (200..300).contains(&resp.status) => Ok(FunctionReply {
+                    head: ReplyHead {
+                        status: resp.status,
+                        headers: resp.headers,
+                    },
+                    body: resp.body,
+                }),
                 Ok(resp) => Err(RuntimeError::Failed(format!(
                     "function answered HTTP {}: {}",
                     resp.status,

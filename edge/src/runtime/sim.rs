@@ -1,11 +1,12 @@
 //! The `sim` runtime driver: no process, just the predicted service time.
 
-use super::{Invocation, RuntimeDriver, RuntimeError, RuntimeFuture};
+use super::{FunctionReply, Invocation, RuntimeDriver, RuntimeError, RuntimeFuture};
 use gshare_core::model::{FunctionSpec, Slice};
 use std::time::Duration;
 
 /// Serves a request by waiting its service time (the executor's prediction
-/// from the latency profile and compute share), then echoing the body.
+/// from the latency profile and compute share), then echoing the body with
+/// `200` (on the transparent route too: there is no HTTP here).
 /// Swap-in and cold-start costs are paid by the GPU actor before the
 /// executor dispatches here, exactly as in the serving simulator.
 #[derive(Debug, Default)]
@@ -30,7 +31,10 @@ impl RuntimeDriver for SimDriver {
         Box::pin(async { Ok(()) })
     }
 
-    fn invoke(&mut self, invocation: Invocation) -> RuntimeFuture<Result<Vec<u8>, RuntimeError>> {
+    fn invoke(
+        &mut self,
+        invocation: Invocation,
+    ) -> RuntimeFuture<Result<FunctionReply, RuntimeError>> {
         let running = self.running;
         Box::pin(async move {
             if !running {
@@ -39,7 +43,7 @@ impl RuntimeDriver for SimDriver {
             if invocation.service_us > 0 {
                 tokio::time::sleep(Duration::from_micros(invocation.service_us)).await;
             }
-            Ok(invocation.body)
+            Ok(FunctionReply::ok(invocation.body))
         })
     }
 
@@ -62,6 +66,8 @@ mod tests {
             service_us: us,
             deadline: None,
             body: b"hi".to_vec(),
+            http: None,
+            stream_to: None,
         }
     }
 
@@ -70,7 +76,7 @@ mod tests {
         let mut d = SimDriver::new();
         assert_eq!(d.invoke(inv(0)).await, Err(RuntimeError::NotRunning));
         d.running = true;
-        assert_eq!(d.invoke(inv(0)).await.unwrap(), b"hi".to_vec());
+        assert_eq!(d.invoke(inv(0)).await.unwrap().body, b"hi".to_vec());
         d.stop().await;
         assert_eq!(d.invoke(inv(0)).await, Err(RuntimeError::NotRunning));
     }

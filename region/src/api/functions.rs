@@ -80,6 +80,18 @@ pub struct FunctionBody {
     /// Latency profile (default: the deadline on a whole GPU, saturating at 1000).
     #[serde(default)]
     pub latency: Option<LatencyBody>,
+    /// The model its runtime serves (`org/model`; `{model}` in the
+    /// runtime's template); absent: the function's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Arguments appended to the runtime's command (within the template's
+    /// `allow_args`, checked by the agent).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Environment of the runtime (within the template's `allow_env`,
+    /// checked by the agent).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub env: std::collections::BTreeMap<String, String>,
 }
 
 fn any_pool() -> PoolPreference {
@@ -136,7 +148,10 @@ impl FunctionBody {
                 saturation_milli: l.saturation_milli,
             },
         );
-        Ok(FunctionSpec {
+        let spec = FunctionSpec {
+            model: self.model,
+            args: self.args,
+            env: self.env,
             tenant,
             name: self.name,
             runtime: self.runtime,
@@ -149,7 +164,10 @@ impl FunctionBody {
             max_instances: self.max_instances.unwrap_or(self.min_instances.max(1)),
             idle_timeout_s: self.idle_timeout_s,
             latency,
-        })
+        };
+        // The state machine's apply checks the same again.
+        gshare_core::serving::check_serving(&spec).map_err(|e| invalid(&e.field, e.reason))?;
+        Ok(spec)
     }
 }
 
@@ -436,7 +454,7 @@ async fn deploy(
         tenant: tenant.clone(),
         key: key.key.clone(),
         fingerprint: key.fingerprint.clone(),
-        spec: spec.clone(),
+        spec: Box::new(spec.clone()),
     };
     match ctx.replica.scheduler.submit(eval).await {
         Ok(EvalDone {
@@ -1022,6 +1040,38 @@ mod tests {
         body(extra)
             .into_spec(TenantId("acme".into()))
             .map(|s| s.pool)
+    }
+
+    #[test]
+    fn a_deploy_carries_model_args_and_env_and_refuses_bad_ones_by_field() {
+        use serde_json::json;
+        let spec = body(json!({
+            "model": "org/model", "args": ["--max-model-len=4096"], "env": {"HF_HOME": "/c"}
+        }))
+        .into_spec(TenantId("acme".into()))
+        .unwrap();
+        assert_eq!(spec.model.as_deref(), Some("org/model"));
+        assert_eq!(spec.args, ["--max-model-len=4096"]);
+        assert_eq!(spec.env["HF_HOME"], "/c");
+        // Absent: none, and `{model}` is the name (as before the field).
+        let spec = body(json!({})).into_spec(TenantId("acme".into())).unwrap();
+        assert_eq!((spec.model.as_deref(), spec.model_or_name()), (None, "f"));
+        for (extra, field) in [
+            (json!({"model": "../etc"}), "model"),
+            (json!({"model": ""}), "model"),
+            (json!({"args": ["ok", ""]}), "args[1]"),
+            (json!({"env": {"A-B": "x"}}), "env.A-B"),
+        ] {
+            let e = body(extra.clone())
+                .into_spec(TenantId("acme".into()))
+                .unwrap_err();
+            assert_eq!(
+                (e.status, e.code),
+                (StatusCode::UNPROCESSABLE_ENTITY, "invalid_spec"),
+                "{extra}"
+            );
+            assert!(e.message.contains(field), "{extra}: {}", e.message);
+        }
     }
 
     #[test]

@@ -165,6 +165,15 @@ pub fn parse(file: &str, text: &str) -> anyhow::Result<FunctionBody> {
             body[key] = v;
         }
     }
+    if let Some(m) = f.model {
+        body["model"] = Value::from(m);
+    }
+    if !f.args.is_empty() {
+        body["args"] = serde_json::json!(f.args);
+    }
+    if !f.env.is_empty() {
+        body["env"] = serde_json::json!(f.env);
+    }
     serde_json::from_value(body).with_context(|| format!("{file}: the deploy body"))
 }
 
@@ -694,6 +703,20 @@ mod tests {
             e.contains("fn.toml:4:17: compute_milli: a burstable function"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_function_file_passes_model_args_and_env_to_the_spec() {
+        let text = "name = \"f\"\nruntime = \"vllm\"\nmemory_mib = 1024\ncompute_milli = 500\n\
+                    tier = \"burstable\"\ndeadline_ms = 100\nmodel = \"org/model\"\n\
+                    args = [\"--max-model-len\", \"4096\"]\n[env]\nHF_HOME = \"/c\"\n";
+        let spec = super::parse("fn.toml", text)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .into_spec(gshare_core::model::TenantId("acme".into()))
+            .unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(spec.model.as_deref(), Some("org/model"));
+        assert_eq!(spec.args, ["--max-model-len", "4096"]);
+        assert_eq!(spec.env["HF_HOME"], "/c");
     }
 
     #[test]

@@ -581,6 +581,9 @@ mod tests {
             )
             .expect("tenant");
             let spec = FunctionSpec {
+                model: None,
+                args: Vec::new(),
+                env: Default::default(),
                 tenant: TenantId(tenant.into()),
                 name: format!("{tenant}-fn"),
                 runtime: Runtime::Custom,

@@ -26,8 +26,9 @@ pub enum Evaluation {
         key: String,
         /// What the request was (a reused key with another fingerprint is refused).
         fingerprint: String,
-        /// The spec (`spec.tenant == tenant`).
-        spec: FunctionSpec,
+        /// The spec (`spec.tenant == tenant`); boxed to keep the other
+        /// kinds small (the wire form is the spec's own).
+        spec: Box<FunctionSpec>,
     },
     /// A deployed function is below `min_instances` (a drained node, a
     /// reshaping update, GPUs an agent no longer has): place one more.

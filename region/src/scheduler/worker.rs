@@ -121,7 +121,7 @@ fn decide(
                     key: key.clone(),
                     fingerprint: fingerprint.clone(),
                     command: Box::new(DomainCommand::FunctionCreate {
-                        spec: spec.clone(),
+                        spec: (**spec).clone(),
                         placements: plan.placements(),
                     }),
                 }),

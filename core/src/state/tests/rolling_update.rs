@@ -238,3 +238,41 @@ fn a_state_mid_roll_round_trips_through_json_and_bincode() {
         Some((1_000, 1))
     );
 }
+
+#[test]
+fn a_change_of_model_args_or_env_is_a_reshape_and_a_bad_model_is_refused_on_apply() {
+    let mut s = region();
+    let mut f = spec("acme", "f", Tier::Guaranteed, 100, 1_000);
+    f.min_instances = 1;
+    deploy(&mut s, f.clone());
+    let old = place(&mut s, "acme", "f");
+    // What the process runs is fixed at its start: a new model replaces it.
+    f.model = Some("org/model".into());
+    let r = ok(&mut s, DomainCommand::FunctionUpdate { spec: f.clone() });
+    assert!(
+        matches!(&r, Applied::FunctionUpdated { replacing, .. } if replacing == &vec![old]),
+        "{r:?}"
+    );
+    // A change of anything else keeps the instances (the max here).
+    f.max_instances = 3;
+    let r = ok(&mut s, DomainCommand::FunctionUpdate { spec: f.clone() });
+    assert!(
+        matches!(&r, Applied::FunctionUpdated { replacing, .. } if replacing.is_empty()),
+        "{r:?}"
+    );
+    for bad in [
+        FunctionSpec {
+            model: Some("/etc/passwd".into()),
+            ..f.clone()
+        },
+        FunctionSpec {
+            env: [("LD PRELOAD".to_string(), "x".to_string())].into(),
+            ..f.clone()
+        },
+    ] {
+        let e = s
+            .apply(DomainCommand::FunctionUpdate { spec: bad }, T0)
+            .unwrap_err();
+        assert!(matches!(e, ApplyError::InvalidSpec { .. }), "{e}");
+    }
+}

@@ -93,8 +93,15 @@ fn the_guest_spec_forwards_a_host_port_and_appends_the_function_files() {
         tsc_khz: Some(2_600_000),
     };
     let t = template("memory_mib = 192\n");
-    let (spec, initrd) =
-        guest_spec(&t, Some(dir.path()), &vm, "acme-echo", "echo", limits()).unwrap();
+    let (spec, initrd) = guest_spec(
+        &t,
+        Some(dir.path()),
+        &vm,
+        "acme-echo",
+        FunctionArgs::model("echo"),
+        limits(),
+    )
+    .unwrap();
     assert_eq!(
         (spec.host.as_str(), spec.health_path.as_str()),
         ("127.0.0.1", "/health")
@@ -132,8 +139,15 @@ fn the_guest_spec_forwards_a_host_port_and_appends_the_function_files() {
     }
     // A function file that is missing is an error naming it.
     std::fs::remove_file(dir.path().join("lib/util.py")).unwrap();
-    let e = guest_spec(&t, Some(dir.path()), &vm, "acme-echo", "echo", limits())
-        .unwrap_err()
-        .to_string();
+    let e = guest_spec(
+        &t,
+        Some(dir.path()),
+        &vm,
+        "acme-echo",
+        FunctionArgs::model("echo"),
+        limits(),
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("vm.files: ") && e.contains("util.py"), "{e}");
 }

@@ -92,6 +92,9 @@ fn process_options(counters: &ProcessCounters) -> Arc<ProcessOptions> {
 
 fn function() -> FunctionSpec {
     FunctionSpec {
+        model: None,
+        args: Vec::new(),
+        env: Default::default(),
         tenant: TenantId("acme".into()),
         name: "echo".into(),
         runtime: Runtime::Custom,
@@ -129,12 +132,14 @@ fn call(body: &str) -> Invocation {
         service_us: 1_000,
         deadline: Some(std::time::Instant::now() + Duration::from_secs(60)),
         body: body.as_bytes().to_vec(),
+        http: None,
+        stream_to: None,
     }
 }
 
 async fn echo(d: &mut ProcessDriver, body: &str) -> serde_json::Value {
     let out = d.invoke(call(body)).await.expect("echo answers");
-    serde_json::from_slice(&out).unwrap()
+    serde_json::from_slice(&out.body).unwrap()
 }
 
 fn alive(pid: u32) -> bool {

@@ -1,44 +1,70 @@
-//! A small HTTP/1.1 client on tokio: one request per connection.
+//! The agent's HTTP client to a function's server: hyper 1 over
+//! hyper-util's pooled client (HTTP/1.1, keep-alive), one per instance.
 //!
-//! Enough to talk to a function server on loopback: `Content-Length`,
-//! `Transfer-Encoding: chunked` or read-to-close bodies, bounded header and
-//! body sizes. Time limits are the caller's (`tokio::time::timeout`).
+//! ```text
+//!   HttpClient::send(method, path?query, headers, body)
+//!     │ a pooled connection to 127.0.0.1:<port> (opened on demand, kept idle 30 s)
+//!     ▼
+//!   (ReplyHead, body) ─▶ read_body(body, max_body): the whole body, at most max_body
+//! ```
 //!
-//! The function server is untrusted: every length it announces (a
-//! `Content-Length`, a chunk size) is compared with what is left of the
-//! body limit before anything is read, bytes already parsed are dropped
-//! from the buffer, and the head, a chunk-size line and the trailers are
-//! each bounded, so what the agent holds for one response stays under
-//! `max_body` plus [`MAX_HEAD`] plus one read, whatever the server sends.
+//! The function's server is untrusted: the response head (status line,
+//! headers) is bounded by hyper's read buffer ([`MAX_HEAD`]), a
+//! `Content-Length` over the limit is refused before any body byte is read,
+//! and every body frame is compared with what is left of the limit before
+//! it is kept, so what the agent holds for one response stays under
+//! `max_body` plus one read buffer whatever the server announces (a chunk
+//! size is hyper's to parse: a size the server never sends ends with the
+//! caller's deadline, having cost nothing). hyper bounds the trailers of a
+//! chunked body itself. Time limits are the caller's (`tokio::time`).
+//!
+//! Only plain HTTP: the server is on the agent's own loopback (or a
+//! microVM's forwarded loopback port), so there is no TLS to speak.
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use std::time::Duration;
 
-/// Largest response head accepted (status line and headers; also the
-/// trailers of a chunked body).
+/// Largest response head accepted (hyper's read buffer: status line and
+/// headers must fit in it).
 pub const MAX_HEAD: usize = 64 * 1024;
 
-/// Longest chunk-size line (size and extensions) accepted.
-const MAX_CHUNK_LINE: usize = 1024;
+/// How long an idle pooled connection is kept.
+const POOL_IDLE: Duration = Duration::from_secs(30);
 
-/// An HTTP response.
+/// Headers as they travel through the agent: lower-case names, raw values.
+pub type Headers = Vec<(String, Vec<u8>)>;
+
+/// The status and headers of a function's response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplyHead {
+    /// Status code.
+    pub status: u16,
+    /// Headers, names lower-cased, in order.
+    pub headers: Headers,
+}
+
+/// An HTTP response, body read whole.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpResponse {
     /// Status code.
     pub status: u16,
     /// Headers, names lower-cased, in order.
-    pub headers: Vec<(String, String)>,
+    pub headers: Headers,
     /// The body.
     pub body: Vec<u8>,
 }
 
 impl HttpResponse {
-    /// The first header named `name` (lower-case).
+    /// The first header named `name` (lower-case), if it is text.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
+            .and_then(|(_, v)| std::str::from_utf8(v).ok())
     }
 }
 
@@ -47,278 +73,307 @@ impl HttpResponse {
 pub enum HttpError {
     /// The connection could not be opened.
     #[error("connect: {0}")]
-    Connect(std::io::Error),
+    Connect(String),
     /// Reading or writing failed, or the peer closed early.
     #[error("i/o: {0}")]
-    Io(#[from] std::io::Error),
+    Io(String),
     /// The response was not valid HTTP/1.x.
     #[error("malformed response: {0}")]
     Malformed(String),
     /// The response head or body was over the limit.
     #[error("response over {0} bytes")]
     TooLarge(usize),
+    /// The request could not be formed (a method, path or header hyper refuses).
+    #[error("invalid request: {0}")]
+    Request(String),
 }
 
-struct Reader<S> {
-    stream: S,
-    buf: Vec<u8>,
-    pos: usize,
-    eof: bool,
-}
-
-impl<S: AsyncRead + Unpin> Reader<S> {
-    async fn fill(&mut self) -> Result<usize, HttpError> {
-        // Drop what was parsed: the buffer holds only unread bytes.
-        if self.pos > 0 {
-            self.buf.drain(..self.pos);
-            self.pos = 0;
-        }
-        let mut chunk = [0u8; 16 * 1024];
-        let n = self.stream.read(&mut chunk).await?;
-        if n == 0 {
-            self.eof = true;
-        }
-        self.buf.extend_from_slice(&chunk[..n]);
-        Ok(n)
-    }
-
-    fn available(&self) -> &[u8] {
-        &self.buf[self.pos..]
-    }
-
-    /// A line ending in CRLF (returned without it).
-    async fn line(&mut self, limit: usize) -> Result<Vec<u8>, HttpError> {
-        loop {
-            if let Some(i) = self.available().windows(2).position(|w| w == b"\r\n") {
-                let line = self.available()[..i].to_vec();
-                self.pos += i + 2;
-                return Ok(line);
-            }
-            if self.available().len() > limit {
-                return Err(HttpError::TooLarge(limit));
-            }
-            if self.fill().await? == 0 {
-                return Err(early_eof());
-            }
+impl HttpError {
+    fn of_hyper(e: &hyper::Error) -> Self {
+        // hyper keeps its "too large" kind private; its message says it.
+        if e.is_parse() && e.to_string().contains("too large") {
+            HttpError::TooLarge(MAX_HEAD)
+        } else if e.is_parse() {
+            HttpError::Malformed(chain(e))
+        } else {
+            HttpError::Io(chain(e))
         }
     }
 
-    async fn exact(&mut self, n: usize, out: &mut Vec<u8>) -> Result<(), HttpError> {
-        while self.available().len() < n {
-            if self.fill().await? == 0 {
-                return Err(early_eof());
-            }
+    fn of_client(e: &hyper_util::client::legacy::Error) -> Self {
+        if e.is_connect() {
+            return HttpError::Connect(chain(e));
         }
-        out.extend_from_slice(&self.available()[..n]);
-        self.pos += n;
-        Ok(())
+        let mut source = std::error::Error::source(e);
+        while let Some(s) = source {
+            if let Some(h) = s.downcast_ref::<hyper::Error>() {
+                return Self::of_hyper(h);
+            }
+            source = s.source();
+        }
+        HttpError::Io(chain(e))
     }
 }
 
-fn early_eof() -> HttpError {
-    HttpError::Io(std::io::Error::new(
-        std::io::ErrorKind::UnexpectedEof,
-        "connection closed before the response was complete",
-    ))
+/// `e` and its sources, `: `-separated.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let s_text = s.to_string();
+        if !out.ends_with(&s_text) {
+            out.push_str(": ");
+            out.push_str(&s_text);
+        }
+        source = s.source();
+    }
+    out
 }
 
-/// Sends one request to `host:port` and reads the whole response (body at
-/// most `max_body` bytes). `Connection: close` is sent.
-pub async fn request(
-    host: &str,
-    port: u16,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-    max_body: usize,
-) -> Result<HttpResponse, HttpError> {
-    let mut stream = TcpStream::connect((host, port))
-        .await
-        .map_err(HttpError::Connect)?;
-    let _ = stream.set_nodelay(true);
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        head.push_str(k);
-        head.push_str(": ");
-        head.push_str(v);
-        head.push_str("\r\n");
-    }
-    head.push_str("\r\n");
-    let mut out = head.into_bytes();
-    out.extend_from_slice(body);
-    stream.write_all(&out).await?;
-    read_response(stream, method, max_body).await
+/// A pooled HTTP/1.1 client to one server (`host:port`). Cloning shares
+/// the pool. Its connections' tasks run on the tokio runtime of the call
+/// that opened them.
+#[derive(Clone)]
+pub struct HttpClient {
+    client: Client<HttpConnector, Full<Bytes>>,
+    authority: String,
 }
 
-/// Reads one response to a `method` request from `stream` (body at most
-/// `max_body` bytes).
-pub async fn read_response<S: AsyncRead + Unpin>(
-    stream: S,
-    method: &str,
-    max_body: usize,
-) -> Result<HttpResponse, HttpError> {
-    let mut r = Reader {
-        stream,
-        buf: Vec::new(),
-        pos: 0,
-        eof: false,
-    };
-    let status_line = r.line(MAX_HEAD).await?;
-    let status_line = String::from_utf8_lossy(&status_line).into_owned();
-    let mut parts = status_line.splitn(3, ' ');
-    let version = parts.next().unwrap_or_default();
-    if !version.starts_with("HTTP/1.") {
-        return Err(HttpError::Malformed(format!("status line {status_line:?}")));
+impl std::fmt::Debug for HttpClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpClient")
+            .field("authority", &self.authority)
+            .finish()
     }
-    let status: u16 = parts
-        .next()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| HttpError::Malformed(format!("status line {status_line:?}")))?;
-    let mut headers = Vec::new();
-    let mut head_len = status_line.len();
-    loop {
-        let line = r.line(MAX_HEAD).await?;
-        head_len += line.len() + 2;
-        if head_len > MAX_HEAD {
-            return Err(HttpError::TooLarge(MAX_HEAD));
+}
+
+impl HttpClient {
+    /// A client of `host:port`.
+    pub fn new(host: &str, port: u16) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.enforce_http(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(POOL_IDLE)
+            .pool_timer(TokioTimer::new())
+            .http1_max_buf_size(MAX_HEAD)
+            .build(connector);
+        Self {
+            client,
+            authority: format!("{host}:{port}"),
         }
-        if line.is_empty() {
-            break;
-        }
-        let line = String::from_utf8_lossy(&line);
-        let (k, v) = line
-            .split_once(':')
-            .ok_or_else(|| HttpError::Malformed(format!("header {line:?}")))?;
-        headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
     }
-    let mut resp = HttpResponse {
-        status,
-        headers,
-        body: Vec::new(),
-    };
-    let no_body = method == "HEAD" || status == 204 || status == 304 || status / 100 == 1;
-    if no_body {
-        return Ok(resp);
-    }
-    let chunked = resp
-        .header("transfer-encoding")
-        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
-    if chunked {
-        loop {
-            let line = r.line(MAX_CHUNK_LINE).await?;
-            let line = String::from_utf8_lossy(&line);
-            let size_hex = line.split(';').next().unwrap_or_default().trim();
-            let size = usize::from_str_radix(size_hex, 16)
-                .map_err(|_| HttpError::Malformed(format!("chunk size {line:?}")))?;
-            if size == 0 {
-                // Trailers, until an empty line; all of them within MAX_HEAD.
-                let mut trailers = 0usize;
-                loop {
-                    let line = r.line(MAX_HEAD).await?;
-                    if line.is_empty() {
-                        break;
-                    }
-                    trailers = trailers.saturating_add(line.len().saturating_add(2));
-                    if trailers > MAX_HEAD {
-                        return Err(HttpError::TooLarge(MAX_HEAD));
-                    }
-                }
-                break;
-            }
-            // What is left of the limit, not `len + size` (a size near
-            // usize::MAX would wrap that sum and pass).
-            if size > max_body.saturating_sub(resp.body.len()) {
-                return Err(HttpError::TooLarge(max_body));
-            }
-            r.exact(size, &mut resp.body).await?;
-            if !r.line(2).await?.is_empty() {
-                return Err(HttpError::Malformed("chunk not followed by CRLF".into()));
-            }
+
+    /// Sends one request (`target`: path and query, starting with `/`) and
+    /// returns the response head and its body, unread.
+    pub async fn open(
+        &self,
+        method: &str,
+        target: &str,
+        headers: &[(&str, &[u8])],
+        body: Vec<u8>,
+    ) -> Result<(ReplyHead, Incoming), HttpError> {
+        let bad = |what: String| HttpError::Request(what);
+        if !target.starts_with('/') {
+            return Err(bad(format!("target {target:?} does not start with `/`")));
         }
-    } else if let Some(len) = resp.header("content-length") {
-        let len: usize = len
+        let uri: hyper::Uri = format!("http://{}{target}", self.authority)
             .parse()
-            .map_err(|_| HttpError::Malformed(format!("content-length {len:?}")))?;
-        if len > max_body {
-            return Err(HttpError::TooLarge(max_body));
+            .map_err(|e| bad(format!("target {target:?}: {e}")))?;
+        let method = hyper::Method::from_bytes(method.as_bytes())
+            .map_err(|e| bad(format!("method {method:?}: {e}")))?;
+        let mut req = hyper::Request::builder().method(method).uri(uri);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
         }
-        r.exact(len, &mut resp.body).await?;
-    } else {
-        // Read to close.
-        loop {
-            let avail = r.available().len();
-            if avail > max_body.saturating_sub(resp.body.len()) {
+        let req = req
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| bad(e.to_string()))?;
+        let resp = self
+            .client
+            .request(req)
+            .await
+            .map_err(|e| HttpError::of_client(&e))?;
+        let (parts, body) = resp.into_parts();
+        let headers = parts
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str().to_string(), v.as_bytes().to_vec()))
+            .collect();
+        Ok((
+            ReplyHead {
+                status: parts.status.as_u16(),
+                headers,
+            },
+            body,
+        ))
+    }
+
+    /// Sends one request and reads the whole response (body at most
+    /// `max_body` bytes).
+    pub async fn send(
+        &self,
+        method: &str,
+        target: &str,
+        headers: &[(&str, &[u8])],
+        body: Vec<u8>,
+        max_body: usize,
+    ) -> Result<HttpResponse, HttpError> {
+        let (head, body) = self.open(method, target, headers, body).await?;
+        let body = read_body(body, max_body).await?;
+        Ok(HttpResponse {
+            status: head.status,
+            headers: head.headers,
+            body,
+        })
+    }
+}
+
+/// Sends a bodiless `method` request on `io` (a connection whose peer
+/// answers it) and reads the response with the parser and limits of
+/// [`HttpClient`] (head within [`MAX_HEAD`], body at most `max_body`): the
+/// entry for fuzzing the agent's response parsing (tests/tests/fuzz.rs).
+/// Runs the connection on a tokio task of the current runtime.
+pub async fn read_response<IO>(
+    io: IO,
+    method: &str,
+    max_body: usize,
+) -> Result<HttpResponse, HttpError>
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
+        .max_buf_size(MAX_HEAD)
+        .handshake(hyper_util::rt::TokioIo::new(io))
+        .await
+        .map_err(|e| HttpError::of_hyper(&e))?;
+    let conn = tokio::spawn(conn);
+    let method = hyper::Method::from_bytes(method.as_bytes())
+        .map_err(|e| HttpError::Request(format!("method {method:?}: {e}")))?;
+    let req = hyper::Request::builder()
+        .method(method)
+        .uri("/")
+        .header("host", "function")
+        .body(Full::new(Bytes::new()))
+        .map_err(|e| HttpError::Request(e.to_string()))?;
+    let answer = async {
+        let resp = sender
+            .send_request(req)
+            .await
+            .map_err(|e| HttpError::of_hyper(&e))?;
+        let (parts, body) = resp.into_parts();
+        let body = read_body(body, max_body).await?;
+        Ok(HttpResponse {
+            status: parts.status.as_u16(),
+            headers: parts
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_str().to_string(), v.as_bytes().to_vec()))
+                .collect(),
+            body,
+        })
+    }
+    .await;
+    conn.abort();
+    answer
+}
+
+/// Reads `body` whole, refusing it (at once for a `Content-Length`, else
+/// as soon as the bytes received pass it) when it is over `max_body`.
+pub async fn read_body(mut body: Incoming, max_body: usize) -> Result<Vec<u8>, HttpError> {
+    use hyper::body::Body as _;
+    let announced = body.size_hint().lower();
+    if usize::try_from(announced).map_or(true, |n| n > max_body) {
+        return Err(HttpError::TooLarge(max_body));
+    }
+    let mut out = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| HttpError::of_hyper(&e))?;
+        if let Ok(data) = frame.into_data() {
+            // What is left of the limit, not `len + data`.
+            if data.len() > max_body.saturating_sub(out.len()) {
                 return Err(HttpError::TooLarge(max_body));
             }
-            resp.body.extend_from_slice(r.available());
-            r.pos += avail;
-            if r.eof || r.fill().await? == 0 {
-                break;
-            }
+            out.extend_from_slice(&data);
         }
     }
-    Ok(resp)
+    Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
     /// A hang guard, not a timing assert: on failure the request would
     /// otherwise wait for the caller's deadline.
     const GUARD: Duration = Duration::from_secs(30);
 
-    /// A function server on loopback that answers one request with
-    /// `answer`, then keeps sending `flood` (if any) and holds the
+    /// A function server on loopback that answers each request it gets
+    /// with `answer`, then keeps sending `flood` (if any) and holds the
     /// connection open until the client goes away.
     async fn server(answer: &'static [u8], flood: Option<&'static [u8]>) -> u16 {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         tokio::spawn(async move {
-            let (mut s, _) = listener.accept().await.unwrap();
-            let mut head = Vec::new();
-            let mut byte = [0u8; 1];
-            while !head.ends_with(b"\r\n\r\n") && s.read(&mut byte).await.unwrap_or(0) == 1 {
-                head.push(byte[0]);
+            while let Ok((mut s, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") && s.read(&mut byte).await.unwrap_or(0) == 1
+                    {
+                        head.push(byte[0]);
+                    }
+                    if s.write_all(answer).await.is_err() {
+                        return;
+                    }
+                    if let Some(flood) = flood {
+                        while s.write_all(flood).await.is_ok() {}
+                        return;
+                    }
+                    let mut sink = [0u8; 1024];
+                    while s.read(&mut sink).await.unwrap_or(0) > 0 {}
+                });
             }
-            if s.write_all(answer).await.is_err() {
-                return;
-            }
-            if let Some(flood) = flood {
-                while s.write_all(flood).await.is_ok() {}
-                return;
-            }
-            let mut sink = [0u8; 1024];
-            while s.read(&mut sink).await.unwrap_or(0) > 0 {}
         });
         port
     }
 
     async fn ask(port: u16, max_body: usize) -> Result<HttpResponse, HttpError> {
+        let client = HttpClient::new("127.0.0.1", port);
         tokio::time::timeout(
             GUARD,
-            request("127.0.0.1", port, "POST", "/", &[], b"{}", max_body),
+            client.send("POST", "/", &[], b"{}".to_vec(), max_body),
         )
         .await
         .expect("the client waited on the server instead of refusing the response")
     }
 
     #[tokio::test]
-    async fn a_chunk_size_that_would_wrap_the_limit_is_refused_at_once() {
+    async fn a_chunk_size_that_would_wrap_the_limit_is_refused() {
+        // The largest chunk size there is, then data: refused once what
+        // arrived passes the limit, never buffered to the size announced.
         let port = server(
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\nffffffffffffffff\r\n",
-            None,
+            Some(b"0123456789abcdef"),
         )
         .await;
         match ask(port, 1024).await {
             Err(HttpError::TooLarge(1024)) => {}
             other => panic!("expected TooLarge(1024), got {other:?}"),
+        }
+        // One past it does not even parse.
+        let port = server(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10000000000000000\r\n",
+            None,
+        )
+        .await;
+        match ask(port, 1024).await {
+            Err(HttpError::Io(m) | HttpError::Malformed(m)) => {
+                assert!(m.contains("chunk size"), "{m}")
+            }
+            other => panic!("expected a refused chunk size, got {other:?}"),
         }
     }
 
@@ -329,6 +384,17 @@ mod tests {
             Some(b"x-trailer: 0123456789abcdef\r\n"),
         )
         .await;
+        match ask(port, 1024).await {
+            Err(HttpError::Io(m) | HttpError::Malformed(m)) => {
+                assert!(m.contains("trailer"), "{m}")
+            }
+            other => panic!("expected refused trailers, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_endless_head_is_refused() {
+        let port = server(b"HTTP/1.1 200 OK\r\n", Some(b"x-h: 0123456789abcdef\r\n")).await;
         match ask(port, 1024).await {
             Err(HttpError::TooLarge(MAX_HEAD)) => {}
             other => panic!("expected TooLarge({MAX_HEAD}), got {other:?}"),
@@ -344,34 +410,73 @@ mod tests {
         .await;
         let r = ask(port, 5).await.unwrap();
         assert_eq!((r.status, r.body.as_slice()), (200, &b"abcde"[..]));
-        let port = server(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nabcdef", None).await;
+        // A Content-Length over the limit is refused before the body comes.
+        let port = server(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\n", None).await;
         assert!(matches!(ask(port, 5).await, Err(HttpError::TooLarge(5))));
+        // Statuses and headers come back as sent.
+        let port = server(
+            b"HTTP/1.1 418 I'm a teapot\r\nContent-Length: 2\r\nX-Fn: a\r\nX-Fn: b\r\n\r\nno",
+            None,
+        )
+        .await;
+        let r = ask(port, 5).await.unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (418, &b"no"[..]));
+        let fns: Vec<_> = r.headers.iter().filter(|(k, _)| k == "x-fn").collect();
+        assert_eq!(fns.len(), 2, "{:?}", r.headers);
     }
 
     #[tokio::test]
-    async fn the_buffer_keeps_only_unparsed_bytes() {
-        // 1-byte chunks with long extensions: parsed lines must not pile up.
-        let mut text = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
-        let ext = "e".repeat(900);
-        for _ in 0..200 {
-            text.extend_from_slice(format!("1;{ext}\r\nz\r\n").as_bytes());
+    async fn one_connection_serves_many_requests() {
+        // A keep-alive server that counts its connections.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let _ = tx.send(());
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 1024];
+                    loop {
+                        while let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            // Requests carry `Content-Length: 2` bodies.
+                            let end = i + 4 + 2;
+                            while buf.len() < end {
+                                match s.read(&mut chunk).await {
+                                    Ok(0) | Err(_) => return,
+                                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                                }
+                            }
+                            buf.drain(..end);
+                            let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                            if s.write_all(ok).await.is_err() {
+                                return;
+                            }
+                        }
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                });
+            }
+        });
+        let client = HttpClient::new("127.0.0.1", port);
+        for _ in 0..20 {
+            let r =
+                tokio::time::timeout(GUARD, client.send("POST", "/", &[], b"{}".to_vec(), 1024))
+                    .await
+                    .unwrap()
+                    .unwrap();
+            assert_eq!(r.body, b"ok");
         }
-        text.extend_from_slice(b"0\r\n\r\n");
-        let mut r = Reader {
-            stream: &text[..],
-            buf: Vec::new(),
-            pos: 0,
-            eof: false,
-        };
-        let mut most = 0;
-        while r.fill().await.unwrap() > 0 {
-            most = most.max(r.buf.len());
-            // Consume everything but the last partial line, as the parser does.
-            let keep = r.available().len() % 1000;
-            r.pos = r.buf.len() - keep;
+        let mut connections = 0;
+        while rx.try_recv().is_ok() {
+            connections += 1;
         }
-        assert!(most <= 16 * 1024 + 1000, "buffer grew to {most} bytes");
-        let resp = read_response(&text[..], "POST", 1 << 20).await.unwrap();
-        assert_eq!(resp.body, vec![b'z'; 200]);
+        assert_eq!(
+            connections, 1,
+            "20 sequential calls opened {connections} connections"
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! What a process instance runs: argv, environment, slice, timings.
 
-use super::template::{MpsOrdinals, RuntimeTemplate, TemplateError, TemplateVars};
+use super::template::{FunctionArgs, MpsOrdinals, RuntimeTemplate, TemplateError, TemplateVars};
 use gshare_core::model::{Mib, MilliGpu, Slice};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -144,6 +144,8 @@ pub struct ProcessSpec {
     pub health_path: String,
     /// Invocation path (POST).
     pub invoke_path: String,
+    /// Largest response body taken from the server, bytes.
+    pub max_reply_bytes: usize,
     /// Longest wait for health after a (re)start.
     pub startup_timeout: Duration,
     /// Time between health polls.
@@ -160,12 +162,13 @@ pub struct ProcessSpec {
 }
 
 impl ProcessSpec {
-    /// Renders `template` for one instance. `port = 0` picks a free
-    /// loopback port now (kept across restarts).
+    /// Renders `template` for one instance of `function` (its `{model}`,
+    /// `args` and `env`). `port = 0` picks a free loopback port now (kept
+    /// across restarts).
     pub fn from_template(
         template: &RuntimeTemplate,
         instance: &str,
-        model: &str,
+        function: FunctionArgs<'_>,
         port: u16,
         slice: SliceLimits,
     ) -> Result<Self, TemplateError> {
@@ -191,15 +194,14 @@ impl ProcessSpec {
         };
         let vars = TemplateVars {
             instance: instance.to_string(),
-            model: model.to_string(),
+            model: function.model.to_string(),
             host: "127.0.0.1".into(),
             port,
             aux_port,
             slice: slice.clone(),
         };
-        let argv = template.render_command(&vars)?;
-        let mut env = template.render_env(&vars)?;
-        env.extend(slice.cuda_env(template.mps_ordinals));
+        let (argv, env) =
+            template.render_process(&vars, function, slice.cuda_env(template.mps_ordinals))?;
         Ok(Self {
             instance: instance.to_string(),
             argv,
@@ -210,6 +212,7 @@ impl ProcessSpec {
             aux_port,
             health_path: template.health_path.clone(),
             invoke_path: template.invoke_path.clone(),
+            max_reply_bytes: template.max_reply_bytes,
             startup_timeout: Duration::from_secs(template.startup_timeout_s),
             health_interval: Duration::from_millis(50),
             health_request_timeout: Duration::from_secs(2),

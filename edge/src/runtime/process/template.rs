@@ -26,6 +26,19 @@
 //! `{{` and `}}` stand for literal braces. An unknown placeholder is an
 //! error when the template is rendered.
 //!
+//! `{model}` is the function's `model` (`org/model`), or its name when it
+//! has none. What else a function may add is the operator's choice:
+//!
+//! ```toml
+//! allow_args = ["--max-model-len=", "--enable-prefix-caching"]  # `=`: takes a value
+//! allow_env = ["HF_TOKEN"]
+//! ```
+//!
+//! A function's `args` are appended to the command and its `env` set over
+//! the template's, as written (not rendered); anything else is refused
+//! when the instance starts ([`TemplateError::NotAllowed`]). The slice's
+//! CUDA variables are set last and cannot be allowed.
+//!
 //! With `driver = "microvm"` the command runs inside the guest, where
 //! `{host}` is `0.0.0.0` and `{port}` the guest port; the optional `[vm]`
 //! table says what else the guest needs (see [`VmTemplate`],
@@ -73,6 +86,10 @@ pub struct RuntimeTemplate {
     /// HTTP path invocations are POSTed to.
     #[serde(default = "default_invoke_path")]
     pub invoke_path: String,
+    /// Largest response body taken from the server, bytes (a larger one
+    /// fails the invocation: `instance_failed`).
+    #[serde(default = "default_max_reply_bytes")]
+    pub max_reply_bytes: usize,
     /// How long a start may take before the health check gives up (s).
     #[serde(default = "default_startup_timeout_s")]
     pub startup_timeout_s: u64,
@@ -96,7 +113,57 @@ pub struct RuntimeTemplate {
     /// How the command runs in a microVM (`driver = "microvm"` only).
     #[serde(default)]
     pub vm: VmTemplate,
+    /// The flags a function's `args` may append to the command: `--flag`
+    /// (a switch) or `--flag=` (takes one value, written `--flag=v` or
+    /// `--flag v`). Empty: a function may add none.
+    #[serde(default)]
+    pub allow_args: Vec<String>,
+    /// The environment variables a function's `env` may set (over the
+    /// template's `env`; never the slice's CUDA variables). Empty: none.
+    #[serde(default)]
+    pub allow_env: Vec<String>,
 }
+
+/// What one function asks of the template: `{model}`, and its `args` and
+/// `env` (core's `FunctionSpec::{model, args, env}`).
+#[derive(Debug, Clone, Copy)]
+pub struct FunctionArgs<'a> {
+    /// What `{model}` stands for.
+    pub model: &'a str,
+    /// Arguments appended to the command.
+    pub args: &'a [String],
+    /// Environment set over the template's.
+    pub env: &'a BTreeMap<String, String>,
+}
+
+static NO_ENV: BTreeMap<String, String> = BTreeMap::new();
+
+impl<'a> FunctionArgs<'a> {
+    /// `{model}` = `model`, nothing else asked.
+    pub fn model(model: &'a str) -> Self {
+        Self {
+            model,
+            args: &[],
+            env: &NO_ENV,
+        }
+    }
+
+    /// What `spec` asks (`{model}`: its model, else its name).
+    pub fn of(spec: &'a gshare_core::model::FunctionSpec) -> Self {
+        Self {
+            model: spec.model_or_name(),
+            args: &spec.args,
+            env: &spec.env,
+        }
+    }
+}
+
+/// The variables the slice sets; a function may never set them.
+pub const SLICE_ENV: [&str; 3] = [
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+];
 
 /// The `[vm]` table of a template: what a `microvm` guest needs.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -160,6 +227,13 @@ fn default_max_failed_starts() -> u32 {
     10
 }
 
+fn default_max_reply_bytes() -> usize {
+    super::MAX_RESPONSE_BODY
+}
+
+/// Smallest and largest `max_reply_bytes` accepted (1 KiB to 1 GiB).
+pub const MAX_REPLY_BYTES: std::ops::RangeInclusive<usize> = 1024..=(1 << 30);
+
 fn default_health_path() -> String {
     "/health".into()
 }
@@ -192,6 +266,14 @@ pub enum TemplateError {
         /// The key path.
         key: String,
         /// What is wrong.
+        message: String,
+    },
+    /// A function asks for an argument or variable the template does not allow.
+    #[error("{key}: {message}")]
+    NotAllowed {
+        /// Where in the function's spec (e.g. `args[2]`, `env.HF_HOME`).
+        key: String,
+        /// What is not allowed, and what is.
         message: String,
     },
     /// A placeholder is not one of the known names, or a brace is unmatched.
@@ -338,6 +420,16 @@ impl RuntimeTemplate {
                 ),
             ));
         }
+        if !MAX_REPLY_BYTES.contains(&t.max_reply_bytes) {
+            return Err(invalid(
+                "max_reply_bytes",
+                &format!(
+                    "must be from {} to {}",
+                    MAX_REPLY_BYTES.start(),
+                    MAX_REPLY_BYTES.end()
+                ),
+            ));
+        }
         if t.vm.guest_port == 0 {
             return Err(invalid("vm.guest_port", "must be from 1 to 65535"));
         }
@@ -357,6 +449,35 @@ impl RuntimeTemplate {
                 return Err(invalid(
                     &format!("vm.files[{i}]"),
                     &format!("{f:?}: must be a relative path without `..`"),
+                ));
+            }
+        }
+        for (i, a) in t.allow_args.iter().enumerate() {
+            let flag = a.strip_suffix('=').unwrap_or(a);
+            let ok = flag.starts_with('-')
+                && flag.len() > 1
+                && !flag.contains('=')
+                && !flag.chars().any(|c| c.is_whitespace() || c.is_control());
+            if !ok {
+                return Err(invalid(
+                    &format!("allow_args[{i}]"),
+                    &format!(
+                        "{a:?}: write a flag as `--flag` (a switch) or `--flag=` (with a value)"
+                    ),
+                ));
+            }
+        }
+        for (i, name) in t.allow_env.iter().enumerate() {
+            if !gshare_core::serving::is_env_name(name) {
+                return Err(invalid(
+                    &format!("allow_env[{i}]"),
+                    &format!("{name:?} is not a variable name"),
+                ));
+            }
+            if SLICE_ENV.contains(&name.as_str()) {
+                return Err(invalid(
+                    &format!("allow_env[{i}]"),
+                    &format!("{name} is the slice's (set by the agent for the GPU slice)"),
                 ));
             }
         }
@@ -394,6 +515,88 @@ impl RuntimeTemplate {
             .enumerate()
             .map(|(i, a)| render(a, &format!("command[{i}]"), vars))
             .collect()
+    }
+
+    /// The argv and environment of one instance: the command and `env`
+    /// rendered with `vars`, then the function's `args` appended and its
+    /// `env` set (each only if `allow_args` / `allow_env` allow it; taken
+    /// as written, not rendered), then the slice's CUDA variables (which
+    /// nothing overrides).
+    pub fn render_process(
+        &self,
+        vars: &TemplateVars,
+        function: FunctionArgs<'_>,
+        ordinals_env: BTreeMap<String, String>,
+    ) -> Result<(Vec<String>, BTreeMap<String, String>), TemplateError> {
+        let mut argv = self.render_command(vars)?;
+        let mut env = self.render_env(vars)?;
+        self.check_args(function.args)?;
+        argv.extend(function.args.iter().cloned());
+        for (k, v) in function.env {
+            if !self.allow_env.contains(k) {
+                return Err(TemplateError::NotAllowed {
+                    key: format!("env.{k}"),
+                    message: format!(
+                        "runtime {:?} lets a function set only {:?} (its template's allow_env)",
+                        self.runtime, self.allow_env
+                    ),
+                });
+            }
+            env.insert(k.clone(), v.clone());
+        }
+        env.extend(ordinals_env);
+        Ok((argv, env))
+    }
+
+    /// Whether every one of `args` is a flag of `allow_args` (or the value
+    /// of the one before it).
+    fn check_args(&self, args: &[String]) -> Result<(), TemplateError> {
+        let not_allowed = |i: usize, message: String| TemplateError::NotAllowed {
+            key: format!("args[{i}]"),
+            message,
+        };
+        let switch = |f: &str| self.allow_args.iter().any(|a| a == f);
+        let valued = |f: &str| {
+            self.allow_args
+                .iter()
+                .any(|a| a.strip_suffix('=') == Some(f))
+        };
+        let allowed = || {
+            format!(
+                "runtime {:?} lets a function add only {:?} (its template's allow_args;                  `--flag=` takes a value)",
+                self.runtime, self.allow_args
+            )
+        };
+        let mut i = 0;
+        while let Some(a) = args.get(i) {
+            let ok = match a.split_once('=') {
+                Some((flag, _)) => valued(flag),
+                None if switch(a) => true,
+                None if valued(a) => match args.get(i + 1) {
+                    Some(v) if !v.starts_with('-') => {
+                        i += 1;
+                        true
+                    }
+                    _ => {
+                        return Err(not_allowed(
+                            i,
+                            format!(
+                                "{a} needs a value (write {a}=<value> for one starting with `-`)"
+                            ),
+                        ))
+                    }
+                },
+                None => false,
+            };
+            if !ok {
+                return Err(not_allowed(
+                    i,
+                    format!("{a:?} is not allowed: {}", allowed()),
+                ));
+            }
+            i += 1;
+        }
+        Ok(())
     }
 
     /// The extra environment with placeholders replaced.

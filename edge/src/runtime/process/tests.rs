@@ -36,8 +36,14 @@ fn slice() -> SliceLimits {
 }
 
 fn spec(extra_args: &[&str]) -> ProcessSpec {
-    let mut s =
-        ProcessSpec::from_template(&echo_template(extra_args), "i-7", "m", 0, slice()).unwrap();
+    let mut s = ProcessSpec::from_template(
+        &echo_template(extra_args),
+        "i-7",
+        FunctionArgs::model("m"),
+        0,
+        slice(),
+    )
+    .unwrap();
     s.backoff = Backoff {
         initial: Duration::from_millis(50),
         max: Duration::from_millis(400),
@@ -89,7 +95,8 @@ fn template_placeholders_are_checked() {
     )
     .unwrap();
     assert_eq!(t.health_path, "/health");
-    let s = ProcessSpec::from_template(&t, "i-1", "llama", 8123, slice()).unwrap();
+    let s =
+        ProcessSpec::from_template(&t, "i-1", FunctionArgs::model("llama"), 8123, slice()).unwrap();
     assert_eq!(s.argv, vec!["serve", "--port=8123", "--mem=0.250", "{x}"]);
     assert_eq!(s.env["CUDA_VISIBLE_DEVICES"], "2");
     assert_eq!(s.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], "25");
@@ -114,6 +121,101 @@ fn template_placeholders_are_checked() {
     .unwrap_err();
     assert!(
         err.to_string().starts_with("bad.toml: health_path:"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_function_adds_only_the_args_and_env_its_template_allows() {
+    let t = RuntimeTemplate::parse(
+        "runtime = \"vllm\"\ncommand = [\"serve\", \"{model}\", \"--port={port}\"]\n\
+         allow_args = [\"--max-model-len=\", \"--enforce-eager\"]\nallow_env = [\"HF_TOKEN\", \"MODE\"]\n\
+         [env]\nMODE = \"template\"\n",
+        "vllm.toml",
+    )
+    .unwrap();
+    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let env = |e: &[(&str, &str)]| {
+        e.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let render = |a: &[String], e: &std::collections::BTreeMap<String, String>| {
+        let f = FunctionArgs {
+            model: "org/model",
+            args: a,
+            env: e,
+        };
+        ProcessSpec::from_template(&t, "i-1", f, 8123, slice())
+    };
+    let (a, e) = (
+        args(&[
+            "--max-model-len",
+            "4096",
+            "--enforce-eager",
+            "--max-model-len=8192",
+        ]),
+        env(&[("HF_TOKEN", "{not-rendered}"), ("MODE", "function")]),
+    );
+    let s = render(&a, &e).unwrap();
+    assert_eq!(
+        s.argv,
+        vec![
+            "serve",
+            "org/model",
+            "--port=8123",
+            "--max-model-len",
+            "4096",
+            "--enforce-eager",
+            "--max-model-len=8192"
+        ]
+    );
+    assert_eq!(s.env["HF_TOKEN"], "{not-rendered}");
+    assert_eq!(s.env["MODE"], "function");
+    assert_eq!(s.env["CUDA_VISIBLE_DEVICES"], "2");
+    // Refused: a flag not allowed, a switch given a value, a valued flag
+    // without one, a variable not allowed (the slice's above all).
+    for (a, e, key) in [
+        (args(&["--trust-remote-code"]), env(&[]), "args[0]"),
+        (args(&["--enforce-eager=1"]), env(&[]), "args[0]"),
+        (args(&["--enforce-eager", "extra"]), env(&[]), "args[1]"),
+        (args(&["--max-model-len"]), env(&[]), "args[0]"),
+        (
+            args(&["--max-model-len", "--trust-remote-code"]),
+            env(&[]),
+            "args[0]",
+        ),
+        (
+            args(&[]),
+            env(&[("CUDA_VISIBLE_DEVICES", "0,1")]),
+            "env.CUDA_VISIBLE_DEVICES",
+        ),
+        (args(&[]), env(&[("LD_PRELOAD", "/x.so")]), "env.LD_PRELOAD"),
+    ] {
+        match render(&a, &e) {
+            Err(TemplateError::NotAllowed { key: k, message }) => {
+                assert_eq!(k, key, "{a:?} {e:?}: {message}")
+            }
+            other => panic!("{a:?} {e:?}: expected NotAllowed at {key}, got {other:?}"),
+        }
+    }
+    // A template may not hand the slice's variables to functions.
+    let err = RuntimeTemplate::parse(
+        "runtime = \"x\"\ncommand = [\"a\"]\nallow_env = [\"CUDA_VISIBLE_DEVICES\"]\n",
+        "bad.toml",
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().starts_with("bad.toml: allow_env[0]:"),
+        "{err}"
+    );
+    let err = RuntimeTemplate::parse(
+        "runtime = \"x\"\ncommand = [\"a\"]\nallow_args = [\"port\"]\n",
+        "bad.toml",
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().starts_with("bad.toml: allow_args[0]:"),
         "{err}"
     );
 }
@@ -182,7 +284,8 @@ fn example_runtime_templates_parse() {
             let text = std::fs::read_to_string(&path).unwrap();
             let t = RuntimeTemplate::parse(&text, &path.display().to_string())
                 .unwrap_or_else(|e| panic!("{e}"));
-            ProcessSpec::from_template(&t, "i-1", "model", 9000, slice()).unwrap();
+            ProcessSpec::from_template(&t, "i-1", FunctionArgs::model("model"), 9000, slice())
+                .unwrap();
             seen.push(t.runtime);
         }
     }
@@ -198,11 +301,15 @@ async fn starts_with_slice_env_waits_for_health_and_proxies() {
     assert_eq!(p.status().phase, Phase::Ready);
     let resp = p
         .invoke_with(
-            &[
-                ("Content-Type", "application/json"),
-                ("X-Gshare-Deadline-Ms", "999999"),
-            ],
-            br#"{"hello":"world"}"#,
+            FunctionCall {
+                method: "POST",
+                target: None,
+                headers: &[
+                    ("content-type", b"application/json"),
+                    ("X-Gshare-Deadline-Ms", b"999999"),
+                ],
+                body: br#"{"hello":"world"}"#.to_vec(),
+            },
             Duration::from_secs(10),
         )
         .await
@@ -415,13 +522,13 @@ async fn gives_up_after_max_failed_starts() {
 fn restart_keys_set_the_backoff_and_are_checked() {
     let base = "runtime = \"custom\"\ncommand = [\"x\", \"{port}\"]\n";
     let t = RuntimeTemplate::parse(base, "t.toml").unwrap();
-    let s = ProcessSpec::from_template(&t, "i", "m", 9, slice()).unwrap();
+    let s = ProcessSpec::from_template(&t, "i", FunctionArgs::model("m"), 9, slice()).unwrap();
     assert_eq!(s.backoff, Backoff::default());
     assert_eq!(s.max_failed_starts, Some(10));
     let text =
         format!("{base}restart_initial_ms = 50\nrestart_max_ms = 800\nmax_failed_starts = 0\n");
     let t = RuntimeTemplate::parse(&text, "t.toml").unwrap();
-    let s = ProcessSpec::from_template(&t, "i", "m", 9, slice()).unwrap();
+    let s = ProcessSpec::from_template(&t, "i", FunctionArgs::model("m"), 9, slice()).unwrap();
     assert_eq!(
         (s.backoff.initial, s.backoff.max, s.max_failed_starts),
         (Duration::from_millis(50), Duration::from_millis(800), None)

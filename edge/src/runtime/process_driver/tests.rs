@@ -10,8 +10,13 @@ const ECHO: &str = concat!(
 );
 
 fn options(counters: &ProcessCounters) -> Arc<ProcessOptions> {
+    options_with(counters, "")
+}
+
+/// The echo server's options, `more` added to its template.
+fn options_with(counters: &ProcessCounters, more: &str) -> Arc<ProcessOptions> {
     let text = format!(
-        "runtime = \"custom\"\ncommand = [\"python3\", {ECHO:?}, \"--port\", \"{{port}}\", \"--spawn-child\"]\nstartup_timeout_s = 20\nstop_grace_s = 5\n"
+        "runtime = \"custom\"\ncommand = [\"python3\", {ECHO:?}, \"--port\", \"{{port}}\", \"--spawn-child\"]\nstartup_timeout_s = 20\nstop_grace_s = 5\n{more}"
     );
     Arc::new(ProcessOptions {
         template: RuntimeTemplate::parse(&text, "echo.toml").unwrap(),
@@ -26,6 +31,9 @@ fn options(counters: &ProcessCounters) -> Arc<ProcessOptions> {
 
 fn function() -> FunctionSpec {
     FunctionSpec {
+        model: None,
+        args: Vec::new(),
+        env: Default::default(),
         tenant: TenantId("acme".into()),
         name: "echo".into(),
         runtime: Runtime::Custom,
@@ -63,12 +71,14 @@ fn call(body: &str, deadline_ms: Option<u64>) -> Invocation {
         service_us: 1_000,
         deadline: deadline_ms.map(|ms| std::time::Instant::now() + Duration::from_millis(ms)),
         body: body.as_bytes().to_vec(),
+        http: None,
+        stream_to: None,
     }
 }
 
 async fn echo(d: &mut ProcessDriver, body: &str) -> serde_json::Value {
     let out = d.invoke(call(body, None)).await.expect("echo answers");
-    serde_json::from_slice(&out).unwrap()
+    serde_json::from_slice(&out.body).unwrap()
 }
 
 fn alive(pid: u64) -> bool {
@@ -141,6 +151,50 @@ async fn serves_on_its_slice_and_follows_its_weights_between_gpus() {
     d.stop().await;
     assert_eq!(counters.running(), 0);
     assert_eq!(counters.crashes(), 0);
+}
+
+#[tokio::test]
+async fn the_process_runs_the_functions_model_args_and_env_within_its_template() {
+    let counters = ProcessCounters::new();
+    // `{model}` in a command of its own, so that the function's args follow it.
+    let more = "allow_args = [\"--tag=\"]\nallow_env = [\"GSHARE_TEST_FUNCTION\"]\n";
+    let text = format!(
+        "runtime = \"custom\"\ncommand = [\"python3\", {ECHO:?}, \"--port\", \"{{port}}\", \"--model\", \"{{model}}\"]\nstartup_timeout_s = 20\nstop_grace_s = 5\n{more}"
+    );
+    let mut opts = (*options_with(&counters, "")).clone();
+    opts.template = RuntimeTemplate::parse(&text, "echo.toml").unwrap();
+    let opts = Arc::new(opts);
+    let mut f = function();
+    // No model: `{model}` is the function's name, as before.
+    let mut d = ProcessDriver::new(opts.clone());
+    d.start(&f, &[slice(0)]).await.unwrap();
+    let argv = echo(&mut d, "{}").await["argv"].clone();
+    assert_eq!(argv[argv.as_array().unwrap().len() - 1], "echo");
+    d.stop().await;
+
+    f.model = Some("org/model".into());
+    f.args = vec!["--tag".into(), "a".into(), "--tag=b".into()];
+    f.env = [("GSHARE_TEST_FUNCTION".to_string(), "v {x}".to_string())].into();
+    let mut d = ProcessDriver::new(opts.clone());
+    d.start(&f, &[slice(0)]).await.unwrap();
+    let out = echo(&mut d, "{}").await;
+    let argv: Vec<String> = serde_json::from_value(out["argv"].clone()).unwrap();
+    assert_eq!(
+        argv[argv.len() - 5..],
+        ["--model", "org/model", "--tag", "a", "--tag=b"]
+    );
+    assert_eq!(out["env"]["GSHARE_TEST_FUNCTION"], "v {x}");
+    assert_eq!(out["env"]["CUDA_VISIBLE_DEVICES"], "0");
+    d.stop().await;
+
+    // What the template does not allow: the start fails, naming it.
+    f.args = vec!["--spawn-child".into()];
+    let mut d = ProcessDriver::new(opts);
+    match d.start(&f, &[slice(0)]).await {
+        Err(RuntimeError::Failed(m)) => assert!(m.contains("args[0]"), "{m}"),
+        other => panic!("expected a refused start, got {other:?}"),
+    }
+    assert_eq!(d.pid(), None);
 }
 
 #[tokio::test]

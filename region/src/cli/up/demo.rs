@@ -264,6 +264,9 @@ impl DemoFunction {
     /// The body of its `POST /v1/functions`.
     pub fn body(&self) -> anyhow::Result<FunctionBody> {
         Ok(FunctionBody {
+            model: None,
+            args: Vec::new(),
+            env: Default::default(),
             name: self.name.to_string(),
             runtime: Runtime::Pytorch,
             memory_mib: self.memory_mib,

@@ -63,6 +63,9 @@ const SAMPLE: Duration = Duration::from_millis(200);
 
 fn body() -> FunctionBody {
     FunctionBody {
+        model: None,
+        args: Vec::new(),
+        env: Default::default(),
         name: NAME.into(),
         runtime: Runtime::Pytorch,
         memory_mib: 1024,

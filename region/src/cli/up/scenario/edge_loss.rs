@@ -71,6 +71,9 @@ const MIN_ATTAINMENT: f64 = 0.95;
 
 fn body() -> FunctionBody {
     FunctionBody {
+        model: None,
+        args: Vec::new(),
+        env: Default::default(),
         name: NAME.into(),
         runtime: Runtime::Pytorch,
         memory_mib: 2048,
@@ -93,6 +96,9 @@ fn body() -> FunctionBody {
 /// globex's whole edge compute quota, reserved on edge-b's one GPU.
 fn ballast() -> FunctionBody {
     FunctionBody {
+        model: None,
+        args: Vec::new(),
+        env: Default::default(),
         name: BALLAST.into(),
         runtime: Runtime::Pytorch,
         memory_mib: 1024,

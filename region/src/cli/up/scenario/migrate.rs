@@ -47,6 +47,9 @@ const AFTER: Duration = Duration::from_secs(3);
 
 fn body() -> FunctionBody {
     FunctionBody {
+        model: None,
+        args: Vec::new(),
+        env: Default::default(),
         name: NAME.into(),
         runtime: Runtime::Pytorch,
         // A cold start of 0.5 s + 2048 MiB at 2 GB/s where it moves to.

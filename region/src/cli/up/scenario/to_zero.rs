@@ -62,6 +62,9 @@ const SAMPLE: Duration = Duration::from_millis(200);
 
 fn body() -> FunctionBody {
     FunctionBody {
+        model: None,
+        args: Vec::new(),
+        env: Default::default(),
         name: NAME.into(),
         runtime: Runtime::Pytorch,
         // 4 GiB of weights: a cold start (0.5 s + 4096 MiB at 2 GB/s from
