@@ -272,7 +272,22 @@ async fn start(
     ca: &Ca,
     region: &mut FakeRegion,
 ) -> (AgentProc, SocketAddr, quinn::Connection) {
+    start_with(dir, ca, region, "").await
+}
+
+/// [`start`] with `extra` appended to the agent's config.
+async fn start_with(
+    dir: &Path,
+    ca: &Ca,
+    region: &mut FakeRegion,
+    extra: &str,
+) -> (AgentProc, SocketAddr, quinn::Connection) {
     let ingress = write_agent_files(dir, ca, region.addr);
+    if !extra.is_empty() {
+        let path = dir.join("agent.toml");
+        let config = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, format!("{config}{extra}")).unwrap();
+    }
     let child = Command::new(gshare_tests::binary("gshare-edge"))
         .arg("--config")
         .arg(dir.join("agent.toml"))
@@ -610,6 +625,62 @@ print(json.dumps(deltas))
         !raw.ends_with("0\r\n\r\n"),
         "the cut reply looks complete: {raw}"
     );
+}
+
+/// With metering on (the shipped path) a stream's start is released once
+/// its first part is journaled; a short stream can end before that write
+/// returns. Its outcome must not overtake its start: the client gets the
+/// whole stream, never an empty `200` (found by review: the outcome was
+/// released at once and the ingress answered it with no body).
+#[actix_rt::test]
+async fn a_short_metered_stream_reaches_the_client_whole() {
+    let ca = new_ca();
+    let mut region = fake_region(&ca);
+    let dir = tempfile::tempdir().unwrap();
+    let (_agent, ingress, conn) = start_with(dir.path(), &ca, &mut region, "[metering]\n").await;
+    let chat = FunctionSpec {
+        name: "chat".into(),
+        runtime: Runtime::Pytorch,
+        model: Some("org/tiny-chat".into()),
+        ..echo_spec()
+    };
+    assign(&conn, 1, &[chat]).await;
+    let body = r#"{"model":"org/tiny-chat","stream":true,"messages":[{"role":"user","content":"one two three"}]}"#;
+    let call = move || {
+        exchange(
+            ingress,
+            format!(
+                "POST /v1/invoke/acme/chat/v1/chat/completions HTTP/1.1\r\nHost: x\r\n\
+                 Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            ),
+        )
+    };
+    // Until the process serves.
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, _, raw) = tokio::task::spawn_blocking(call).await.unwrap();
+        if status == 200 {
+            break;
+        }
+        assert!(Instant::now() < until, "never served: {status} {raw}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Rounds of 8 at once: a journal write in flight delays the next
+    // stream's start, the window the outcome could overtake it in.
+    for round in 0..5 {
+        let calls: Vec<_> = (0..8).map(|_| tokio::task::spawn_blocking(call)).collect();
+        for (i, c) in calls.into_iter().enumerate() {
+            let (status, headers, raw) = c.await.unwrap();
+            assert_eq!(status, 200, "round {round} call {i}: {raw}");
+            assert_eq!(header(&headers, "content-type"), Some("text/event-stream"));
+            assert!(
+                raw.contains(r#""content": " three""#) && raw.contains("[DONE]"),
+                "round {round} call {i}: the stream did not arrive whole: {raw:?}"
+            );
+        }
+    }
 }
 
 #[actix_rt::test]

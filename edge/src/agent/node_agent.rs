@@ -437,17 +437,28 @@ impl NodeAgent {
         let now = self.now();
         match (&outcome, p.started, p.usage, self.metering.as_mut()) {
             // A streamed run: its first part was billed when the stream
-            // started; the rest is compute, whatever the end (journaled
-            // with the next write: its bytes are already out).
+            // started; the rest is compute, whatever the end (unless the
+            // start's write failed: nothing was delivered, nothing billed).
+            // The outcome waits for the next write: a short stream can end
+            // before the write that sends its start returned, and the
+            // ingress must get the start first (`written` sends starts
+            // before it releases outcomes); the tail goes out with it.
             (_, Some((_, _, compute)), Some(key), Some(m)) if p.streamed_at.is_some() => {
-                let from = p.streamed_at.unwrap_or(now);
-                m.meter.accrue_busy(
-                    &key,
-                    u64::from(compute),
-                    m.unix_base_us + from,
-                    m.unix_base_us + now,
+                let withheld = matches!(
+                    outcome,
+                    InvokeOutcome::Failed(InvokeError::UsageNotRecorded { .. })
                 );
-                self.release(p.tx, outcome, p.key);
+                if !withheld {
+                    let from = p.streamed_at.unwrap_or(now);
+                    m.meter.accrue_busy(
+                        &key,
+                        u64::from(compute),
+                        m.unix_base_us + from,
+                        m.unix_base_us + now,
+                    );
+                }
+                m.waiting.push((p.tx, outcome, p.key));
+                self.journal_usage();
             }
             (InvokeOutcome::Done { .. }, Some((started, _, compute)), Some(key), Some(m)) => {
                 // Held until its usage is journaled.
@@ -1049,11 +1060,13 @@ impl NodeAgent {
                 self.status.usage_writes += 1;
                 self.status.usage_records += records;
                 m.setup.appended.notify_one();
-                for (tx, outcome, key) in msg.replies {
-                    self.release(tx, outcome, key);
-                }
+                // Starts first: a short stream's outcome may be among the
+                // replies, and its start must reach the ingress before it.
                 for (_, tx, start) in msg.streams {
                     let _ = tx.send(start);
+                }
+                for (tx, outcome, key) in msg.replies {
+                    self.release(tx, outcome, key);
                 }
             }
             Err(e) => {

@@ -689,10 +689,12 @@ pub async fn invoke_route(
     };
     let start = NEXT_ID.fetch_add(1, Ordering::Relaxed) as usize;
     let forwarded = req.headers().contains_key(FORWARDED);
-    // The node a peer replica asks this one to send it to (and no other).
+    // The node a peer replica asks this one to send it to (and no other);
+    // honoured on a forward only.
     let pin = req
         .headers()
         .get(NODE)
+        .filter(|_| forwarded)
         .and_then(|v| v.to_str().ok())
         .map(|n| NodeId(n.to_string()));
     let arrived = tokio::time::Instant::now();
@@ -716,14 +718,18 @@ pub async fn invoke_route(
             forwarded,
         };
         // The order the nodes are asked in. A key the client gave goes to
-        // the node its rank puts first and nowhere else while that node's
-        // agent cannot be reached (it may hold the key's outcome from an
-        // earlier try); it moves on only past an agent that answers it does
-        // not host the function (and so knew nothing of the key). A key
-        // assigned here is new: any node will do, the preferred first.
+        // the node its rank puts first and nowhere else while the state
+        // places the function there (that agent may hold the key's outcome
+        // from an earlier try): an agent that cannot be reached, or that
+        // answers it does not host the function yet (its assignment not
+        // delivered after a scale-out) or any more (a release not applied
+        // here yet), is waited for within the deadline, never passed over
+        // for the next node. A key assigned here is new: any node will do,
+        // the preferred first. A pin from a peer names one of the
+        // function's nodes, else none.
         let strict = matches!(key, Key::Given(_));
         let order = |nodes: Vec<NodeId>| match (&key, &pin) {
-            (_, Some(p)) => vec![p.clone()],
+            (_, Some(p)) => nodes.into_iter().filter(|n| n == p).take(1).collect(),
             (Key::Given(k), None) => key_order(k, nodes),
             (Key::Assigned(_), None) => nodes,
         };
@@ -731,6 +737,7 @@ pub async fn invoke_route(
         // Nodes already asked; a second round asks the ones a fresh route adds.
         let mut tried: BTreeSet<NodeId> = BTreeSet::new();
         let mut unreachable: Option<NodeId> = None;
+        let mut unhosted: Option<NodeId> = None;
         'rounds: for _ in 0..2 {
             for node in &nodes {
                 if !tried.insert(node.clone()) {
@@ -745,6 +752,10 @@ pub async fn invoke_route(
                             outcome_response(InvokeOutcome::Failed(InvokeError::UnknownFunction)),
                             &sent_key,
                         )
+                    }
+                    Step::NotHosted if strict => {
+                        unhosted = Some(node.clone());
+                        break 'rounds;
                     }
                     Step::NotHosted => {}
                     Step::Unreachable => {
@@ -779,14 +790,20 @@ pub async fn invoke_route(
                 key.base(),
             );
         }
-        let why = match (&key, &unreachable) {
-            (Key::Given(_), Some(home)) => format!(
+        let why = match (&key, &unreachable, &unhosted) {
+            (Key::Given(_), _, Some(home)) => format!(
+                "the agent of node {}, which keeps the outcome of this Idempotency-Key, \
+                 does not host the function yet (or any more) though the region places it \
+                 there; nothing ran on this attempt",
+                home.0
+            ),
+            (Key::Given(_), Some(home), None) => format!(
                 "the agent of node {}, which keeps the outcome of this Idempotency-Key, \
                  is not connected to the region; nothing ran on this attempt",
                 home.0
             ),
-            (_, None) => "no node the function is placed on hosts it yet (it is being moved); \
-                          nothing ran"
+            (_, None, _) => "no node the function is placed on hosts it yet (it is being moved); \
+                             nothing ran"
                 .to_string(),
             _ => {
                 "no agent hosting the function is connected to the region; nothing ran".to_string()

@@ -165,6 +165,18 @@ pub const SLICE_ENV: [&str; 3] = [
     "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
 ];
 
+/// Variables that change what the slice's variables mean or what the
+/// process loads: a template may never let a function set them.
+pub const ISOLATION_ENV: [&str; 7] = [
+    "CUDA_DEVICE_ORDER",
+    "CUDA_MPS_PIPE_DIRECTORY",
+    "CUDA_MPS_LOG_DIRECTORY",
+    "NVIDIA_VISIBLE_DEVICES",
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "LD_AUDIT",
+];
+
 /// The `[vm]` table of a template: what a `microvm` guest needs.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -478,6 +490,15 @@ impl RuntimeTemplate {
                 return Err(invalid(
                     &format!("allow_env[{i}]"),
                     &format!("{name} is the slice's (set by the agent for the GPU slice)"),
+                ));
+            }
+            if ISOLATION_ENV.contains(&name.as_str()) {
+                return Err(invalid(
+                    &format!("allow_env[{i}]"),
+                    &format!(
+                        "{name} would let a function escape its slice or the agent's \
+                         loader (never allowable)"
+                    ),
                 ));
             }
         }

@@ -209,6 +209,21 @@ fn a_function_adds_only_the_args_and_env_its_template_allows() {
         err.to_string().starts_with("bad.toml: allow_env[0]:"),
         "{err}"
     );
+    // Nor the variables that would undo the slice or the loader.
+    for name in ["LD_PRELOAD", "CUDA_MPS_PIPE_DIRECTORY", "CUDA_DEVICE_ORDER"] {
+        let err = RuntimeTemplate::parse(
+            &format!(
+                "runtime = \"x\"\ncommand = [\"a\"]\nallow_env = [\"HF_TOKEN\", \"{name}\"]\n"
+            ),
+            "bad.toml",
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().starts_with("bad.toml: allow_env[1]:")
+                && err.to_string().contains("never allowable"),
+            "{err}"
+        );
+    }
     let err = RuntimeTemplate::parse(
         "runtime = \"x\"\ncommand = [\"a\"]\nallow_args = [\"port\"]\n",
         "bad.toml",
