@@ -62,6 +62,9 @@ const DEADLINE: &str = "x-gshare-deadline-ms";
 const KEY: &str = crate::api::idempotency::HEADER;
 /// On a forward between replicas: the node whose agent is to run it.
 const NODE: &str = "x-gshare-node";
+/// On a forward between replicas: the key is one the first replica
+/// assigned (new: the peer picks the node and pins the key to it).
+const ASSIGNED: &str = "x-gshare-key-assigned";
 /// How long a replica whose forward lost its answer keeps trying to reach
 /// the agent again to ask what became of the key.
 const RELEARN: Duration = Duration::from_secs(3);
@@ -210,8 +213,9 @@ enum Forwarded {
 
 /// Where a forward to a peer replica asks it to send the invocation.
 struct Pin<'a> {
-    /// The one node whose agent is to run it.
-    node: &'a str,
+    /// The one node whose agent is to run it (`None`: an assigned key,
+    /// whose node the peer picks).
+    node: Option<&'a str>,
     /// The idempotency key it runs under.
     key: &'a str,
     /// The request's deadline left, ms, if it has one.
@@ -241,7 +245,7 @@ async fn forward_http(
         auth.to_string(),
         deadline.map(str::to_string),
         key.to_string(),
-        to.node.to_string(),
+        to.node.map(str::to_string),
         body.to_vec(),
     );
     let sent = tokio::task::spawn_blocking(move || {
@@ -249,8 +253,11 @@ async fn forward_http(
             ("Authorization", auth.as_str()),
             (FORWARDED, "1"),
             (KEY, key.as_str()),
-            (NODE, node.as_str()),
         ];
+        match &node {
+            Some(n) => headers.push((NODE, n.as_str())),
+            None => headers.push((ASSIGNED, "1")),
+        }
         if let Some(d) = &deadline {
             headers.push((DEADLINE, d.as_str()));
         }
@@ -499,13 +506,13 @@ struct Call<'a> {
 /// Sends the invocation to `node`'s agent under `key`: over its QUIC link
 /// when it is linked here, else (on the first replica only) through each
 /// peer replica in turn, pinned to that node (`X-Gshare-Node`).
-async fn ask_node(call: &Call<'_>, node: &NodeId, key: &str) -> Step {
+async fn ask_node(call: &Call<'_>, node: &NodeId, key: &str, pinned: bool) -> Step {
     let hub = &call.ctx.replica.agents;
     let Some(conn) = hub.link(node) else {
-        if call.forwarded {
+        if call.forwarded || !pinned {
             return Step::Unreachable;
         }
-        return via_peers(call, node, key).await;
+        return via_peers(call, Some(node), key).await;
     };
     let request = InvokeRequest {
         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -548,9 +555,12 @@ async fn ask_node(call: &Call<'_>, node: &NodeId, key: &str) -> Step {
 }
 
 /// Asks the peer replicas, one after the other, to send the invocation to
-/// `node`'s agent: the first linked to it answers; a peer that is not
-/// (`503 no_agent`, `503 no_instance`) or cannot be reached passes it on.
-async fn via_peers(call: &Call<'_>, node: &NodeId, key: &str) -> Step {
+/// `node`'s agent (`None`: an assigned key, to the node each peer picks
+/// among the agents linked to it, resident copies first: it knows their
+/// residency, this replica does not): the first that can answers; a peer
+/// that cannot (`503 no_agent`, `503 no_instance`) or cannot be reached
+/// passes it on.
+async fn via_peers(call: &Call<'_>, node: Option<&NodeId>, key: &str) -> Step {
     let ctx = call.ctx;
     let peers: Vec<String> = {
         let m = ctx.replica.raft.metrics().borrow().clone();
@@ -566,7 +576,7 @@ async fn via_peers(call: &Call<'_>, node: &NodeId, key: &str) -> Step {
     for peer in peers {
         let tls = ctx.forward_tls.clone();
         let to = Pin {
-            node: &node.0,
+            node: node.map(|n| n.0.as_str()),
             key,
             deadline: deadline.as_deref(),
         };
@@ -586,7 +596,7 @@ async fn via_peers(call: &Call<'_>, node: &NodeId, key: &str) -> Step {
                 );
                 for h in headers
                     .into_iter()
-                    .filter(|(k, _)| PASSED_ON.contains(&k.as_str()))
+                    .filter(|(k, _)| PASSED_ON.contains(&k.as_str()) || k == KEY)
                 {
                     reply.insert_header(h);
                 }
@@ -652,7 +662,11 @@ pub async fn invoke_route(
             }
         },
     };
+    let forwarded = req.headers().contains_key(FORWARDED);
     let key = match given {
+        // A key the first replica assigned: new, so the node is this
+        // replica's pick (honoured on a forward only).
+        Some(k) if forwarded && req.headers().contains_key(ASSIGNED) => Key::Assigned(k),
         Some(k) => Key::Given(k),
         None => match crate::api::auth::new_secret() {
             Ok(secret) => Key::Assigned(format!("r{}-{}", ctx.replica.id, &secret[4..36])),
@@ -688,7 +702,6 @@ pub async fn invoke_route(
         Err(e) => return answer(e),
     };
     let start = NEXT_ID.fetch_add(1, Ordering::Relaxed) as usize;
-    let forwarded = req.headers().contains_key(FORWARDED);
     // The node a peer replica asks this one to send it to (and no other);
     // honoured on a forward only.
     let pin = req
@@ -744,7 +757,7 @@ pub async fn invoke_route(
                     continue;
                 }
                 let sent_key = key.for_node(node);
-                match ask_node(&call, node, &sent_key).await {
+                match ask_node(&call, node, &sent_key, strict || pin.is_some()).await {
                     Step::Done(reply) => return keyed(reply, &sent_key),
                     // A peer asked for this node only: it moves on itself.
                     Step::NotHosted if pin.is_some() => {
@@ -782,6 +795,18 @@ pub async fn invoke_route(
                 break;
             }
             nodes = fresh;
+        }
+        // An assigned key that no agent linked here took: each peer picks
+        // among the agents linked to it (it knows their residency, this
+        // replica does not) and names the key's node in its answer.
+        if !strict && !forwarded {
+            if let Step::Done(reply) = via_peers(&call, None, key.base()).await {
+                return if reply.headers().contains_key(KEY) {
+                    reply
+                } else {
+                    keyed(reply, key.base())
+                };
+            }
         }
         if route(&ctx, &tenant, &name, start).is_none() {
             // The function was deleted meanwhile; nothing ran.
@@ -879,7 +904,7 @@ mod tests {
                 "/v1/invoke/t/f",
                 "Bearer x",
                 &Pin {
-                    node: "n1",
+                    node: Some("n1"),
                     key: "k1",
                     deadline: None,
                 },
