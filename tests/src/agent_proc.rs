@@ -70,3 +70,34 @@ pub async fn gone(pid: u64, within: Duration) -> bool {
     }
     false
 }
+
+/// The microVM guest image directory (`$GSHARE_MICROVM_IMAGE`, else
+/// `target/microvm`) when it and QEMU are there; else `None` with the
+/// reason printed, or a panic naming `what` under `GSHARE_CI` (where
+/// `.ci/run` installs both, so a missing one is a failure, not a skip).
+pub fn microvm_image_dir(what: &str) -> Option<std::path::PathBuf> {
+    use std::path::{Path, PathBuf};
+    let dir = std::env::var_os("GSHARE_MICROVM_IMAGE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/microvm"));
+    let qemu = std::process::Command::new("qemu-system-x86_64")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let why = if !dir.join("vmlinuz").exists() || !dir.join("initramfs.cpio").exists() {
+        format!(
+            "no guest image in {} (run scripts/microvm-image.sh)",
+            dir.display()
+        )
+    } else if !qemu {
+        "qemu-system-x86_64 not on PATH".to_string()
+    } else {
+        return Some(dir);
+    };
+    assert!(
+        std::env::var_os("GSHARE_CI").is_none(),
+        "GSHARE_CI is set but {what} cannot run: {why}"
+    );
+    eprintln!("SKIPPED: {why}");
+    None
+}

@@ -11,7 +11,7 @@
 //! image is refused before anything starts (that test needs neither).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -30,29 +30,7 @@ const FUNCTIONS: [(&str, &str); 2] = [("acme/rank", "local-c"), ("globex/transla
 
 /// The guest image directory, or why the test cannot run (a panic in CI).
 fn image_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("GSHARE_MICROVM_IMAGE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/microvm"));
-    let qemu = Command::new("qemu-system-x86_64")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    let why = if !dir.join("vmlinuz").exists() || !dir.join("initramfs.cpio").exists() {
-        format!(
-            "no guest image in {} (run scripts/microvm-image.sh)",
-            dir.display()
-        )
-    } else if !qemu {
-        "qemu-system-x86_64 not on PATH".to_string()
-    } else {
-        return Some(dir);
-    };
-    assert!(
-        std::env::var_os("GSHARE_CI").is_none(),
-        "GSHARE_CI is set but `gsharectl up --runtime microvm` cannot run: {why}"
-    );
-    eprintln!("SKIPPED: {why}");
-    None
+    gshare_tests::agent_proc::microvm_image_dir("`gsharectl up --runtime microvm`")
 }
 
 /// `key=value` words of a line.
