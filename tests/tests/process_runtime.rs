@@ -330,6 +330,17 @@ fn exchange(addr: SocketAddr, request: String) -> (u16, Vec<(String, String)>, S
     (status, headers, body.to_string())
 }
 
+/// A raw `POST …/chat/v1/chat/completions` to the agent's transparent
+/// route for `acme/chat`, with `extra` header lines (each ending `\r\n`).
+fn chat_completion(body: &str, extra: &str) -> String {
+    format!(
+        "POST /v1/invoke/acme/chat/v1/chat/completions HTTP/1.1\r\nHost: x\r\n\
+         Authorization: Bearer {TOKEN}\r\n{extra}Content-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
 fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
     headers
         .iter()
@@ -607,12 +618,7 @@ print(json.dumps(deltas))
     let (status, headers, raw) = tokio::task::spawn_blocking(move || {
         exchange(
             ingress,
-            format!(
-                "POST /v1/invoke/acme/chat/v1/chat/completions HTTP/1.1\r\nHost: x\r\n\
-                 Authorization: Bearer {TOKEN}\r\nX-Gshare-Deadline-Ms: 1000\r\n\
-                 Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            ),
+            chat_completion(body, "X-Gshare-Deadline-Ms: 1000\r\n"),
         )
     })
     .await
@@ -646,17 +652,7 @@ async fn a_short_metered_stream_reaches_the_client_whole() {
     };
     assign(&conn, 1, &[chat]).await;
     let body = r#"{"model":"org/tiny-chat","stream":true,"messages":[{"role":"user","content":"one two three"}]}"#;
-    let call = move || {
-        exchange(
-            ingress,
-            format!(
-                "POST /v1/invoke/acme/chat/v1/chat/completions HTTP/1.1\r\nHost: x\r\n\
-                 Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n\
-                 Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            ),
-        )
-    };
+    let call = move || exchange(ingress, chat_completion(body, ""));
     // Until the process serves.
     let until = Instant::now() + Duration::from_secs(30);
     loop {
