@@ -28,8 +28,10 @@
 mod codec;
 mod error;
 mod log_store;
+pub mod mem;
 mod region_state;
 mod replica_node;
+mod runtime;
 mod state_machine;
 mod type_config;
 
@@ -38,7 +40,11 @@ pub use error::StoreError;
 pub use log_store::SledLogStore;
 pub use region_state::RegionState;
 pub use replica_node::ReplicaNode;
-pub use state_machine::{AppliedState, SledStateMachine, StateReader};
+pub use runtime::{seed_thread_rng, GshareRuntime, ThreadRng};
+pub use state_machine::{
+    AppliedState, SledSnapshots, SledStateMachine, SnapshotBuilder, SnapshotStore, StateMachine,
+    StateReader, StoredSnapshot,
+};
 pub use type_config::{BatchOutcome, CommandBatch, TypeConfig};
 
 /// Opens (or creates) the store in `dir` and returns its two halves.

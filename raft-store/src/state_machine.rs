@@ -1,4 +1,5 @@
-//! The replicated state machine: [`RegionState`] in memory, snapshots in sled.
+//! The replicated state machine: [`RegionState`] in memory, snapshots on a
+//! [`SnapshotStore`] (sled in a replica, the simulated disk in `mem`).
 
 use std::io::Cursor;
 use std::sync::{Arc, RwLock, RwLockReadGuard};
@@ -27,11 +28,57 @@ pub struct AppliedState {
     pub region: RegionState,
 }
 
-/// A snapshot as kept in the `snapshot` tree.
+/// A snapshot as kept by a [`SnapshotStore`].
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct StoredSnapshot {
+pub struct StoredSnapshot {
     meta: SnapshotMeta<u64, ReplicaNode>,
     data: Vec<u8>,
+}
+
+/// Where the state machine keeps its current snapshot, durably.
+pub trait SnapshotStore: Clone + Send + Sync + 'static {
+    /// The current snapshot, if one was saved.
+    fn load(&self) -> StoreResult<Option<StoredSnapshot>>;
+    /// Replaces the current snapshot; returns once it is durable.
+    fn save(
+        &self,
+        snap: &StoredSnapshot,
+    ) -> impl std::future::Future<Output = StoreResult<()>> + Send;
+}
+
+/// The `snapshot` tree of a replica's sled database.
+#[derive(Debug, Clone)]
+pub struct SledSnapshots {
+    tree: sled::Tree,
+}
+
+impl SnapshotStore for SledSnapshots {
+    fn load(&self) -> StoreResult<Option<StoredSnapshot>> {
+        let bytes = self
+            .tree
+            .get(CURRENT)
+            .map_err(|e| StorageIOError::read_snapshot(None, AnyError::new(&e)))?;
+        match bytes {
+            None => Ok(None),
+            Some(b) => Ok(Some(decode(&b).map_err(|e| {
+                StorageIOError::read_snapshot(None, AnyError::new(&e))
+            })?)),
+        }
+    }
+
+    async fn save(&self, snap: &StoredSnapshot) -> StoreResult<()> {
+        let sig = Some(snap.meta.signature());
+        let bytes = encode(snap)
+            .map_err(|e| StorageIOError::write_snapshot(sig.clone(), AnyError::new(&e)))?;
+        self.tree
+            .insert(CURRENT, bytes)
+            .map_err(|e| StorageIOError::write_snapshot(sig.clone(), AnyError::new(&e)))?;
+        self.tree
+            .flush_async()
+            .await
+            .map_err(|e| StorageIOError::write_snapshot(sig, AnyError::new(&e)))?;
+        Ok(())
+    }
 }
 
 /// Read access to the applied state for the HTTP API and tests.
@@ -47,42 +94,51 @@ impl StateReader {
     }
 }
 
-/// openraft's state machine on sled.
+/// openraft's state machine: [`RegionState`] in memory, snapshots in `S`.
 #[derive(Debug)]
-pub struct SledStateMachine {
+pub struct StateMachine<S> {
     state: Arc<RwLock<AppliedState>>,
-    snapshots: sled::Tree,
+    snapshots: S,
     builds: u64,
 }
 
+/// The state machine of a replica: snapshots in sled.
+pub type SledStateMachine = StateMachine<SledSnapshots>;
+
 /// Builds a snapshot from a copy of the state taken when openraft asked.
 #[derive(Debug)]
-pub struct SnapshotBuilder {
+pub struct SnapshotBuilder<S> {
     state: Arc<RwLock<AppliedState>>,
-    snapshots: sled::Tree,
+    snapshots: S,
     seq: u64,
 }
 
 impl SledStateMachine {
     pub(crate) fn new(db: sled::Db) -> Result<Self, StoreError> {
-        let snapshots = db
+        let tree = db
             .open_tree("snapshot")
             .map_err(|source| StoreError::Tree {
                 tree: "snapshot",
                 source,
             })?;
+        StateMachine::open(SledSnapshots { tree })
+    }
+}
+
+impl<S: SnapshotStore> StateMachine<S> {
+    /// Starts from the last snapshot in `snapshots` (openraft re-applies the
+    /// committed entries after it).
+    pub fn open(snapshots: S) -> Result<Self, StoreError> {
         let mut state = AppliedState::default();
-        if let Some(bytes) = snapshots.get(CURRENT).map_err(|source| StoreError::Tree {
-            tree: "snapshot",
-            source,
-        })? {
-            let stored: StoredSnapshot =
-                decode(&bytes).map_err(|e| StoreError::Snapshot(e.to_string()))?;
+        if let Some(stored) = snapshots
+            .load()
+            .map_err(|e| StoreError::Snapshot(e.to_string()))?
+        {
             state.region = decode(&stored.data).map_err(|e| StoreError::Snapshot(e.to_string()))?;
             state.last_applied = stored.meta.last_log_id;
             state.membership = stored.meta.last_membership;
         }
-        Ok(SledStateMachine {
+        Ok(StateMachine {
             state: Arc::new(RwLock::new(state)),
             snapshots,
             builds: 0,
@@ -95,36 +151,9 @@ impl SledStateMachine {
             state: self.state.clone(),
         }
     }
-
-    fn load_current(&self) -> StoreResult<Option<StoredSnapshot>> {
-        let bytes = self
-            .snapshots
-            .get(CURRENT)
-            .map_err(|e| StorageIOError::read_snapshot(None, AnyError::new(&e)))?;
-        match bytes {
-            None => Ok(None),
-            Some(b) => Ok(Some(decode(&b).map_err(|e| {
-                StorageIOError::read_snapshot(None, AnyError::new(&e))
-            })?)),
-        }
-    }
 }
 
-async fn save_snapshot(snapshots: &sled::Tree, snap: &StoredSnapshot) -> StoreResult<()> {
-    let sig = Some(snap.meta.signature());
-    let bytes =
-        encode(snap).map_err(|e| StorageIOError::write_snapshot(sig.clone(), AnyError::new(&e)))?;
-    snapshots
-        .insert(CURRENT, bytes)
-        .map_err(|e| StorageIOError::write_snapshot(sig.clone(), AnyError::new(&e)))?;
-    snapshots
-        .flush_async()
-        .await
-        .map_err(|e| StorageIOError::write_snapshot(sig, AnyError::new(&e)))?;
-    Ok(())
-}
-
-impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+impl<S: SnapshotStore> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<S> {
     async fn build_snapshot(&mut self) -> StoreResult<Snapshot<TypeConfig>> {
         let (meta, data) = {
             let st = self.state.read().unwrap_or_else(|p| p.into_inner());
@@ -145,7 +174,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             (meta, data)
         };
         let stored = StoredSnapshot { meta, data };
-        save_snapshot(&self.snapshots, &stored).await?;
+        self.snapshots.save(&stored).await?;
         Ok(Snapshot {
             meta: stored.meta,
             snapshot: Box::new(Cursor::new(stored.data)),
@@ -153,8 +182,8 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     }
 }
 
-impl RaftStateMachine<TypeConfig> for SledStateMachine {
-    type SnapshotBuilder = SnapshotBuilder;
+impl<S: SnapshotStore> RaftStateMachine<TypeConfig> for StateMachine<S> {
+    type SnapshotBuilder = SnapshotBuilder<S>;
 
     async fn applied_state(
         &mut self,
@@ -213,7 +242,7 @@ impl RaftStateMachine<TypeConfig> for SledStateMachine {
             meta: meta.clone(),
             data,
         };
-        save_snapshot(&self.snapshots, &stored).await?;
+        self.snapshots.save(&stored).await?;
         let mut st = self.state.write().unwrap_or_else(|p| p.into_inner());
         st.region = region;
         st.last_applied = meta.last_log_id;
@@ -222,7 +251,7 @@ impl RaftStateMachine<TypeConfig> for SledStateMachine {
     }
 
     async fn get_current_snapshot(&mut self) -> StoreResult<Option<Snapshot<TypeConfig>>> {
-        Ok(self.load_current()?.map(|s| Snapshot {
+        Ok(self.snapshots.load()?.map(|s| Snapshot {
             meta: s.meta,
             snapshot: Box::new(Cursor::new(s.data)),
         }))

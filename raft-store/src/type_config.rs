@@ -25,7 +25,8 @@ pub struct BatchOutcome(pub Vec<CommandOutcome>);
 
 openraft::declare_raft_types!(
     /// The region's Raft types: u64 replica ids, [`ReplicaNode`] cards,
-    /// [`CommandBatch`] entries, in-memory snapshot bytes, tokio.
+    /// [`CommandBatch`] entries, in-memory snapshot bytes, tokio with a
+    /// seedable random source ([`crate::GshareRuntime`]).
     pub TypeConfig:
         D = CommandBatch,
         R = BatchOutcome,
@@ -33,5 +34,5 @@ openraft::declare_raft_types!(
         Node = ReplicaNode,
         Entry = openraft::Entry<TypeConfig>,
         SnapshotData = Cursor<Vec<u8>>,
-        AsyncRuntime = openraft::TokioRuntime,
+        AsyncRuntime = crate::GshareRuntime,
 );

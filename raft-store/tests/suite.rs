@@ -22,3 +22,38 @@ fn sled_store_passes_openraft_suite() {
         panic!("openraft storage suite failed: {e}");
     }
 }
+
+/// The simulation's store (`gshare_raft_store::mem`), so that what the
+/// deterministic simulation runs on keeps openraft's contract too.
+struct SimDisk;
+
+impl
+    StoreBuilder<
+        TypeConfig,
+        gshare_raft_store::mem::MemLogStore,
+        gshare_raft_store::StateMachine<gshare_raft_store::mem::MemSnapshots>,
+        (),
+    > for SimDisk
+{
+    async fn build(
+        &self,
+    ) -> Result<
+        (
+            (),
+            gshare_raft_store::mem::MemLogStore,
+            gshare_raft_store::StateMachine<gshare_raft_store::mem::MemSnapshots>,
+        ),
+        StorageError<u64>,
+    > {
+        let disk = gshare_raft_store::mem::MemDisk::new(std::time::Duration::from_micros(50));
+        let (log, sm) = disk.open().expect("open store");
+        Ok(((), log, sm))
+    }
+}
+
+#[test]
+fn simulated_disk_store_passes_openraft_suite() {
+    if let Err(e) = Suite::test_all(SimDisk) {
+        panic!("openraft storage suite failed: {e}");
+    }
+}
