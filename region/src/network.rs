@@ -1,4 +1,6 @@
-//! openraft's network over [`PeerLinks`]: Raft RPCs as QUIC request/reply streams.
+//! openraft's network over a [`PeerTransport`]: Raft RPCs as request/reply
+//! calls ([`PeerLinks`]: QUIC streams in a replica; the simulation's network
+//! in `tests/src/sim`).
 
 use std::time::Duration;
 
@@ -12,34 +14,37 @@ use openraft::raft::{
     VoteRequest, VoteResponse,
 };
 
-use crate::peer_link::{LinkError, PeerLinks};
+use crate::peer_link::{LinkError, PeerLinks, PeerTransport};
 use crate::wire::{PeerReply, PeerRequest};
 
 /// Hands openraft one [`PeerChannel`] per target replica.
 #[derive(Debug, Clone)]
-pub struct QuicNetwork {
-    links: PeerLinks,
+pub struct RaftPeers<T> {
+    links: T,
 }
 
-impl QuicNetwork {
-    /// A network that dials through `links`.
-    pub fn new(links: PeerLinks) -> Self {
-        QuicNetwork { links }
+/// The replica's Raft network: over QUIC.
+pub type QuicNetwork = RaftPeers<PeerLinks>;
+
+impl<T: PeerTransport> RaftPeers<T> {
+    /// A network that calls through `links`.
+    pub fn new(links: T) -> Self {
+        RaftPeers { links }
     }
 }
 
 /// The RPC channel to one target replica.
 #[derive(Debug)]
-pub struct PeerChannel {
-    links: PeerLinks,
+pub struct PeerChannel<T> {
+    links: T,
     target: u64,
     addr: String,
 }
 
-impl RaftNetworkFactory<TypeConfig> for QuicNetwork {
-    type Network = PeerChannel;
+impl<T: PeerTransport> RaftNetworkFactory<TypeConfig> for RaftPeers<T> {
+    type Network = PeerChannel<T>;
 
-    async fn new_client(&mut self, target: u64, node: &ReplicaNode) -> PeerChannel {
+    async fn new_client(&mut self, target: u64, node: &ReplicaNode) -> PeerChannel<T> {
         PeerChannel {
             links: self.links.clone(),
             target,
@@ -50,7 +55,7 @@ impl RaftNetworkFactory<TypeConfig> for QuicNetwork {
 
 type RpcResult<T, E> = Result<T, RPCError<u64, ReplicaNode, E>>;
 
-impl PeerChannel {
+impl<T: PeerTransport> PeerChannel<T> {
     async fn call<E: std::error::Error>(
         &self,
         req: PeerRequest,
@@ -74,7 +79,7 @@ impl PeerChannel {
     }
 }
 
-impl RaftNetwork<TypeConfig> for PeerChannel {
+impl<T: PeerTransport> RaftNetwork<TypeConfig> for PeerChannel<T> {
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,

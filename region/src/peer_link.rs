@@ -101,6 +101,30 @@ impl PeerHealth {
     }
 }
 
+/// How a replica calls another: one request, one reply, within `ttl`.
+/// [`PeerLinks`] over QUIC in a replica; the deterministic simulation's
+/// network (`tests/src/sim`) in one process.
+pub trait PeerTransport: Clone + Send + Sync + 'static {
+    /// Sends `req` to the replica at `addr` and waits up to `ttl` for its reply.
+    fn call(
+        &self,
+        addr: &str,
+        req: &PeerRequest,
+        ttl: Duration,
+    ) -> impl std::future::Future<Output = Result<PeerReply, LinkError>> + Send;
+}
+
+impl PeerTransport for PeerLinks {
+    async fn call(
+        &self,
+        addr: &str,
+        req: &PeerRequest,
+        ttl: Duration,
+    ) -> Result<PeerReply, LinkError> {
+        PeerLinks::call(self, addr, req, ttl).await
+    }
+}
+
 /// The replica's outgoing connections.
 #[derive(Debug, Clone)]
 pub struct PeerLinks {

@@ -20,7 +20,7 @@ use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::Raft;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use crate::peer_link::PeerLinks;
+use crate::peer_link::{PeerLinks, PeerTransport};
 use crate::wire::{PeerReply, PeerRequest, WriteRefusal};
 
 /// Most commands in one Raft entry.
@@ -232,19 +232,30 @@ pub fn unix_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// Commits `batch` here if this replica leads, else forwards it to the leader
-/// (whose QUIC server stamps the time again before proposing).
 async fn commit(
     raft: &Raft<TypeConfig>,
     links: &PeerLinks,
+    batch: CommandBatch,
+) -> Result<BatchOutcome, WriteError> {
+    commit_via(raft, links, batch, unix_ms).await
+}
+
+/// Commits `batch` here if this replica leads, else forwards it to the leader
+/// over `links` (whose server stamps the time again before proposing); each
+/// attempt stamps `now_ms()`. The proposer's write path, and the
+/// simulation's (`tests/src/sim`), with its clock and network.
+pub async fn commit_via<T: PeerTransport>(
+    raft: &Raft<TypeConfig>,
+    links: &T,
     mut batch: CommandBatch,
+    now_ms: impl Fn() -> u64,
 ) -> Result<BatchOutcome, WriteError> {
     let mut last = WriteError::NoLeader;
     for attempt in 0..ATTEMPTS {
         if attempt > 0 {
             tokio::time::sleep(Duration::from_millis(100 * attempt as u64)).await;
         }
-        batch.stamp(unix_ms());
+        batch.stamp(now_ms());
         match raft.client_write(batch.clone()).await {
             Ok(resp) => return Ok(resp.data),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {

@@ -97,11 +97,44 @@ async fn answer(
         Err(WireError::Stream(_)) => return,
     };
     let reply = match req {
+        PeerRequest::Append(_)
+        | PeerRequest::Vote(_)
+        | PeerRequest::Snapshot(_)
+        | PeerRequest::Write(_)
+        | PeerRequest::ReadIndex => match answer_raft(&raft, req, crate::proposer::unix_ms).await {
+            Ok(reply) => reply,
+            Err(_) => return,
+        },
+        // Only the leader's worker plans; elsewhere `NoLeader` (the sender retries).
+        PeerRequest::Evaluate(eval) => PeerReply::Evaluate(scheduler.submit_here(eval).await),
+        PeerRequest::Delivered(node) => PeerReply::Delivered(agents.delivered_to(&node)),
+        PeerRequest::AgentReports => PeerReply::AgentReports(agents.local_part()),
+        PeerRequest::Heard => PeerReply::Heard(agents.heard_ages()),
+        PeerRequest::Decision { tenant, function } => {
+            PeerReply::Decision(scheduler.local_decision(&tenant, &function))
+        }
+    };
+    counters.requests.fetch_add(1, Ordering::Relaxed);
+    if let Err(e) = write_frame(&mut send, &reply).await {
+        tracing::debug!("reply to {} lost: {e}", conn.remote_address());
+    }
+}
+
+/// Answers the requests that only need this replica's Raft (Raft RPCs, a
+/// forwarded write stamped with `now_ms()`, a read index); any other
+/// request comes back as `Err`. The QUIC server and the simulation's
+/// network (`tests/src/sim`) both answer through it.
+pub async fn answer_raft(
+    raft: &Raft<TypeConfig>,
+    req: PeerRequest,
+    now_ms: impl Fn() -> u64,
+) -> Result<PeerReply, PeerRequest> {
+    Ok(match req {
         PeerRequest::Append(rpc) => PeerReply::Append(raft.append_entries(rpc).await),
         PeerRequest::Vote(rpc) => PeerReply::Vote(raft.vote(rpc).await),
         PeerRequest::Snapshot(rpc) => PeerReply::Snapshot(raft.install_snapshot(rpc).await),
         PeerRequest::Write(mut batch) => PeerReply::Write({
-            batch.stamp(crate::proposer::unix_ms());
+            batch.stamp(now_ms());
             match raft.client_write(batch).await {
                 Ok(resp) => Ok(resp.data),
                 Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
@@ -122,17 +155,6 @@ async fn answer(
             }
             Err(e) => Err(WriteRefusal::Failed(e.to_string())),
         }),
-        // Only the leader's worker plans; elsewhere `NoLeader` (the sender retries).
-        PeerRequest::Evaluate(eval) => PeerReply::Evaluate(scheduler.submit_here(eval).await),
-        PeerRequest::Delivered(node) => PeerReply::Delivered(agents.delivered_to(&node)),
-        PeerRequest::AgentReports => PeerReply::AgentReports(agents.local_part()),
-        PeerRequest::Heard => PeerReply::Heard(agents.heard_ages()),
-        PeerRequest::Decision { tenant, function } => {
-            PeerReply::Decision(scheduler.local_decision(&tenant, &function))
-        }
-    };
-    counters.requests.fetch_add(1, Ordering::Relaxed);
-    if let Err(e) = write_frame(&mut send, &reply).await {
-        tracing::debug!("reply to {} lost: {e}", conn.remote_address());
-    }
+        other => return Err(other),
+    })
 }

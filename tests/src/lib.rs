@@ -22,6 +22,7 @@ pub mod fault_proxy;
 pub mod fuzz;
 pub mod nemesis;
 pub mod raw_http;
+pub mod sim;
 pub mod stand_in_region;
 pub mod test_region;
 pub mod up_process;

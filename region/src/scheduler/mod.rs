@@ -44,7 +44,7 @@ pub use decision::{DecisionLookup, LatestDecision};
 pub use evaluation::{EvalDone, EvalError, EvalResult, Evaluation};
 pub use liveness::LIVENESS_TICK;
 pub use migrate::{MIGRATE_TICK, MIGRATION_WAIT};
-pub use worker::IN_FLIGHT_BATCHES;
+pub use worker::{decide_on, IN_FLIGHT_BATCHES};
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

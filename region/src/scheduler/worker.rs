@@ -24,8 +24,8 @@ use gshare_core::model::PoolPreference;
 use gshare_core::model::TenantId;
 use gshare_core::state::{
     plan_defragment, plan_move, plan_placements, plan_replacement, ApplyError, Defragment,
-    DomainCommand, KeyLookup, MigrationCause, MoveError, ObjectKind, PendingPlans, PlacementPolicy,
-    PlanTicket, RegionState, RejectReason,
+    DomainCommand, FragmentationAware, KeyLookup, MigrationCause, MoveError, ObjectKind,
+    PendingPlans, PlacementPolicy, PlanOptions, PlanTicket, RegionState, RejectReason,
 };
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
@@ -66,6 +66,31 @@ enum Decision {
     Defer,
     /// Propose this command.
     Propose(DomainCommand),
+}
+
+/// What the leader's worker decides for `eval` on `view` alone (no plans
+/// pending, no key in flight), with the region's placement policy: the
+/// command to propose, or the answer given without proposing. The
+/// deterministic simulation (`tests/src/sim`) decides deploys through it.
+pub fn decide_on(
+    view: &RegionState,
+    eval: &Evaluation,
+    now: u64,
+) -> Result<DomainCommand, EvalResult> {
+    let ranking = FragmentationAware::from_state(view);
+    let policy = PlacementPolicy {
+        ranking: &ranking,
+        options: PlanOptions::indexed(),
+        pending: None,
+        prefer: &[],
+        avoid: &[],
+    };
+    match decide(view, eval, &policy, &|_| false, now) {
+        Decision::Propose(c) => Ok(c),
+        Decision::Answer(r) => Err(r),
+        // Nothing is in flight here, so nothing defers; say so if it does.
+        Decision::Defer => Err(Err(EvalError::Unknown("deferred".into()))),
+    }
 }
 
 /// Decides `eval` on the applied `view` (plus the policy's pending plans);

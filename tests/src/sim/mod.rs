@@ -1,0 +1,1014 @@
+//! Deterministic simulation of the region's control plane (docs/simulation.md).
+//!
+//! One seed → one run, bit for bit: three region replicas (openraft with the
+//! real state machine and [`RegionState`](gshare_raft_store::RegionState),
+//! the proposer's write path [`commit_via`], the QUIC server's Raft answers
+//! [`answer_raft`](gshare_region::quic_server::answer_raft), on the simulated
+//! disk [`MemDisk`]) and the agents' usage protocol run in one process on a
+//! current-thread tokio runtime whose clock is paused (it jumps to the next
+//! timer when every task waits), over [`SimNet`]. Every random choice (the
+//! network's fates, the workload, the nemesis, openraft's election
+//! timeouts through [`seed_thread_rng`]) comes from the seed.
+//!
+//! The nemesis injects, from the seed: message loss, delay, duplication and
+//! (through delays) reordering; partitions (one replica cut off, one-way
+//! cuts); replica crashes (one, the leader, or all at once) that lose what
+//! was not flushed; agent crashes that lose unflushed usage records; and
+//! clock skew on agents. After the faults the network heals and every
+//! process restarts; the run then checks the chaos suite's invariants with
+//! the nemesis checker ([`crate::nemesis::checker`]) plus exactly-once
+//! billing against the agents' journals, and that the healed region serves.
+
+mod net;
+
+pub use net::{NetCounts, NodeId, SimLinks, SimNet, Weather};
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use gshare_core::command::{CommandOutcome, RegionCommand};
+use gshare_core::config::{Topology, Usage};
+use gshare_core::model::{PoolKind, Quota, TenantId, Tier};
+use gshare_core::state::{Applied, DomainCommand, UsageRecord};
+use gshare_raft_store::mem::MemDisk;
+use gshare_raft_store::{seed_thread_rng, CommandBatch, ReplicaNode, StateReader, TypeConfig};
+use gshare_region::network::RaftPeers;
+use gshare_region::proposer::{commit_via, WriteError};
+use gshare_region::scheduler::{decide_on, Evaluation};
+use openraft::Raft;
+
+use crate::nemesis::checker::{self, Violation};
+use crate::nemesis::history::{Op, OpKind, Outcome};
+
+/// A bug planted on purpose, to show that the simulation catches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Planted {
+    /// None: the protocol as shipped.
+    #[default]
+    None,
+    /// Agents send usage records before their journal write is durable
+    /// (the bug `UsageJournal::batch_after`'s `durable_end` fixed).
+    UsageBeforeFsync,
+}
+
+/// One simulated run.
+#[derive(Debug, Clone, Copy)]
+pub struct SimConfig {
+    /// Every random choice follows from it.
+    pub seed: u64,
+    /// Simulated seconds of workload and faults (healing and checks follow).
+    pub secs: u64,
+    /// Region replicas.
+    pub replicas: u64,
+    /// Node agents.
+    pub agents: u64,
+    /// A bug to plant.
+    pub planted: Planted,
+}
+
+impl SimConfig {
+    /// The CI shape: 3 replicas, 2 agents, `secs` of faults.
+    pub fn new(seed: u64, secs: u64) -> SimConfig {
+        SimConfig {
+            seed,
+            secs,
+            replicas: 3,
+            agents: 2,
+            planted: Planted::None,
+        }
+    }
+}
+
+/// What one run did and found.
+#[derive(Debug, Clone)]
+pub struct SimReport {
+    /// The seed.
+    pub seed: u64,
+    /// Simulated seconds in all (faults, healing, checks).
+    pub sim_secs: f64,
+    /// The digest of every decision and outcome: equal for two runs of one seed.
+    pub digest: u64,
+    /// The client operations with their outcomes.
+    pub ops: Vec<Op>,
+    /// What the network did.
+    pub net: NetCounts,
+    /// Faults injected, one line each.
+    pub faults: Vec<String>,
+    /// Usage records billed by the region, per agent.
+    pub billed: u64,
+    /// Broken invariants.
+    pub violations: Vec<Violation>,
+}
+
+impl SimReport {
+    /// Ops that ended ok / definitely failed / unknown.
+    pub fn outcome_counts(&self) -> (usize, usize, usize) {
+        let ok = self.ops.iter().filter(|o| o.outcome.is_ok()).count();
+        let unknown = self.ops.iter().filter(|o| o.outcome.is_unknown()).count();
+        (ok, self.ops.len() - ok - unknown, unknown)
+    }
+
+    /// One line for logs.
+    pub fn summary(&self) -> String {
+        let (ok, fail, unknown) = self.outcome_counts();
+        format!(
+            "seed {}: {:.0} simulated s, {} ops ({ok} ok, {fail} failed, {unknown} unknown), \
+             {} faults, {} messages ({} lost, {} cut, {} duplicated), {} usage records billed, \
+             digest {:016x}, {} violations",
+            self.seed,
+            self.sim_secs,
+            self.ops.len(),
+            self.faults.len(),
+            self.net.sent,
+            self.net.lost,
+            self.net.cut,
+            self.net.duplicated,
+            self.billed,
+            self.digest,
+            self.violations.len()
+        )
+    }
+}
+
+/// Runs one seed to the end (never panics on a violation: see the report).
+pub fn run(cfg: SimConfig) -> SimReport {
+    seed_thread_rng(cfg.seed ^ 0x005e_ed0f_0af7);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime");
+    rt.block_on(World::run(cfg))
+}
+
+const EPOCH_MS: u64 = 1_800_000_000_000;
+const TENANT: &str = "acme";
+const CLIENT_TTL: Duration = Duration::from_secs(4);
+
+fn topology(nodes: u64) -> Topology {
+    let mut t = String::from(
+        "[[gpu_models]]\nname = \"sim-80g\"\nmemory_mib = 81_920\nh2d_mib_per_s = 25_000\n\n\
+         [cold_start]\nsetup_us = 500_000\nstorage_mib_per_s = 2_000\n\n[swap]\nsetup_us = 2_000\n\n\
+         [[pools]]\nname = \"center\"\nkind = \"center\"\n",
+    );
+    for n in 0..nodes {
+        t.push_str(&format!(
+            "\n[[pools.nodes]]\nname = \"n{n}\"\ncpu_milli = 64_000\nmemory_mib = 524_288\n\
+             swap_mib = 262_144\ngpus = [{{ model = \"sim-80g\", count = 2 }}]\n"
+        ));
+    }
+    t.push_str(
+        "\n[pricing]\ncurrency = \"USD\"\nunit = \"micro-USD\"\nunits_per_currency = 1_000_000\n\n\
+         [pricing.tiers]\nexclusive = { discount_bp = 0 }\nguaranteed = { discount_bp = 1_500 }\n\
+         burstable = { discount_bp = 3_500 }\noversubscribed = { discount_bp = 6_000 }\n\n\
+         [[pricing.prices]]\ngpu_model = \"sim-80g\"\npool_kind = \"center\"\ngpu_hour = 2_000_000\n\
+         memory_gib_hour = 10_000\n",
+    );
+    Topology::from_toml("sim", &t).expect("the simulation's topology is valid")
+}
+
+/// One region replica: its disk outlives its crashes.
+struct Replica {
+    id: u64,
+    addr: String,
+    disk: MemDisk,
+    raft: Option<Raft<TypeConfig>>,
+    reader: Option<StateReader>,
+}
+
+/// One agent's usage journal, as `edge::journal::UsageJournal` keeps it:
+/// records get sequence numbers in order, become durable after the fsync,
+/// only durable ones are sent, acked ones are removed, a restart keeps the
+/// durable ones and re-aligns with the region's `next_seq`.
+#[derive(Debug, Default)]
+struct Journal {
+    /// Every record made durable (and not lost), by seq: (value, acked).
+    records: BTreeMap<u64, (u64, bool)>,
+    /// Records written, not yet durable.
+    volatile: BTreeMap<u64, u64>,
+    next_seq: u64,
+    /// Raised by a crash: an fsync begun before it does nothing.
+    epoch: u64,
+    /// Registered with the region since the last restart.
+    registered: bool,
+    up: bool,
+    skew_ms: i64,
+}
+
+struct World {
+    cfg: SimConfig,
+    net: SimNet,
+    replicas: Mutex<Vec<Replica>>,
+    journals: Vec<Mutex<Journal>>,
+    ops: Mutex<Vec<Op>>,
+    faults: Mutex<Vec<String>>,
+    stop_ms: u64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn agent_node(i: u64) -> NodeId {
+    100 + i
+}
+
+impl World {
+    async fn run(cfg: SimConfig) -> SimReport {
+        let net = SimNet::new(cfg.seed, EPOCH_MS);
+        let replicas = (1..=cfg.replicas)
+            .map(|id| Replica {
+                id,
+                addr: format!("10.0.0.{id}:7000"),
+                disk: MemDisk::new(Duration::from_micros(200 + 300 * id)),
+                raft: None,
+                reader: None,
+            })
+            .collect();
+        let w = Arc::new(World {
+            cfg,
+            net: net.clone(),
+            replicas: Mutex::new(replicas),
+            journals: (0..cfg.agents)
+                .map(|_| {
+                    Mutex::new(Journal {
+                        next_seq: 1,
+                        up: true,
+                        ..Journal::default()
+                    })
+                })
+                .collect(),
+            ops: Mutex::new(Vec::new()),
+            faults: Mutex::new(Vec::new()),
+            stop_ms: cfg.secs * 1000,
+        });
+        for i in 0..cfg.replicas as usize {
+            w.start_replica(i, i == 0).await;
+        }
+        w.setup().await;
+
+        let mut tasks = Vec::new();
+        tasks.push(tokio::spawn(w.clone().operator()));
+        tasks.push(tokio::spawn(w.clone().deployer()));
+        for a in 0..cfg.agents {
+            tasks.push(tokio::spawn(w.clone().agent_invocations(a)));
+            tasks.push(tokio::spawn(w.clone().agent_sender(a)));
+        }
+        tasks.push(tokio::spawn(w.clone().sampler()));
+        tasks.push(tokio::spawn(w.clone().nemesis()));
+        for t in tasks {
+            let _ = t.await;
+        }
+        w.heal_and_check().await
+    }
+
+    fn replica_count(&self) -> usize {
+        self.cfg.replicas as usize
+    }
+
+    async fn start_replica(&self, i: usize, init: bool) {
+        let (id, addr, disk) = {
+            let r = &lock(&self.replicas)[i];
+            (r.id, r.addr.clone(), r.disk.clone())
+        };
+        let (log, sm) = disk.open().expect("the simulated disk opens");
+        let reader = sm.reader();
+        let config = gshare_region::replica::raft_config(64, 16).expect("a valid Raft config");
+        let links = SimLinks {
+            net: self.net.clone(),
+            from: id,
+        };
+        let raft = Raft::new(id, Arc::new(config), RaftPeers::new(links), log, sm)
+            .await
+            .expect("openraft starts");
+        if init {
+            let members: BTreeMap<u64, ReplicaNode> = lock(&self.replicas)
+                .iter()
+                .map(|r| {
+                    (
+                        r.id,
+                        ReplicaNode {
+                            raft_addr: r.addr.clone(),
+                            http_addr: String::new(),
+                        },
+                    )
+                })
+                .collect();
+            raft.initialize(members).await.expect("initialize");
+        }
+        self.net.set_down(id, false);
+        self.net.set_raft(id, &addr, Some(raft.clone()));
+        let mut reps = lock(&self.replicas);
+        reps[i].raft = Some(raft);
+        reps[i].reader = Some(reader);
+    }
+
+    async fn crash_replica(&self, i: usize) {
+        let (id, addr, raft) = {
+            let mut reps = lock(&self.replicas);
+            let r = &mut reps[i];
+            r.reader = None;
+            (r.id, r.addr.clone(), r.raft.take())
+        };
+        let Some(raft) = raft else { return };
+        self.net.set_down(id, true);
+        self.net.set_raft(id, &addr, None);
+        lock(&self.replicas)[i].disk.crash();
+        let _ = tokio::time::timeout(Duration::from_secs(5), raft.shutdown()).await;
+    }
+
+    fn leader(&self) -> Option<usize> {
+        let reps = lock(&self.replicas);
+        reps.iter().position(|r| {
+            r.raft
+                .as_ref()
+                .is_some_and(|raft| raft.metrics().borrow().current_leader == Some(r.id))
+        })
+    }
+
+    fn live(&self) -> Vec<usize> {
+        lock(&self.replicas)
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.raft.is_some())
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// One write from `client` through replica `i`: its hop there, the
+    /// proposer's path (forward to the leader included), the hop back.
+    async fn write(&self, client: NodeId, i: usize, cmd: DomainCommand) -> (Outcome, String) {
+        let (id, raft) = {
+            let reps = &lock(&self.replicas)[i];
+            (reps.id, reps.raft.clone())
+        };
+        let Some(raft) = raft else {
+            return (
+                Outcome::Fail("connection refused".into()),
+                format!("r{id} down"),
+            );
+        };
+        let trip = async {
+            if !self.net.hop(client, id).await {
+                std::future::pending::<()>().await;
+            }
+            let links = SimLinks {
+                net: self.net.clone(),
+                from: id,
+            };
+            let clock = self.net.clone();
+            let batch = CommandBatch(vec![RegionCommand::domain(cmd)]);
+            let r = commit_via(&raft, &links, batch, move || clock.unix_ms(0)).await;
+            if !self.net.hop(id, client).await {
+                std::future::pending::<()>().await;
+            }
+            r
+        };
+        let outcome = match tokio::time::timeout(CLIENT_TTL, trip).await {
+            Err(_) => Outcome::Unknown("timed out".into()),
+            Ok(Ok(b)) => match b.0.into_iter().next() {
+                Some(CommandOutcome::Domain(Ok(a))) => Outcome::Ok(applied_name(&a)),
+                Some(CommandOutcome::Domain(Err(e))) => Outcome::Fail(e.code().into()),
+                Some(CommandOutcome::Rejected { reason }) => Outcome::Fail(reason),
+                Some(other) => Outcome::Unknown(format!("{other:?}")),
+                None => Outcome::Unknown("no outcome".into()),
+            },
+            Ok(Err(WriteError::Unknown(e))) => Outcome::Unknown(e),
+            Ok(Err(WriteError::Stopped)) => Outcome::Unknown("stopped".into()),
+            Ok(Err(e)) => Outcome::Fail(format!("{e}")),
+        };
+        self.net.note(("write", client, id, format!("{outcome}")));
+        (outcome, format!("r{id}"))
+    }
+
+    fn record(&self, op: Op) {
+        lock(&self.ops).push(op);
+    }
+
+    async fn setup(&self) {
+        let mut cmds = vec![DomainCommand::TopologyLoad {
+            topology: topology(self.cfg.agents + 2),
+        }];
+        cmds.push(DomainCommand::TenantCreate {
+            tenant: TenantId(TENANT.into()),
+            display_name: None,
+            quotas: [(
+                PoolKind::Center,
+                Quota {
+                    compute_milli: 6_000,
+                    memory_mib: 400_000,
+                    instances: 24,
+                },
+            )]
+            .into_iter()
+            .collect(),
+        });
+        for cmd in cmds {
+            loop {
+                let i = self.net.below(self.replica_count() as u64) as usize;
+                match self.write(1_000, i, cmd.clone()).await.0 {
+                    Outcome::Ok(_) => break,
+                    _ => tokio::time::sleep(Duration::from_millis(200)).await,
+                }
+            }
+        }
+    }
+
+    fn running(&self) -> bool {
+        self.net.elapsed_ms() < self.stop_ms
+    }
+
+    async fn pause(&self, lo: u64, hi: u64) {
+        let ms = lo + self.net.below(hi - lo + 1);
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+
+    /// The operator creates tenants, one attempt each.
+    async fn operator(self: Arc<Self>) {
+        let mut n = 0;
+        while self.running() {
+            self.pause(200, 900).await;
+            n += 1;
+            let name = format!("t{n}");
+            let i = self.net.below(self.replica_count() as u64) as usize;
+            let start_ms = self.net.elapsed_ms();
+            let cmd = DomainCommand::TenantCreate {
+                tenant: TenantId(name.clone()),
+                display_name: Some(format!("v-{name}")),
+                quotas: BTreeMap::new(),
+            };
+            let (outcome, via) = self.write(1_001, i, cmd).await;
+            self.record(Op {
+                client: "operator".into(),
+                kind: OpKind::CreateTenant,
+                target: name,
+                args: String::new(),
+                start_ms,
+                end_ms: self.net.elapsed_ms(),
+                attempts: 1,
+                trail: vec![format!("{via} {outcome}")],
+                outcome,
+            });
+        }
+    }
+
+    /// The tenant deploys (keyed, retried under its key while unknown) and
+    /// deletes functions, planning on the contacted replica's view as the
+    /// leader's scheduler plans on its own.
+    async fn deployer(self: Arc<Self>) {
+        let tenant = TenantId(TENANT.into());
+        let mut k = 0u64;
+        let mut names: Vec<String> = Vec::new();
+        while self.running() {
+            self.pause(100, 600).await;
+            let start_ms = self.net.elapsed_ms();
+            if !names.is_empty() && self.net.below(2) == 0 {
+                let name = names.remove(self.net.below(names.len() as u64) as usize);
+                let i = self.net.below(self.replica_count() as u64) as usize;
+                let cmd = DomainCommand::FunctionDelete {
+                    tenant: tenant.clone(),
+                    name: name.clone(),
+                };
+                let (outcome, via) = self.write(1_002, i, cmd).await;
+                let gone = match &outcome {
+                    Outcome::Ok(_) => true,
+                    Outcome::Fail(c) => !(c.contains("connection refused") || c.contains("leader")),
+                    Outcome::Unknown(_) => false,
+                };
+                if !gone {
+                    // It may still be there: delete it again later.
+                    names.push(name.clone());
+                }
+                self.record(Op {
+                    client: "deployer".into(),
+                    kind: OpKind::Delete,
+                    target: format!("{TENANT}/{name}"),
+                    args: String::new(),
+                    start_ms,
+                    end_ms: self.net.elapsed_ms(),
+                    attempts: 1,
+                    trail: vec![format!("{via} {outcome}")],
+                    outcome,
+                });
+                continue;
+            }
+            k += 1;
+            let name = format!("d{k}");
+            let deadline_ms = 100 + self.net.below(900);
+            let body = format!(
+                "{{\"name\":\"{name}\",\"runtime\":\"pytorch\",\"memory_mib\":{},\
+                 \"compute_milli\":{},\"tier\":\"burstable\",\"deadline_ms\":{deadline_ms}}}",
+                1_024 * (1 + self.net.below(16)),
+                50 * (1 + self.net.below(10)),
+            );
+            let spec = serde_json::from_str::<gshare_region::api::functions::FunctionBody>(&body)
+                .expect("a valid body")
+                .into_spec(tenant.clone())
+                .expect("a valid spec");
+            let mut trail = Vec::new();
+            let mut outcome = Outcome::Unknown("not sent".into());
+            let mut attempts = 0;
+            let mut maybe = false;
+            while attempts < 4 {
+                attempts += 1;
+                let i = self.net.below(self.replica_count() as u64) as usize;
+                let eval = Evaluation::Deploy {
+                    tenant: tenant.clone(),
+                    key: format!("key-{name}"),
+                    fingerprint: format!("fp-{name}-{deadline_ms}"),
+                    spec: Box::new(spec.clone()),
+                };
+                let now = self.net.unix_ms(0);
+                let decided = {
+                    let reps = lock(&self.replicas);
+                    reps[i]
+                        .reader
+                        .as_ref()
+                        .map(|reader| decide_on(reader.read().region.domain(), &eval, now))
+                };
+                let answered = match decided {
+                    None => Some((
+                        Outcome::Fail("connection refused".into()),
+                        format!("r{} down", i + 1),
+                    )),
+                    Some(Ok(cmd)) => Some(self.write(1_002, i, cmd).await),
+                    // Answered without a proposal: a replay, or refused.
+                    Some(Err(Ok(done))) => Some((
+                        Outcome::Ok(done.applied.as_ref().map_or("nothing".into(), applied_name)),
+                        format!("r{} answered", i + 1),
+                    )),
+                    Some(Err(Err(e))) => Some((
+                        Outcome::Fail(format!("{e}").chars().take(60).collect()),
+                        format!("r{} refused", i + 1),
+                    )),
+                };
+                let Some((o, via)) = answered else {
+                    continue;
+                };
+                trail.push(format!("{via} {o}"));
+                let settled =
+                    !o.is_unknown() && !matches!(&o, Outcome::Fail(c) if c == "connection refused");
+                // A definite refusal after an unknown attempt stays unknown:
+                // the earlier attempt may have taken effect.
+                maybe |= o.is_unknown();
+                outcome = match o {
+                    Outcome::Fail(c) if maybe => Outcome::Unknown(format!("then refused: {c}")),
+                    o => o,
+                };
+                if settled {
+                    break;
+                }
+            }
+            if !matches!(outcome, Outcome::Fail(_)) {
+                names.push(name.clone());
+            }
+            self.record(Op {
+                client: "deployer".into(),
+                kind: OpKind::Deploy,
+                target: format!("{TENANT}/{name}"),
+                args: format!("deadline_ms={deadline_ms}"),
+                start_ms,
+                end_ms: self.net.elapsed_ms(),
+                attempts,
+                trail,
+                outcome,
+            });
+        }
+    }
+
+    /// An agent runs invocations: each journals one usage record, durable
+    /// after the agent's fsync.
+    async fn agent_invocations(self: Arc<Self>, a: u64) {
+        while self.running() {
+            self.pause(5, 60).await;
+            if !self.running() {
+                return;
+            }
+            let (seq, epoch) = {
+                let mut j = lock(&self.journals[a as usize]);
+                if !j.up {
+                    continue;
+                }
+                let seq = j.next_seq;
+                j.next_seq += 1;
+                let value = 1 + self.net.below(1_000_000);
+                j.volatile.insert(seq, value);
+                (seq, j.epoch)
+            };
+            let w = self.clone();
+            tokio::spawn(async move {
+                // A journal write is durable after its group's fsync: 1–20 ms.
+                tokio::time::sleep(Duration::from_micros(1_000 + w.net.below(19_000))).await;
+                let mut j = lock(&w.journals[a as usize]);
+                if j.epoch == epoch {
+                    if let Some(v) = j.volatile.remove(&seq) {
+                        j.records.insert(seq, (v, false));
+                    }
+                }
+            });
+        }
+    }
+
+    /// The agent's link to the region: registers, then sends its durable
+    /// unacked records (all of them with the planted bug) through a
+    /// random replica and removes what the region acknowledged.
+    async fn agent_sender(self: Arc<Self>, a: u64) {
+        let node = agent_node(a);
+        let agent = gshare_core::state::AgentId(format!("agent-{a}"));
+        loop {
+            let healed_and_done = !self.running() && {
+                let j = lock(&self.journals[a as usize]);
+                j.up && j.registered
+                    && j.volatile.is_empty()
+                    && j.records.values().all(|(_, acked)| *acked)
+            };
+            if healed_and_done || self.net.elapsed_ms() > self.stop_ms + 60_000 {
+                return;
+            }
+            self.pause(20, 100).await;
+            let (up, registered, skew) = {
+                let j = lock(&self.journals[a as usize]);
+                (j.up, j.registered, j.skew_ms)
+            };
+            if !up {
+                continue;
+            }
+            let i = self.net.below(self.replica_count() as u64) as usize;
+            if !registered {
+                let cmd = DomainCommand::AgentRegister {
+                    agent: agent.clone(),
+                    node: gshare_core::model::NodeId(format!("n{a}")),
+                    version: "sim".into(),
+                };
+                if let (Outcome::Ok(answer), _) = self.write(node, i, cmd).await {
+                    let next: u64 = answer
+                        .strip_prefix("registered next_seq=")
+                        .and_then(|n| n.parse().ok())
+                        .unwrap_or(1);
+                    let mut j = lock(&self.journals[a as usize]);
+                    // `UsageJournal::reconcile`: below the region's next
+                    // seq is applied; never assign a seq it has seen.
+                    for (s, (_, acked)) in j.records.iter_mut() {
+                        if *s < next {
+                            *acked = true;
+                        }
+                    }
+                    j.next_seq = j.next_seq.max(next);
+                    j.registered = true;
+                }
+                continue;
+            }
+            let batch: Vec<(u64, u64)> = {
+                let j = lock(&self.journals[a as usize]);
+                let durable = j
+                    .records
+                    .iter()
+                    .filter(|(_, (_, acked))| !acked)
+                    .map(|(s, (v, _))| (*s, *v));
+                let mut out: Vec<(u64, u64)> = if self.cfg.planted == Planted::UsageBeforeFsync {
+                    durable
+                        .chain(j.volatile.iter().map(|(s, v)| (*s, *v)))
+                        .collect()
+                } else {
+                    durable.collect()
+                };
+                out.sort();
+                out.truncate(64);
+                out
+            };
+            if batch.is_empty() {
+                continue;
+            }
+            let end_ms = self.net.unix_ms(skew);
+            let records = batch
+                .iter()
+                .map(|(seq, value)| UsageRecord {
+                    seq: *seq,
+                    tenant: TenantId(TENANT.into()),
+                    function: format!("u{a}"),
+                    tier: Tier::Burstable,
+                    gpu_model: "sim-80g".into(),
+                    pool_kind: PoolKind::Center,
+                    compute_milli_gpu_ms: *value,
+                    memory_mib_ms: 1,
+                    invocations: 1,
+                    end_ms,
+                })
+                .collect();
+            let cmd = DomainCommand::UsageBatch {
+                agent: agent.clone(),
+                records,
+            };
+            if let (Outcome::Ok(_), _) = self.write(node, i, cmd).await {
+                let mut j = lock(&self.journals[a as usize]);
+                for (s, _) in &batch {
+                    if let Some(r) = j.records.get_mut(s) {
+                        r.1 = true;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Checks every live replica's applied state against quotas and capacity.
+    async fn sampler(self: Arc<Self>) {
+        while self.running() {
+            self.pause(300, 700).await;
+            let broken: Vec<(u64, String)> = lock(&self.replicas)
+                .iter()
+                .filter_map(|r| {
+                    let st = r.reader.as_ref()?.read();
+                    st.region
+                        .domain()
+                        .check_invariants()
+                        .err()
+                        .map(|why| (r.id, why))
+                })
+                .collect();
+            for (id, why) in broken {
+                let at = self.net.elapsed_ms();
+                self.record(Op {
+                    client: "sampler".into(),
+                    kind: OpKind::Sample,
+                    target: format!("r{id}"),
+                    args: String::new(),
+                    start_ms: at,
+                    end_ms: at,
+                    attempts: 1,
+                    trail: Vec::new(),
+                    outcome: Outcome::Fail(why),
+                });
+            }
+        }
+    }
+
+    fn fault(&self, what: String) {
+        self.net.note(("fault", what.clone()));
+        let at = self.net.elapsed_ms();
+        lock(&self.faults).push(format!("{at} ms: {what}"));
+    }
+
+    /// One fault at a time, each for 1–6 s, then healed.
+    async fn nemesis(self: Arc<Self>) {
+        self.pause(1_000, 3_000).await;
+        while self.running() {
+            let n = self.replica_count();
+            let hold = Duration::from_millis(1_000 + self.net.below(5_000));
+            match self.net.below(8) {
+                0 => {
+                    let w = Weather {
+                        loss: 0.05 + 0.25 * self.net.unit(),
+                        dup: 0.2 * self.net.unit(),
+                        delay_ms: (1, 5 + self.net.below(80)),
+                    };
+                    self.fault(format!("weather {w:?}"));
+                    self.net.set_weather(w);
+                    tokio::time::sleep(hold).await;
+                }
+                1 | 2 => {
+                    let i = self.net.below(n as u64) as usize + 1;
+                    let one_way = self.net.below(2) == 0;
+                    self.fault(format!(
+                        "partition: r{i} cut off{}",
+                        if one_way { " (its outbound only)" } else { "" }
+                    ));
+                    let others: Vec<NodeId> = (1..=n as u64)
+                        .chain((0..self.cfg.agents).map(agent_node))
+                        .chain(1_000..1_003)
+                        .filter(|x| *x != i as u64)
+                        .collect();
+                    for o in &others {
+                        self.net.set_cut(i as u64, *o, true);
+                        if !one_way {
+                            self.net.set_cut(*o, i as u64, true);
+                        }
+                    }
+                    tokio::time::sleep(hold).await;
+                }
+                3 | 4 => {
+                    let victim = if self.net.below(2) == 0 {
+                        self.leader()
+                    } else {
+                        Some(self.net.below(n as u64) as usize)
+                    };
+                    if let Some(i) = victim {
+                        self.fault(format!("crash r{}", i + 1));
+                        self.crash_replica(i).await;
+                        tokio::time::sleep(hold).await;
+                        self.fault(format!("restart r{}", i + 1));
+                        self.start_replica(i, false).await;
+                    }
+                }
+                5 => {
+                    self.fault("crash every replica".into());
+                    for i in 0..n {
+                        self.crash_replica(i).await;
+                    }
+                    tokio::time::sleep(hold / 4).await;
+                    self.fault("restart every replica".into());
+                    for i in 0..n {
+                        self.start_replica(i, false).await;
+                    }
+                }
+                6 => {
+                    let a = self.net.below(self.cfg.agents);
+                    self.fault(format!("crash agent-{a}"));
+                    {
+                        let mut j = lock(&self.journals[a as usize]);
+                        j.up = false;
+                        j.registered = false;
+                        j.epoch += 1;
+                        j.volatile.clear();
+                        // The journal reopens after its last durable record.
+                        j.next_seq = j.records.keys().next_back().map_or(1, |s| s + 1);
+                    }
+                    self.net.set_down(agent_node(a), true);
+                    tokio::time::sleep(hold / 2).await;
+                    self.net.set_down(agent_node(a), false);
+                    lock(&self.journals[a as usize]).up = true;
+                    self.fault(format!("restart agent-{a}"));
+                }
+                _ => {
+                    let a = self.net.below(self.cfg.agents);
+                    let skew = self.net.below(4_001) as i64 - 2_000;
+                    self.fault(format!("agent-{a} clock skew {skew} ms"));
+                    lock(&self.journals[a as usize]).skew_ms = skew;
+                }
+            }
+            self.net.heal();
+            self.pause(500, 2_000).await;
+        }
+    }
+
+    /// Heals everything, restarts whatever is down, lets the agents drain,
+    /// then checks.
+    async fn heal_and_check(self: Arc<Self>) -> SimReport {
+        self.net.heal();
+        for i in 0..self.replica_count() {
+            if !self.live().contains(&i) {
+                self.start_replica(i, false).await;
+            }
+        }
+        let mut violations = Vec::new();
+        // Liveness: a new write is acknowledged within 30 s of healing.
+        let probe_until = self.net.elapsed_ms() + 30_000;
+        let mut probed = false;
+        while self.net.elapsed_ms() < probe_until {
+            let i = self.net.below(self.replica_count() as u64) as usize;
+            let cmd = DomainCommand::TenantCreate {
+                tenant: TenantId("probe".into()),
+                display_name: Some("v-probe".into()),
+                quotas: BTreeMap::new(),
+            };
+            match self.write(1_000, i, cmd).await.0 {
+                Outcome::Ok(_) | Outcome::Fail(_)
+                    if self.state_of(i).is_some_and(|s| {
+                        s.domain().tenant(&TenantId("probe".into())).is_some()
+                    }) =>
+                {
+                    probed = true;
+                    break;
+                }
+                _ => tokio::time::sleep(Duration::from_millis(500)).await,
+            }
+        }
+        if !probed {
+            violations.push(Violation {
+                invariant: "the healed region serves",
+                detail: "no write acknowledged within 30 s of healing".into(),
+                excerpt: lock(&self.faults).join("\n"),
+            });
+        }
+        // The agents' senders return once their journals are all acked.
+        let agents_until = self.net.elapsed_ms() + 60_000;
+        while self.net.elapsed_ms() < agents_until
+            && !self.journals.iter().all(|j| {
+                let j = lock(j);
+                j.registered && j.volatile.is_empty() && j.records.values().all(|(_, acked)| *acked)
+            })
+        {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        // Replicas agree: every replica reaches the same applied index and state.
+        let mut states;
+        let agree_until = self.net.elapsed_ms() + 20_000;
+        loop {
+            states = (0..self.replica_count())
+                .filter_map(|i| self.applied(i))
+                .collect::<Vec<_>>();
+            let same_index =
+                states.len() == self.replica_count() && states.windows(2).all(|w| w[0].0 == w[1].0);
+            if same_index || self.net.elapsed_ms() > agree_until {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        if states.len() != self.replica_count() || states.windows(2).any(|w| w[0] != w[1]) {
+            violations.push(Violation {
+                invariant: "replicas agree",
+                detail: format!(
+                    "applied indexes {:?}, states equal: {}",
+                    states.iter().map(|s| s.0).collect::<Vec<_>>(),
+                    states.windows(2).all(|w| w[0].1 == w[1].1)
+                ),
+                excerpt: String::new(),
+            });
+        }
+        let ops = {
+            let mut ops = lock(&self.ops).clone();
+            ops.sort_by_key(|o| (o.start_ms, o.end_ms));
+            ops
+        };
+        let mut billed = 0;
+        if let Some((_, state)) = states.first() {
+            let domain = state.domain();
+            violations.extend(checker::tenants(&ops, domain));
+            violations.extend(checker::functions(&ops, domain, TENANT, &[]));
+            violations.extend(checker::samples(&ops));
+            if let Err(why) = domain.check_invariants() {
+                violations.push(Violation {
+                    invariant: "quota and GPU capacity never exceeded on a sampled state",
+                    detail: format!("final state: {why}"),
+                    excerpt: String::new(),
+                });
+            }
+            // Exactly-once billing: the region billed each agent exactly the
+            // records its journal holds durably (values are random, so a
+            // record lost and replaced under its seq shows).
+            let tenant = TenantId(TENANT.into());
+            for (a, j) in self.journals.iter().enumerate() {
+                let j = lock(j);
+                let journal: u64 = j.records.values().map(|(v, _)| v).sum();
+                let unacked = j.records.values().filter(|(_, acked)| !acked).count();
+                let region: Usage = domain
+                    .meter()
+                    .lines(&tenant, 0, u64::MAX)
+                    .filter(|l| l.key.function == format!("u{a}"))
+                    .fold(Usage::default(), |acc, l| {
+                        acc.checked_add(&l.usage).unwrap_or(acc)
+                    });
+                billed += region.invocations;
+                if region.compute_milli_gpu_ms != journal || unacked > 0 {
+                    violations.push(Violation {
+                        invariant: "exactly-once billing",
+                        detail: format!(
+                            "agent-{a}: the region billed {} busy milli-GPU·ms in {} records; \
+                             its journal holds {journal} in {} records ({unacked} not acked: \
+                             seqs {:?}; next_seq {}, registered {}, up {})",
+                            region.compute_milli_gpu_ms,
+                            region.invocations,
+                            j.records.len(),
+                            j.records
+                                .iter()
+                                .filter(|(_, (_, acked))| !acked)
+                                .map(|(s, _)| s)
+                                .take(5)
+                                .collect::<Vec<_>>(),
+                            j.next_seq,
+                            j.registered,
+                            j.up
+                        ),
+                        excerpt: lock(&self.faults).join("\n"),
+                    });
+                }
+            }
+        }
+        for i in 0..self.replica_count() {
+            self.crash_replica(i).await;
+        }
+        for v in &violations {
+            self.net.note(("violation", v.invariant, v.detail.clone()));
+        }
+        let faults = lock(&self.faults).clone();
+        SimReport {
+            seed: self.cfg.seed,
+            sim_secs: self.net.elapsed_ms() as f64 / 1000.0,
+            digest: self.net.digest(),
+            ops,
+            net: self.net.counts(),
+            faults,
+            billed,
+            violations,
+        }
+    }
+
+    fn state_of(&self, i: usize) -> Option<gshare_raft_store::RegionState> {
+        let reps = lock(&self.replicas);
+        let region = reps[i].reader.as_ref()?.read().region.clone();
+        Some(region)
+    }
+
+    fn applied(&self, i: usize) -> Option<(u64, gshare_raft_store::RegionState)> {
+        let reps = lock(&self.replicas);
+        let st = reps[i].reader.as_ref()?.read();
+        Some((st.last_applied.map_or(0, |l| l.index), st.region.clone()))
+    }
+}
+
+fn applied_name(a: &Applied) -> String {
+    match a {
+        Applied::AgentRegistered { next_seq, .. } => format!("registered next_seq={next_seq}"),
+        other => format!("{other:?}").chars().take(60).collect(),
+    }
+}
