@@ -50,6 +50,7 @@
 //! not return may or may not be on disk (the region then bills it or not,
 //! but never twice).
 
+use gshare_core::metering::JournalSeqs;
 use gshare_core::model::TenantId;
 use gshare_core::state::{AgentId, DomainCommand, UsageRecord, MAX_USAGE_BATCH};
 use serde::{Deserialize, Serialize};
@@ -281,8 +282,9 @@ pub struct Reconciled {
 /// What appends change, under one lock.
 #[derive(Debug)]
 struct Appending {
-    /// The next sequence number to assign.
-    next: u64,
+    /// The numbering: the next number, the end of the durable ones
+    /// ([`JournalSeqs`], shared with the deterministic simulation).
+    seqs: JournalSeqs,
     /// Every tenant's totals: the stored (acknowledged) part plus every
     /// record still held. Only appends change them.
     totals: BTreeMap<TenantId, TenantTotals>,
@@ -299,13 +301,6 @@ pub struct UsageJournal {
     /// into the stored totals, so a record is folded once.
     folding: Mutex<()>,
     acked_through: AtomicU64,
-    /// Every record numbered below this is on disk: the end of the last
-    /// append whose flush returned (every number below it was written
-    /// before that flush began). Only these are sent to the region: a
-    /// record the region applied and a crash then lost would have its
-    /// number handed out again after the restart, and the region would
-    /// take the new record for a duplicate and never bill it.
-    durable_end: AtomicU64,
     region_next_seq: AtomicU64,
     key_window_ms: AtomicU64,
 }
@@ -479,13 +474,12 @@ impl UsageJournal {
             tree,
             agent,
             state: Mutex::new(Appending {
-                next: stored_next.max(after_last),
+                // What was found on disk is durable.
+                seqs: JournalSeqs::opened(stored_next, after_last),
                 totals: stored,
             }),
             folding: Mutex::new(()),
             acked_through: AtomicU64::new(0),
-            // What was found on disk is durable.
-            durable_end: AtomicU64::new(after_last),
             region_next_seq: AtomicU64::new(0),
             key_window_ms: AtomicU64::new(DEFAULT_KEY_WINDOW_MS),
         })
@@ -498,7 +492,7 @@ impl UsageJournal {
 
     /// The sequence number the next appended record will get.
     pub fn next_seq(&self) -> u64 {
-        self.state().next
+        self.state().seqs.next()
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, Appending> {
@@ -555,7 +549,7 @@ impl UsageJournal {
         // disk), so when it returns these records, and every one with a
         // lower number, are durable.
         self.db.flush()?;
-        self.durable_end.fetch_max(seqs.end, Ordering::AcqRel);
+        self.state().seqs.flushed(seqs.end);
         Ok(seqs)
     }
 
@@ -569,13 +563,15 @@ impl UsageJournal {
         now_ms: u64,
     ) -> Result<Range<u64>, JournalError> {
         let mut st = self.state();
-        let first = st.next;
+        let first = st.seqs.next();
         if records.is_empty() && keyed.is_empty() {
             return Ok(first..first);
         }
-        let end = first
-            .checked_add(records.len() as u64)
-            .ok_or(JournalError::SequenceExhausted)?;
+        let end = st
+            .seqs
+            .numbers(records.len() as u64)
+            .ok_or(JournalError::SequenceExhausted)?
+            .end;
         // The totals after this append (checked before anything is written;
         // a group has few tenants, usually one).
         let mut totals: Vec<(TenantId, TenantTotals)> = Vec::new();
@@ -623,7 +619,7 @@ impl UsageJournal {
         for (tenant, t) in totals {
             st.totals.insert(tenant, t);
         }
-        st.next = end;
+        st.seqs.taken(end);
         Ok(first..end)
     }
 
@@ -710,18 +706,16 @@ impl UsageJournal {
     /// [`MAX_USAGE_BATCH`]), in order; `None` when there are none.
     /// `after_seq = 0` starts from the oldest: after a restart that re-sends
     /// everything not acknowledged. Records of an append still flushing are
-    /// not returned (see `durable_end`).
+    /// not returned (see [`JournalSeqs`]).
     pub fn batch_after(
         &self,
         after_seq: u64,
         max_records: usize,
     ) -> Result<Option<JournalBatch>, JournalError> {
         let max = max_records.clamp(1, MAX_USAGE_BATCH);
-        let start = after_seq.saturating_add(1);
-        let end = self.durable_end.load(Ordering::Acquire);
-        if start >= end {
+        let Some(Range { start, end }) = self.state().seqs.sendable_after(after_seq) else {
             return Ok(None);
-        }
+        };
         let mut records = Vec::new();
         for kv in self
             .tree
@@ -760,7 +754,7 @@ impl UsageJournal {
             self.fold_into(&mut b, folded)?;
             // Above every number handed out, so a journal emptied by acks
             // still knows where to go on.
-            let next = self.state().next;
+            let next = self.state().seqs.next();
             b.insert(KEY_NEXT_SEQ, &next.to_be_bytes()[..]);
             self.tree.apply_batch(b)?;
             self.db.flush()?;
@@ -780,12 +774,13 @@ impl UsageJournal {
         let mut st = self.state();
         self.region_next_seq
             .store(region_next_seq, Ordering::Relaxed);
+        let plan = st.seqs.reconcile(region_next_seq);
         let mut b = sled::Batch::default();
         let mut removed = 0;
         let mut folded: BTreeMap<TenantId, TenantTotals> = BTreeMap::new();
         for kv in self
             .tree
-            .range(record_key(0)..record_key(region_next_seq.max(1)))
+            .range(record_key(0)..record_key(plan.applied_below))
         {
             let (k, v) = kv?;
             let held = decode_record(&k, &v)?;
@@ -793,17 +788,14 @@ impl UsageJournal {
             b.remove(k);
             removed += 1;
         }
-        let advanced = region_next_seq > st.next;
+        let advanced = plan.advanced;
         if removed > 0 || advanced {
             self.fold_into(&mut b, folded)?;
-            let next = st.next.max(region_next_seq);
-            b.insert(KEY_NEXT_SEQ, &next.to_be_bytes()[..]);
+            b.insert(KEY_NEXT_SEQ, &plan.next.to_be_bytes()[..]);
             self.tree.apply_batch(b)?;
             self.db.flush()?;
         }
-        if advanced {
-            st.next = region_next_seq;
-        }
+        st.seqs.taken(plan.next);
         Ok(Reconciled { removed, advanced })
     }
 }

@@ -25,10 +25,12 @@
 
 #![cfg_attr(not(test), deny(clippy::arithmetic_side_effects))]
 
+mod journal_seqs;
 mod usage_draft;
 mod usage_key;
 mod usage_meter;
 
+pub use journal_seqs::{JournalSeqs, Reconcile};
 pub use usage_draft::UsageDraft;
 pub use usage_key::UsageKey;
 pub use usage_meter::{ResidencyId, UsageMeter};

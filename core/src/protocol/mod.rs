@@ -48,7 +48,9 @@ pub use codec::{
 pub use function_load::{cap_loads, sum_loads, FunctionLoad, RegionLoad, MAX_FUNCTION_LOADS};
 pub use gpu_report::{GpuStatus, NodeGpu};
 pub use host_copy::{HostCopy, MAX_HOST_COPIES};
-pub use instance_assignment::{AssignedInstance, Assignment};
+pub use instance_assignment::{
+    plan_assignment, AssignedInstance, Assignment, AssignmentPlan, HostedKey, WantedFunction,
+};
 pub use instance_report::{InstanceState, InstanceStatus};
 pub use invoke::{
     key_order, InvokeError, InvokeOutcome, InvokeReply, InvokeRequest, MAX_INVOKE_BODY_BYTES,

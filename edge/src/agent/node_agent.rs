@@ -24,8 +24,8 @@ use gshare_core::executor::{
 use gshare_core::metering::{ResidencyId, UsageKey};
 use gshare_core::model::{FunctionSpec, GpuId, Mib, Micros, MilliGpu, NodeId, Slice, TenantId};
 use gshare_core::protocol::{
-    cap_loads, FunctionLoad, GpuStatus, HostCopy, InstanceState, InstanceStatus, InvokeError,
-    InvokeOutcome, SwapEvent, SwapKind, TokenDigests, MAX_HOST_COPIES,
+    cap_loads, plan_assignment, FunctionLoad, GpuStatus, HostCopy, InstanceState, InstanceStatus,
+    InvokeError, InvokeOutcome, SwapEvent, SwapKind, TokenDigests, WantedFunction, MAX_HOST_COPIES,
 };
 use gshare_core::state::InstanceId;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -71,7 +71,7 @@ pub struct NodeSetup {
 /// update's roll a node may host two versions of one function at once (an
 /// outgoing instance and its replacement); invocations go to the newest
 /// version with a resident copy (see `NodeAgent::serving`).
-type FunctionKey = (TenantId, String, u64);
+type FunctionKey = gshare_core::protocol::HostedKey;
 
 /// At most this many released functions are kept parked (their weights
 /// in host memory, see [`Parked`]); past it the oldest is forgotten.
@@ -88,9 +88,9 @@ struct Parked {
 }
 
 struct Hosted {
+    /// (tenant, name, version).
     key: FunctionKey,
     spec: FunctionSpec,
-    version: u64,
     memory_mib: Mib,
     instances: Vec<InstanceId>,
     /// Each instance's slices on this node, as the last assignment gave them.
@@ -835,7 +835,6 @@ impl NodeAgent {
         ctx: &mut Context<Self>,
         key: FunctionKey,
         spec: FunctionSpec,
-        version: u64,
         instances: Vec<InstanceId>,
         placed: Vec<(InstanceId, Vec<Slice>)>,
     ) {
@@ -875,7 +874,6 @@ impl NodeAgent {
             Hosted {
                 key,
                 spec,
-                version,
                 memory_mib,
                 instances,
                 slices: placed,
@@ -1368,55 +1366,35 @@ impl Handler<ApplyAssignment> for NodeAgent {
     type Result = ();
 
     fn handle(&mut self, ApplyAssignment(a): ApplyAssignment, ctx: &mut Context<Self>) {
-        if self.assignment_index.is_some_and(|i| a.applied_index < i) {
+        let hosted = self.functions.values().map(|h| (&h.key, &h.spec));
+        let Some(plan) = plan_assignment(self.assignment_index, &self.setup.node, a, hosted) else {
             return;
-        }
-        self.assignment_index = Some(a.applied_index);
-        type Wanted = (
-            FunctionSpec,
-            u64,
-            Vec<InstanceId>,
-            Vec<(InstanceId, Vec<Slice>)>,
-        );
-        let mut wanted: BTreeMap<FunctionKey, Wanted> = BTreeMap::new();
-        for i in a.instances {
-            if i.slices.iter().any(|s| s.gpu.node != self.setup.node) {
-                tracing::warn!(
-                    instance = i.instance.0,
-                    "assigned slices of another node; ignored"
-                );
-                continue;
-            }
-            let key = (i.spec.tenant.clone(), i.spec.name.clone(), i.version);
-            let e = wanted
-                .entry(key)
-                .or_insert_with(|| (i.spec.clone(), i.version, Vec::new(), Vec::new()));
-            e.2.push(i.instance);
-            e.3.push((i.instance, i.slices));
+        };
+        self.assignment_index = Some(plan.index);
+        for instance in &plan.foreign {
+            tracing::warn!(
+                instance = instance.0,
+                "assigned slices of another node; ignored"
+            );
         }
         // A release is done once the assignment no longer has the slice.
-        let held: BTreeSet<(InstanceId, u32)> = wanted
-            .values()
-            .flat_map(|w| {
-                w.3.iter()
-                    .flat_map(|(id, s)| s.iter().map(move |s| (*id, s.gpu.index)))
-            })
-            .collect();
-        self.releasing.retain(|r| held.contains(r));
-        let stale: Vec<FunctionId> = self
-            .functions
-            .iter()
-            .filter(|(_, h)| match wanted.get(&h.key) {
-                None => true,
-                Some((spec, version, _, _)) => *version != h.version || *spec != h.spec,
-            })
-            .map(|(id, _)| *id)
-            .collect();
-        for id in stale {
-            self.remove_function(id);
+        self.releasing.retain(|r| plan.held.contains(r));
+        for key in &plan.stale {
+            if let Some(id) = self.names.get(key).copied() {
+                self.remove_function(id);
+            }
         }
         let mut added = Vec::new();
-        for (key, (spec, version, instances, slices)) in wanted {
+        for (
+            key,
+            WantedFunction {
+                spec,
+                instances,
+                slices,
+                ..
+            },
+        ) in plan.wanted
+        {
             match self.names.get(&key) {
                 Some(id) => {
                     if let Some(h) = self.functions.get_mut(id) {
@@ -1426,7 +1404,7 @@ impl Handler<ApplyAssignment> for NodeAgent {
                 }
                 None => {
                     let warm = !spec.tier.swappable();
-                    self.add_function(ctx, key.clone(), spec, version, instances, slices);
+                    self.add_function(ctx, key.clone(), spec, instances, slices);
                     if let Some(id) = self.names.get(&key).filter(|_| warm) {
                         added.push(*id);
                     }

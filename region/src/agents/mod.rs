@@ -52,8 +52,8 @@ use gshare_core::command::{CommandOutcome, RegionCommand};
 use gshare_core::model::NodeId;
 use gshare_core::net::{read_frame, write_encoded, write_frame, WireError, BAD_FRAME};
 use gshare_core::protocol::{
-    AgentFrames, AgentMessage, AgentMessageV1, AssignedInstance, Assignment, RegionMessage,
-    RegionMessageV1, TenantTokens, TokenDigests,
+    AgentFrames, AgentMessage, AgentMessageV1, Assignment, RegionMessage, RegionMessageV1,
+    TenantTokens, TokenDigests,
 };
 use gshare_core::state::{AgentId, Applied, DomainCommand, UsageRecord};
 use gshare_raft_store::{ReplicaNode, StateReader};
@@ -333,21 +333,7 @@ fn view(hub: &AgentHub, node: &NodeId) -> (Assignment, TokenDigests) {
     let s = hub.state.read();
     let index = s.last_applied.map_or(0, |l| l.index);
     let domain = s.region.domain();
-    let instances = domain
-        .instances()
-        .filter(|i| i.slices.iter().any(|sl| &sl.gpu.node == node))
-        .filter_map(|i| {
-            // An outgoing instance runs its own (earlier) version's spec
-            // until the roll of a reshaping update releases it.
-            let (spec, version) = domain.instance_spec(i.id)?;
-            Some(AssignedInstance {
-                instance: i.id,
-                spec: spec.clone(),
-                version,
-                slices: i.slices.clone(),
-            })
-        })
-        .collect();
+    let assignment = Assignment::of_node(domain, node, index);
     let tenants = domain
         .tenants()
         .map(|t| TenantTokens {
@@ -356,10 +342,7 @@ fn view(hub: &AgentHub, node: &NodeId) -> (Assignment, TokenDigests) {
         })
         .collect();
     (
-        Assignment {
-            applied_index: index,
-            instances,
-        },
+        assignment,
         TokenDigests {
             applied_index: index,
             tenants,

@@ -3,8 +3,10 @@
 //! One seed → one run, bit for bit: three region replicas (openraft with the
 //! real state machine and [`RegionState`](gshare_raft_store::RegionState),
 //! the proposer's write path [`commit_via`], the QUIC server's Raft answers
-//! [`answer_raft`](gshare_region::quic_server::answer_raft), on the simulated
-//! disk [`MemDisk`]) and the agents' usage protocol run in one process on a
+//! [`answer_raft`](gshare_region::quic_server::answer_raft), the scheduler's
+//! [`decide_on`], on the simulated disk [`MemDisk`]) and the agents' cores
+//! ([`SimAgent`]: the executor, assignment reconciliation, metering and the
+//! journal's numbering, see `agent.rs`) run in one process on a
 //! current-thread tokio runtime whose clock is paused (it jumps to the next
 //! timer when every task waits), over [`SimNet`]. Every random choice (the
 //! network's fates, the workload, the nemesis, openraft's election
@@ -13,13 +15,17 @@
 //! The nemesis injects, from the seed: message loss, delay, duplication and
 //! (through delays) reordering; partitions (one replica cut off, one-way
 //! cuts); replica crashes (one, the leader, or all at once) that lose what
-//! was not flushed; agent crashes that lose unflushed usage records; and
-//! clock skew on agents. After the faults the network heals and every
-//! process restarts; the run then checks the chaos suite's invariants with
-//! the nemesis checker ([`crate::nemesis::checker`]) plus exactly-once
-//! billing against the agents' journals, and that the healed region serves.
+//! was not flushed; agent crashes that lose their executor, meter and
+//! unflushed usage records; and clock steps and drift on agents. After the
+//! faults the network heals and every process restarts; the run then checks the chaos suite's invariants with
+//! the nemesis checker ([`crate::nemesis::checker`]), exactly-once billing
+//! against the agents' journals, agents hosting what the region assigns,
+//! every accepted request answered, and that the healed region serves.
 
+mod agent;
 mod net;
+
+pub use agent::{Due, SimAgent, SimJournal};
 
 pub use net::{NetCounts, NodeId, SimLinks, SimNet, Weather};
 
@@ -29,8 +35,11 @@ use std::time::Duration;
 
 use gshare_core::command::{CommandOutcome, RegionCommand};
 use gshare_core::config::{Topology, Usage};
-use gshare_core::model::{PoolKind, Quota, TenantId, Tier};
-use gshare_core::state::{Applied, DomainCommand, UsageRecord};
+use gshare_core::executor::Event;
+use gshare_core::model::Micros;
+use gshare_core::model::{PoolKind, Quota, TenantId};
+use gshare_core::protocol::Assignment;
+use gshare_core::state::{Applied, DomainCommand};
 use gshare_raft_store::mem::MemDisk;
 use gshare_raft_store::{seed_thread_rng, CommandBatch, ReplicaNode, StateReader, TypeConfig};
 use gshare_region::network::RaftPeers;
@@ -95,8 +104,10 @@ pub struct SimReport {
     pub net: NetCounts,
     /// Faults injected, one line each.
     pub faults: Vec<String>,
-    /// Usage records billed by the region, per agent.
+    /// Invocations the region billed.
     pub billed: u64,
+    /// Requests the agents' executors ran to the end, and rejected.
+    pub requests: (u64, u64),
     /// Broken invariants.
     pub violations: Vec<Violation>,
 }
@@ -114,8 +125,8 @@ impl SimReport {
         let (ok, fail, unknown) = self.outcome_counts();
         format!(
             "seed {}: {:.0} simulated s, {} ops ({ok} ok, {fail} failed, {unknown} unknown), \
-             {} faults, {} messages ({} lost, {} cut, {} duplicated), {} usage records billed, \
-             digest {:016x}, {} violations",
+             {} faults, {} messages ({} lost, {} cut, {} duplicated), {} requests run \
+             ({} rejected), {} invocations billed, digest {:016x}, {} violations",
             self.seed,
             self.sim_secs,
             self.ops.len(),
@@ -124,6 +135,8 @@ impl SimReport {
             self.net.lost,
             self.net.cut,
             self.net.duplicated,
+            self.requests.0,
+            self.requests.1,
             self.billed,
             self.digest,
             self.violations.len()
@@ -177,30 +190,40 @@ struct Replica {
     reader: Option<StateReader>,
 }
 
-/// One agent's usage journal, as `edge::journal::UsageJournal` keeps it:
-/// records get sequence numbers in order, become durable after the fsync,
-/// only durable ones are sent, acked ones are removed, a restart keeps the
-/// durable ones and re-aligns with the region's `next_seq`.
-#[derive(Debug, Default)]
-struct Journal {
-    /// Every record made durable (and not lost), by seq: (value, acked).
-    records: BTreeMap<u64, (u64, bool)>,
-    /// Records written, not yet durable.
-    volatile: BTreeMap<u64, u64>,
-    next_seq: u64,
-    /// Raised by a crash: an fsync begun before it does nothing.
+/// One simulated agent process: its core and its journal's disk.
+struct AgentSlot {
+    core: SimAgent,
+    journal: SimJournal,
+    /// Raised by a crash: what the crashed process had scheduled does nothing.
     epoch: u64,
     /// Registered with the region since the last restart.
     registered: bool,
     up: bool,
+    /// The clock's offset (ms) at `drift.0` (simulated ms), from which it
+    /// drifts at `drift.1` ppm.
     skew_ms: i64,
+    drift: (u64, i64),
+}
+
+impl AgentSlot {
+    /// The clock's offset at simulated time `at_ms`.
+    fn skew_at(&self, at_ms: u64) -> i64 {
+        let (since, ppm) = self.drift;
+        let elapsed = i64::try_from(at_ms.saturating_sub(since)).unwrap_or(i64::MAX / 2);
+        self.skew_ms
+            .saturating_add(elapsed.saturating_mul(ppm) / 1_000_000)
+    }
 }
 
 struct World {
     cfg: SimConfig,
     net: SimNet,
     replicas: Mutex<Vec<Replica>>,
-    journals: Vec<Mutex<Journal>>,
+    agents: Vec<Mutex<AgentSlot>>,
+    /// Set once the run is checked: the agents' loops end.
+    frozen: std::sync::atomic::AtomicBool,
+    /// Set when the final usage is taken: the meters stop.
+    metering_off: std::sync::atomic::AtomicBool,
     ops: Mutex<Vec<Op>>,
     faults: Mutex<Vec<String>>,
     stop_ms: u64,
@@ -212,6 +235,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 fn agent_node(i: u64) -> NodeId {
     100 + i
+}
+
+fn agent_node_id(i: u64) -> gshare_core::model::NodeId {
+    gshare_core::model::NodeId(format!("n{i}"))
 }
 
 impl World {
@@ -230,15 +257,21 @@ impl World {
             cfg,
             net: net.clone(),
             replicas: Mutex::new(replicas),
-            journals: (0..cfg.agents)
-                .map(|_| {
-                    Mutex::new(Journal {
-                        next_seq: 1,
+            agents: (0..cfg.agents)
+                .map(|a| {
+                    Mutex::new(AgentSlot {
+                        core: SimAgent::new(agent_node_id(a)),
+                        journal: SimJournal::default(),
+                        epoch: 0,
+                        registered: false,
                         up: true,
-                        ..Journal::default()
+                        skew_ms: 0,
+                        drift: (0, 0),
                     })
                 })
                 .collect(),
+            frozen: std::sync::atomic::AtomicBool::new(false),
+            metering_off: std::sync::atomic::AtomicBool::new(false),
             ops: Mutex::new(Vec::new()),
             faults: Mutex::new(Vec::new()),
             stop_ms: cfg.secs * 1000,
@@ -251,16 +284,24 @@ impl World {
         let mut tasks = Vec::new();
         tasks.push(tokio::spawn(w.clone().operator()));
         tasks.push(tokio::spawn(w.clone().deployer()));
+        let mut agent_tasks = Vec::new();
         for a in 0..cfg.agents {
             tasks.push(tokio::spawn(w.clone().agent_invocations(a)));
-            tasks.push(tokio::spawn(w.clone().agent_sender(a)));
+            agent_tasks.push(tokio::spawn(w.clone().agent_sender(a)));
+            agent_tasks.push(tokio::spawn(w.clone().agent_timer(a)));
+            agent_tasks.push(tokio::spawn(w.clone().agent_meter(a)));
+            agent_tasks.push(tokio::spawn(w.clone().agent_assignments(a)));
         }
         tasks.push(tokio::spawn(w.clone().sampler()));
         tasks.push(tokio::spawn(w.clone().nemesis()));
         for t in tasks {
             let _ = t.await;
         }
-        w.heal_and_check().await
+        let report = w.clone().heal_and_check().await;
+        for t in agent_tasks {
+            let _ = t.await;
+        }
+        report
     }
 
     fn replica_count(&self) -> usize {
@@ -577,59 +618,158 @@ impl World {
         }
     }
 
-    /// An agent runs invocations: each journals one usage record, durable
-    /// after the agent's fsync.
+    fn frozen(&self) -> bool {
+        self.frozen.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The agent's executor clock (µs of simulated time) and its skewed
+    /// Unix clock (µs), for slot `a`.
+    fn agent_clocks(&self, slot: &AgentSlot) -> (Micros, u64) {
+        let skew = slot.skew_at(self.net.elapsed_ms());
+        (self.net.elapsed_us(), self.net.unix_ms(skew) * 1_000)
+    }
+
+    /// Delivers each completion at its time to the agent's core, unless the
+    /// agent crashed meanwhile; the completions it causes are scheduled too.
+    fn schedule(self: &Arc<Self>, a: u64, epoch: u64, due: Vec<Due>) {
+        for d in due {
+            let w = self.clone();
+            tokio::spawn(async move {
+                let now = w.net.elapsed_us();
+                tokio::time::sleep(Duration::from_micros(d.at.saturating_sub(now))).await;
+                let more = {
+                    let mut slot = lock(&w.agents[a as usize]);
+                    if slot.epoch != epoch {
+                        return;
+                    }
+                    let (now, unix_us) = w.agent_clocks(&slot);
+                    slot.core.step(now.max(d.at), unix_us, d.event)
+                };
+                w.schedule(a, epoch, more);
+            });
+        }
+    }
+
+    /// An agent's clients: requests for its hosted functions, 5–60 ms apart.
     async fn agent_invocations(self: Arc<Self>, a: u64) {
         while self.running() {
             self.pause(5, 60).await;
             if !self.running() {
                 return;
             }
-            let (seq, epoch) = {
-                let mut j = lock(&self.journals[a as usize]);
-                if !j.up {
+            let pick = self.net.below(1 << 20);
+            let work_us = 2_000 + self.net.below(40_000);
+            let (epoch, due) = {
+                let mut slot = lock(&self.agents[a as usize]);
+                if !slot.up {
                     continue;
                 }
-                let seq = j.next_seq;
-                j.next_seq += 1;
-                let value = 1 + self.net.below(1_000_000);
-                j.volatile.insert(seq, value);
-                (seq, j.epoch)
+                let (now, unix_us) = self.agent_clocks(&slot);
+                (slot.epoch, slot.core.invoke(now, unix_us, pick, work_us))
+            };
+            self.schedule(a, epoch, due);
+        }
+    }
+
+    /// The executor's timer: woken at its `next_timeout` (or every 100 ms).
+    async fn agent_timer(self: Arc<Self>, a: u64) {
+        while !self.frozen() {
+            let wake = {
+                let slot = lock(&self.agents[a as usize]);
+                let now = self.net.elapsed_us();
+                slot.core
+                    .next_timeout()
+                    .map_or(100_000, |t| t.saturating_sub(now).clamp(1, 100_000))
+            };
+            tokio::time::sleep(Duration::from_micros(wake)).await;
+            let (epoch, due) = {
+                let mut slot = lock(&self.agents[a as usize]);
+                if !slot.up {
+                    continue;
+                }
+                let (now, unix_us) = self.agent_clocks(&slot);
+                (slot.epoch, slot.core.step(now, unix_us, Event::Timer))
+            };
+            self.schedule(a, epoch, due);
+        }
+    }
+
+    /// Every 100–300 ms the meter's drafts are written to the journal,
+    /// durable after the flush (1–20 ms: the group's fsync).
+    async fn agent_meter(self: Arc<Self>, a: u64) {
+        while !self.metering_off.load(std::sync::atomic::Ordering::Relaxed) {
+            self.pause(100, 300).await;
+            let written = {
+                let mut slot = lock(&self.agents[a as usize]);
+                if !slot.up {
+                    continue;
+                }
+                let (_, unix_us) = self.agent_clocks(&slot);
+                let records = slot.core.take_usage(unix_us);
+                if records.is_empty() {
+                    continue;
+                }
+                let end = slot.journal.write(records);
+                end.map(|end| (slot.epoch, end))
+            };
+            let Some((epoch, end)) = written else {
+                continue;
             };
             let w = self.clone();
             tokio::spawn(async move {
-                // A journal write is durable after its group's fsync: 1–20 ms.
                 tokio::time::sleep(Duration::from_micros(1_000 + w.net.below(19_000))).await;
-                let mut j = lock(&w.journals[a as usize]);
-                if j.epoch == epoch {
-                    if let Some(v) = j.volatile.remove(&seq) {
-                        j.records.insert(seq, (v, false));
-                    }
+                let mut slot = lock(&w.agents[a as usize]);
+                if slot.epoch == epoch {
+                    slot.journal.flushed(end);
                 }
             });
         }
     }
 
-    /// The agent's link to the region: registers, then sends its durable
-    /// unacked records (all of them with the planted bug) through a
-    /// random replica and removes what the region acknowledged.
+    /// The agent's linked replica pushes the node's assignment (read from its
+    /// applied state) every 200–600 ms; a lost push is just lost.
+    async fn agent_assignments(self: Arc<Self>, a: u64) {
+        let node = agent_node(a);
+        while !self.frozen() {
+            self.pause(200, 600).await;
+            let i = self.net.below(self.replica_count() as u64) as usize;
+            let (id, assignment) = {
+                let reps = lock(&self.replicas);
+                let r = &reps[i];
+                let Some(reader) = r.reader.as_ref() else {
+                    continue;
+                };
+                let st = reader.read();
+                let index = st.last_applied.map_or(0, |l| l.index);
+                let a = Assignment::of_node(st.region.domain(), &agent_node_id(a), index);
+                (r.id, a)
+            };
+            if !self.net.hop(id, node).await {
+                continue;
+            }
+            let (epoch, due) = {
+                let mut slot = lock(&self.agents[a as usize]);
+                if !slot.up {
+                    continue;
+                }
+                let (now, unix_us) = self.agent_clocks(&slot);
+                (slot.epoch, slot.core.assign(now, unix_us, assignment))
+            };
+            self.schedule(a, epoch, due);
+        }
+    }
+
+    /// The agent's link to the region: registers, then sends its sendable
+    /// records through a random replica and removes what the region
+    /// acknowledged.
     async fn agent_sender(self: Arc<Self>, a: u64) {
         let node = agent_node(a);
         let agent = gshare_core::state::AgentId(format!("agent-{a}"));
-        loop {
-            let healed_and_done = !self.running() && {
-                let j = lock(&self.journals[a as usize]);
-                j.up && j.registered
-                    && j.volatile.is_empty()
-                    && j.records.values().all(|(_, acked)| *acked)
-            };
-            if healed_and_done || self.net.elapsed_ms() > self.stop_ms + 60_000 {
-                return;
-            }
+        while !self.frozen() {
             self.pause(20, 100).await;
-            let (up, registered, skew) = {
-                let j = lock(&self.journals[a as usize]);
-                (j.up, j.registered, j.skew_ms)
+            let (up, registered) = {
+                let slot = lock(&self.agents[a as usize]);
+                (slot.up, slot.registered)
             };
             if !up {
                 continue;
@@ -638,7 +778,7 @@ impl World {
             if !registered {
                 let cmd = DomainCommand::AgentRegister {
                     agent: agent.clone(),
-                    node: gshare_core::model::NodeId(format!("n{a}")),
+                    node: agent_node_id(a),
                     version: "sim".into(),
                 };
                 if let (Outcome::Ok(answer), _) = self.write(node, i, cmd).await {
@@ -646,66 +786,31 @@ impl World {
                         .strip_prefix("registered next_seq=")
                         .and_then(|n| n.parse().ok())
                         .unwrap_or(1);
-                    let mut j = lock(&self.journals[a as usize]);
-                    // `UsageJournal::reconcile`: below the region's next
-                    // seq is applied; never assign a seq it has seen.
-                    for (s, (_, acked)) in j.records.iter_mut() {
-                        if *s < next {
-                            *acked = true;
-                        }
+                    let mut slot = lock(&self.agents[a as usize]);
+                    if slot.up {
+                        slot.journal.reconcile(next);
+                        slot.registered = true;
                     }
-                    j.next_seq = j.next_seq.max(next);
-                    j.registered = true;
                 }
                 continue;
             }
-            let batch: Vec<(u64, u64)> = {
-                let j = lock(&self.journals[a as usize]);
-                let durable = j
-                    .records
-                    .iter()
-                    .filter(|(_, (_, acked))| !acked)
-                    .map(|(s, (v, _))| (*s, *v));
-                let mut out: Vec<(u64, u64)> = if self.cfg.planted == Planted::UsageBeforeFsync {
-                    durable
-                        .chain(j.volatile.iter().map(|(s, v)| (*s, *v)))
-                        .collect()
-                } else {
-                    durable.collect()
-                };
-                out.sort();
-                out.truncate(64);
-                out
+            let (batch, epoch) = {
+                let mut slot = lock(&self.agents[a as usize]);
+                let planted = self.cfg.planted == Planted::UsageBeforeFsync;
+                (slot.journal.batch(64, planted), slot.epoch)
             };
             if batch.is_empty() {
                 continue;
             }
-            let end_ms = self.net.unix_ms(skew);
-            let records = batch
-                .iter()
-                .map(|(seq, value)| UsageRecord {
-                    seq: *seq,
-                    tenant: TenantId(TENANT.into()),
-                    function: format!("u{a}"),
-                    tier: Tier::Burstable,
-                    gpu_model: "sim-80g".into(),
-                    pool_kind: PoolKind::Center,
-                    compute_milli_gpu_ms: *value,
-                    memory_mib_ms: 1,
-                    invocations: 1,
-                    end_ms,
-                })
-                .collect();
+            let seqs: Vec<u64> = batch.iter().map(|r| r.seq).collect();
             let cmd = DomainCommand::UsageBatch {
                 agent: agent.clone(),
-                records,
+                records: batch,
             };
             if let (Outcome::Ok(_), _) = self.write(node, i, cmd).await {
-                let mut j = lock(&self.journals[a as usize]);
-                for (s, _) in &batch {
-                    if let Some(r) = j.records.get_mut(s) {
-                        r.1 = true;
-                    }
+                let mut slot = lock(&self.agents[a as usize]);
+                if slot.epoch == epoch {
+                    slot.journal.ack(&seqs);
                 }
             }
         }
@@ -815,25 +920,31 @@ impl World {
                     let a = self.net.below(self.cfg.agents);
                     self.fault(format!("crash agent-{a}"));
                     {
-                        let mut j = lock(&self.journals[a as usize]);
-                        j.up = false;
-                        j.registered = false;
-                        j.epoch += 1;
-                        j.volatile.clear();
-                        // The journal reopens after its last durable record.
-                        j.next_seq = j.records.keys().next_back().map_or(1, |s| s + 1);
+                        let mut slot = lock(&self.agents[a as usize]);
+                        slot.up = false;
+                        slot.registered = false;
+                        slot.epoch += 1;
+                        slot.core = SimAgent::new(agent_node_id(a));
+                        slot.journal.crash();
                     }
                     self.net.set_down(agent_node(a), true);
                     tokio::time::sleep(hold / 2).await;
                     self.net.set_down(agent_node(a), false);
-                    lock(&self.journals[a as usize]).up = true;
+                    lock(&self.agents[a as usize]).up = true;
                     self.fault(format!("restart agent-{a}"));
                 }
                 _ => {
+                    // The agent's clock jumps by up to ±1 h, then drifts at
+                    // up to ±2 % (±20 ms per s) until the next such fault.
                     let a = self.net.below(self.cfg.agents);
-                    let skew = self.net.below(4_001) as i64 - 2_000;
-                    self.fault(format!("agent-{a} clock skew {skew} ms"));
-                    lock(&self.journals[a as usize]).skew_ms = skew;
+                    let skew = self.net.below(7_200_001) as i64 - 3_600_000;
+                    let drift_ppm = self.net.below(40_001) as i64 - 20_000;
+                    self.fault(format!(
+                        "agent-{a} clock steps {skew} ms, drifts {drift_ppm} ppm"
+                    ));
+                    let mut slot = lock(&self.agents[a as usize]);
+                    slot.skew_ms = slot.skew_at(self.net.elapsed_ms()) + skew;
+                    slot.drift = (self.net.elapsed_ms(), drift_ppm);
                 }
             }
             self.net.heal();
@@ -880,12 +991,43 @@ impl World {
                 excerpt: lock(&self.faults).join("\n"),
             });
         }
-        // The agents' senders return once their journals are all acked.
+        // The agents answer every request they accepted (run or rejected).
+        let requests_until = self.net.elapsed_ms() + 20_000;
+        while self.net.elapsed_ms() < requests_until
+            && self
+                .agents
+                .iter()
+                .any(|s| !lock(s).core.outstanding.is_empty())
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for (a, s) in self.agents.iter().enumerate() {
+            let n = lock(s).core.outstanding.len();
+            if n > 0 {
+                violations.push(Violation {
+                    invariant: "every accepted request is answered",
+                    detail: format!("agent-{a}: {n} requests neither run nor rejected"),
+                    excerpt: String::new(),
+                });
+            }
+        }
+        // The meters stop; what they hold is journaled and flushed, and the
+        // senders drain the journals.
+        self.metering_off
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        for s in &self.agents {
+            let mut slot = lock(s);
+            let (_, unix_us) = self.agent_clocks(&slot);
+            let records = slot.core.take_usage(unix_us);
+            if let Some(end) = slot.journal.write(records) {
+                slot.journal.flushed(end);
+            }
+        }
         let agents_until = self.net.elapsed_ms() + 60_000;
         while self.net.elapsed_ms() < agents_until
-            && !self.journals.iter().all(|j| {
-                let j = lock(j);
-                j.registered && j.volatile.is_empty() && j.records.values().all(|(_, acked)| *acked)
+            && !self.agents.iter().all(|s| {
+                let s = lock(s);
+                s.registered && s.journal.drained()
             })
         {
             tokio::time::sleep(Duration::from_millis(250)).await;
@@ -933,43 +1075,63 @@ impl World {
                     excerpt: String::new(),
                 });
             }
-            // Exactly-once billing: the region billed each agent exactly the
-            // records its journal holds durably (values are random, so a
-            // record lost and replaced under its seq shows).
+            // Exactly-once billing: the region billed exactly the records
+            // the agents' journals made durable (a record lost and replaced
+            // under its number, or billed twice, shows in the sums).
             let tenant = TenantId(TENANT.into());
-            for (a, j) in self.journals.iter().enumerate() {
-                let j = lock(j);
-                let journal: u64 = j.records.values().map(|(v, _)| v).sum();
-                let unacked = j.records.values().filter(|(_, acked)| !acked).count();
-                let region: Usage = domain
-                    .meter()
-                    .lines(&tenant, 0, u64::MAX)
-                    .filter(|l| l.key.function == format!("u{a}"))
-                    .fold(Usage::default(), |acc, l| {
-                        acc.checked_add(&l.usage).unwrap_or(acc)
-                    });
-                billed += region.invocations;
-                if region.compute_milli_gpu_ms != journal || unacked > 0 {
+            let region = domain
+                .meter()
+                .lines(&tenant, 0, u64::MAX)
+                .fold(Usage::default(), |acc, l| {
+                    acc.checked_add(&l.usage).unwrap_or(acc)
+                });
+            let mut journals = Usage::default();
+            let mut unacked = 0;
+            for s in &self.agents {
+                let s = lock(s);
+                unacked += s.journal.held.len();
+                for r in s.journal.ledger.values() {
+                    journals = journals
+                        .checked_add(&Usage {
+                            compute_milli_gpu_ms: r.compute_milli_gpu_ms,
+                            memory_mib_ms: r.memory_mib_ms,
+                            invocations: r.invocations,
+                        })
+                        .unwrap_or(journals);
+                }
+            }
+            billed = region.invocations;
+            if region != journals || unacked > 0 {
+                violations.push(Violation {
+                    invariant: "exactly-once billing",
+                    detail: format!(
+                        "the region billed {region:?}; the agents' journals hold {journals:?} \
+                         ({unacked} records not acknowledged)"
+                    ),
+                    excerpt: lock(&self.faults).join("\n"),
+                });
+            }
+            // Assignment reconciliation: each agent hosts exactly what the
+            // region assigns its node, once the pushes (every 0.2–0.6 s)
+            // have caught up.
+            let index = states.first().map_or(0, |s| s.0);
+            let assigned_until = self.net.elapsed_ms() + 10_000;
+            while self.net.elapsed_ms() < assigned_until
+                && self.agents.iter().enumerate().any(|(a, s)| {
+                    let want = Assignment::of_node(domain, &agent_node_id(a as u64), index);
+                    lock(s).core.matches(want).is_err()
+                })
+            {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            for (a, s) in self.agents.iter().enumerate() {
+                let s = lock(s);
+                let want = Assignment::of_node(domain, &agent_node_id(a as u64), index);
+                if let Err(why) = s.core.matches(want) {
                     violations.push(Violation {
-                        invariant: "exactly-once billing",
-                        detail: format!(
-                            "agent-{a}: the region billed {} busy milli-GPU·ms in {} records; \
-                             its journal holds {journal} in {} records ({unacked} not acked: \
-                             seqs {:?}; next_seq {}, registered {}, up {})",
-                            region.compute_milli_gpu_ms,
-                            region.invocations,
-                            j.records.len(),
-                            j.records
-                                .iter()
-                                .filter(|(_, (_, acked))| !acked)
-                                .map(|(s, _)| s)
-                                .take(5)
-                                .collect::<Vec<_>>(),
-                            j.next_seq,
-                            j.registered,
-                            j.up
-                        ),
-                        excerpt: lock(&self.faults).join("\n"),
+                        invariant: "agents host what the region assigns",
+                        detail: format!("agent-{a}: {why}"),
+                        excerpt: String::new(),
                     });
                 }
             }
@@ -980,6 +1142,8 @@ impl World {
         for v in &violations {
             self.net.note(("violation", v.invariant, v.detail.clone()));
         }
+        self.frozen
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         let faults = lock(&self.faults).clone();
         SimReport {
             seed: self.cfg.seed,
@@ -989,6 +1153,10 @@ impl World {
             net: self.net.counts(),
             faults,
             billed,
+            requests: self.agents.iter().fold((0, 0), |acc, s| {
+                let (done, rejected) = lock(s).core.answered;
+                (acc.0 + done, acc.1 + rejected)
+            }),
             violations,
         }
     }

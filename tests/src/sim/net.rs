@@ -144,6 +144,11 @@ impl SimNet {
         u64::try_from(self.lock().start.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
+    /// Simulated microseconds since the run began.
+    pub fn elapsed_us(&self) -> u64 {
+        u64::try_from(self.lock().start.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
     /// The simulated wall clock (Unix ms), plus `skew_ms` for a drifting node.
     pub fn unix_ms(&self, skew_ms: i64) -> u64 {
         let st = self.lock();
