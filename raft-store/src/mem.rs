@@ -4,7 +4,8 @@
 //! The disk keeps two copies of everything: what the process sees (written)
 //! and what survives a crash (flushed). A flush takes the disk's fsync
 //! latency of simulated time and makes durable what was written before it
-//! started; [`MemDisk::crash`] throws away what was not flushed and fences
+//! started; [`MemDisk::crash`] throws away what was not flushed (all of it,
+//! or all but a prefix that a background flush took) and fences
 //! the stores of the crashed process (their later writes fail). Appends are
 //! reported durable to openraft only after their flush, as in
 //! [`crate::SledLogStore`], whose own code (sled, its group commit) this
@@ -85,9 +86,11 @@ struct DiskState {
     durable: u64,
     /// Raised by each crash; a store opened before it is fenced.
     epoch: u64,
-    /// Crashes so far (and flushes completed, for the report).
+    /// Crashes so far, flushes completed, and writes crashes threw away
+    /// (for the report).
     crashes: u64,
     flushes: u64,
+    lost: u64,
 }
 
 /// A simulated disk shared by one replica's stores; it outlives a crash.
@@ -121,15 +124,33 @@ impl MemDisk {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The process crashed: what was not flushed is lost, and the stores it
-    /// had open fail from now on.
-    pub fn crash(&self) {
+    /// Writes issued and not yet durable.
+    pub fn unflushed(&self) -> usize {
+        self.lock().unflushed.len()
+    }
+
+    /// The process crashed: of the writes not flushed, the first `keep`
+    /// reached the disk anyway (a background flush, as sled's, may have
+    /// taken any prefix of them) and the rest are lost; the stores it had
+    /// open fail from now on.
+    pub fn crash(&self, keep: usize) {
         let mut st = self.lock();
+        let keep = keep.min(st.unflushed.len());
+        let kept: Vec<Write> = st.unflushed.drain(..keep).collect();
+        for w in kept {
+            st.flushed.apply(w);
+        }
+        st.lost += st.unflushed.len() as u64;
         st.written = st.flushed.clone();
         st.unflushed.clear();
         st.durable = st.issued;
         st.epoch += 1;
         st.crashes += 1;
+    }
+
+    /// Writes thrown away by crashes so far.
+    pub fn lost_writes(&self) -> u64 {
+        self.lock().lost
     }
 
     /// Flushes completed so far.

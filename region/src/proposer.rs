@@ -22,6 +22,7 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::peer_link::{PeerLinks, PeerTransport};
 use crate::wire::{PeerReply, PeerRequest, WriteRefusal};
+use gshare_core::clock::SharedClock;
 
 /// Most commands in one Raft entry.
 pub const MAX_BATCH: usize = 1024;
@@ -76,6 +77,7 @@ pub struct Proposer {
     tx: mpsc::Sender<Pending>,
     raft: Raft<TypeConfig>,
     links: PeerLinks,
+    clock: SharedClock,
 }
 
 impl std::fmt::Debug for Proposer {
@@ -85,11 +87,23 @@ impl std::fmt::Debug for Proposer {
 }
 
 impl Proposer {
-    /// Starts the batching task on the current tokio runtime.
-    pub fn start(raft: Raft<TypeConfig>, links: PeerLinks) -> Self {
+    /// Starts the batching task on the current tokio runtime; `clock` is
+    /// the time the leader stamps on the commands it proposes.
+    pub fn start(raft: Raft<TypeConfig>, links: PeerLinks, clock: SharedClock) -> Self {
         let (tx, rx) = mpsc::channel(MAX_BATCH * MAX_IN_FLIGHT);
-        tokio::spawn(batch_loop(raft.clone(), links.clone(), rx));
-        Proposer { tx, raft, links }
+        tokio::spawn(batch_loop(raft.clone(), links.clone(), clock.clone(), rx));
+        Proposer {
+            tx,
+            raft,
+            links,
+            clock,
+        }
+    }
+
+    /// This replica's clock, in Unix milliseconds: what it stamps on the
+    /// commands it proposes, and what its scheduler and API plan with.
+    pub fn now_ms(&self) -> u64 {
+        self.clock.unix_ms()
     }
 
     /// Waits until this replica has applied every write the leader had
@@ -171,7 +185,12 @@ impl Proposer {
     }
 }
 
-async fn batch_loop(raft: Raft<TypeConfig>, links: PeerLinks, mut rx: mpsc::Receiver<Pending>) {
+async fn batch_loop(
+    raft: Raft<TypeConfig>,
+    links: PeerLinks,
+    clock: SharedClock,
+    mut rx: mpsc::Receiver<Pending>,
+) {
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     while let Some(first) = rx.recv().await {
         let Ok(permit) = slots.clone().acquire_owned().await else {
@@ -190,6 +209,7 @@ async fn batch_loop(raft: Raft<TypeConfig>, links: PeerLinks, mut rx: mpsc::Rece
         }
         let raft = raft.clone();
         let links = links.clone();
+        let clock = clock.clone();
         tokio::spawn(async move {
             let mut commands = Vec::with_capacity(n);
             let mut replies = Vec::with_capacity(batch.len());
@@ -197,7 +217,8 @@ async fn batch_loop(raft: Raft<TypeConfig>, links: PeerLinks, mut rx: mpsc::Rece
                 replies.push((p.commands.len(), p.reply));
                 commands.extend(p.commands);
             }
-            match commit(&raft, &links, CommandBatch(commands)).await {
+            let batch = CommandBatch(commands);
+            match commit_via(&raft, &links, batch, || clock.unix_ms()).await {
                 Ok(BatchOutcome(outcomes)) if outcomes.len() == n => {
                     let mut outcomes = outcomes.into_iter();
                     for (len, reply) in replies {
@@ -222,22 +243,6 @@ async fn batch_loop(raft: Raft<TypeConfig>, links: PeerLinks, mut rx: mpsc::Rece
             drop(permit);
         });
     }
-}
-
-/// The wall clock in Unix milliseconds: the time a leader stamps on the
-/// domain commands it proposes (read here, never in apply).
-pub fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-async fn commit(
-    raft: &Raft<TypeConfig>,
-    links: &PeerLinks,
-    batch: CommandBatch,
-) -> Result<BatchOutcome, WriteError> {
-    commit_via(raft, links, batch, unix_ms).await
 }
 
 /// Commits `batch` here if this replica leads, else forwards it to the leader

@@ -101,10 +101,15 @@ async fn answer(
         | PeerRequest::Vote(_)
         | PeerRequest::Snapshot(_)
         | PeerRequest::Write(_)
-        | PeerRequest::ReadIndex => match answer_raft(&raft, req, crate::proposer::unix_ms).await {
-            Ok(reply) => reply,
-            Err(_) => return,
-        },
+        | PeerRequest::ReadIndex => {
+            match answer_raft(&raft, req, || agents.clock.unix_ms()).await {
+                Ok(reply) => reply,
+                Err(other) => {
+                    tracing::error!("answer_raft refused a Raft request: {other:?}");
+                    return;
+                }
+            }
+        }
         // Only the leader's worker plans; elsewhere `NoLeader` (the sender retries).
         PeerRequest::Evaluate(eval) => PeerReply::Evaluate(scheduler.submit_here(eval).await),
         PeerRequest::Delivered(node) => PeerReply::Delivered(agents.delivered_to(&node)),

@@ -166,6 +166,16 @@ fn transport() -> quinn::TransportConfig {
 impl Replica {
     /// Opens the store, binds QUIC and starts Raft. Must run inside a tokio runtime.
     pub async fn start(spec: &ReplicaSpec) -> Result<Replica, ReplicaError> {
+        Self::start_with_clock(spec, gshare_core::clock::SystemClock::shared()).await
+    }
+
+    /// [`Replica::start`] with the clock the replica reads (the leader's
+    /// command stamps, the scheduler, the API, the agents' hub): a
+    /// `ManualClock` in tests.
+    pub async fn start_with_clock(
+        spec: &ReplicaSpec,
+        clock: gshare_core::clock::SharedClock,
+    ) -> Result<Replica, ReplicaError> {
         let raft_dir = spec.data_dir.join("raft");
         std::fs::create_dir_all(&raft_dir).map_err(|e| ReplicaError::Store {
             path: raft_dir.display().to_string(),
@@ -196,14 +206,12 @@ impl Replica {
             .await
             .map_err(|e| ReplicaError::Raft(e.to_string()))?;
         let counters = Arc::new(QuicCounters::default());
-        let proposer = Proposer::start(raft.clone(), links.clone());
-        let agents = crate::agents::AgentHub::new(
-            proposer.clone(),
-            state.clone(),
-            gshare_core::clock::SystemClock::shared(),
-        )
-        .with_metrics(raft.metrics())
-        .with_peers(spec.id, links.clone());
+        // One clock for the leader's stamps, the scheduler, the API and the
+        // agents' hub.
+        let proposer = Proposer::start(raft.clone(), links.clone(), clock.clone());
+        let agents = crate::agents::AgentHub::new(proposer.clone(), state.clone(), clock)
+            .with_metrics(raft.metrics())
+            .with_peers(spec.id, links.clone());
         let scheduler = Scheduler::start(
             spec.id,
             raft.clone(),

@@ -133,7 +133,7 @@ async fn move_function(
             .map(|s| s.gpu.node.clone())
             .unwrap_or_else(|| NodeId(String::new()));
         ctx.replica.agents.activity.migrated(
-            crate::proposer::unix_ms(),
+            ctx.replica.proposer.now_ms(),
             "migrate_start",
             &node.0,
             new,

@@ -98,7 +98,7 @@ pub fn local_lookup(ctx: &HttpContext, tenant: &TenantId, key: &WriteKey) -> Key
         tenant,
         &key.key,
         &key.fingerprint,
-        crate::proposer::unix_ms(),
+        ctx.replica.proposer.now_ms(),
     )
 }
 

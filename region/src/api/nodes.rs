@@ -59,7 +59,7 @@ pub struct NodeRow {
 async fn list(req: HttpRequest, ctx: web::Data<HttpContext>) -> Result<HttpResponse, ApiError> {
     auth::operator(&req, &ctx).await?;
     let heard = ctx.replica.scheduler.heard(&ctx.replica.agents).await;
-    let now = crate::proposer::unix_ms();
+    let now = ctx.replica.proposer.now_ms();
     let st = ctx.replica.state.read();
     let d = st.region.domain();
     let mut rows = Vec::new();

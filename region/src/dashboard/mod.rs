@@ -88,7 +88,7 @@ fn local_part(ctx: &HttpContext) -> ActivityView {
     let hub = &ctx.replica.agents;
     let mut part = hub.activity.local_view(
         ctx.replica.id,
-        crate::proposer::unix_ms(),
+        ctx.replica.proposer.now_ms(),
         &hub.reports.list(),
     );
     part.replicas.push(activity::ReplicaPart {
@@ -197,7 +197,7 @@ async fn activity_route(
                 parts.push(p);
             }
         }
-        view = activity::merge(crate::proposer::unix_ms(), parts);
+        view = activity::merge(ctx.replica.proposer.now_ms(), parts);
     }
     if let Caller::Tenant(t) = caller {
         let st = ctx.replica.state.read();

@@ -36,7 +36,6 @@ use openraft::ServerState;
 
 use super::{Evaluation, Inner, Scheduler};
 use crate::agents::{AgentHub, RegionAgents};
-use crate::proposer::unix_ms;
 
 /// How often the leader's autoscalers observe and decide.
 pub const AUTOSCALE_TICK: Duration = Duration::from_secs(1);
@@ -98,14 +97,14 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub, params: Params) {
         if !inner.leads() {
             if !scalers.is_empty() {
                 scalers.clear();
-                inner.counters.decided(&[], unix_ms());
+                inner.counters.decided(&[], inner.proposer.now_ms());
             }
             continue;
         }
         if !Autoscalers::any_scalable(inner.state.read().region.domain()) {
             if !scalers.is_empty() {
                 scalers.clear();
-                inner.counters.decided(&[], unix_ms());
+                inner.counters.decided(&[], inner.proposer.now_ms());
             }
             continue;
         }
@@ -156,7 +155,7 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub, params: Params) {
                 .map(|(k, _)| k.clone())
                 .collect()
         };
-        let now = unix_ms();
+        let now = inner.proposer.now_ms();
         let steps = scalers.decide(&params, &scalables, &loads, now);
         inner.counters.decided(&steps, now);
         let work: Vec<(FunctionKey, Evaluation)> = steps

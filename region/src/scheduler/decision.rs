@@ -66,7 +66,7 @@ impl Scheduler {
             Some((decision, at_ms)) => DecisionLookup::Decided(LatestDecision {
                 decision,
                 at_ms,
-                age_ms: crate::proposer::unix_ms().saturating_sub(at_ms),
+                age_ms: self.inner.proposer.now_ms().saturating_sub(at_ms),
                 leader,
             }),
             None => DecisionLookup::Undecided { leader },

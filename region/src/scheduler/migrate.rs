@@ -37,7 +37,6 @@ use openraft::ServerState;
 
 use super::{Evaluation, Inner, Scheduler};
 use crate::agents::{AgentHub, RegionAgents};
-use crate::proposer::unix_ms;
 
 /// How often the leader looks at its migrations.
 pub const MIGRATE_TICK: Duration = Duration::from_secs(1);
@@ -107,7 +106,7 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub) {
             continue;
         }
         let agents = hub.gather().await;
-        let now = unix_ms();
+        let now = inner.proposer.now_ms();
         let wait_ms = MIGRATION_WAIT.as_millis() as u64;
         // (step, cause, node of the new side, tenant, function)
         let steps: Vec<(MigrationStep, MigrationCause, String, TenantId, String)> = {
@@ -301,7 +300,7 @@ fn start_move(
                         key.1
                     );
                     hub.activity.migrated(
-                        unix_ms(),
+                        hub.clock.unix_ms(),
                         "migrate_start",
                         node,
                         new,

@@ -49,7 +49,7 @@ pub use worker::{decide_on, IN_FLIGHT_BATCHES};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::agents::HostCopyKey;
 use gshare_core::autoscale::{Decision, FunctionKey};
@@ -268,7 +268,8 @@ struct Inner {
     links: PeerLinks,
     tx: mpsc::Sender<Queued>,
     counters: Counters,
-    ranking: Mutex<Option<(Instant, Arc<FragmentationAware>)>>,
+    /// The ranking and when it was built (the replica's clock, Unix ms).
+    ranking: Mutex<Option<(u64, Arc<FragmentationAware>)>>,
     /// Where each function version's weights wait in host memory (nodes
     /// whose agent reported a host copy), as the latest autoscale tick
     /// gathered it; what a placement of that function prefers.
@@ -411,7 +412,7 @@ impl Scheduler {
             spec,
             spec.min_instances,
             &policy,
-            crate::proposer::unix_ms(),
+            self.inner.proposer.now_ms(),
         )
     }
 }
@@ -425,12 +426,15 @@ impl Inner {
 
     /// The fragmentation-aware ranking, rebuilt at most every [`RANKING_TTL`].
     fn ranking(&self, state: &RegionState) -> Arc<FragmentationAware> {
+        let now = self.proposer.now_ms();
+        let ttl = u64::try_from(RANKING_TTL.as_millis()).unwrap_or(u64::MAX);
         let mut cache = self.ranking.lock().unwrap_or_else(|p| p.into_inner());
         match &*cache {
-            Some((at, r)) if at.elapsed() < RANKING_TTL => r.clone(),
+            // A clock stepped back counts as stale too.
+            Some((at, r)) if *at <= now && now - *at < ttl => r.clone(),
             _ => {
                 let r = Arc::new(FragmentationAware::from_state(state));
-                *cache = Some((Instant::now(), r.clone()));
+                *cache = Some((now, r.clone()));
                 r
             }
         }
@@ -518,13 +522,22 @@ impl Inner {
         ranking: &'a FragmentationAware,
         pending: Option<&'a PendingPlans>,
     ) -> PlacementPolicy<'a> {
-        PlacementPolicy {
-            ranking,
-            options: PlanOptions::indexed(),
-            pending,
-            prefer: &[],
-            avoid: &[],
-        }
+        region_policy(ranking, pending)
+    }
+}
+
+/// The region's placement policy: the index over free capacity (what a
+/// full scan would pick), around the `pending` plans not yet applied.
+pub(crate) fn region_policy<'a>(
+    ranking: &'a FragmentationAware,
+    pending: Option<&'a PendingPlans>,
+) -> PlacementPolicy<'a> {
+    PlacementPolicy {
+        ranking,
+        options: PlanOptions::indexed(),
+        pending,
+        prefer: &[],
+        avoid: &[],
     }
 }
 

@@ -25,14 +25,14 @@ use gshare_core::model::TenantId;
 use gshare_core::state::{
     plan_defragment, plan_move, plan_placements, plan_replacement, ApplyError, Defragment,
     DomainCommand, FragmentationAware, KeyLookup, MigrationCause, MoveError, ObjectKind,
-    PendingPlans, PlacementPolicy, PlanOptions, PlanTicket, RegionState, RejectReason,
+    PendingPlans, PlacementPolicy, PlanTicket, RegionState, RejectReason,
 };
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use super::{
     EvalDone, EvalError, EvalResult, Evaluation, Inner, Queued, MAX_EVALS_PER_BATCH, PLACE_ATTEMPTS,
 };
-use crate::proposer::{unix_ms, WriteError};
+use crate::proposer::WriteError;
 
 /// Proposals of planned batches being committed at once (the next batch
 /// is planned while they commit).
@@ -78,13 +78,7 @@ pub fn decide_on(
     now: u64,
 ) -> Result<DomainCommand, EvalResult> {
     let ranking = FragmentationAware::from_state(view);
-    let policy = PlacementPolicy {
-        ranking: &ranking,
-        options: PlanOptions::indexed(),
-        pending: None,
-        prefer: &[],
-        avoid: &[],
-    };
+    let policy = super::region_policy(&ranking, None);
     match decide(view, eval, &policy, &|_| false, now) {
         Decision::Propose(c) => Ok(c),
         Decision::Answer(r) => Err(r),
@@ -450,7 +444,7 @@ fn plan_batch(inner: &Arc<Inner>, shared: &Shared, batch: Vec<Queued>) -> Vec<Pl
         }
         return planned;
     }
-    let now = unix_ms();
+    let now = inner.proposer.now_ms();
     let st = inner.state.read();
     let view = st.region.domain();
     let ranking = inner.ranking(view);

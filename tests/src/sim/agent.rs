@@ -42,6 +42,11 @@ pub struct SimJournal {
     /// Every durable record ever written and not lost, by seq (what the
     /// region must bill, exactly once).
     pub ledger: BTreeMap<u64, UsageRecord>,
+    /// Durable records whose number an earlier durable record had (the
+    /// journal handed a number out twice).
+    pub reused: Vec<u64>,
+    /// Records a crash threw away (written, not durable).
+    pub lost: u64,
 }
 
 impl SimJournal {
@@ -60,14 +65,22 @@ impl SimJournal {
         Some(range.end)
     }
 
-    /// A flush begun when the records below `end` were written returned.
-    pub fn flushed(&mut self, end: u64) {
+    /// Makes the records below `end` durable without raising the watermark
+    /// (a crash's background flush: the reopened journal finds them).
+    fn flushed_only(&mut self, end: u64) {
         for (seq, (r, durable)) in self.held.range_mut(..end) {
             if !*durable {
                 *durable = true;
-                self.ledger.insert(*seq, r.clone());
+                if self.ledger.insert(*seq, r.clone()).is_some() {
+                    self.reused.push(*seq);
+                }
             }
         }
+    }
+
+    /// A flush begun when the records below `end` were written returned.
+    pub fn flushed(&mut self, end: u64) {
+        self.flushed_only(end);
         self.seqs().flushed(end);
     }
 
@@ -105,10 +118,22 @@ impl SimJournal {
         self.seqs().taken(plan.next);
     }
 
-    /// A crash: what was not durable is lost; the journal reopens after the
-    /// highest number on disk.
-    pub fn crash(&mut self) {
+    /// A crash: of the records not durable, the first `keep` (in number
+    /// order) reached the disk anyway and the rest are lost; the journal
+    /// reopens after the highest number on disk.
+    pub fn crash(&mut self, keep: usize) {
+        let volatile: Vec<u64> = self
+            .held
+            .iter()
+            .filter(|(_, (_, durable))| !*durable)
+            .map(|(s, _)| *s)
+            .collect();
+        if let Some(last) = keep.checked_sub(1).and_then(|i| volatile.get(i)) {
+            self.flushed_only(last + 1);
+        }
+        let before = self.held.len();
         self.held.retain(|_, (_, durable)| *durable);
+        self.lost += (before - self.held.len()) as u64;
         let after_last = self.held.keys().next_back().map_or(1, |s| s + 1);
         self.seqs = Some(JournalSeqs::opened(self.stored_next.max(1), after_last));
     }

@@ -108,6 +108,8 @@ pub struct SimReport {
     pub billed: u64,
     /// Requests the agents' executors ran to the end, and rejected.
     pub requests: (u64, u64),
+    /// Writes crashes threw away: the replicas' disks, the agents' journals.
+    pub lost_writes: (u64, u64),
     /// Broken invariants.
     pub violations: Vec<Violation>,
 }
@@ -126,7 +128,8 @@ impl SimReport {
         format!(
             "seed {}: {:.0} simulated s, {} ops ({ok} ok, {fail} failed, {unknown} unknown), \
              {} faults, {} messages ({} lost, {} cut, {} duplicated), {} requests run \
-             ({} rejected), {} invocations billed, digest {:016x}, {} violations",
+             ({} rejected), {} invocations billed, {}+{} writes lost in crashes, \
+             digest {:016x}, {} violations",
             self.seed,
             self.sim_secs,
             self.ops.len(),
@@ -138,21 +141,47 @@ impl SimReport {
             self.requests.0,
             self.requests.1,
             self.billed,
+            self.lost_writes.0,
+            self.lost_writes.1,
             self.digest,
             self.violations.len()
         )
     }
 }
 
+thread_local! {
+    /// Panics on this thread since the run began: a panic in a spawned task
+    /// would otherwise only end that task (tokio keeps going).
+    static PANICS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 /// Runs one seed to the end (never panics on a violation: see the report).
 pub fn run(cfg: SimConfig) -> SimReport {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            PANICS.with(|p| p.set(p.get() + 1));
+            previous(info);
+        }));
+    });
+    PANICS.with(|p| p.set(0));
     seed_thread_rng(cfg.seed ^ 0x005e_ed0f_0af7);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build()
         .expect("a current-thread runtime");
-    rt.block_on(World::run(cfg))
+    let mut report = rt.block_on(World::run(cfg));
+    let panics = PANICS.with(|p| p.get());
+    if panics > 0 {
+        report.violations.push(Violation {
+            invariant: "nothing panics",
+            detail: format!("{panics} panics in the simulated processes (see stderr)"),
+            excerpt: report.faults.join("\n"),
+        });
+    }
+    report
 }
 
 const EPOCH_MS: u64 = 1_800_000_000_000;
@@ -203,6 +232,8 @@ struct AgentSlot {
     /// drifts at `drift.1` ppm.
     skew_ms: i64,
     drift: (u64, i64),
+    /// Requests answered (run, rejected) by the cores before the last crash.
+    answered_before: (u64, u64),
 }
 
 impl AgentSlot {
@@ -267,6 +298,7 @@ impl World {
                         up: true,
                         skew_ms: 0,
                         drift: (0, 0),
+                        answered_before: (0, 0),
                     })
                 })
                 .collect(),
@@ -355,7 +387,9 @@ impl World {
         let Some(raft) = raft else { return };
         self.net.set_down(id, true);
         self.net.set_raft(id, &addr, None);
-        lock(&self.replicas)[i].disk.crash();
+        let disk = lock(&self.replicas)[i].disk.clone();
+        let keep = self.net.below(disk.unflushed() as u64 + 1) as usize;
+        disk.crash(keep);
         let _ = tokio::time::timeout(Duration::from_secs(5), raft.shutdown()).await;
     }
 
@@ -429,7 +463,7 @@ impl World {
 
     async fn setup(&self) {
         let mut cmds = vec![DomainCommand::TopologyLoad {
-            topology: topology(self.cfg.agents + 2),
+            topology: topology(self.cfg.agents),
         }];
         cmds.push(DomainCommand::TenantCreate {
             tenant: TenantId(TENANT.into()),
@@ -536,11 +570,13 @@ impl World {
             }
             k += 1;
             let name = format!("d{k}");
-            let deadline_ms = 100 + self.net.below(900);
+            // Deadlines that a cold start (0.5 s + up to 4 GiB at 2 GiB/s)
+            // can meet, so requests run rather than all turn hopeless.
+            let deadline_ms = 1_000 + self.net.below(4_000);
             let body = format!(
                 "{{\"name\":\"{name}\",\"runtime\":\"pytorch\",\"memory_mib\":{},\
                  \"compute_milli\":{},\"tier\":\"burstable\",\"deadline_ms\":{deadline_ms}}}",
-                1_024 * (1 + self.net.below(16)),
+                512 * (1 + self.net.below(8)),
                 50 * (1 + self.net.below(10)),
             );
             let spec = serde_json::from_str::<gshare_region::api::functions::FunctionBody>(&body)
@@ -701,6 +737,9 @@ impl World {
             self.pause(100, 300).await;
             let written = {
                 let mut slot = lock(&self.agents[a as usize]);
+                if self.metering_off.load(std::sync::atomic::Ordering::Relaxed) {
+                    return;
+                }
                 if !slot.up {
                     continue;
                 }
@@ -924,8 +963,14 @@ impl World {
                         slot.up = false;
                         slot.registered = false;
                         slot.epoch += 1;
+                        let (run, rejected) = slot.core.answered;
+                        slot.answered_before.0 += run;
+                        slot.answered_before.1 += rejected;
                         slot.core = SimAgent::new(agent_node_id(a));
-                        slot.journal.crash();
+                        let unflushed =
+                            slot.journal.held.values().filter(|(_, d)| !*d).count() as u64;
+                        let keep = self.net.below(unflushed + 1) as usize;
+                        slot.journal.crash(keep);
                     }
                     self.net.set_down(agent_node(a), true);
                     tokio::time::sleep(hold / 2).await;
@@ -1101,6 +1146,16 @@ impl World {
                 }
             }
             billed = region.invocations;
+            for (a, s) in self.agents.iter().enumerate() {
+                let reused = &lock(s).journal.reused;
+                if !reused.is_empty() {
+                    violations.push(Violation {
+                        invariant: "exactly-once billing",
+                        detail: format!("agent-{a} handed out numbers twice: {reused:?}"),
+                        excerpt: lock(&self.faults).join("\n"),
+                    });
+                }
+            }
             if region != journals || unacked > 0 {
                 violations.push(Violation {
                     invariant: "exactly-once billing",
@@ -1153,9 +1208,20 @@ impl World {
             net: self.net.counts(),
             faults,
             billed,
+            lost_writes: (
+                lock(&self.replicas)
+                    .iter()
+                    .map(|r| r.disk.lost_writes())
+                    .sum(),
+                self.agents.iter().map(|s| lock(s).journal.lost).sum(),
+            ),
             requests: self.agents.iter().fold((0, 0), |acc, s| {
-                let (done, rejected) = lock(s).core.answered;
-                (acc.0 + done, acc.1 + rejected)
+                let s = lock(s);
+                let (done, rejected) = s.core.answered;
+                (
+                    acc.0 + done + s.answered_before.0,
+                    acc.1 + rejected + s.answered_before.1,
+                )
             }),
             violations,
         }

@@ -267,14 +267,20 @@ impl SimNet {
             std::future::pending::<()>().await;
             unreachable!("pending never resolves")
         };
-        // Every message crosses the replicas' codec (bincode), as on QUIC.
+        // Every request and reply crosses the replicas' codec (bincode), as on QUIC.
         let copy = || -> Result<PeerRequest, String> {
             let bytes = gshare_raft_store::encode(req).map_err(|e| e.to_string())?;
             gshare_raft_store::decode(&bytes).map_err(|e| e.to_string())
         };
-        if let Some(extra) = f.dup {
-            // The copy is answered too, its reply thrown away (Raft must
-            // shrug off a stale duplicate).
+        // Only Raft's own messages are duplicated (a copy answered later,
+        // its reply thrown away: Raft must shrug off a stale duplicate). A
+        // forwarded write is never: QUIC streams do not re-deliver, and the
+        // proposer's forward is one request whose loss is an unknown outcome.
+        let raft_rpc = matches!(
+            req,
+            PeerRequest::Append(_) | PeerRequest::Vote(_) | PeerRequest::Snapshot(_)
+        );
+        if let Some(extra) = f.dup.filter(|_| raft_rpc) {
             let (net, raft, req) = (self.clone(), raft.clone(), copy()?);
             tokio::spawn(async move {
                 tokio::time::sleep(extra).await;
@@ -292,6 +298,8 @@ impl SimNet {
             gshare_region::quic_server::answer_raft(&raft, copy()?, move || clock.unix_ms(0))
                 .await
                 .map_err(|other| format!("not a Raft request: {other:?}"))?;
+        let bytes = gshare_raft_store::encode(&reply).map_err(|e| e.to_string())?;
+        let reply: PeerReply = gshare_raft_store::decode(&bytes).map_err(|e| e.to_string())?;
         let back = self.fate(to, from, false);
         tokio::time::sleep(back.delay).await;
         if back.lost || !self.passes(to, from) {
