@@ -94,3 +94,113 @@ pub enum Command {
         gpu: u32,
     },
 }
+
+/// A change to which GPU holds a copy of a function's weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightsChange {
+    /// A copy starts loading onto `gpu` (it holds the memory from now on).
+    Joined {
+        /// The function.
+        function: FunctionId,
+        /// The GPU.
+        gpu: u32,
+    },
+    /// The copy on `gpu` is dropped.
+    Left {
+        /// The function.
+        function: FunctionId,
+        /// The GPU.
+        gpu: u32,
+    },
+}
+
+impl Command {
+    /// The changes this command makes to where weights are resident, in
+    /// order (a move leaves its source first): what the meter bills as
+    /// resident memory. The live agent and the deterministic simulation
+    /// both feed their meters from it.
+    pub fn weights_changes(&self) -> impl Iterator<Item = WeightsChange> {
+        let (first, second) = match *self {
+            Command::SwapIn { function, gpu, .. } | Command::ColdStart { function, gpu, .. } => {
+                (Some(WeightsChange::Joined { function, gpu }), None)
+            }
+            Command::Move {
+                function, from, to, ..
+            } => (
+                Some(WeightsChange::Left {
+                    function,
+                    gpu: from,
+                }),
+                Some(WeightsChange::Joined { function, gpu: to }),
+            ),
+            Command::SwapOut { function, gpu } | Command::Unload { function, gpu } => {
+                (Some(WeightsChange::Left { function, gpu }), None)
+            }
+            Command::Run { .. }
+            | Command::Reject { .. }
+            | Command::Reserve { .. }
+            | Command::Release { .. } => (None, None),
+        };
+        first.into_iter().chain(second)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weights_follow_loads_moves_and_drops() {
+        let f = FunctionId(3);
+        let changes = |c: Command| c.weights_changes().collect::<Vec<_>>();
+        let joined = |gpu| WeightsChange::Joined { function: f, gpu };
+        let left = |gpu| WeightsChange::Left { function: f, gpu };
+        assert_eq!(
+            changes(Command::ColdStart {
+                function: f,
+                gpu: 1,
+                ready_at: 9
+            }),
+            [joined(1)]
+        );
+        assert_eq!(
+            changes(Command::SwapIn {
+                function: f,
+                gpu: 0,
+                ready_at: 9
+            }),
+            [joined(0)]
+        );
+        assert_eq!(
+            changes(Command::Move {
+                function: f,
+                from: 0,
+                to: 1,
+                ready_at: 9
+            }),
+            [left(0), joined(1)]
+        );
+        assert_eq!(
+            changes(Command::SwapOut {
+                function: f,
+                gpu: 1
+            }),
+            [left(1)]
+        );
+        assert_eq!(
+            changes(Command::Unload {
+                function: f,
+                gpu: 0
+            }),
+            [left(0)]
+        );
+        assert!(changes(Command::Reject {
+            request: RequestId(1),
+            reason: RejectReason::DeadlineUnreachable {
+                predicted_finish: 2,
+                deadline: 1,
+            },
+        })
+        .is_empty());
+    }
+}

@@ -47,7 +47,7 @@ mod start_times;
 #[cfg(test)]
 mod tests;
 
-pub use command::Command;
+pub use command::{Command, WeightsChange};
 pub use event::Event;
 pub use gpu::GpuExecutor;
 pub use ids::{FunctionId, RequestId};

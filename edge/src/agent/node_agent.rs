@@ -19,7 +19,7 @@ use gshare_core::clock::SharedClock;
 use gshare_core::config::AgentLoadCosts;
 use gshare_core::executor::{
     footprint, Command, Event, ExecutorRules, FunctionId, FunctionProfile, LoadCosts, LoadMeter,
-    NodeConfig, NodeExecutor, Occupancy, RejectReason, RequestId,
+    NodeConfig, NodeExecutor, Occupancy, RejectReason, RequestId, WeightsChange,
 };
 use gshare_core::metering::{ResidencyId, UsageKey};
 use gshare_core::model::{FunctionSpec, GpuId, Mib, Micros, MilliGpu, NodeId, Slice, TenantId};
@@ -530,6 +530,13 @@ impl NodeAgent {
     }
 
     fn carry_out(&mut self, now: Micros, command: Command) {
+        // The meter follows the weights (the same rule as the simulation's).
+        for change in command.weights_changes() {
+            match change {
+                WeightsChange::Joined { function, gpu } => self.resident_start(now, function, gpu),
+                WeightsChange::Left { function, gpu } => self.resident_stop(now, function, gpu),
+            }
+        }
         match command {
             Command::Run {
                 request,
@@ -586,7 +593,6 @@ impl NodeAgent {
                 self.meter.swapped(function);
                 self.loads.insert((function, gpu), (now, Measured::SwapIn));
                 self.swap_event(function, SwapKind::SwapIn, None, Some(gpu), ready_at - now);
-                self.resident_start(now, function, gpu);
                 self.load(now, function, gpu, ready_at);
                 self.residency(function, Placement::Joined(gpu));
             }
@@ -605,7 +611,6 @@ impl NodeAgent {
                     Some(gpu),
                     ready_at - now,
                 );
-                self.resident_start(now, function, gpu);
                 self.load(now, function, gpu, ready_at);
                 self.residency(function, Placement::Joined(gpu));
             }
@@ -626,8 +631,6 @@ impl NodeAgent {
                     ready_at - now,
                 );
                 self.gpus[from as usize].do_send(ReleaseWeights { function });
-                self.resident_stop(now, function, from);
-                self.resident_start(now, function, to);
                 self.load(now, function, to, ready_at);
                 self.residency(function, Placement::Joined(to));
                 self.residency(function, Placement::Left(from));
@@ -637,13 +640,11 @@ impl NodeAgent {
                 self.swap_event(function, SwapKind::SwapOut, Some(gpu), None, 0);
                 self.gpus[gpu as usize].do_send(ReleaseWeights { function });
                 self.residency(function, Placement::Left(gpu));
-                self.resident_stop(now, function, gpu);
             }
             Command::Unload { function, gpu } => {
                 self.swap_event(function, SwapKind::Unload, Some(gpu), None, 0);
                 self.gpus[gpu as usize].do_send(ReleaseWeights { function });
                 self.residency(function, Placement::Left(gpu));
-                self.resident_stop(now, function, gpu);
             }
             Command::Reject { request, reason } => {
                 let arrived = self.pending.get(&request).map_or(now, |p| p.arrived);

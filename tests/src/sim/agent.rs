@@ -5,7 +5,8 @@
 //!   to add, update and remove; a stale assignment ignored);
 //! - the executor: [`NodeExecutor`] (admission, queueing, loads, swaps,
 //!   remaps' local half, deadlines, its `next_timeout`);
-//! - metering: [`UsageMeter`] (busy compute and residency, split at hours);
+//! - metering: [`UsageMeter`] (busy compute and residency, split at hours),
+//!   fed by the executor's commands through [`Command::weights_changes`];
 //! - the journal's numbering: [`JournalSeqs`] (which records are durable
 //!   and sendable, what a registration's answer asks).
 //!
@@ -18,7 +19,7 @@ use std::collections::BTreeMap;
 
 use gshare_core::executor::{
     Command, Event, ExecutorRules, FunctionId, FunctionProfile, LoadCosts, NodeConfig,
-    NodeExecutor, RequestId,
+    NodeExecutor, RequestId, WeightsChange,
 };
 use gshare_core::metering::{JournalSeqs, ResidencyId, UsageKey, UsageMeter};
 use gshare_core::model::{FunctionSpec, Micros, NodeId, PoolKind};
@@ -168,6 +169,8 @@ pub struct SimAgent {
     pub outstanding: BTreeMap<RequestId, FunctionId>,
     /// Requests answered: (finished, rejected).
     pub answered: (u64, u64),
+    /// Requests running: their function, slice (milli-GPU) and start (Unix µs).
+    running: BTreeMap<RequestId, (FunctionId, u64, u64)>,
 }
 
 fn config() -> NodeConfig {
@@ -213,6 +216,7 @@ impl SimAgent {
             meter: UsageMeter::new(),
             outstanding: BTreeMap::new(),
             answered: (0, 0),
+            running: BTreeMap::new(),
         }
     }
 
@@ -227,6 +231,24 @@ impl SimAgent {
         self.executor.handle(now, event);
         let mut due = Vec::new();
         for cmd in self.executor.take_commands() {
+            // The meter follows the weights, by the live agent's rule.
+            for change in cmd.weights_changes() {
+                match change {
+                    WeightsChange::Joined { function, gpu } => {
+                        if let Some(spec) = self.spec_of(function).cloned() {
+                            self.meter.resident_start(
+                                residency(function, gpu),
+                                key_of(&spec),
+                                spec.memory_mib,
+                                unix_us,
+                            );
+                        }
+                    }
+                    WeightsChange::Left { function, gpu } => {
+                        self.meter.resident_stop(residency(function, gpu), unix_us);
+                    }
+                }
+            }
             match cmd {
                 Command::Run {
                     request,
@@ -235,15 +257,10 @@ impl SimAgent {
                     compute_milli,
                     finish_at,
                 } => {
-                    if let Some(spec) = self.spec_of(function) {
-                        let end = unix_us + finish_at.saturating_sub(now);
-                        self.meter.invocation(
-                            &key_of(spec),
-                            u64::from(compute_milli),
-                            unix_us,
-                            end,
-                        );
-                    }
+                    // Metered when it ends, from when it started (as the
+                    // live agent meters an answered request).
+                    self.running
+                        .insert(request, (function, u64::from(compute_milli), unix_us));
                     due.push(Due {
                         at: finish_at,
                         event: Event::RequestFinished { request, gpu },
@@ -264,19 +281,14 @@ impl SimAgent {
                 }),
                 Command::Move {
                     function,
-                    from,
                     to,
                     ready_at,
-                } => {
-                    self.meter.resident_stop(residency(function, from), unix_us);
-                    due.push(Due {
-                        at: ready_at,
-                        event: Event::LoadFinished { function, gpu: to },
-                    });
-                }
-                Command::SwapOut { function, gpu } | Command::Unload { function, gpu } => {
-                    self.meter.resident_stop(residency(function, gpu), unix_us);
-                }
+                    ..
+                } => due.push(Due {
+                    at: ready_at,
+                    event: Event::LoadFinished { function, gpu: to },
+                }),
+                Command::SwapOut { .. } | Command::Unload { .. } => {}
                 Command::Reject { request, .. } => {
                     if self.outstanding.remove(&request).is_some() {
                         self.answered.1 += 1;
@@ -287,23 +299,16 @@ impl SimAgent {
                 Command::Reserve { .. } | Command::Release { .. } => {}
             }
         }
-        match event {
-            Event::RequestFinished { request, .. }
-                if self.outstanding.remove(&request).is_some() =>
-            {
-                self.answered.0 += 1;
-            }
-            Event::LoadFinished { function, gpu } => {
-                if let Some(spec) = self.spec_of(function).cloned() {
-                    self.meter.resident_start(
-                        residency(function, gpu),
-                        key_of(&spec),
-                        spec.memory_mib,
-                        unix_us,
-                    );
+        if let Event::RequestFinished { request, .. } = event {
+            if let Some((function, compute, start)) = self.running.remove(&request) {
+                if let Some(spec) = self.spec_of(function) {
+                    self.meter
+                        .invocation(&key_of(spec), compute, start, unix_us.max(start));
                 }
             }
-            _ => {}
+            if self.outstanding.remove(&request).is_some() {
+                self.answered.0 += 1;
+            }
         }
         due
     }
