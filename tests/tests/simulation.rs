@@ -124,6 +124,8 @@ fn a_hundred_seeds_keep_every_invariant() {
         "no replica crash lost a write"
     );
     assert!(sum(|r| r.lost_writes.1) > 0, "no agent crash lost a record");
+    assert!(sum(|r| r.watch.0) > 0, "no node was marked not ready");
+    assert!(sum(|r| r.watch.1) > 0, "no instance was moved off a node");
 }
 
 #[test]

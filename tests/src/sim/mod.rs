@@ -39,7 +39,9 @@ use gshare_core::executor::Event;
 use gshare_core::model::Micros;
 use gshare_core::model::{PoolKind, Quota, TenantId};
 use gshare_core::protocol::Assignment;
-use gshare_core::state::{Applied, DomainCommand};
+use gshare_core::state::{
+    liveness_changes, Applied, DomainCommand, LivenessChange, LivenessRules, NodeState,
+};
 use gshare_raft_store::mem::MemDisk;
 use gshare_raft_store::{seed_thread_rng, CommandBatch, ReplicaNode, StateReader, TypeConfig};
 use gshare_region::network::RaftPeers;
@@ -110,6 +112,9 @@ pub struct SimReport {
     pub requests: (u64, u64),
     /// Writes crashes threw away: the replicas' disks, the agents' journals.
     pub lost_writes: (u64, u64),
+    /// The leader's watch: nodes marked not ready, instances moved off
+    /// them, instances added to underplaced functions.
+    pub watch: (u64, u64, u64),
     /// Broken invariants.
     pub violations: Vec<Violation>,
 }
@@ -129,6 +134,7 @@ impl SimReport {
             "seed {}: {:.0} simulated s, {} ops ({ok} ok, {fail} failed, {unknown} unknown), \
              {} faults, {} messages ({} lost, {} cut, {} duplicated), {} requests run \
              ({} rejected), {} invocations billed, {}+{} writes lost in crashes, \
+             {} nodes marked not ready, {} instances moved off them, {} added, \
              digest {:016x}, {} violations",
             self.seed,
             self.sim_secs,
@@ -143,6 +149,9 @@ impl SimReport {
             self.billed,
             self.lost_writes.0,
             self.lost_writes.1,
+            self.watch.0,
+            self.watch.1,
+            self.watch.2,
             self.digest,
             self.violations.len()
         )
@@ -187,6 +196,13 @@ pub fn run(cfg: SimConfig) -> SimReport {
 const EPOCH_MS: u64 = 1_800_000_000_000;
 const TENANT: &str = "acme";
 const CLIENT_TTL: Duration = Duration::from_secs(4);
+/// The leader's graces, shorter than a region's defaults (a join grace of
+/// 60 s) so that a run sees nodes go not ready, get replaced and return.
+const LIVENESS: LivenessRules = LivenessRules {
+    join_grace_ms: 10_000,
+    ready_grace_ms: 3_000,
+    replace_grace_ms: 2_000,
+};
 
 fn topology(nodes: u64) -> Topology {
     let mut t = String::from(
@@ -217,6 +233,9 @@ struct Replica {
     disk: MemDisk,
     raft: Option<Raft<TypeConfig>>,
     reader: Option<StateReader>,
+    /// When this replica last heard each node's agent (Unix ms, its clock;
+    /// memory, lost in a crash).
+    heard: BTreeMap<gshare_core::model::NodeId, u64>,
 }
 
 /// One simulated agent process: its core and its journal's disk.
@@ -255,6 +274,9 @@ struct World {
     frozen: std::sync::atomic::AtomicBool,
     /// Set when the final usage is taken: the meters stop.
     metering_off: std::sync::atomic::AtomicBool,
+    /// The leader's watch: nodes marked not ready, instances moved off
+    /// them, instances added to underplaced functions (committed).
+    watch: Mutex<(u64, u64, u64)>,
     ops: Mutex<Vec<Op>>,
     faults: Mutex<Vec<String>>,
     stop_ms: u64,
@@ -282,6 +304,7 @@ impl World {
                 disk: MemDisk::new(Duration::from_micros(200 + 300 * id)),
                 raft: None,
                 reader: None,
+                heard: BTreeMap::new(),
             })
             .collect();
         let w = Arc::new(World {
@@ -304,6 +327,7 @@ impl World {
                 .collect(),
             frozen: std::sync::atomic::AtomicBool::new(false),
             metering_off: std::sync::atomic::AtomicBool::new(false),
+            watch: Mutex::new((0, 0, 0)),
             ops: Mutex::new(Vec::new()),
             faults: Mutex::new(Vec::new()),
             stop_ms: cfg.secs * 1000,
@@ -323,7 +347,9 @@ impl World {
             agent_tasks.push(tokio::spawn(w.clone().agent_timer(a)));
             agent_tasks.push(tokio::spawn(w.clone().agent_meter(a)));
             agent_tasks.push(tokio::spawn(w.clone().agent_assignments(a)));
+            agent_tasks.push(tokio::spawn(w.clone().agent_heartbeats(a)));
         }
+        agent_tasks.push(tokio::spawn(w.clone().leader_ticks()));
         tasks.push(tokio::spawn(w.clone().sampler()));
         tasks.push(tokio::spawn(w.clone().nemesis()));
         for t in tasks {
@@ -382,6 +408,7 @@ impl World {
             let mut reps = lock(&self.replicas);
             let r = &mut reps[i];
             r.reader = None;
+            r.heard.clear();
             (r.id, r.addr.clone(), r.raft.take())
         };
         let Some(raft) = raft else { return };
@@ -855,6 +882,158 @@ impl World {
         }
     }
 
+    /// An agent's heartbeat every 200–400 ms to a random replica, which
+    /// notes when it heard the node (by its own clock, as `AgentHub` does).
+    async fn agent_heartbeats(self: Arc<Self>, a: u64) {
+        let node = agent_node(a);
+        while !self.frozen() {
+            self.pause(200, 400).await;
+            if !lock(&self.agents[a as usize]).up {
+                continue;
+            }
+            let i = self.net.below(self.replica_count() as u64) as usize;
+            let id = lock(&self.replicas)[i].id;
+            if self.net.hop(node, id).await {
+                let now = self.net.unix_ms(0);
+                let mut reps = lock(&self.replicas);
+                if reps[i].raft.is_some() {
+                    reps[i].heard.insert(agent_node_id(a), now);
+                }
+            }
+        }
+    }
+
+    /// One proposal by replica `i` itself (no client hop), within the
+    /// client deadline; whether it was applied.
+    async fn propose_at(&self, i: usize, cmd: DomainCommand) -> bool {
+        let (id, raft) = {
+            let r = &lock(&self.replicas)[i];
+            (r.id, r.raft.clone())
+        };
+        let Some(raft) = raft else { return false };
+        let links = SimLinks {
+            net: self.net.clone(),
+            from: id,
+        };
+        let clock = self.net.clone();
+        let batch = CommandBatch(vec![RegionCommand::domain(cmd)]);
+        let r = tokio::time::timeout(
+            CLIENT_TTL,
+            commit_via(&raft, &links, batch, move || clock.unix_ms(0)),
+        )
+        .await;
+        let ok =
+            matches!(&r, Ok(Ok(b)) if matches!(b.0.first(), Some(CommandOutcome::Domain(Ok(_)))));
+        self.net.note(("leader", id, ok));
+        ok
+    }
+
+    /// The leader's liveness watch and underplaced tick, as the region's
+    /// scheduler runs them: every 0.5 s the leader gathers when each node
+    /// was heard (its own and, over the network, its peers'), commits the
+    /// nodes' ready states with `liveness_changes`, replaces the instances
+    /// of a node not ready past its grace, and places more instances of a
+    /// function below its `min_instances`, each decided by `decide_on`.
+    async fn leader_ticks(self: Arc<Self>) {
+        let mut watching: Option<(u64, u64)> = None;
+        while !self.frozen() {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let Some(l) = self.leader() else {
+                watching = None;
+                continue;
+            };
+            let (lid, mut heard) = {
+                let r = &lock(&self.replicas)[l];
+                (r.id, r.heard.clone())
+            };
+            let since = match watching {
+                Some((who, since)) if who == lid => since,
+                _ => {
+                    let now = self.net.unix_ms(0);
+                    watching = Some((lid, now));
+                    now
+                }
+            };
+            for p in 0..self.replica_count() {
+                let pid = lock(&self.replicas)[p].id;
+                if pid == lid || !self.net.hop(lid, pid).await {
+                    continue;
+                }
+                let theirs = {
+                    let r = &lock(&self.replicas)[p];
+                    r.raft.is_some().then(|| r.heard.clone())
+                };
+                if let Some(theirs) = theirs {
+                    if self.net.hop(pid, lid).await {
+                        for (n, t) in theirs {
+                            let e = heard.entry(n).or_insert(t);
+                            *e = (*e).max(t);
+                        }
+                    }
+                }
+            }
+            let now = self.net.unix_ms(0);
+            let Some(view) = self.state_of(l) else {
+                continue;
+            };
+            let view = view.domain();
+            let mut commands = Vec::new();
+            let mut evals = Vec::new();
+            for change in liveness_changes(view, &heard, since, now, &LIVENESS) {
+                match change {
+                    LivenessChange::Ready(node) => {
+                        commands.push(DomainCommand::NodeReadySet { node, ready: true })
+                    }
+                    LivenessChange::NotReady(node) => {
+                        commands.push(DomainCommand::NodeReadySet { node, ready: false })
+                    }
+                    LivenessChange::Replace(node) => {
+                        for i in view
+                            .instances_on(&node)
+                            .filter(|i| view.migration_of(i.id).is_none())
+                        {
+                            evals.push(Evaluation::NodeNotReady {
+                                node: node.clone(),
+                                instance: i.id,
+                            });
+                        }
+                    }
+                }
+            }
+            for f in view.functions() {
+                if view.instance_count(&f.spec.tenant, &f.spec.name) < f.spec.min_instances {
+                    evals.push(Evaluation::Underplaced {
+                        tenant: f.spec.tenant.clone(),
+                        function: f.spec.name.clone(),
+                    });
+                }
+            }
+            for cmd in commands {
+                let down = matches!(cmd, DomainCommand::NodeReadySet { ready: false, .. });
+                if self.propose_at(l, cmd).await && down {
+                    lock(&self.watch).0 += 1;
+                }
+            }
+            for eval in evals {
+                let now = self.net.unix_ms(0);
+                let Some(view) = self.state_of(l) else {
+                    break;
+                };
+                let moved = matches!(eval, Evaluation::NodeNotReady { .. });
+                if let Ok(cmd) = decide_on(view.domain(), &eval, now) {
+                    if self.propose_at(l, cmd).await {
+                        let mut w = lock(&self.watch);
+                        if moved {
+                            w.1 += 1;
+                        } else {
+                            w.2 += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// Checks every live replica's applied state against quotas and capacity.
     async fn sampler(self: Arc<Self>) {
         while self.running() {
@@ -899,7 +1078,10 @@ impl World {
         while self.running() {
             let n = self.replica_count();
             let hold = Duration::from_millis(1_000 + self.net.below(5_000));
-            match self.net.below(8) {
+            // An agent's outage is 2–9 s: past the leader's ready and
+            // replace graces (3 + 2 s) about half the time.
+            let outage = Duration::from_millis(2_000 + self.net.below(7_000));
+            match self.net.below(9) {
                 0 => {
                     let w = Weather {
                         loss: 0.05 + 0.25 * self.net.unit(),
@@ -973,10 +1155,19 @@ impl World {
                         slot.journal.crash(keep);
                     }
                     self.net.set_down(agent_node(a), true);
-                    tokio::time::sleep(hold / 2).await;
+                    tokio::time::sleep(outage).await;
                     self.net.set_down(agent_node(a), false);
                     lock(&self.agents[a as usize]).up = true;
                     self.fault(format!("restart agent-{a}"));
+                }
+                7 => {
+                    let a = self.net.below(self.cfg.agents);
+                    self.fault(format!("agent-{a} cut off from the region"));
+                    for r in 1..=n as u64 {
+                        self.net.set_cut(agent_node(a), r, true);
+                        self.net.set_cut(r, agent_node(a), true);
+                    }
+                    tokio::time::sleep(outage).await;
                 }
                 _ => {
                     // The agent's clock jumps by up to ±1 h, then drifts at
@@ -1077,6 +1268,17 @@ impl World {
         {
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
+        // The leader's watch settles: every node ready again, and no
+        // function below its minimum while there is room for it.
+        let settle_until = self.net.elapsed_ms() + 20_000;
+        while self.net.elapsed_ms() < settle_until
+            && self
+                .leader()
+                .and_then(|l| self.state_of(l))
+                .is_none_or(|s| !self.unsettled(s.domain(), self.net.unix_ms(0)).is_empty())
+        {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
         // Replicas agree: every replica reaches the same applied index and state.
         let mut states;
         let agree_until = self.net.elapsed_ms() + 20_000;
@@ -1166,6 +1368,13 @@ impl World {
                     excerpt: lock(&self.faults).join("\n"),
                 });
             }
+            for why in self.unsettled(domain, self.net.unix_ms(0)) {
+                violations.push(Violation {
+                    invariant: "the leader's watch settles after healing",
+                    detail: why,
+                    excerpt: lock(&self.faults).join("\n"),
+                });
+            }
             // Assignment reconciliation: each agent hosts exactly what the
             // region assigns its node, once the pushes (every 0.2–0.6 s)
             // have caught up.
@@ -1208,6 +1417,7 @@ impl World {
             net: self.net.counts(),
             faults,
             billed,
+            watch: *lock(&self.watch),
             lost_writes: (
                 lock(&self.replicas)
                     .iter()
@@ -1225,6 +1435,35 @@ impl World {
             }),
             violations,
         }
+    }
+
+    /// What keeps `domain` from settled: a node not ready, or a function
+    /// below `min_instances` that the scheduler would place now.
+    fn unsettled(&self, domain: &gshare_core::state::RegionState, now: u64) -> Vec<String> {
+        let mut out = Vec::new();
+        for a in 0..self.cfg.agents {
+            let node = agent_node_id(a);
+            let state = domain.node_status(&node).map(|s| s.state);
+            if state != Some(NodeState::Ready) {
+                out.push(format!("node {} is {state:?}", node.0));
+            }
+        }
+        for f in domain.functions() {
+            let (t, name) = (&f.spec.tenant, &f.spec.name);
+            if domain.instance_count(t, name) < f.spec.min_instances {
+                let eval = Evaluation::Underplaced {
+                    tenant: t.clone(),
+                    function: name.clone(),
+                };
+                if decide_on(domain, &eval, now).is_ok() {
+                    out.push(format!(
+                        "{}/{name} is below its minimum with room for it",
+                        t.0
+                    ));
+                }
+            }
+        }
+        out
     }
 
     fn state_of(&self, i: usize) -> Option<gshare_raft_store::RegionState> {
