@@ -30,6 +30,7 @@ use gshare_core::model::NodeId;
 use gshare_core::protocol::InstanceState;
 use gshare_core::state::{
     liveness_changes, Applied, DomainCommand, InstanceId, LivenessChange, LivenessRules,
+    RegionState,
 };
 use openraft::ServerState;
 
@@ -89,6 +90,66 @@ impl Scheduler {
     }
 }
 
+/// What the leader's watch does at `now`, decided on `view` alone (pure):
+/// the node ready states to commit (changes only, from
+/// [`liveness_changes`]), and the evaluations to submit: one
+/// `NodeNotReady` per instance of a node not ready past its replace grace
+/// and one `Drain` per instance of a draining node (a side of a migration is
+/// left to the migration tick: a replacement beside it would be one too
+/// many), and, per function in the roll of a reshaping update, a `Replace`
+/// of its oldest outgoing instance (one at a time). The deterministic
+/// simulation (`tests/src/sim`) runs the same plan.
+pub fn watch_plan(
+    view: &RegionState,
+    heard: &BTreeMap<NodeId, u64>,
+    since: u64,
+    now: u64,
+    rules: &LivenessRules,
+) -> (Vec<(NodeId, bool)>, Vec<Evaluation>) {
+    let mut marks = Vec::new();
+    let mut work: Vec<Evaluation> = Vec::new();
+    for change in liveness_changes(view, heard, since, now, rules) {
+        match change {
+            LivenessChange::Ready(node) => marks.push((node, true)),
+            LivenessChange::NotReady(node) => marks.push((node, false)),
+            LivenessChange::Replace(node) => {
+                for i in view
+                    .instances_on(&node)
+                    .filter(|i| view.migration_of(i.id).is_none())
+                {
+                    work.push(Evaluation::NodeNotReady {
+                        node: node.clone(),
+                        instance: i.id,
+                    });
+                }
+            }
+        }
+    }
+    if let Some(t) = view.topology() {
+        for n in t.nodes() {
+            let draining = view.node_status(&n.name).is_some_and(|s| s.draining);
+            if draining {
+                for i in view
+                    .instances_on(&n.name)
+                    .filter(|i| view.migration_of(i.id).is_none())
+                {
+                    work.push(Evaluation::Drain {
+                        node: n.name.clone(),
+                        instance: i.id,
+                    });
+                }
+            }
+        }
+    }
+    let mut rolling: BTreeSet<(String, String)> = BTreeSet::new();
+    for i in view.all_outgoing() {
+        if rolling.insert((i.tenant.0.clone(), i.function.clone())) {
+            work.push(Evaluation::Replace { instance: i.id });
+        }
+    }
+    (marks, work)
+}
+
 /// Instances a drain or replacement is working on (one task each).
 type InFlight = Arc<Mutex<BTreeSet<InstanceId>>>;
 
@@ -114,54 +175,7 @@ async fn watch(inner: Weak<Inner>, hub: AgentHub, rules: LivenessRules) {
         let now = hub.clock.unix_ms();
         let (marks, work) = {
             let st = scheduler.inner.state.read();
-            let view = st.region.domain();
-            let mut marks = Vec::new();
-            let mut work: Vec<Evaluation> = Vec::new();
-            for change in liveness_changes(view, &heard, since, now, &rules) {
-                match change {
-                    LivenessChange::Ready(node) => marks.push((node, true)),
-                    LivenessChange::NotReady(node) => marks.push((node, false)),
-                    LivenessChange::Replace(node) => {
-                        // A side of a migration is left to the migration
-                        // tick (it completes or gives up the move): a
-                        // replacement beside it would be one too many.
-                        for i in view
-                            .instances_on(&node)
-                            .filter(|i| view.migration_of(i.id).is_none())
-                        {
-                            work.push(Evaluation::NodeNotReady {
-                                node: node.clone(),
-                                instance: i.id,
-                            });
-                        }
-                    }
-                }
-            }
-            if let Some(t) = view.topology() {
-                for n in t.nodes() {
-                    let draining = view.node_status(&n.name).is_some_and(|s| s.draining);
-                    if draining {
-                        for i in view
-                            .instances_on(&n.name)
-                            .filter(|i| view.migration_of(i.id).is_none())
-                        {
-                            work.push(Evaluation::Drain {
-                                node: n.name.clone(),
-                                instance: i.id,
-                            });
-                        }
-                    }
-                }
-            }
-            // The roll of reshaping updates: per function, its oldest
-            // outgoing instance, so each is replaced one at a time.
-            let mut rolling: BTreeSet<(String, String)> = BTreeSet::new();
-            for i in view.all_outgoing() {
-                if rolling.insert((i.tenant.0.clone(), i.function.clone())) {
-                    work.push(Evaluation::Replace { instance: i.id });
-                }
-            }
-            (marks, work)
+            watch_plan(st.region.domain(), &heard, since, now, &rules)
         };
         if !marks.is_empty() {
             let commands = marks

@@ -39,14 +39,12 @@ use gshare_core::executor::Event;
 use gshare_core::model::Micros;
 use gshare_core::model::{PoolKind, Quota, TenantId};
 use gshare_core::protocol::Assignment;
-use gshare_core::state::{
-    liveness_changes, Applied, DomainCommand, LivenessChange, LivenessRules, NodeState,
-};
+use gshare_core::state::{Applied, DomainCommand, LivenessRules, NodeState};
 use gshare_raft_store::mem::MemDisk;
 use gshare_raft_store::{seed_thread_rng, CommandBatch, ReplicaNode, StateReader, TypeConfig};
 use gshare_region::network::RaftPeers;
 use gshare_region::proposer::{commit_via, WriteError};
-use gshare_region::scheduler::{decide_on, Evaluation};
+use gshare_region::scheduler::{decide_on, watch_plan, Evaluation};
 use openraft::Raft;
 
 use crate::nemesis::checker::{self, Violation};
@@ -977,37 +975,17 @@ impl World {
                 continue;
             };
             let view = view.domain();
-            let mut commands = Vec::new();
-            let mut evals = Vec::new();
-            for change in liveness_changes(view, &heard, since, now, &LIVENESS) {
-                match change {
-                    LivenessChange::Ready(node) => {
-                        commands.push(DomainCommand::NodeReadySet { node, ready: true })
-                    }
-                    LivenessChange::NotReady(node) => {
-                        commands.push(DomainCommand::NodeReadySet { node, ready: false })
-                    }
-                    LivenessChange::Replace(node) => {
-                        for i in view
-                            .instances_on(&node)
-                            .filter(|i| view.migration_of(i.id).is_none())
-                        {
-                            evals.push(Evaluation::NodeNotReady {
-                                node: node.clone(),
-                                instance: i.id,
-                            });
-                        }
-                    }
-                }
-            }
-            for f in view.functions() {
-                if view.instance_count(&f.spec.tenant, &f.spec.name) < f.spec.min_instances {
-                    evals.push(Evaluation::Underplaced {
-                        tenant: f.spec.tenant.clone(),
-                        function: f.spec.name.clone(),
-                    });
-                }
-            }
+            let (marks, mut evals) = watch_plan(view, &heard, since, now, &LIVENESS);
+            let commands: Vec<DomainCommand> = marks
+                .into_iter()
+                .map(|(node, ready)| DomainCommand::NodeReadySet { node, ready })
+                .collect();
+            // The underplaced tick's work, as `scheduler::underplaced_tick`.
+            evals.extend(
+                view.underplaced()
+                    .into_iter()
+                    .map(|(tenant, function, _)| Evaluation::Underplaced { tenant, function }),
+            );
             for cmd in commands {
                 let down = matches!(cmd, DomainCommand::NodeReadySet { ready: false, .. });
                 if self.propose_at(l, cmd).await && down {
@@ -1448,19 +1426,11 @@ impl World {
                 out.push(format!("node {} is {state:?}", node.0));
             }
         }
-        for f in domain.functions() {
-            let (t, name) = (&f.spec.tenant, &f.spec.name);
-            if domain.instance_count(t, name) < f.spec.min_instances {
-                let eval = Evaluation::Underplaced {
-                    tenant: t.clone(),
-                    function: name.clone(),
-                };
-                if decide_on(domain, &eval, now).is_ok() {
-                    out.push(format!(
-                        "{}/{name} is below its minimum with room for it",
-                        t.0
-                    ));
-                }
+        for (tenant, function, _) in domain.underplaced() {
+            let what = format!("{}/{function}", tenant.0);
+            let eval = Evaluation::Underplaced { tenant, function };
+            if decide_on(domain, &eval, now).is_ok() {
+                out.push(format!("{what} is below its minimum with room for it"));
             }
         }
         out
