@@ -142,8 +142,17 @@ fn deploys_are_planned_by_the_leader_and_explain_themselves() {
         created["instances"],
         "{again:?}"
     );
-    // The name is taken now: the dry run says so too.
-    let r = call(via, "POST", "/v1/functions?dry_run=true", &acme, Some(&f));
+    // The name is taken now: the dry run says so too, once the follower
+    // has applied the deploy (it reads its own state; the deploy was
+    // answered by the leader, which may be ahead of it for a moment).
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    let r = loop {
+        let r = call(via, "POST", "/v1/functions?dry_run=true", &acme, Some(&f));
+        if json_of(&r)["code"] == json!("duplicate_name") || std::time::Instant::now() > until {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     assert_eq!(json_of(&r)["code"], json!("duplicate_name"), "{r:?}");
 
     // Larger than every GPU of the region (16 GiB): 422 naming the largest.
