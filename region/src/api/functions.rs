@@ -548,6 +548,43 @@ fn dry_run(ctx: &HttpContext, spec: FunctionSpec) -> DryRun {
     }
 }
 
+/// The view of a function whose update to `version` the leader committed.
+/// This replica may not have applied it yet (a follower a moment behind, or
+/// one that had not even applied the deploy): it catches up through a read
+/// barrier first, so a committed update is never answered with this
+/// replica's stale `unknown_function`. If the function still cannot be
+/// shown (deleted since, or this replica cannot catch up), the answer is
+/// `outcome_unknown` with the key to retry under (its replay answers the
+/// update), never a definite error.
+async fn updated_view(
+    ctx: &HttpContext,
+    tenant: &TenantId,
+    name: &str,
+    version: u64,
+    key: &str,
+) -> Result<FunctionView, ApiError> {
+    if let Ok(f) = view(ctx, tenant, name) {
+        if f.version >= version {
+            return Ok(f);
+        }
+    }
+    let caught_up = ctx.replica.proposer.read_barrier().await;
+    match (view(ctx, tenant, name), caught_up) {
+        (Ok(f), _) => Ok(f),
+        (Err(e), barrier) => Err(ApiError::outcome_unknown(format!(
+            "the update committed (version {version}) but this replica cannot show the \
+             function ({}{}); the same request with {}: {key} answers it again",
+            e.message,
+            barrier
+                .err()
+                .map(|b| format!("; it did not catch up: {b}"))
+                .unwrap_or_default(),
+            idempotency::HEADER,
+        ))
+        .with_key(key)),
+    }
+}
+
 fn view(ctx: &HttpContext, tenant: &TenantId, name: &str) -> Result<FunctionView, ApiError> {
     let st = ctx.replica.state.read();
     let d = st.region.domain();
@@ -808,7 +845,7 @@ async fn update(
         .unwrap_or(READY_TIMEOUT_MS.0)
         .min(READY_TIMEOUT_MS.1);
     let until = tokio::time::Instant::now() + Duration::from_millis(ms);
-    let mut function = view(&ctx, &tenant, &name)?;
+    let mut function = updated_view(&ctx, &tenant, &name, version, &key.key).await?;
     if query.wait == Some(WaitFor::Ready) {
         // The roll: until no outgoing instance is left and `min` current
         // ones are placed (this replica may apply them a moment after the
@@ -827,7 +864,12 @@ async fn update(
         };
         while rolled(&function).is_err() && tokio::time::Instant::now() < until {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            function = view(&ctx, &tenant, &name)?;
+            // Gone meanwhile (deleted by another request): the update still
+            // happened; answer with what was last seen.
+            match view(&ctx, &tenant, &name) {
+                Ok(f) => function = f,
+                Err(_) => break,
+            }
         }
         let left = until.saturating_duration_since(tokio::time::Instant::now());
         let waited = match rolled(&function) {
