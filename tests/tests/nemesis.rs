@@ -296,3 +296,89 @@ fn a_keyed_retry_through_any_replica_reaches_the_agent_that_ran_it() {
         "the agents ran more than the first calls"
     );
 }
+
+/// The nemesis's seed 2 found an update answered `404 unknown_function`
+/// that took effect: it went to a follower that had not applied the deploy,
+/// the leader committed it, and the follower answered from its own state.
+/// Here the follower is held behind (its inbound Raft link cut) while the
+/// update goes through it: the answer must not be a definite failure, and
+/// a retry under the same key once it caught up answers the update.
+#[test]
+fn an_update_through_a_lagging_follower_is_never_answered_unknown_function() {
+    use gshare_region::http_client::request_with;
+    use gshare_tests::nemesis::cluster::Cluster;
+    use gshare_tests::nemesis::workload::function_body;
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let c = Cluster::start(11).expect("cluster");
+    let replicas = c.replica_http();
+    let leader = gshare_tests::until("a leader", 30, || c.leader());
+    let (lagging, proxy) = c
+        .raft_links
+        .iter()
+        .find(|(id, _)| *id != leader)
+        .expect("a follower behind a proxy");
+    let lagging = *lagging;
+    let http = |id: u64| replicas[(id - 1) as usize];
+    let send = |to: u64, method: &str, path: &str, key: &str, body: &str| {
+        request_with(
+            http(to),
+            method,
+            path,
+            Some(&c.acme),
+            &[("Idempotency-Key", key)],
+            Some(body),
+            Duration::from_secs(30),
+        )
+        .map(|(r, _)| r)
+    };
+    proxy.cut();
+    // Deployed through the others while the follower hears nothing.
+    let others: Vec<u64> = (1..=3).filter(|id| *id != lagging).collect();
+    gshare_tests::until("the deploy", 30, || {
+        let r = send(
+            others[0],
+            "POST",
+            "/v1/functions",
+            "lag-deploy",
+            &function_body("lag", 300),
+        );
+        r.ok().filter(|r| r.status == 201)
+    });
+    let r = send(
+        lagging,
+        "PUT",
+        "/v1/functions/lag",
+        "lag-update",
+        &function_body("lag", 600),
+    )
+    .expect("an answer from the lagging follower");
+    assert!(
+        !gshare_tests::nemesis::cluster::error_is(&r, "unknown_function"),
+        "a committed update answered as unknown: {r:?}"
+    );
+    assert!(
+        r.status == 200 || gshare_tests::nemesis::cluster::error_is(&r, "outcome_unknown"),
+        "{r:?}"
+    );
+    proxy.heal();
+    // Once it caught up, the same request answers the update, and the
+    // function is updated everywhere.
+    let again = gshare_tests::until("the retried update", 30, || {
+        let r = send(
+            lagging,
+            "PUT",
+            "/v1/functions/lag",
+            "lag-update",
+            &function_body("lag", 600),
+        );
+        r.ok().filter(|r| r.status == 200)
+    });
+    let body: serde_json::Value = serde_json::from_str(&again.body).expect("json");
+    assert_eq!(body["function"]["spec"]["deadline_ms"], 600, "{body}");
+    for id in 1..=3 {
+        gshare_tests::until("the update everywhere", 30, || {
+            let r = gshare_tests::call(http(id), "GET", "/v1/functions/lag", &c.acme, None);
+            (gshare_tests::json_of(&r)["spec"]["deadline_ms"] == 600).then_some(())
+        });
+    }
+}
