@@ -344,14 +344,17 @@ fn an_update_through_a_lagging_follower_is_never_answered_unknown_function() {
         );
         r.ok().filter(|r| r.status == 201)
     });
-    let r = send(
-        lagging,
-        "PUT",
-        "/v1/functions/lag",
-        "lag-update",
-        &function_body("lag", 600),
-    )
-    .expect("an answer from the lagging follower");
+    // The same request each time: one key, one body.
+    let update = || {
+        send(
+            lagging,
+            "PUT",
+            "/v1/functions/lag",
+            "lag-update",
+            &function_body("lag", 600),
+        )
+    };
+    let r = update().expect("an answer from the lagging follower");
     assert!(
         !gshare_tests::nemesis::cluster::error_is(&r, "unknown_function"),
         "a committed update answered as unknown: {r:?}"
@@ -364,14 +367,7 @@ fn an_update_through_a_lagging_follower_is_never_answered_unknown_function() {
     // Once it caught up, the same request answers the update, and the
     // function is updated everywhere.
     let again = gshare_tests::until("the retried update", 30, || {
-        let r = send(
-            lagging,
-            "PUT",
-            "/v1/functions/lag",
-            "lag-update",
-            &function_body("lag", 600),
-        );
-        r.ok().filter(|r| r.status == 200)
+        update().ok().filter(|r| r.status == 200)
     });
     let body: serde_json::Value = serde_json::from_str(&again.body).expect("json");
     assert_eq!(body["function"]["spec"]["deadline_ms"], 600, "{body}");

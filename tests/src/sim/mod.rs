@@ -486,6 +486,29 @@ impl World {
         lock(&self.ops).push(op);
     }
 
+    /// Records an op of one attempt, sent at `start_ms` through `via`.
+    fn record_one(
+        &self,
+        client: &str,
+        kind: OpKind,
+        target: String,
+        start_ms: u64,
+        via: String,
+        outcome: Outcome,
+    ) {
+        self.record(Op {
+            client: client.into(),
+            kind,
+            target,
+            args: String::new(),
+            start_ms,
+            end_ms: self.net.elapsed_ms(),
+            attempts: 1,
+            trail: vec![format!("{via} {outcome}")],
+            outcome,
+        });
+    }
+
     async fn setup(&self) {
         let mut cmds = vec![DomainCommand::TopologyLoad {
             topology: topology(self.cfg.agents),
@@ -539,17 +562,14 @@ impl World {
                 quotas: BTreeMap::new(),
             };
             let (outcome, via) = self.write(1_001, i, cmd).await;
-            self.record(Op {
-                client: "operator".into(),
-                kind: OpKind::CreateTenant,
-                target: name,
-                args: String::new(),
+            self.record_one(
+                "operator",
+                OpKind::CreateTenant,
+                name,
                 start_ms,
-                end_ms: self.net.elapsed_ms(),
-                attempts: 1,
-                trail: vec![format!("{via} {outcome}")],
+                via,
                 outcome,
-            });
+            );
         }
     }
 
@@ -580,17 +600,8 @@ impl World {
                     // It may still be there: delete it again later.
                     names.push(name.clone());
                 }
-                self.record(Op {
-                    client: "deployer".into(),
-                    kind: OpKind::Delete,
-                    target: format!("{TENANT}/{name}"),
-                    args: String::new(),
-                    start_ms,
-                    end_ms: self.net.elapsed_ms(),
-                    attempts: 1,
-                    trail: vec![format!("{via} {outcome}")],
-                    outcome,
-                });
+                let target = format!("{TENANT}/{name}");
+                self.record_one("deployer", OpKind::Delete, target, start_ms, via, outcome);
                 continue;
             }
             k += 1;
