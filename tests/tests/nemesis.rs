@@ -334,7 +334,7 @@ fn an_update_through_a_lagging_follower_is_never_answered_unknown_function() {
     proxy.cut();
     // Deployed through the others while the follower hears nothing.
     let others: Vec<u64> = (1..=3).filter(|id| *id != lagging).collect();
-    gshare_tests::until("the deploy", 30, || {
+    gshare_tests::until("the deploy", 90, || {
         let r = send(
             others[0],
             "POST",
@@ -366,13 +366,13 @@ fn an_update_through_a_lagging_follower_is_never_answered_unknown_function() {
     proxy.heal();
     // Once it caught up, the same request answers the update, and the
     // function is updated everywhere.
-    let again = gshare_tests::until("the retried update", 30, || {
+    let again = gshare_tests::until("the retried update", 90, || {
         update().ok().filter(|r| r.status == 200)
     });
     let body: serde_json::Value = serde_json::from_str(&again.body).expect("json");
     assert_eq!(body["function"]["spec"]["deadline_ms"], 600, "{body}");
     for id in 1..=3 {
-        gshare_tests::until("the update everywhere", 30, || {
+        gshare_tests::until("the update everywhere", 60, || {
             let r = gshare_tests::call(http(id), "GET", "/v1/functions/lag", &c.acme, None);
             (gshare_tests::json_of(&r)["spec"]["deadline_ms"] == 600).then_some(())
         });
