@@ -24,7 +24,8 @@ use gshare_core::model::{
 };
 use gshare_core::protocol::{InstanceState, RegionLoad};
 use gshare_core::state::{
-    Applied, ApplyError, DomainCommand, InstanceId, ObjectKind, PlanRejection, PlannedInstance,
+    Applied, ApplyError, DomainCommand, InstanceId, KeyLookup, ObjectKind, PlanRejection,
+    PlannedInstance,
 };
 use serde::{Deserialize, Serialize};
 
@@ -548,41 +549,45 @@ fn dry_run(ctx: &HttpContext, spec: FunctionSpec) -> DryRun {
     }
 }
 
-/// The view of a function whose update to `version` the leader committed.
-/// This replica may not have applied it yet (a follower a moment behind, or
-/// one that had not even applied the deploy): it catches up through a read
-/// barrier first, so a committed update is never answered with this
-/// replica's stale `unknown_function`. If the function still cannot be
-/// shown (deleted since, or this replica cannot catch up), the answer is
-/// `outcome_unknown` with the key to retry under (its replay answers the
-/// update), never a definite error.
+/// The view of a function whose keyed update the leader committed, read
+/// from this replica's state once it has applied that update (its key
+/// replays here). A replica behind (a follower a moment late, or one that
+/// had not even applied the deploy) catches up through a read barrier
+/// first, so a committed update is never answered with a stale
+/// `unknown_function`. `None`: applied here and the function is gone
+/// (deleted since; the update did happen). If this replica cannot catch up,
+/// the answer is `outcome_unknown` with the key to retry under (its replay
+/// answers the update), never a definite error.
 async fn updated_view(
     ctx: &HttpContext,
     tenant: &TenantId,
     name: &str,
     version: u64,
-    key: &str,
-) -> Result<FunctionView, ApiError> {
-    if let Ok(f) = view(ctx, tenant, name) {
-        if f.version >= version {
-            return Ok(f);
+    key: &idempotency::WriteKey,
+) -> Result<Option<FunctionView>, ApiError> {
+    let applied_here = || {
+        matches!(
+            idempotency::local_lookup(ctx, tenant, key),
+            KeyLookup::Replay(_)
+        )
+    };
+    if !applied_here() {
+        let caught_up = ctx.replica.proposer.read_barrier().await;
+        if !applied_here() {
+            return Err(ApiError::outcome_unknown(format!(
+                "the update committed (version {version}) but this replica has not applied it{}; \
+                 the same request with {}: {} answers it again",
+                caught_up
+                    .err()
+                    .map(|e| format!(" (it did not catch up: {e})"))
+                    .unwrap_or_default(),
+                idempotency::HEADER,
+                key.key,
+            ))
+            .with_key(&key.key));
         }
     }
-    let caught_up = ctx.replica.proposer.read_barrier().await;
-    match (view(ctx, tenant, name), caught_up) {
-        (Ok(f), _) => Ok(f),
-        (Err(e), barrier) => Err(ApiError::outcome_unknown(format!(
-            "the update committed (version {version}) but this replica cannot show the \
-             function ({}{}); the same request with {}: {key} answers it again",
-            e.message,
-            barrier
-                .err()
-                .map(|b| format!("; it did not catch up: {b}"))
-                .unwrap_or_default(),
-            idempotency::HEADER,
-        ))
-        .with_key(key)),
-    }
+    Ok(view(ctx, tenant, name).ok())
 }
 
 fn view(ctx: &HttpContext, tenant: &TenantId, name: &str) -> Result<FunctionView, ApiError> {
@@ -784,8 +789,9 @@ pub struct UpdateView {
     #[serde(default)]
     pub replacing: Vec<InstanceId>,
     /// The function after the update, with the instances placed for it
-    /// since (and, with `?wait=ready`, whether its agents took them).
-    pub function: FunctionView,
+    /// since (and, with `?wait=ready`, whether its agents took them);
+    /// `null` if it was deleted after the update (which did happen).
+    pub function: Option<FunctionView>,
 }
 
 /// `PUT /v1/functions/{name}` under the request's idempotency key: a new
@@ -845,8 +851,13 @@ async fn update(
         .unwrap_or(READY_TIMEOUT_MS.0)
         .min(READY_TIMEOUT_MS.1);
     let until = tokio::time::Instant::now() + Duration::from_millis(ms);
-    let mut function = updated_view(&ctx, &tenant, &name, version, &key.key).await?;
-    if query.wait == Some(WaitFor::Ready) {
+    let mut shown = updated_view(&ctx, &tenant, &name, version, &key).await?;
+    // `?wait=ready` waits for the roll and readiness of the function shown
+    // (none to wait for if it was deleted since).
+    let wait_for = shown
+        .as_mut()
+        .filter(|_| query.wait == Some(WaitFor::Ready));
+    if let Some(function) = wait_for {
         // The roll: until no outgoing instance is left and `min` current
         // ones are placed (this replica may apply them a moment after the
         // leader); then until the function is ready.
@@ -862,18 +873,18 @@ async fn update(
                     )
                 })
         };
-        while rolled(&function).is_err() && tokio::time::Instant::now() < until {
+        while rolled(function).is_err() && tokio::time::Instant::now() < until {
             tokio::time::sleep(Duration::from_millis(100)).await;
             // Gone meanwhile (deleted by another request): the update still
             // happened; answer with what was last seen.
             match view(&ctx, &tenant, &name) {
-                Ok(f) => function = f,
+                Ok(f) => *function = f,
                 Err(_) => break,
             }
         }
         let left = until.saturating_duration_since(tokio::time::Instant::now());
-        let waited = match rolled(&function) {
-            Ok(()) => wait_ready(&ctx, &mut function, left).await,
+        let waited = match rolled(function) {
+            Ok(()) => wait_ready(&ctx, function, left).await,
             Err(e) => Err(e),
         };
         function.ready = Some(waited.is_ok());
@@ -896,7 +907,7 @@ async fn update(
             version,
             released,
             replacing,
-            function,
+            function: shown,
         }))
 }
 
