@@ -23,6 +23,19 @@ pub struct InvokeRequest {
     pub body: Vec<u8>,
 }
 
+/// Headers as they travel through gshare: lower-case names, raw values,
+/// in order.
+pub type Headers = Vec<(String, Vec<u8>)>;
+
+/// The status and headers of a function's HTTP reply.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplyHead {
+    /// Status code.
+    pub status: u16,
+    /// Headers, names lower-cased, in order.
+    pub headers: Headers,
+}
+
 /// Why an accepted invocation produced no result. Every invocation ends in
 /// an [`InvokeOutcome`]; none vanish.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -35,17 +35,7 @@ pub const MAX_HEAD: usize = 64 * 1024;
 /// How long an idle pooled connection is kept.
 const POOL_IDLE: Duration = Duration::from_secs(30);
 
-/// Headers as they travel through the agent: lower-case names, raw values.
-pub type Headers = Vec<(String, Vec<u8>)>;
-
-/// The status and headers of a function's response.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReplyHead {
-    /// Status code.
-    pub status: u16,
-    /// Headers, names lower-cased, in order.
-    pub headers: Headers,
-}
+pub use gshare_core::protocol::{Headers, ReplyHead};
 
 /// An HTTP response, body read whole.
 #[derive(Debug, Clone, PartialEq, Eq)]
