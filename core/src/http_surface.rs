@@ -56,6 +56,177 @@ pub fn retryable_status(status: u16) -> bool {
     matches!(status, 429 | 503)
 }
 
+/// Hop-by-hop headers (RFC 9110 7.6.1): never passed through the
+/// transparent route, either way.
+pub const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Which way a header travels through the transparent route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// Client → function.
+    Request,
+    /// Function → client.
+    Reply,
+}
+
+/// Whether header `name` (lower-case) passes through the transparent route:
+/// not hop-by-hop (nor named by `Connection`, see [`connection_names`]),
+/// not a framing header the next hop recomputes (`content-length`, `host`,
+/// `expect`), and not gshare's own (`x-gshare-*` either way, so a function
+/// cannot forge a gshare error; on requests also `authorization` and
+/// `idempotency-key`, which gshare consumes).
+pub fn passes_through(name: &str, connection: &[String], way: Direction) -> bool {
+    let gshare_own = name.starts_with("x-gshare-")
+        || (way == Direction::Request && matches!(name, "authorization" | "idempotency-key"));
+    !(HOP_BY_HOP.contains(&name)
+        || connection.iter().any(|c| c == name)
+        || matches!(name, "content-length" | "host" | "expect")
+        || gshare_own)
+}
+
+/// The header names that `Connection` header values list (hop-by-hop too),
+/// lower-cased.
+pub fn connection_names<'a>(values: impl Iterator<Item = &'a [u8]>) -> Vec<String> {
+    values
+        .filter_map(|v| std::str::from_utf8(v).ok())
+        .flat_map(|v| v.split(','))
+        .map(|n| n.trim().to_ascii_lowercase())
+        .filter(|n| !n.is_empty())
+        .collect()
+}
+
+/// The headers of `headers` (lower-case names) that pass through the
+/// transparent route going `way`.
+pub fn pass_through(headers: &[(&str, &[u8])], way: Direction) -> Vec<(String, Vec<u8>)> {
+    let connection = connection_names(
+        headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case("connection"))
+            .map(|(_, v)| *v),
+    );
+    headers
+        .iter()
+        .filter(|(k, _)| passes_through(k, &connection, way))
+        .map(|(k, v)| (k.to_string(), v.to_vec()))
+        .collect()
+}
+
+/// The path and query at the function for a transparent request to
+/// `/v1/invoke/{tenant}/{name}/{*rest}`: `/{rest}` as sent (not decoded),
+/// and `?{query}` when there is one.
+pub fn function_target(path: &str, query: Option<&str>) -> String {
+    let rest = path.splitn(6, '/').nth(5).unwrap_or_default();
+    match query {
+        Some(q) => format!("/{rest}?{q}"),
+        None => format!("/{rest}"),
+    }
+}
+
+/// Header marking the stored answer of a repeated idempotency key (`1`,
+/// or `truncated`).
+pub const REPLAYED_HEADER: &str = "x-gshare-replayed";
+
+/// An answer as both servers send it: status, headers, body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// The status.
+    pub status: u16,
+    /// The headers (lower-case names).
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+/// The answer to an invocation's outcome, unless it failed (`Err`: each
+/// server renders the error in [`ErrorBody`]'s shape):
+/// - `Done`: `200`, the body, `X-Gshare-Queued-Us` and `X-Gshare-Service-Us`;
+/// - `Replayed`: `200` and the stored body with `X-Gshare-Replayed: 1`,
+///   or past [`crate::protocol::MAX_REPLAY_BODY`] the marker
+///   `{"replayed_truncated": true, "body_len": n}` with `X-Gshare-Replayed: truncated`;
+/// - `ReplayedHttp`: the same, with the function's own status and headers
+///   (as [`pass_through`] lets them through; a truncated one's
+///   `Content-Type` is the marker's).
+pub fn outcome_answer(
+    outcome: crate::protocol::InvokeOutcome,
+) -> Result<Answer, crate::protocol::InvokeError> {
+    use crate::protocol::InvokeOutcome as O;
+    let marker = |body_len: u64| {
+        format!("{{\"replayed_truncated\":true,\"body_len\":{body_len}}}").into_bytes()
+    };
+    let header = |k: &str, v: &str| (k.to_string(), v.as_bytes().to_vec());
+    match outcome {
+        O::Done {
+            body,
+            queued_us,
+            service_us,
+        } => Ok(Answer {
+            status: 200,
+            headers: vec![
+                header("x-gshare-queued-us", &queued_us.to_string()),
+                header("x-gshare-service-us", &service_us.to_string()),
+            ],
+            body,
+        }),
+        O::Replayed {
+            body,
+            body_len,
+            truncated,
+        } => Ok(if truncated {
+            Answer {
+                status: 200,
+                headers: vec![
+                    header(REPLAYED_HEADER, "truncated"),
+                    header("content-type", "application/json"),
+                ],
+                body: marker(body_len),
+            }
+        } else {
+            Answer {
+                status: 200,
+                headers: vec![header(REPLAYED_HEADER, "1")],
+                body,
+            }
+        }),
+        O::ReplayedHttp {
+            head,
+            body,
+            body_len,
+            truncated,
+        } => {
+            let own: Vec<(&str, &[u8])> = head
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_slice()))
+                .collect();
+            let mut headers = pass_through(&own, Direction::Reply);
+            if truncated {
+                headers.retain(|(k, _)| k != "content-type" && k != "content-encoding");
+                headers.push(header("content-type", "application/json"));
+            }
+            headers.push(header(
+                REPLAYED_HEADER,
+                if truncated { "truncated" } else { "1" },
+            ));
+            Ok(Answer {
+                status: head.status,
+                headers,
+                body: if truncated { marker(body_len) } else { body },
+            })
+        }
+        O::Failed(e) => Err(e),
+    }
+}
+
 /// The body of every error answer: `{"error": {…}}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {

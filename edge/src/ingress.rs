@@ -44,7 +44,10 @@ use crate::token::token_digest;
 use actix::Addr;
 use actix_web::http::StatusCode;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
-use gshare_core::http_surface::{bearer_token, retryable_status, ErrorBody, ERROR_HEADER};
+use gshare_core::http_surface::{
+    bearer_token, function_target, outcome_answer, pass_through, retryable_status, Direction,
+    ErrorBody, ERROR_HEADER,
+};
 use gshare_core::model::TenantId;
 use gshare_core::protocol::{InvokeError, InvokeOutcome, MAX_INVOKE_BODY_BYTES};
 use std::net::SocketAddr;
@@ -56,7 +59,7 @@ pub const DEADLINE_HEADER: &str = "x-gshare-deadline-ms";
 /// Header carrying an invocation's idempotency key.
 pub const KEY_HEADER: &str = "idempotency-key";
 /// Header marking the stored answer of a repeated key (`1`, or `truncated`).
-pub const REPLAYED_HEADER: &str = "x-gshare-replayed";
+pub use gshare_core::http_surface::REPLAYED_HEADER;
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = MAX_INVOKE_BODY_BYTES;
 
@@ -71,38 +74,20 @@ fn error_with(status: u16, code: &str, message: &str, retryable: bool) -> HttpRe
         .json(ErrorBody::new(code, message, retryable))
 }
 
-/// The HTTP answer to an invocation's outcome (shared with the region's
-/// forwarding path).
+/// The HTTP answer to an invocation's outcome (core's
+/// [`outcome_answer`], the replicas' too).
 pub fn outcome_response(outcome: InvokeOutcome) -> HttpResponse {
-    match outcome {
-        InvokeOutcome::Done {
-            body,
-            queued_us,
-            service_us,
-        } => HttpResponse::Ok()
-            .insert_header(("x-gshare-queued-us", queued_us.to_string()))
-            .insert_header(("x-gshare-service-us", service_us.to_string()))
-            .body(body),
-        InvokeOutcome::Failed(e) => failed(&e),
-        InvokeOutcome::Replayed {
-            body,
-            body_len,
-            truncated,
-        } => replayed(body, body_len, truncated),
-    }
-}
-
-/// The answer to a repeated idempotency key: the stored body, or (past
-/// [`gshare_core::protocol::MAX_REPLAY_BODY`]) `{"replayed_truncated": true, "body_len"}`.
-pub fn replayed(body: Vec<u8>, body_len: u64, truncated: bool) -> HttpResponse {
-    if truncated {
-        HttpResponse::Ok()
-            .insert_header((REPLAYED_HEADER, "truncated"))
-            .json(serde_json::json!({"replayed_truncated": true, "body_len": body_len}))
-    } else {
-        HttpResponse::Ok()
-            .insert_header((REPLAYED_HEADER, "1"))
-            .body(body)
+    match outcome_answer(outcome) {
+        Ok(a) => {
+            let mut resp = HttpResponse::build(
+                StatusCode::from_u16(a.status).unwrap_or(StatusCode::BAD_GATEWAY),
+            );
+            for (k, v) in a.headers {
+                resp.append_header((k, v));
+            }
+            resp.body(a.body)
+        }
+        Err(e) => failed(&e),
     }
 }
 
@@ -179,87 +164,34 @@ async fn invoke_transparent(
     let (tenant, function, _) = path.into_inner();
     let call = HttpCall {
         method: req.method().as_str().to_string(),
-        target: function_target(req.uri()),
+        target: function_target(req.uri().path(), req.uri().query()),
         headers: pass_on(req.headers()),
     };
     run(req, tenant, function, payload, agent, Some(call)).await
 }
 
-/// The path and query at the function: what follows
-/// `/v1/invoke/{tenant}/{name}` in the request's path, as sent (not
-/// decoded), and its query.
-fn function_target(uri: &actix_web::http::Uri) -> String {
-    let rest = uri.path().splitn(6, '/').nth(5).unwrap_or_default();
-    match uri.query() {
-        Some(q) => format!("/{rest}?{q}"),
-        None => format!("/{rest}"),
-    }
-}
-
-/// Hop-by-hop headers (RFC 9110 7.6.1): never passed on, either way.
-const HOP_BY_HOP: [&str; 9] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-];
-
-/// Whether header `name` (lower-case) goes through the proxy: not
-/// hop-by-hop (nor named by `Connection`), not a framing header the
-/// client recomputes (`content-length`, `host`, `expect`), and not
-/// gshare's own (`x-gshare-*`, and on requests `authorization` and
-/// `idempotency-key`, which gshare consumes).
-fn passes(name: &str, connection: &[String], request: bool) -> bool {
-    let gshare_own =
-        name.starts_with("x-gshare-") || (request && matches!(name, "authorization" | KEY_HEADER));
-    !(HOP_BY_HOP.contains(&name)
-        || connection.iter().any(|c| c == name)
-        || matches!(name, "content-length" | "host" | "expect")
-        || gshare_own)
-}
-
-/// The header names a `Connection` header lists (they are hop-by-hop too).
-fn connection_names<'a>(values: impl Iterator<Item = &'a [u8]>) -> Vec<String> {
-    values
-        .filter_map(|v| std::str::from_utf8(v).ok())
-        .flat_map(|v| v.split(','))
-        .map(|n| n.trim().to_ascii_lowercase())
-        .filter(|n| !n.is_empty())
-        .collect()
-}
-
 /// The request headers the function gets.
 fn pass_on(headers: &actix_web::http::header::HeaderMap) -> Vec<(String, Vec<u8>)> {
-    let connection = connection_names(headers.get_all("connection").map(|v| v.as_bytes()));
-    headers
+    let all: Vec<(&str, &[u8])> = headers
         .iter()
-        .filter(|(k, _)| passes(k.as_str(), &connection, true))
-        .map(|(k, v)| (k.as_str().to_string(), v.as_bytes().to_vec()))
-        .collect()
+        .map(|(k, v)| (k.as_str(), v.as_bytes()))
+        .collect();
+    pass_through(&all, Direction::Request)
 }
 
-/// The function's status and headers (filtered by [`passes`]).
+/// The function's status and headers (those that [`pass_through`]).
 fn function_head(head: &ReplyHead) -> actix_web::HttpResponseBuilder {
     let status = StatusCode::from_u16(head.status).unwrap_or(StatusCode::BAD_GATEWAY);
-    let connection = connection_names(
-        head.headers
-            .iter()
-            .filter(|(k, _)| k == "connection")
-            .map(|(_, v)| v.as_slice()),
-    );
+    let all: Vec<(&str, &[u8])> = head
+        .headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_slice()))
+        .collect();
     let mut resp = HttpResponse::build(status);
-    for (k, v) in &head.headers {
-        if !passes(k, &connection, false) {
-            continue;
-        }
+    for (k, v) in pass_through(&all, Direction::Reply) {
         let (Ok(k), Ok(v)) = (
             actix_web::http::header::HeaderName::from_bytes(k.as_bytes()),
-            actix_web::http::header::HeaderValue::from_bytes(v),
+            actix_web::http::header::HeaderValue::from_bytes(&v),
         ) else {
             continue;
         };
@@ -393,14 +325,6 @@ async fn run(
             };
         }
     };
-    let stream = idempotency_key.is_none();
-    let (http, head_rx) = match http {
-        Some(call) => {
-            let (head, rx) = oneshot::channel();
-            (Some(Transparent { call, head, stream }), Some(rx))
-        }
-        None => (None, None),
-    };
     let msg = Invoke {
         tenant,
         function,
@@ -408,14 +332,55 @@ async fn run(
         deadline_ms,
         body: body.to_vec(),
         idempotency_key,
-        http,
+        http: None,
     };
+    match ask(&agent, msg, http).await {
+        Answered::Unauthorized => error(401, "unauthorized", "token not valid for this tenant"),
+        Answered::Stream(head, chunks) => streamed_response(head, chunks),
+        Answered::Whole(
+            Some(head),
+            InvokeOutcome::Done {
+                body,
+                queued_us,
+                service_us,
+            },
+        ) => transparent_response(head, body, queued_us, service_us),
+        Answered::Whole(_, outcome) => outcome_response(outcome),
+    }
+}
+
+/// How the agent answered an invocation.
+#[derive(Debug)]
+pub enum Answered {
+    /// The token is not valid for the tenant (nothing ran).
+    Unauthorized,
+    /// A transparent invocation's reply, streaming: the function's status
+    /// and headers, and its body's chunks (the run's outcome only settles
+    /// its usage).
+    Stream(ReplyHead, mpsc::Receiver<StreamItem>),
+    /// The whole answer: the function's status and headers when it is a
+    /// transparent invocation's own run, and the outcome (a replay, a
+    /// joined run's answer and every error come without a head).
+    Whole(Option<ReplyHead>, InvokeOutcome),
+}
+
+/// Runs `msg` on the agent (`http`: the transparent route's request, whose
+/// reply may stream) and waits for its answer: used by the ingress and by
+/// the region link's forwarded invocations alike.
+pub async fn ask(agent: &Addr<NodeAgent>, mut msg: Invoke, http: Option<HttpCall>) -> Answered {
+    let head_rx = http.map(|call| {
+        let (head, rx) = oneshot::channel();
+        msg.http = Some(Transparent {
+            call,
+            head,
+            stream: true,
+        });
+        rx
+    });
     let mut outcome_rx = match agent.send(msg).await {
         Ok(Admission::Accepted(rx)) => rx,
-        Ok(Admission::Unauthorized) => {
-            return error(401, "unauthorized", "token not valid for this tenant")
-        }
-        Err(_) => return failed(&InvokeError::ShuttingDown),
+        Ok(Admission::Unauthorized) => return Answered::Unauthorized,
+        Err(_) => return Answered::Whole(None, InvokeOutcome::Failed(InvokeError::ShuttingDown)),
     };
     // The transparent route: the reply's start may come before the outcome
     // (a streamed reply: answered at once, the outcome only settles the
@@ -426,7 +391,7 @@ async fn run(
             biased;
             s = &mut head_rx => match s {
                 Ok(ReplyStart { head, chunks: Some(chunks) }) => {
-                    return streamed_response(head, chunks);
+                    return Answered::Stream(head, chunks);
                 }
                 Ok(s) => start = Some(s),
                 Err(_) => {}
@@ -441,22 +406,12 @@ async fn run(
         Some(o) => o,
         None => outcome_rx.await,
     };
-    let Ok(outcome) = outcome else {
-        return failed(&InvokeError::ShuttingDown);
-    };
+    let outcome = outcome.unwrap_or(InvokeOutcome::Failed(InvokeError::ShuttingDown));
     // No head when the outcome is not this call's own run (it joined a
-    // running key, or replays a stored one): that answers as a plain
-    // invocation does.
+    // running key, or replays a stored one): that answers as its outcome says.
     match (outcome, start) {
-        (
-            InvokeOutcome::Done {
-                body,
-                queued_us,
-                service_us,
-            },
-            Some(start),
-        ) => transparent_response(start.head, body, queued_us, service_us),
-        (outcome, _) => outcome_response(outcome),
+        (done @ InvokeOutcome::Done { .. }, Some(start)) => Answered::Whole(Some(start.head), done),
+        (outcome, _) => Answered::Whole(None, outcome),
     }
 }
 

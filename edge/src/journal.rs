@@ -75,8 +75,9 @@ const KEY_PREFIX: u8 = b'k';
 const KEY_AGE_PREFIX: u8 = b'x';
 /// How long an invocation's outcome is kept under its key by default (10 min).
 pub const DEFAULT_KEY_WINDOW_MS: u64 = 10 * 60 * 1000;
-/// Largest stored keyed outcome accepted when decoding.
-const KEYED_LIMIT: usize = 2 * gshare_core::protocol::MAX_REPLAY_BODY;
+/// Largest stored keyed outcome accepted when decoding: the body kept and
+/// a function's head (at most the HTTP client's 64 KiB), with room.
+const KEYED_LIMIT: usize = 4 * gshare_core::protocol::MAX_REPLAY_BODY;
 /// Largest encoded record accepted when decoding (a record is ~100 bytes).
 const RECORD_LIMIT: usize = 64 * 1024;
 
@@ -200,8 +201,26 @@ pub struct KeyedOutcome {
     pub at_ms: u64,
     /// The first [`gshare_core::protocol::MAX_REPLAY_BODY`] bytes of the body.
     pub body: Vec<u8>,
-    /// The original body's length.
+    /// The original body's length (as far as it was sent, when it streamed).
     pub body_len: u64,
+    /// A transparent invocation's status and headers (`None`: a plain one,
+    /// replayed as `200`).
+    pub head: Option<gshare_core::protocol::ReplyHead>,
+    /// The body ended: `false` for a streamed reply stored when it started
+    /// (its first byte waits for this record) and not stored again since,
+    /// or one cut before its end; replayed as truncated.
+    pub complete: bool,
+}
+
+/// [`KeyedOutcome`] as the journal stored it before transparent
+/// invocations kept their status and headers (read as a plain, complete one).
+#[derive(Deserialize)]
+struct KeyedOutcomeV1 {
+    tenant: TenantId,
+    key: String,
+    at_ms: u64,
+    body: Vec<u8>,
+    body_len: u64,
 }
 
 impl KeyedOutcome {
@@ -214,24 +233,81 @@ impl KeyedOutcome {
             at_ms,
             body: body[..keep].to_vec(),
             body_len: body.len() as u64,
+            head: None,
+            complete: true,
         }
     }
 
-    /// Whether the stored body is shorter than the original.
+    /// A transparent invocation's answer: its `head`, and `body` (the
+    /// first bytes of a streamed one) of `body_len` bytes in all.
+    pub fn http(
+        tenant: TenantId,
+        key: String,
+        at_ms: u64,
+        head: gshare_core::protocol::ReplyHead,
+        body: &[u8],
+        body_len: u64,
+        complete: bool,
+    ) -> Self {
+        let keep = body.len().min(gshare_core::protocol::MAX_REPLAY_BODY);
+        Self {
+            tenant,
+            key,
+            at_ms,
+            body: body[..keep].to_vec(),
+            body_len: body_len.max(keep as u64),
+            head: Some(head),
+            complete,
+        }
+    }
+
+    /// Whether the stored body is shorter than the original, or the body
+    /// never ended.
     pub fn truncated(&self) -> bool {
-        self.body_len > self.body.len() as u64
+        self.body_len > self.body.len() as u64 || !self.complete
     }
 
     /// The outcome a replay of the key answers.
     pub fn replay(&self) -> gshare_core::protocol::InvokeOutcome {
-        gshare_core::protocol::InvokeOutcome::Replayed {
-            body: if self.truncated() {
-                Vec::new()
-            } else {
-                self.body.clone()
+        use gshare_core::protocol::InvokeOutcome;
+        let truncated = self.truncated();
+        let body = if truncated {
+            Vec::new()
+        } else {
+            self.body.clone()
+        };
+        match &self.head {
+            None => InvokeOutcome::Replayed {
+                body,
+                body_len: self.body_len,
+                truncated,
             },
-            body_len: self.body_len,
-            truncated: self.truncated(),
+            Some(head) => InvokeOutcome::ReplayedHttp {
+                head: head.clone(),
+                body,
+                body_len: self.body_len,
+                truncated,
+            },
+        }
+    }
+
+    /// Decodes a stored outcome, of this layout or the one before it.
+    fn decode(bytes: &[u8]) -> Result<Self, String> {
+        let cfg = bincode::config::standard().with_limit::<KEYED_LIMIT>();
+        match bincode::serde::decode_from_slice::<Self, _>(bytes, cfg) {
+            Ok((o, _)) => Ok(o),
+            Err(e) => match bincode::serde::decode_from_slice::<KeyedOutcomeV1, _>(bytes, cfg) {
+                Ok((o, n)) if n == bytes.len() => Ok(Self {
+                    tenant: o.tenant,
+                    key: o.key,
+                    at_ms: o.at_ms,
+                    body: o.body,
+                    body_len: o.body_len,
+                    head: None,
+                    complete: true,
+                }),
+                _ => Err(e.to_string()),
+            },
         }
     }
 }
@@ -524,12 +600,10 @@ impl UsageJournal {
         let Some(bytes) = self.tree.get(keyed_key(tenant, key))? else {
             return Ok(None);
         };
-        let cfg = bincode::config::standard().with_limit::<KEYED_LIMIT>();
-        let (o, _): (KeyedOutcome, usize) = bincode::serde::decode_from_slice(&bytes, cfg)
-            .map_err(|e| JournalError::Corrupt {
-                key: format!("invocation key {key:?}"),
-                reason: e.to_string(),
-            })?;
+        let o = KeyedOutcome::decode(&bytes).map_err(|reason| JournalError::Corrupt {
+            key: format!("invocation key {key:?}"),
+            reason,
+        })?;
         let window = self.key_window_ms.load(Ordering::Relaxed);
         Ok((o.at_ms.saturating_add(window) >= now_ms).then_some(o))
     }

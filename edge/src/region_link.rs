@@ -32,14 +32,16 @@
 //! serving goes on throughout, with the last instances and tokens.
 
 use crate::agent::{
-    Admission, ApplyAssignment, ApplyTokens, HostCopiesQuery, Invoke, KeyAnswer, LookupKey,
-    Metering, NodeAgent, SliceAnswer, SliceRequest, StatusQuery, TakeLoads, TakeSliceRequests,
+    ApplyAssignment, ApplyTokens, HostCopiesQuery, Invoke, KeyAnswer, LookupKey, Metering,
+    NodeAgent, SliceAnswer, SliceRequest, StatusQuery, TakeLoads, TakeSliceRequests,
     TakeSwapEvents,
 };
 use crate::gpu::{Discovered, GpuMeter};
+use crate::ingress::Answered;
 use crate::journal::{JournalBatch, UsageJournal};
+use crate::runtime::StreamItem;
 use crate::tls::client_config;
-use crate::wire::{read_frame, write_frame, WireError, BAD_FRAME};
+use crate::wire::{read_frame, write_frame, write_frame_more, WireError, BAD_FRAME};
 use actix::{Actor, Addr, AsyncContext, Context, WrapFuture};
 use gshare_core::config::AgentConfig;
 use gshare_core::protocol::{
@@ -81,6 +83,50 @@ fn fit_to_frame(outcome: InvokeOutcome) -> InvokeOutcome {
         }
         other => other,
     }
+}
+
+/// Most bytes of a streamed reply sent in one frame.
+const STREAM_FRAME_DATA: usize = 256 << 10;
+
+/// Sends a streamed reply on a forwarded invocation's stream: its head,
+/// its body's chunks as they come (each within [`STREAM_FRAME_DATA`]),
+/// then [`AgentMessageV1::InvokeStreamEnd`] (`complete` unless the chunks
+/// stopped without [`StreamItem::End`]: deadline, crash, reply cap). A
+/// replica that stops reading ends it (the function's reply is then cut,
+/// as when a client of the ingress goes away).
+async fn stream_reply(
+    send: &mut quinn::SendStream,
+    id: u64,
+    head: gshare_core::protocol::ReplyHead,
+    mut chunks: tokio::sync::mpsc::Receiver<StreamItem>,
+) -> Result<(), WireError> {
+    let msg = |m| AgentMessage::v1(m);
+    write_frame_more(
+        send,
+        &msg(AgentMessageV1::InvokeHead {
+            id,
+            head,
+            streamed: true,
+        }),
+    )
+    .await?;
+    let mut complete = false;
+    while let Some(item) = chunks.recv().await {
+        match item {
+            StreamItem::Data(b) => {
+                for part in b.chunks(STREAM_FRAME_DATA) {
+                    let data = part.to_vec();
+                    let chunk = msg(AgentMessageV1::InvokeChunk { id, data });
+                    write_frame_more(send, &chunk).await?;
+                }
+            }
+            StreamItem::End => {
+                complete = true;
+                break;
+            }
+        }
+    }
+    write_frame(send, &msg(AgentMessageV1::InvokeStreamEnd { id, complete })).await
 }
 
 /// What the link knows about its TLS handshakes, shared with the ingress
@@ -517,14 +563,21 @@ async fn invokes(conn: quinn::Connection, agent: Addr<NodeAgent>) -> Result<(), 
             }
             other => other?,
         };
-        let (req, key) = match msg {
-            RegionMessage::V1(RegionMessageV1::Invoke(req)) => (req, None),
+        let (req, key, call) = match msg {
+            RegionMessage::V1(RegionMessageV1::Invoke(req)) => (req, None, None),
             RegionMessage::V1(RegionMessageV1::InvokeKeyed { key, request }) => {
                 if !gshare_core::state::is_valid_key(&key) {
                     tracing::warn!("invocation with a malformed idempotency key refused");
                     continue;
                 }
-                (request, Some(key))
+                (request, Some(key), None)
+            }
+            RegionMessage::V1(RegionMessageV1::InvokeHttp { key, request, call }) => {
+                if !gshare_core::state::is_valid_key(&key) {
+                    tracing::warn!("invocation with a malformed idempotency key refused");
+                    continue;
+                }
+                (request, Some(key), Some(call))
             }
             RegionMessage::V1(RegionMessageV1::InvokeLookup { id, tenant, key }) => {
                 let agent = agent.clone();
@@ -547,24 +600,43 @@ async fn invokes(conn: quinn::Connection, agent: Addr<NodeAgent>) -> Result<(), 
         let agent = agent.clone();
         actix_rt::spawn(async move {
             let id = req.id;
-            let outcome = match agent
-                .send(Invoke {
-                    tenant: req.tenant,
-                    function: req.function,
-                    token_digest: None,
-                    deadline_ms: req.deadline_ms,
-                    body: req.body,
-                    idempotency_key: key,
-                    http: None,
-                })
-                .await
-            {
-                Ok(Admission::Accepted(rx)) => rx
-                    .await
-                    .unwrap_or(InvokeOutcome::Failed(InvokeError::ShuttingDown)),
-                _ => InvokeOutcome::Failed(InvokeError::ShuttingDown),
+            let msg = Invoke {
+                tenant: req.tenant,
+                function: req.function,
+                token_digest: None,
+                deadline_ms: req.deadline_ms,
+                body: req.body,
+                idempotency_key: key,
+                http: None,
+            };
+            let (head, outcome) = match crate::ingress::ask(&agent, msg, call).await {
+                Answered::Stream(head, chunks) => {
+                    let _ = stream_reply(&mut send, id, head, chunks).await;
+                    return;
+                }
+                Answered::Whole(head, outcome) => (head, outcome),
+                // Not asked: a forwarded invocation carries no token.
+                Answered::Unauthorized => (
+                    None,
+                    InvokeOutcome::Failed(InvokeError::InstanceFailed {
+                        detail: "refused a token it was not asked to check".into(),
+                    }),
+                ),
             };
             let outcome = fit_to_frame(outcome);
+            if let (Some(head), InvokeOutcome::Done { .. }) = (head, &outcome) {
+                let m = AgentMessageV1::InvokeHead {
+                    id,
+                    head,
+                    streamed: false,
+                };
+                if write_frame_more(&mut send, &AgentMessage::v1(m))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
             let reply = AgentMessage::v1(AgentMessageV1::InvokeReply(InvokeReply { id, outcome }));
             let _ = write_frame(&mut send, &reply).await;
         });

@@ -419,6 +419,10 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         "/v1/invoke/{tenant}/{name}",
         web::post().to(crate::agents::invoke_route),
     )
+    .route(
+        "/v1/invoke/{tenant}/{name}/{path:.*}",
+        web::route().to(crate::agents::invoke_transparent_route),
+    )
     .default_service(web::to(unknown_route));
 }
 

@@ -21,6 +21,7 @@ pub mod binaries;
 pub mod fault_proxy;
 pub mod fuzz;
 pub mod nemesis;
+pub mod openai;
 pub mod raw_http;
 pub mod sim;
 pub mod stand_in_region;

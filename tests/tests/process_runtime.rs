@@ -20,6 +20,7 @@ use gshare_core::state::InstanceId;
 use gshare_edge::token::token_digest;
 use gshare_edge::wire::write_frame;
 use gshare_tests::agent_proc::{alive, free_port, gone, AgentProc};
+use gshare_tests::openai::{exchange, header, openai_package, python3, OPENAI_SERVER as OPENAI};
 use gshare_tests::stand_in_region::{fake_region, issue, new_ca, Ca, FakeRegion};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -32,7 +33,6 @@ const GONE_WITHIN: Duration = Duration::from_secs(15);
 
 const TOKEN: &str = "s3cret";
 const ECHO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/echo_server.py");
-const OPENAI: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/openai_server.py");
 
 fn write_agent_files(dir: &Path, ca: &Ca, region: SocketAddr) -> SocketAddr {
     let (cert, key) = issue(ca, "n1");
@@ -303,33 +303,6 @@ async fn start_with(
     (agent, ingress, conn)
 }
 
-/// One raw HTTP/1.1 exchange (`Connection: close`): status, headers
-/// (lower-case names, in order), body.
-fn exchange(addr: SocketAddr, request: String) -> (u16, Vec<(String, String)>, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    s.write_all(request.as_bytes()).unwrap();
-    // Until the server closes (or resets: a cut reply) the connection.
-    let mut raw = Vec::new();
-    let mut chunk = [0u8; 4096];
-    while let Ok(n @ 1..) = s.read(&mut chunk) {
-        raw.extend_from_slice(&chunk[..n]);
-    }
-    let out = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    (status, headers, body.to_string())
-}
-
 /// A raw `POST …/chat/v1/chat/completions` to the agent's transparent
 /// route for `acme/chat`, with `extra` header lines (each ending `\r\n`).
 fn chat_completion(body: &str, extra: &str) -> String {
@@ -339,13 +312,6 @@ fn chat_completion(body: &str, extra: &str) -> String {
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
-}
-
-fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    headers
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.as_str())
 }
 
 #[actix_rt::test]
@@ -440,39 +406,6 @@ async fn the_transparent_route_passes_the_request_on_and_the_reply_back() {
         assert_eq!(header(&headers, "x-gshare-error"), Some(want_code), "{headers:?}");
         assert_eq!(json(&body)["error"]["code"], want_code);
     }
-}
-
-/// Where `.ci/run` installs the Python `openai` package (`pip install
-/// --target`, so that the machine's own Python packages stay as they are).
-const PYDEPS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/pydeps");
-
-/// `python3` with [`PYDEPS`] on its path.
-fn python3() -> Command {
-    let mut c = Command::new("python3");
-    let path = match std::env::var_os("PYTHONPATH") {
-        Some(p) => format!("{PYDEPS}:{}", p.to_string_lossy()),
-        None => PYDEPS.to_string(),
-    };
-    c.env("PYTHONPATH", path);
-    c
-}
-
-/// Whether the Python `openai` package is importable; in CI
-/// (`GSHARE_CI=1`; `.ci/run` installs it) its absence fails the test.
-fn openai_package() -> bool {
-    let ok = python3()
-        .args(["-c", "import openai"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        assert!(
-            std::env::var_os("GSHARE_CI").is_none(),
-            "the Python openai package is missing (pip install --target target/pydeps openai)"
-        );
-        eprintln!("skipped: the Python openai package is missing (pip install --target target/pydeps openai)");
-    }
-    ok
 }
 
 /// The official OpenAI client, its `base_url` at the agent's transparent

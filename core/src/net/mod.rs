@@ -44,6 +44,18 @@ impl<W: Wire> Frames<W> {
         write_encoded(send, &bytes).await
     }
 
+    /// Writes one frame and leaves the stream open for more (a streamed
+    /// reply's frames; its last one is sent with [`Frames::write`]).
+    pub async fn write_more<T: Serialize>(
+        send: &mut quinn::SendStream,
+        msg: &T,
+    ) -> Result<(), WireError> {
+        let bytes = Self::encode(msg)?;
+        send.write_all(&bytes)
+            .await
+            .map_err(|e| WireError::Stream(e.to_string()))
+    }
+
     /// Reads one frame; an oversized length is refused before the payload is read.
     pub async fn read<T: DeserializeOwned>(recv: &mut quinn::RecvStream) -> Result<T, WireError> {
         let mut head = [0u8; 4];
@@ -75,6 +87,14 @@ pub async fn write_frame<T: Serialize>(
     msg: &T,
 ) -> Result<(), WireError> {
     AgentFrames::write(send, msg).await
+}
+
+/// Writes one agent-wire frame and leaves the stream open for more.
+pub async fn write_frame_more<T: Serialize>(
+    send: &mut quinn::SendStream,
+    msg: &T,
+) -> Result<(), WireError> {
+    AgentFrames::write_more(send, msg).await
 }
 
 /// Reads one agent-wire frame ([`crate::protocol::AGENT_FRAME_BYTES`]).

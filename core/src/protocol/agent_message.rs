@@ -107,6 +107,36 @@ pub enum AgentMessageV1 {
         /// version) order.
         copies: Vec<super::HostCopy>,
     },
+    /// On the stream of a [`super::RegionMessageV1::InvokeHttp`]: the
+    /// function's status and headers, sent as soon as its reply started
+    /// (after the usage of the run so far is journaled, with metering).
+    /// `streamed`: the body follows as [`AgentMessageV1::InvokeChunk`]s and
+    /// one [`AgentMessageV1::InvokeStreamEnd`]; else one
+    /// [`AgentMessageV1::InvokeReply`] with the whole body follows.
+    InvokeHead {
+        /// The request's correlation id.
+        id: u64,
+        /// The function's status and headers.
+        head: super::ReplyHead,
+        /// The body streams.
+        streamed: bool,
+    },
+    /// Bytes of a streamed reply's body, as the function sent them.
+    InvokeChunk {
+        /// The request's correlation id.
+        id: u64,
+        /// The bytes.
+        data: Vec<u8>,
+    },
+    /// A streamed reply ended: `complete` when the function ended it,
+    /// else it was cut (deadline, crash, over the reply cap); the stream
+    /// closes after it either way.
+    InvokeStreamEnd {
+        /// The request's correlation id.
+        id: u64,
+        /// The function ended it.
+        complete: bool,
+    },
 }
 
 /// An agent registers its node and GPUs.

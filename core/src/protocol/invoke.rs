@@ -36,6 +36,20 @@ pub struct ReplyHead {
     pub headers: Headers,
 }
 
+/// A request on the transparent route (`/v1/invoke/{tenant}/{name}/{*path}`)
+/// as the function gets it (the body travels beside it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HttpCall {
+    /// The method.
+    pub method: String,
+    /// Path and query at the function (`/v1/chat/completions?x=1`).
+    pub target: String,
+    /// Headers to pass on (lower-case names; hop-by-hop headers and
+    /// gshare's own already removed, see
+    /// [`crate::http_surface::passes_through`]).
+    pub headers: Headers,
+}
+
 /// Why an accepted invocation produced no result. Every invocation ends in
 /// an [`InvokeOutcome`]; none vanish.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -161,6 +175,22 @@ pub enum InvokeOutcome {
         /// The length of the original body.
         body_len: u64,
         /// Whether the original body was longer than what was stored.
+        truncated: bool,
+    },
+    /// The stored answer of a transparent invocation (an [`HttpCall`])
+    /// completed, or started streaming, under the same idempotency key:
+    /// the function's status and headers, and its body as
+    /// [`InvokeOutcome::Replayed`] keeps it; a reply that streamed and
+    /// never ended (cut by its deadline, a crash or the client leaving)
+    /// is `truncated`.
+    ReplayedHttp {
+        /// The function's status and headers.
+        head: ReplyHead,
+        /// The stored body (empty when `truncated`).
+        body: Vec<u8>,
+        /// The length of the body as far as it was sent.
+        body_len: u64,
+        /// The body was longer than [`MAX_REPLAY_BODY`], or never ended.
         truncated: bool,
     },
 }

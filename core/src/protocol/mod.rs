@@ -53,8 +53,8 @@ pub use instance_assignment::{
 };
 pub use instance_report::{InstanceState, InstanceStatus};
 pub use invoke::{
-    key_order, Headers, InvokeError, InvokeOutcome, InvokeReply, InvokeRequest, ReplyHead,
-    MAX_INVOKE_BODY_BYTES, MAX_REPLAY_BODY,
+    key_order, Headers, HttpCall, InvokeError, InvokeOutcome, InvokeReply, InvokeRequest,
+    ReplyHead, MAX_INVOKE_BODY_BYTES, MAX_REPLAY_BODY,
 };
 pub use region_message::{RegionMessage, RegionMessageV1};
 pub use swap_report::{SwapEvent, SwapKind};

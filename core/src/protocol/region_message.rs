@@ -67,6 +67,23 @@ pub enum RegionMessageV1 {
         /// The key.
         key: String,
     },
+    /// A transparent invocation forwarded under an idempotency key (as
+    /// [`RegionMessageV1::InvokeKeyed`]): the agent passes `call` with the
+    /// request's body to the function and answers on the same stream with
+    /// [`super::AgentMessageV1::InvokeHead`] and then either the whole
+    /// outcome ([`super::AgentMessageV1::InvokeReply`]) or, for a reply
+    /// that streams, [`super::AgentMessageV1::InvokeChunk`]s closed by
+    /// [`super::AgentMessageV1::InvokeStreamEnd`]; an answer that is not
+    /// the function's own (an error, a replay, a joined run) is one
+    /// `InvokeReply` with no head.
+    InvokeHttp {
+        /// The key (printable ASCII, at most 128 bytes).
+        key: String,
+        /// The invocation (its body is the request's).
+        request: InvokeRequest,
+        /// Method, path, query and headers for the function.
+        call: super::HttpCall,
+    },
 }
 
 impl RegionMessage {

@@ -47,19 +47,31 @@ pub(super) type InvocationKey = (gshare_core::model::TenantId, String);
 
 /// A reply held until its usage (and, when keyed, its outcome under the
 /// key) is journaled.
-pub(super) type HeldReply = (
-    oneshot::Sender<InvokeOutcome>,
-    InvokeOutcome,
-    Option<InvocationKey>,
-);
+pub(super) struct HeldReply {
+    /// Where its outcome goes.
+    pub(super) tx: oneshot::Sender<InvokeOutcome>,
+    /// Its outcome.
+    pub(super) outcome: InvokeOutcome,
+    /// Its idempotency key.
+    pub(super) key: Option<InvocationKey>,
+    /// What its key stores (a keyed run that answered), stamped when
+    /// journaled; also what the calls that joined it get, when it is a
+    /// transparent one.
+    pub(super) stored: Option<crate::journal::KeyedOutcome>,
+}
 
-/// A streamed reply's start, held until the usage of its run so far is
-/// journaled.
-pub(super) type HeldStream = (
-    gshare_core::executor::RequestId,
-    oneshot::Sender<super::ReplyStart>,
-    super::ReplyStart,
-);
+/// A streamed reply's start, held until the usage of its run so far (and,
+/// when keyed, its start under the key) is journaled.
+pub(super) struct HeldStream {
+    /// The request.
+    pub(super) request: gshare_core::executor::RequestId,
+    /// Where its start goes.
+    pub(super) tx: oneshot::Sender<super::ReplyStart>,
+    /// Its start.
+    pub(super) start: super::ReplyStart,
+    /// What its key stores until the stream ends: the head, not complete.
+    pub(super) stored: Option<crate::journal::KeyedOutcome>,
+}
 
 /// The agent's metering state.
 pub(super) struct MeterState {

@@ -126,6 +126,11 @@ struct Pending {
     /// Its stream's start could not be journaled: its outcome is
     /// `usage_not_recorded` (the first byte never went out).
     stream_failed: Option<String>,
+    /// The function's status and headers, once sent (the transparent
+    /// route): what its idempotency key stores with the body.
+    sent_head: Option<gshare_core::protocol::ReplyHead>,
+    /// How its streamed body went (set when the run ended).
+    streamed: Option<crate::runtime::Streamed>,
     started: Option<(Micros, u32, MilliGpu)>,
     /// What its usage is metered under (set when it starts on a GPU).
     usage: Option<UsageKey>,
@@ -340,8 +345,8 @@ impl NodeAgent {
         }
         m.writing = true;
         let records: Vec<_> = drafts.into_iter().map(|d| d.into_record()).collect();
-        let (keyed, now_ms) = keyed_outcomes(&replies, unix_ms);
-        let journal = m.setup.journal.clone();
+        let keyed = keyed_outcomes(&replies, &streams, unix_ms);
+        let (journal, now_ms) = (m.setup.journal.clone(), unix_ms);
         actix::spawn(async move {
             let append = move || journal.append_keyed(records, keyed, now_ms);
             let result = match tokio::task::spawn_blocking(append).await {
@@ -357,19 +362,70 @@ impl NodeAgent {
         });
     }
 
+    /// Sends `outcome`, and to the calls that joined its key the same,
+    /// or for a transparent run what its key stored (`stored`: its
+    /// status and headers; they have no head of their own).
     fn release(
         &mut self,
         tx: oneshot::Sender<InvokeOutcome>,
         outcome: InvokeOutcome,
         key: Option<InvocationKey>,
+        stored: Option<&crate::journal::KeyedOutcome>,
     ) {
         self.count(&outcome);
         if let Some(waiting) = key.and_then(|k| self.running_keys.remove(&k)) {
+            let joined = match stored {
+                Some(o) if o.head.is_some() => o.replay(),
+                _ => outcome.clone(),
+            };
             for w in waiting {
-                let _ = w.send(outcome.clone());
+                let _ = w.send(joined.clone());
             }
         }
         let _ = tx.send(outcome);
+    }
+
+    /// What request `p`'s key stores for `outcome` (a keyed run that
+    /// answered, or a streamed one, whatever its end: its first byte went
+    /// out), with `reply`'s streamed body when it streamed.
+    fn stored_for(
+        p: &Pending,
+        outcome: &InvokeOutcome,
+        streamed: Option<crate::runtime::Streamed>,
+    ) -> Option<crate::journal::KeyedOutcome> {
+        let (tenant, key) = p.key.clone()?;
+        match (outcome, &p.sent_head) {
+            (InvokeOutcome::Done { body, .. }, None) => {
+                Some(crate::journal::KeyedOutcome::new(tenant, key, 0, &body[..]))
+            }
+            (InvokeOutcome::Done { body, .. }, Some(head)) => {
+                let (len, complete) = match streamed {
+                    Some(s) => (s.len, s.complete),
+                    None => (body.len() as u64, true),
+                };
+                Some(crate::journal::KeyedOutcome::http(
+                    tenant,
+                    key,
+                    0,
+                    head.clone(),
+                    &body[..],
+                    len,
+                    complete,
+                ))
+            }
+            // A stream cut by its deadline or a crash: its start stays
+            // stored as not complete.
+            (_, Some(head)) if p.streamed_at.is_some() => Some(crate::journal::KeyedOutcome::http(
+                tenant,
+                key,
+                0,
+                head.clone(),
+                &[],
+                0,
+                false,
+            )),
+            _ => None,
+        }
     }
 
     /// Arms the executor tick for its next timeout (at most
@@ -435,6 +491,7 @@ impl NodeAgent {
             );
         }
         let now = self.now();
+        let stored = Self::stored_for(&p, &outcome, p.streamed);
         match (&outcome, p.started, p.usage, self.metering.as_mut()) {
             // A streamed run: its first part was billed when the stream
             // started; the rest is compute, whatever the end (unless the
@@ -457,7 +514,12 @@ impl NodeAgent {
                         m.unix_base_us + now,
                     );
                 }
-                m.waiting.push((p.tx, outcome, p.key));
+                m.waiting.push(HeldReply {
+                    tx: p.tx,
+                    outcome,
+                    key: p.key,
+                    stored,
+                });
                 self.journal_usage();
             }
             (InvokeOutcome::Done { .. }, Some((started, _, compute)), Some(key), Some(m)) => {
@@ -468,10 +530,15 @@ impl NodeAgent {
                     m.unix_base_us + started,
                     m.unix_base_us + now,
                 );
-                m.waiting.push((p.tx, outcome, p.key));
+                m.waiting.push(HeldReply {
+                    tx: p.tx,
+                    outcome,
+                    key: p.key,
+                    stored,
+                });
                 self.journal_usage();
             }
-            _ => self.release(p.tx, outcome, p.key),
+            _ => self.release(p.tx, outcome, p.key, None),
         }
     }
 
@@ -479,7 +546,9 @@ impl NodeAgent {
         match outcome {
             InvokeOutcome::Done { .. } => self.status.served += 1,
             InvokeOutcome::Failed(_) => self.status.failed += 1,
-            InvokeOutcome::Replayed { .. } => self.status.replayed += 1,
+            InvokeOutcome::Replayed { .. } | InvokeOutcome::ReplayedHttp { .. } => {
+                self.status.replayed += 1
+            }
         }
     }
 
@@ -990,8 +1059,10 @@ impl Actor for NodeAgent {
             let _ = p.tx.send(InvokeOutcome::Failed(InvokeError::ShuttingDown));
         }
         if let Some(m) = self.metering.as_mut() {
-            for (tx, _, _) in m.waiting.drain(..) {
-                let _ = tx.send(InvokeOutcome::Failed(InvokeError::ShuttingDown));
+            for held in m.waiting.drain(..) {
+                let _ = held
+                    .tx
+                    .send(InvokeOutcome::Failed(InvokeError::ShuttingDown));
             }
             m.streams.clear();
         }
@@ -1033,7 +1104,8 @@ impl Handler<FlushUsage> for NodeAgent {
         m.flushed = true;
         let replies = std::mem::take(&mut m.waiting);
         let streams = std::mem::take(&mut m.streams);
-        let (keyed, now_ms) = keyed_outcomes(&replies, unix_ms);
+        let keyed = keyed_outcomes(&replies, &streams, unix_ms);
+        let now_ms = unix_ms;
         let result = m
             .setup
             .journal
@@ -1061,11 +1133,11 @@ impl NodeAgent {
                 m.setup.appended.notify_one();
                 // Starts first: a short stream's outcome may be among the
                 // replies, and its start must reach the ingress before it.
-                for (_, tx, start) in msg.streams {
-                    let _ = tx.send(start);
+                for held in msg.streams {
+                    let _ = held.tx.send(held.start);
                 }
-                for (tx, outcome, key) in msg.replies {
-                    self.release(tx, outcome, key);
+                for held in msg.replies {
+                    self.release(held.tx, held.outcome, held.key, held.stored.as_ref());
                 }
             }
             Err(e) => {
@@ -1075,15 +1147,16 @@ impl NodeAgent {
                     withheld = msg.replies.len(),
                     "usage journal append failed, results withheld: {e}"
                 );
-                for (tx, _, key) in msg.replies {
+                for held in msg.replies {
                     let err = InvokeError::UsageNotRecorded { detail: e.clone() };
-                    self.release(tx, InvokeOutcome::Failed(err), key);
+                    self.release(held.tx, InvokeOutcome::Failed(err), held.key, None);
                 }
                 // Dropping the chunks stops the function's reply; the run's
                 // outcome (its RequestDone) becomes usage_not_recorded.
-                for (request, _, _) in msg.streams {
-                    if let Some(p) = self.pending.get_mut(&request) {
+                for held in msg.streams {
+                    if let Some(p) = self.pending.get_mut(&held.request) {
                         p.stream_failed = Some(e.clone());
+                        p.sent_head = None;
                     }
                 }
             }
@@ -1151,6 +1224,8 @@ impl Handler<Invoke> for NodeAgent {
                 stream,
                 streamed_at: None,
                 stream_failed: None,
+                sent_head: None,
+                streamed: None,
                 started: None,
                 usage: None,
                 key: invocation_key.clone(),
@@ -1211,18 +1286,22 @@ impl Handler<LookupKey> for NodeAgent {
 }
 
 /// The outcomes to store under their keys, stamped `now_ms`, with the
-/// usage being journaled.
-fn keyed_outcomes(replies: &[HeldReply], now_ms: u64) -> (Vec<crate::journal::KeyedOutcome>, u64) {
-    let keyed = replies
-        .iter()
-        .filter_map(|(_, outcome, key)| match (outcome, key) {
-            (InvokeOutcome::Done { body, .. }, Some((tenant, key))) => Some(
-                crate::journal::KeyedOutcome::new(tenant.clone(), key.clone(), now_ms, body),
-            ),
-            _ => None,
+/// usage being journaled: streams' starts first, so that a short stream
+/// that also ended in this write keeps its end.
+fn keyed_outcomes(
+    replies: &[HeldReply],
+    streams: &[HeldStream],
+    now_ms: u64,
+) -> Vec<crate::journal::KeyedOutcome> {
+    let starts = streams.iter().filter_map(|h| h.stored.as_ref());
+    let ends = replies.iter().filter_map(|h| h.stored.as_ref());
+    starts
+        .chain(ends)
+        .map(|o| crate::journal::KeyedOutcome {
+            at_ms: now_ms,
+            ..o.clone()
         })
-        .collect();
-    (keyed, now_ms)
+        .collect()
 }
 
 impl Handler<RequestDone> for NodeAgent {
@@ -1245,12 +1324,14 @@ impl Handler<RequestDone> for NodeAgent {
                 // The head first: the outcome may wait for the journal,
                 // and the ingress answers only once it has it.
                 if let Some(head) = p.head.take() {
+                    p.sent_head = Some(reply.head.clone());
                     let start = ReplyStart {
                         head: reply.head,
                         chunks: None,
                     };
                     let _ = head.send(start);
                 }
+                p.streamed = reply.streamed;
                 InvokeOutcome::Done {
                     body: reply.body,
                     queued_us: started - p.arrived,
@@ -1316,6 +1397,12 @@ impl Handler<StreamOpened> for NodeAgent {
             return;
         };
         p.streamed_at = Some(now);
+        p.sent_head = Some(msg.open.head.clone());
+        // A keyed run stores its start with its first byte's usage: a
+        // retry of the key while (or after) it streams never runs it again.
+        let stored = p.key.clone().map(|(tenant, key)| {
+            crate::journal::KeyedOutcome::http(tenant, key, 0, msg.open.head.clone(), &[], 0, false)
+        });
         let start = ReplyStart {
             head: msg.open.head,
             chunks: Some(msg.open.chunks),
@@ -1328,7 +1415,12 @@ impl Handler<StreamOpened> for NodeAgent {
                     m.unix_base_us + started,
                     m.unix_base_us + now,
                 );
-                m.streams.push((msg.request, tx, start));
+                m.streams.push(HeldStream {
+                    request: msg.request,
+                    tx,
+                    start,
+                    stored,
+                });
                 self.journal_usage();
             }
             _ => {

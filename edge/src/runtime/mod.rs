@@ -61,10 +61,10 @@ pub struct Invocation {
     /// function is its answer. `None`: a plain invocation (`POST` of the
     /// body to the template's invoke path; a non-2xx answer fails it).
     pub http: Option<HttpCall>,
-    /// Set when the reply may stream (the transparent route, no
-    /// idempotency key): a driver that streams it sends the head and the
-    /// body's channel here as soon as the head arrived, and answers the
-    /// invocation (with an empty body) when the stream ended.
+    /// Set when the reply may stream (the transparent route): a driver
+    /// that streams it sends the head and the body's channel here as soon
+    /// as the head arrived, and answers the invocation when the stream
+    /// ended (with the body's first bytes and [`FunctionReply::streamed`]).
     pub stream_to: Option<tokio::sync::oneshot::Sender<StreamOpen>>,
 }
 
@@ -77,26 +77,29 @@ pub struct StreamOpen {
     pub chunks: tokio::sync::mpsc::Receiver<StreamItem>,
 }
 
-/// What the transparent route passes on to the function (the body travels
-/// in [`Invocation::body`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HttpCall {
-    /// The method.
-    pub method: String,
-    /// Path and query at the function (`/v1/chat/completions?x=1`).
-    pub target: String,
-    /// Headers to pass on (lower-case names; hop-by-hop headers and
-    /// gshare's own already removed).
-    pub headers: Vec<(String, Vec<u8>)>,
-}
+pub use gshare_core::protocol::HttpCall;
 
 /// A function's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FunctionReply {
     /// Its status and headers (`200` and none from drivers without HTTP).
     pub head: ReplyHead,
-    /// Its body.
+    /// Its body (of a streamed reply: its first
+    /// [`gshare_core::protocol::MAX_REPLAY_BODY`] bytes, what an
+    /// idempotency key stores).
     pub body: Vec<u8>,
+    /// Set when the body streamed.
+    pub streamed: Option<Streamed>,
+}
+
+/// How a streamed reply's body went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Streamed {
+    /// Bytes passed on.
+    pub len: u64,
+    /// The function ended it ([`StreamItem::End`] was passed on); `false`:
+    /// the receiver went away first.
+    pub complete: bool,
 }
 
 impl FunctionReply {
@@ -108,6 +111,7 @@ impl FunctionReply {
                 headers: Vec::new(),
             },
             body,
+            streamed: None,
         }
     }
 }

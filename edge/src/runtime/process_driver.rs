@@ -36,7 +36,7 @@ use super::process::{
 use super::process_counters::VmGuard;
 use super::{
     FunctionReply, Invocation, Placement, ProcessCounters, RuntimeDriver, RuntimeError,
-    RuntimeFuture, StreamOpen,
+    RuntimeFuture, StreamItem, StreamOpen, Streamed,
 };
 use gshare_core::model::{FunctionSpec, GpuId, Mib, Slice};
 use std::cell::RefCell;
@@ -51,6 +51,42 @@ use tokio::task::JoinHandle;
 /// Chunks of a streamed reply held between the function and the client
 /// (the function is read only as fast as the client takes them).
 const STREAM_CHUNKS: usize = 16;
+
+/// Passes a streamed reply's chunks from the function's pump to the
+/// ingress (both ends arrive on `ends` once the reply streams) and keeps
+/// its first [`gshare_core::protocol::MAX_REPLAY_BODY`] bytes; `None`
+/// when the reply did not stream. Ends when the pump does; a receiver that
+/// went away, or one that takes nothing until the request's deadline
+/// `until`, stops it (the pump then sees its channel closed).
+async fn tee(
+    ends: tokio::sync::oneshot::Receiver<(
+        tokio::sync::mpsc::Receiver<StreamItem>,
+        tokio::sync::mpsc::Sender<StreamItem>,
+    )>,
+    until: tokio::time::Instant,
+) -> Option<(Vec<u8>, Streamed)> {
+    let (mut from, to) = ends.await.ok()?;
+    let (mut first, mut len, mut complete) = (Vec::new(), 0u64, false);
+    while let Some(item) = from.recv().await {
+        if let StreamItem::Data(b) = &item {
+            let room = gshare_core::protocol::MAX_REPLAY_BODY.saturating_sub(first.len());
+            first.extend_from_slice(&b[..b.len().min(room)]);
+            len = len.saturating_add(b.len() as u64);
+        }
+        let end = item == StreamItem::End;
+        if !matches!(
+            tokio::time::timeout_at(until, to.send(item)).await,
+            Ok(Ok(()))
+        ) {
+            break;
+        }
+        if end {
+            complete = true;
+            break;
+        }
+    }
+    Some((first, Streamed { len, complete }))
+}
 
 /// How much of a function's error body is kept in the error message.
 const ERROR_BODY_EXCERPT: usize = 200;
@@ -357,7 +393,10 @@ impl RuntimeDriver for ProcessDriver {
             let transparent = invocation.http.is_some();
             let stream_to = invocation.stream_to;
             let answer = match &invocation.http {
-                None => instance.invoke(&invocation.body, deadline).await,
+                None => instance
+                    .invoke(&invocation.body, deadline)
+                    .await
+                    .map(|resp| (resp, None)),
                 Some(http) => {
                     let headers: Vec<(&str, &[u8])> = http
                         .headers
@@ -373,30 +412,46 @@ impl RuntimeDriver for ProcessDriver {
                     // A reply without a length (chunked, event streams)
                     // streams when the agent allows it; one with a length
                     // is read whole.
+                    // The chunks pass through `tee`, which keeps the
+                    // body's first bytes for the idempotency key.
+                    let (tee_tx, tee_rx) = tokio::sync::oneshot::channel();
                     let on_head = |head: &ReplyHead| {
                         let sized = head.headers.iter().any(|(k, _)| k == "content-length");
                         let to = stream_to.filter(|_| !sized)?;
                         let (tx, chunks) = tokio::sync::mpsc::channel(STREAM_CHUNKS);
+                        let (pump_tx, pump_rx) = tokio::sync::mpsc::channel(STREAM_CHUNKS);
                         let open = StreamOpen {
                             head: head.clone(),
                             chunks,
                         };
-                        to.send(open).ok().map(|()| tx)
+                        to.send(open).ok()?;
+                        tee_tx.send((pump_rx, tx)).ok().map(|()| pump_tx)
                     };
-                    instance.invoke_streaming(call, deadline, on_head).await
+                    let (answer, kept) = tokio::join!(
+                        instance.invoke_streaming(call, deadline, on_head),
+                        tee(tee_rx, tokio::time::Instant::now() + deadline)
+                    );
+                    answer.map(|resp| (resp, kept))
                 }
             };
             match answer {
                 // The transparent route passes every status on; a plain
                 // invocation's answer is a 2xx body.
-                Ok(resp) if transparent || (200..300).contains(&resp.status) => Ok(FunctionReply {
-                    head: ReplyHead {
-                        status: resp.status,
-                        headers: resp.headers,
-                    },
-                    body: resp.body,
-                }),
-                Ok(resp) => Err(RuntimeError::Failed(format!(
+                Ok((resp, kept)) if transparent || (200..300).contains(&resp.status) => {
+                    let (body, streamed) = match kept {
+                        Some((first, streamed)) => (first, Some(streamed)),
+                        None => (resp.body, None),
+                    };
+                    Ok(FunctionReply {
+                        head: ReplyHead {
+                            status: resp.status,
+                            headers: resp.headers,
+                        },
+                        body,
+                        streamed,
+                    })
+                }
+                Ok((resp, _)) => Err(RuntimeError::Failed(format!(
                     "function answered HTTP {}: {}",
                     resp.status,
                     excerpt(&resp.body)

@@ -41,12 +41,15 @@ use crate::http_client::{send, HttpClientError, HttpTarget};
 use crate::scheduler::Evaluation;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
-use gshare_core::http_surface::ERROR_HEADER;
+use gshare_core::http_surface::{
+    function_target, outcome_answer, pass_through, Direction, ERROR_HEADER,
+};
 use gshare_core::model::{NodeId, TenantId};
 use gshare_core::net::{read_frame, write_frame};
 use gshare_core::protocol::{
-    key_order, token_digest, AgentMessage, AgentMessageV1, InvokeError, InvokeOutcome,
-    InvokeRequest, RegionMessage, RegionMessageV1, AGENT_FRAME_BYTES, MAX_INVOKE_BODY_BYTES,
+    key_order, token_digest, AgentMessage, AgentMessageV1, HttpCall, InvokeError, InvokeOutcome,
+    InvokeRequest, RegionMessage, RegionMessageV1, ReplyHead, AGENT_FRAME_BYTES,
+    MAX_INVOKE_BODY_BYTES,
 };
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -98,27 +101,167 @@ fn outcome_unknown(key: &str, detail: &str) -> HttpResponse {
     )
 }
 
+/// The answer to an agent's outcome (core's [`outcome_answer`], the
+/// agents' ingress too).
 fn outcome_response(outcome: InvokeOutcome) -> HttpResponse {
-    match outcome {
-        InvokeOutcome::Replayed {
-            body_len,
-            truncated: true,
-            ..
-        } => HttpResponse::Ok()
-            .insert_header(("x-gshare-replayed", "truncated"))
-            .json(serde_json::json!({"replayed_truncated": true, "body_len": body_len})),
-        InvokeOutcome::Replayed { body, .. } => HttpResponse::Ok()
-            .insert_header(("x-gshare-replayed", "1"))
-            .body(body),
-        InvokeOutcome::Done {
-            body,
-            queued_us,
-            service_us,
-        } => HttpResponse::Ok()
-            .insert_header(("x-gshare-queued-us", queued_us.to_string()))
-            .insert_header(("x-gshare-service-us", service_us.to_string()))
-            .body(body),
-        InvokeOutcome::Failed(e) => answer(ApiError::from_invoke(&e)),
+    match outcome_answer(outcome) {
+        Ok(a) => {
+            let status = StatusCode::from_u16(a.status).unwrap_or(StatusCode::BAD_GATEWAY);
+            let mut reply = HttpResponse::build(status);
+            for h in a.headers {
+                reply.append_header(h);
+            }
+            reply.body(a.body)
+        }
+        Err(e) => answer(ApiError::from_invoke(&e)),
+    }
+}
+
+/// The start of a function's own answer on the transparent route: its
+/// status and the headers that [`pass_through`].
+fn function_head(head: &ReplyHead) -> actix_web::HttpResponseBuilder {
+    let status = StatusCode::from_u16(head.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let all: Vec<(&str, &[u8])> = head
+        .headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_slice()))
+        .collect();
+    let mut reply = HttpResponse::build(status);
+    for h in pass_through(&all, Direction::Reply) {
+        reply.append_header(h);
+    }
+    reply
+}
+
+/// What an agent answered a forwarded invocation.
+enum Reply {
+    /// The whole answer: the function's status and headers when it is a
+    /// transparent invocation's own run, and the outcome.
+    Whole(Option<ReplyHead>, InvokeOutcome),
+    /// A transparent reply that streams: the function's status and
+    /// headers, and the stream its body comes on.
+    Stream(ReplyHead, quinn::RecvStream),
+}
+
+impl Reply {
+    /// `Whole(None, outcome)`: the agent's answer had no head.
+    fn outcome(&self) -> Option<&InvokeOutcome> {
+        match self {
+            Reply::Whole(None, o) => Some(o),
+            _ => None,
+        }
+    }
+
+    /// The answer for the client; a streamed body is passed on as it comes
+    /// for at most `limit` (the request's deadline, with room for the
+    /// agent to cut it first).
+    fn into_response(self, limit: Duration) -> HttpResponse {
+        match self {
+            Reply::Whole(
+                Some(head),
+                InvokeOutcome::Done {
+                    body,
+                    queued_us,
+                    service_us,
+                },
+            ) => function_head(&head)
+                .insert_header(("x-gshare-queued-us", queued_us.to_string()))
+                .insert_header(("x-gshare-service-us", service_us.to_string()))
+                .body(body),
+            Reply::Whole(_, outcome) => outcome_response(outcome),
+            Reply::Stream(head, recv) => function_head(&head).body(RelayedBody::start(recv, limit)),
+        }
+    }
+}
+
+/// How many chunks of a streamed reply a replica holds for a slow client
+/// before it stops reading the agent's stream (QUIC's flow control then
+/// holds the agent, which holds the function).
+const RELAY_CHUNKS: usize = 16;
+/// Beyond a streamed reply's deadline, how long a replica waits for the
+/// agent to cut it before cutting it itself.
+const RELAY_GRACE: Duration = Duration::from_secs(5);
+
+/// A streamed reply's body relayed from the agent's QUIC stream: the
+/// chunks as they come; ended by the agent's `InvokeStreamEnd { complete:
+/// true }`, else cut (an error: the client's connection is closed without
+/// the last chunk, so it sees an incomplete reply): the agent cut it
+/// (deadline, crash, reply cap), the stream failed, or `limit` passed.
+struct RelayedBody {
+    chunks: tokio::sync::mpsc::Receiver<Result<web::Bytes, String>>,
+    ended: bool,
+}
+
+impl RelayedBody {
+    fn start(mut recv: quinn::RecvStream, limit: Duration) -> Self {
+        let (tx, chunks) = tokio::sync::mpsc::channel(RELAY_CHUNKS);
+        tokio::spawn(async move {
+            let relay = async {
+                loop {
+                    match read_frame::<AgentMessage>(&mut recv).await {
+                        Ok(AgentMessage::V1(AgentMessageV1::InvokeChunk { data, .. })) => {
+                            if tx.send(Ok(web::Bytes::from(data))).await.is_err() {
+                                // The client left: dropping the stream stops the agent's.
+                                return Ok(());
+                            }
+                        }
+                        Ok(AgentMessage::V1(AgentMessageV1::InvokeStreamEnd {
+                            complete: true,
+                            ..
+                        })) => return Ok(()),
+                        Ok(AgentMessage::V1(AgentMessageV1::InvokeStreamEnd { .. })) => {
+                            return Err("the agent cut the function's reply \
+                                        (deadline, crash or reply cap)"
+                                .to_string())
+                        }
+                        Ok(other) => return Err(format!("unexpected frame {other:?}")),
+                        Err(e) => return Err(format!("the agent's stream failed: {e}")),
+                    }
+                }
+            };
+            let end = match tokio::time::timeout(limit, relay).await {
+                Ok(end) => end,
+                Err(_) => Err("the reply ran past its deadline".to_string()),
+            };
+            if let Err(why) = end {
+                tracing::debug!("a relayed reply was cut: {why}");
+                let _ = tx.send(Err(why)).await;
+            }
+        });
+        Self {
+            chunks,
+            ended: false,
+        }
+    }
+}
+
+impl actix_web::body::MessageBody for RelayedBody {
+    type Error = std::io::Error;
+
+    fn size(&self) -> actix_web::body::BodySize {
+        actix_web::body::BodySize::Stream
+    }
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<web::Bytes, Self::Error>>> {
+        use std::task::Poll;
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        match self.chunks.poll_recv(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some(Ok(b))) => Poll::Ready(Some(Ok(b))),
+            Poll::Ready(Some(Err(why))) => {
+                self.ended = true;
+                Poll::Ready(Some(Err(std::io::Error::other(why))))
+            }
+            Poll::Ready(None) => {
+                self.ended = true;
+                Poll::Ready(None)
+            }
+        }
     }
 }
 
@@ -130,28 +273,56 @@ enum Lost {
     AfterSend(String),
 }
 
+/// The agent's next frame on a forward's stream.
+async fn next_frame(recv: &mut quinn::RecvStream) -> Result<AgentMessage, Lost> {
+    read_frame::<AgentMessage>(recv)
+        .await
+        .map_err(|e| Lost::AfterSend(e.to_string()))
+}
+
+/// Sends `req` under `key` to the agent on `conn` (`http`: a transparent
+/// invocation's request) and reads its answer: the outcome, or the
+/// function's head and then its outcome or its streamed body.
 async fn forward_quic(
     conn: &quinn::Connection,
     req: InvokeRequest,
     key: &str,
-) -> Result<InvokeOutcome, Lost> {
+    http: Option<&HttpCall>,
+) -> Result<Reply, Lost> {
     let (mut send, mut recv) = conn
         .open_bi()
         .await
         .map_err(|e| Lost::NotSent(e.to_string()))?;
-    let msg = RegionMessageV1::InvokeKeyed {
-        key: key.to_string(),
-        request: req,
+    let key = key.to_string();
+    let msg = match http {
+        None => RegionMessageV1::InvokeKeyed { key, request: req },
+        Some(call) => RegionMessageV1::InvokeHttp {
+            key,
+            request: req,
+            call: call.clone(),
+        },
     };
     let lost = |e: String| Lost::AfterSend(e);
     write_frame(&mut send, &RegionMessage::v1(msg))
         .await
         .map_err(|e| lost(e.to_string()))?;
-    match read_frame::<AgentMessage>(&mut recv)
-        .await
-        .map_err(|e| lost(e.to_string()))?
-    {
-        AgentMessage::V1(AgentMessageV1::InvokeReply(r)) => Ok(r.outcome),
+    match next_frame(&mut recv).await? {
+        AgentMessage::V1(AgentMessageV1::InvokeReply(r)) => Ok(Reply::Whole(None, r.outcome)),
+        AgentMessage::V1(AgentMessageV1::InvokeHead {
+            head,
+            streamed: false,
+            ..
+        }) => match next_frame(&mut recv).await? {
+            AgentMessage::V1(AgentMessageV1::InvokeReply(r)) => {
+                Ok(Reply::Whole(Some(head), r.outcome))
+            }
+            other => Err(lost(format!("unexpected answer {other:?}"))),
+        },
+        AgentMessage::V1(AgentMessageV1::InvokeHead {
+            head,
+            streamed: true,
+            ..
+        }) => Ok(Reply::Stream(head, recv)),
         other => Err(lost(format!("unexpected answer {other:?}"))),
     }
 }
@@ -501,6 +672,8 @@ struct Call<'a> {
     function_deadline_ms: u64,
     /// A peer forwarded it here: ask only agents linked here.
     forwarded: bool,
+    /// The transparent route's request (method, path, query, headers).
+    http: Option<&'a HttpCall>,
 }
 
 /// Sends the invocation to `node`'s agent under `key`: over its QUIC link
@@ -522,23 +695,33 @@ async fn ask_node(call: &Call<'_>, node: &NodeId, key: &str, pinned: bool) -> St
         body: call.body.to_vec(),
     };
     let sent = std::time::Instant::now();
-    match forward_quic(&conn, request, key).await {
+    let deadline_ms = call.deadline_ms.unwrap_or(call.function_deadline_ms);
+    match forward_quic(&conn, request, key, call.http).await {
         // The agent no longer (or not yet) hosts it, and ran nothing under
         // the key (it looks the key up first): an instance just released or
         // just placed (a roll, a drain or a migration moved it).
-        Ok(InvokeOutcome::Failed(InvokeError::UnknownFunction)) => {
+        Ok(reply)
+            if reply.outcome() == Some(&InvokeOutcome::Failed(InvokeError::UnknownFunction)) =>
+        {
             tracing::debug!(node = %node.0, "the agent does not host {}/{}", call.tenant.0, call.name);
             Step::NotHosted
         }
-        Ok(outcome) => {
-            hub.activity.invoked(
-                &call.tenant.0,
-                call.name,
-                call.deadline_ms.unwrap_or(call.function_deadline_ms),
-                sent.elapsed(),
-                &outcome,
-            );
-            Step::Done(outcome_response(outcome))
+        Ok(reply) => {
+            // A streamed reply counts as answered when its head arrived.
+            let streamed = InvokeOutcome::Done {
+                body: Vec::new(),
+                queued_us: 0,
+                service_us: 0,
+            };
+            let outcome = match &reply {
+                Reply::Whole(_, o) => o,
+                Reply::Stream(..) => &streamed,
+            };
+            let (tenant, elapsed) = (&call.tenant.0, sent.elapsed());
+            hub.activity
+                .invoked(tenant, call.name, deadline_ms, elapsed, outcome);
+            let limit = Duration::from_millis(deadline_ms).saturating_add(RELAY_GRACE);
+            Step::Done(reply.into_response(limit))
         }
         Err(Lost::NotSent(e)) => {
             tracing::warn!(node = %node.0, "forwarding to agent failed: {e}");
@@ -561,6 +744,9 @@ async fn ask_node(call: &Call<'_>, node: &NodeId, key: &str, pinned: bool) -> St
 /// that cannot (`503 no_agent`, `503 no_instance`) or cannot be reached
 /// passes it on.
 async fn via_peers(call: &Call<'_>, node: Option<&NodeId>, key: &str) -> Step {
+    if call.http.is_some() {
+        return Step::Unreachable;
+    }
     let ctx = call.ctx;
     let peers: Vec<String> = {
         let m = ctx.replica.raft.metrics().borrow().clone();
@@ -612,7 +798,8 @@ async fn via_peers(call: &Call<'_>, node: Option<&NodeId>, key: &str) -> Step {
     Step::Unreachable
 }
 
-/// The route handler.
+/// `POST /v1/invoke/{tenant}/{name}`: the body to the function's invoke
+/// path, its 2xx body back.
 pub async fn invoke_route(
     req: HttpRequest,
     path: web::Path<(String, String)>,
@@ -620,6 +807,43 @@ pub async fn invoke_route(
     ctx: web::Data<HttpContext>,
 ) -> HttpResponse {
     let (tenant, name) = path.into_inner();
+    invoke(req, tenant, name, payload, ctx, None).await
+}
+
+/// `/v1/invoke/{tenant}/{name}/{*path}`, any method: the request passed
+/// on to the function (method, `/{path}`, query, the headers that
+/// [`pass_through`], body) and its reply back as it is (status, headers,
+/// body; a body without a length streams as it comes).
+pub async fn invoke_transparent_route(
+    req: HttpRequest,
+    path: web::Path<(String, String, String)>,
+    payload: web::Payload,
+    ctx: web::Data<HttpContext>,
+) -> HttpResponse {
+    let (tenant, name, _) = path.into_inner();
+    let all: Vec<(&str, &[u8])> = req
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_bytes()))
+        .collect();
+    let call = HttpCall {
+        method: req.method().as_str().to_string(),
+        target: function_target(req.uri().path(), req.uri().query()),
+        headers: pass_through(&all, Direction::Request),
+    };
+    invoke(req, tenant, name, payload, ctx, Some(call)).await
+}
+
+/// Checks the token and headers, reads the body, and runs the invocation
+/// on an agent hosting the function (`http`: the transparent route's request).
+async fn invoke(
+    req: HttpRequest,
+    tenant: String,
+    name: String,
+    payload: web::Payload,
+    ctx: web::Data<HttpContext>,
+    http: Option<HttpCall>,
+) -> HttpResponse {
     let tenant = TenantId(tenant);
     let token = match crate::api::auth::bearer(&req) {
         Ok(t) => t.to_string(),
@@ -729,6 +953,7 @@ pub async fn invoke_route(
             deadline_ms,
             function_deadline_ms,
             forwarded,
+            http: http.as_ref(),
         };
         // The order the nodes are asked in. A key the client gave goes to
         // the node its rank puts first and nowhere else while the state

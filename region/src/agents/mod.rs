@@ -42,7 +42,7 @@ pub mod region_agents;
 mod reports;
 pub mod wake;
 
-pub use invoke::invoke_route;
+pub use invoke::{invoke_route, invoke_transparent_route};
 pub use region_agents::{HostCopyKey, RegionAgents, ReplicaAgents};
 pub use reports::{AgentReport, AgentReports, SwapCounts};
 

@@ -262,7 +262,7 @@ impl Activity {
         let answered = match outcome {
             InvokeOutcome::Done { .. } => true,
             InvokeOutcome::Failed(_) => false,
-            InvokeOutcome::Replayed { .. } => return,
+            InvokeOutcome::Replayed { .. } | InvokeOutcome::ReplayedHttp { .. } => return,
         };
         let mut inner = self.lock();
         let f = inner
