@@ -278,6 +278,100 @@ mod tests {
     use super::*;
 
     #[test]
+    fn hop_by_hop_framing_and_gshare_headers_do_not_pass_through() {
+        let h = |k: &'static str, v: &'static str| (k, v.as_bytes());
+        let request = [
+            h("content-type", "application/json"),
+            h("connection", "keep-alive, x-private"),
+            h("x-private", "1"),
+            h("keep-alive", "timeout=5"),
+            h("transfer-encoding", "chunked"),
+            h("host", "replica"),
+            h("content-length", "3"),
+            h("authorization", "Bearer t"),
+            h("idempotency-key", "k"),
+            h("x-gshare-deadline-ms", "10"),
+            h("openai-organization", "org"),
+        ];
+        let names = |v: Vec<(String, Vec<u8>)>| v.into_iter().map(|(k, _)| k).collect::<Vec<_>>();
+        assert_eq!(
+            names(pass_through(&request, Direction::Request)),
+            ["content-type", "openai-organization"]
+        );
+        // A function's reply: its own x-gshare-* never passes (it cannot
+        // forge a gshare error), its authorization header does.
+        let reply = [
+            h("x-gshare-error", "forged"),
+            h("authorization", "x"),
+            h("cache-control", "no-cache"),
+            h("connection", "close"),
+        ];
+        assert_eq!(
+            names(pass_through(&reply, Direction::Reply)),
+            ["authorization", "cache-control"]
+        );
+    }
+
+    #[test]
+    fn the_function_target_is_what_follows_the_name_as_sent() {
+        assert_eq!(
+            function_target("/v1/invoke/acme/chat/v1/chat/completions", Some("a=1")),
+            "/v1/chat/completions?a=1"
+        );
+        assert_eq!(function_target("/v1/invoke/acme/chat/", None), "/");
+        assert_eq!(
+            function_target("/v1/invoke/acme/chat/a%2Fb", None),
+            "/a%2Fb"
+        );
+    }
+
+    #[test]
+    fn a_transparent_replay_keeps_the_functions_status_and_headers() {
+        use crate::protocol::{InvokeError, InvokeOutcome, ReplyHead};
+        let head = ReplyHead {
+            status: 400,
+            headers: vec![
+                ("content-type".into(), b"text/plain".to_vec()),
+                ("x-gshare-error".into(), b"forged".to_vec()),
+                ("content-length".into(), b"3".to_vec()),
+            ],
+        };
+        let whole = outcome_answer(InvokeOutcome::ReplayedHttp {
+            head: head.clone(),
+            body: b"bad".to_vec(),
+            body_len: 3,
+            truncated: false,
+        })
+        .unwrap();
+        assert_eq!(whole.status, 400);
+        assert_eq!(whole.body, b"bad");
+        let names: Vec<&str> = whole.headers.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(names, ["content-type", REPLAYED_HEADER]);
+        let cut = outcome_answer(InvokeOutcome::ReplayedHttp {
+            head,
+            body: Vec::new(),
+            body_len: 70_000,
+            truncated: true,
+        })
+        .unwrap();
+        assert_eq!(cut.status, 400);
+        assert_eq!(
+            cut.headers,
+            [
+                ("content-type".to_string(), b"application/json".to_vec()),
+                (REPLAYED_HEADER.to_string(), b"truncated".to_vec()),
+            ]
+        );
+        let marker: serde_json::Value = serde_json::from_slice(&cut.body).unwrap();
+        assert_eq!(
+            marker,
+            serde_json::json!({"replayed_truncated": true, "body_len": 70_000})
+        );
+        let failed = InvokeOutcome::Failed(InvokeError::OverCapacity);
+        assert_eq!(outcome_answer(failed), Err(InvokeError::OverCapacity));
+    }
+
+    #[test]
     fn the_bearer_rule_is_strict() {
         assert_eq!(bearer_token("Bearer gst_abc"), Ok("gst_abc"));
         assert_eq!(bearer_token("bearer gst_abc"), Err(BearerError::NotBearer));

@@ -949,6 +949,79 @@ mod tests {
     }
 
     #[test]
+    fn transparent_keys_keep_the_head_and_keys_of_the_older_layout_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let acme = TenantId("acme".into());
+        let t0 = 1_700_000_000_000;
+        let j = UsageJournal::open(dir.path(), agent()).unwrap();
+        let head = gshare_core::protocol::ReplyHead {
+            status: 400,
+            headers: vec![("content-type".into(), b"application/json".to_vec())],
+        };
+        let http = |key: &str, body: &[u8], len: u64, complete: bool| {
+            KeyedOutcome::http(
+                acme.clone(),
+                key.into(),
+                t0,
+                head.clone(),
+                body,
+                len,
+                complete,
+            )
+        };
+        let keyed = vec![
+            http("whole", b"{}", 2, true),
+            http("started", b"", 0, false),
+            http("long", b"abc", 100_000, true),
+        ];
+        j.append_keyed(vec![rec(10)], keyed, t0).unwrap();
+        let replay = |key: &str| j.keyed(&acme, key, t0).unwrap().unwrap().replay();
+        assert_eq!(
+            replay("whole"),
+            gshare_core::protocol::InvokeOutcome::ReplayedHttp {
+                head: head.clone(),
+                body: b"{}".to_vec(),
+                body_len: 2,
+                truncated: false,
+            }
+        );
+        for cut in ["started", "long"] {
+            assert!(matches!(
+                replay(cut),
+                gshare_core::protocol::InvokeOutcome::ReplayedHttp { truncated: true, ref body, .. }
+                    if body.is_empty()
+            ));
+        }
+        // A key as an agent of the layout before wrote it (no head, no
+        // `complete`): read as a plain, complete answer.
+        #[derive(Serialize)]
+        struct Older<'a> {
+            tenant: &'a TenantId,
+            key: &'a str,
+            at_ms: u64,
+            body: &'a [u8],
+            body_len: u64,
+        }
+        let older = Older {
+            tenant: &acme,
+            key: "old",
+            at_ms: t0,
+            body: b"hi",
+            body_len: 2,
+        };
+        let bytes = bincode::serde::encode_to_vec(&older, bincode::config::standard()).unwrap();
+        j.tree.insert(keyed_key(&acme, "old"), bytes).unwrap();
+        assert_eq!(
+            replay("old"),
+            gshare_core::protocol::InvokeOutcome::Replayed {
+                body: b"hi".to_vec(),
+                body_len: 2,
+                truncated: false,
+            }
+        );
+    }
+
+    #[test]
     fn records_still_flushing_are_not_sent() {
         let dir = tempfile::tempdir().unwrap();
         let j = UsageJournal::open(dir.path(), agent()).unwrap();
