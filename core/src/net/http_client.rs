@@ -51,8 +51,14 @@ use std::time::Duration;
 /// headers must fit in it).
 pub const MAX_HEAD: usize = 64 * 1024;
 
-/// How long an idle pooled connection is kept.
-const POOL_IDLE: Duration = Duration::from_secs(30);
+/// How long an idle pooled connection is kept by default.
+pub const POOL_IDLE: Duration = Duration::from_secs(30);
+
+/// How long an idle pooled connection to an actix-web server (a replica's
+/// API, an agent's ingress) is kept: under actix-web's 5 s keep-alive, so
+/// the server never closes a connection just as a request goes out on it
+/// (which would leave that request's outcome unknown).
+pub const ACTIX_POOL_IDLE: Duration = Duration::from_secs(4);
 
 /// Longest wait for a TCP connection (the TLS handshake after it is under
 /// the caller's deadline).
@@ -174,6 +180,17 @@ impl HttpClient {
     /// that config, the peer's certificate checked against `host` (an IP
     /// address is checked as one).
     pub fn new(host: &str, port: u16, tls: Option<Arc<rustls::ClientConfig>>) -> Self {
+        Self::with_pool_idle(host, port, tls, POOL_IDLE)
+    }
+
+    /// [`HttpClient::new`], keeping idle connections `idle` (keep it under
+    /// the server's keep-alive: [`ACTIX_POOL_IDLE`] for gshare's servers).
+    pub fn with_pool_idle(
+        host: &str,
+        port: u16,
+        tls: Option<Arc<rustls::ClientConfig>>,
+        idle: Duration,
+    ) -> Self {
         let mut tcp = HttpConnector::new();
         tcp.set_nodelay(true);
         tcp.set_connect_timeout(Some(CONNECT_TIMEOUT));
@@ -181,7 +198,7 @@ impl HttpClient {
         let scheme = if tls.is_some() { "https" } else { "http" };
         let connector = Connector::new(tcp, tls.map(tokio_rustls::TlsConnector::from));
         let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(POOL_IDLE)
+            .pool_idle_timeout(idle)
             .pool_timer(TokioTimer::new())
             .http1_max_buf_size(MAX_HEAD)
             .build(connector);
@@ -194,10 +211,12 @@ impl HttpClient {
         Self { client, base }
     }
 
-    /// A client of `addr`, over TLS with `tls` (the certificate must name
-    /// `addr`'s IP address) or plain.
+    /// A client of one of gshare's own servers at `addr` (a replica's API,
+    /// an agent's ingress), over TLS with `tls` (the certificate must name
+    /// `addr`'s IP address) or plain; idle connections are kept
+    /// [`ACTIX_POOL_IDLE`].
     pub fn for_addr(addr: std::net::SocketAddr, tls: Option<Arc<rustls::ClientConfig>>) -> Self {
-        Self::new(&addr.ip().to_string(), addr.port(), tls)
+        Self::with_pool_idle(&addr.ip().to_string(), addr.port(), tls, ACTIX_POOL_IDLE)
     }
 
     /// Sends one request (`target`: path and query, starting with `/`) and
