@@ -88,7 +88,7 @@ impl tower_service::Service<Uri> for Connector {
                 .connect(name, io.into_inner())
                 .await
                 .map_err(ConnectError::Tls)?;
-            Ok(Stream::Tls(TokioIo::new(stream)))
+            Ok(Stream::Tls(Box::new(TokioIo::new(stream))))
         })
     }
 }
@@ -97,8 +97,8 @@ impl tower_service::Service<Uri> for Connector {
 pub(super) enum Stream {
     /// Plain HTTP.
     Plain(TokioIo<TcpStream>),
-    /// HTTP over TLS.
-    Tls(TokioIo<TlsStream<TcpStream>>),
+    /// HTTP over TLS (boxed: its session state is ~1 KiB).
+    Tls(Box<TokioIo<TlsStream<TcpStream>>>),
 }
 
 impl Connection for Stream {
@@ -118,7 +118,7 @@ impl Read for Stream {
     ) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Tls(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
         }
     }
 }
@@ -131,7 +131,7 @@ impl Write for Stream {
     ) -> Poll<std::io::Result<usize>> {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Stream::Tls(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
         }
     }
 
@@ -142,7 +142,7 @@ impl Write for Stream {
     ) -> Poll<std::io::Result<usize>> {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Stream::Tls(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -156,14 +156,14 @@ impl Write for Stream {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_flush(cx),
-            Stream::Tls(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
             Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::Tls(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_shutdown(cx),
         }
     }
 }
