@@ -1,5 +1,7 @@
-//! A tiny blocking HTTP/1.1 client for `gsharectl`, the tests and the
-//! replicas' invocation forwards.
+//! A tiny blocking HTTP/1.1 client for `gsharectl` (its requests to the
+//! API, the dashboard's reads) and the tests. The invoke path (a replica's
+//! forwards, the agent's calls to its functions, the demo load) uses the
+//! pooled client of `gshare_core::net::http_client` instead.
 //!
 //! One request per connection (`Connection: close`), JSON bodies, bearer
 //! token, plain or over TLS ([`HttpTarget`]: `http://`, `https://` with a
@@ -255,15 +257,6 @@ pub fn request_with(
         },
         a.headers,
     ))
-}
-
-/// Reads `r` to its end if that is at most `limit` bytes; `None` (after
-/// reading `limit + 1` bytes, no more) if it is longer.
-pub fn read_bounded(r: &mut impl Read, limit: usize) -> std::io::Result<Option<Vec<u8>>> {
-    let mut raw = Vec::new();
-    r.take(u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1))
-        .read_to_end(&mut raw)?;
-    Ok((raw.len() <= limit).then_some(raw))
 }
 
 /// [`request`] to a plain or TLS target.
@@ -537,17 +530,6 @@ mod tests {
             ),
             "{got:?}"
         );
-    }
-
-    #[test]
-    fn read_bounded_stops_after_the_limit() {
-        let data = vec![1u8; 10];
-        assert_eq!(
-            read_bounded(&mut &data[..], 10).unwrap(),
-            Some(data.clone())
-        );
-        assert_eq!(read_bounded(&mut &data[..], 9).unwrap(), None);
-        assert_eq!(read_bounded(&mut &data[..0], 0).unwrap(), Some(Vec::new()));
     }
 
     #[test]

@@ -11,10 +11,15 @@
 //! only with the feature; the default build stays pure.
 //!
 //! The submodule `tls` holds the TLS helpers both binaries share (certificate names,
-//! HTTPS configs); its items are re-exported here.
+//! HTTPS configs); its items are re-exported here. With the feature
+//! `http-client`, [`http_client`] is the one pooled HTTP/1.1 client (plain
+//! or TLS) the binaries share.
 
 mod tls;
 pub use tls::*;
+
+#[cfg(feature = "http-client")]
+pub mod http_client;
 
 use crate::protocol::codec::{AgentFrames, FrameError, Frames, Wire};
 use serde::de::DeserializeOwned;

@@ -35,7 +35,6 @@
 //! do that yet (docs/ops.md).
 
 mod error;
-mod http;
 mod ledger;
 mod spec;
 mod template;
@@ -43,9 +42,10 @@ mod template;
 mod tests;
 
 pub use error::{InvokeError, ProcessError};
-pub use http::{
-    read_body, read_response, Headers, HttpClient, HttpError, HttpResponse, ReplyHead, MAX_HEAD,
+pub use gshare_core::net::http_client::{
+    read_body, read_response, HttpClient, HttpError, HttpResponse, MAX_HEAD,
 };
+pub use gshare_core::protocol::{Headers, ReplyHead};
 pub use ledger::{ProcessLedger, Reaped};
 pub use spec::{free_port, Backoff, ProcessSpec, SliceLimits};
 pub use template::{
@@ -89,7 +89,7 @@ async fn pump(
     use http_body_util::BodyExt;
     let mut sent = 0usize;
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| HttpError::Io(e.to_string()))?;
+        let frame = frame?;
         if let Ok(data) = frame.into_data() {
             if data.len() > max_body.saturating_sub(sent) {
                 return Err(HttpError::TooLarge(max_body));
@@ -366,7 +366,7 @@ impl ProcessInstance {
             pid: None,
         });
         let (stop, mut stop_rx) = watch::channel(false);
-        let client = HttpClient::new(&spec.host, spec.port);
+        let client = HttpClient::new(&spec.host, spec.port, None);
         let shared = Arc::new(Shared {
             spec,
             client,

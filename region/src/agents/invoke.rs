@@ -34,10 +34,10 @@
 //! is checked before the body is read (`413 body_too_large` beyond
 //! [`MAX_INVOKE_BODY_BYTES`]).
 
+use super::forward::ForwardError;
 use super::wake::Begin;
 use crate::api::{read_body_limited, ApiError};
 use crate::http::HttpContext;
-use crate::http_client::{send, HttpClientError, HttpTarget};
 use crate::scheduler::Evaluation;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -52,13 +52,14 @@ use gshare_core::protocol::{
     MAX_INVOKE_BODY_BYTES,
 };
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Largest answer read from a peer replica a forward went to: an agent's
 /// answer fits in one frame, plus room for the headers.
 pub const MAX_FORWARD_REPLY_BYTES: usize = AGENT_FRAME_BYTES + (64 << 10);
+/// Longest wait for a peer replica's whole answer to a forward.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
 
 const FORWARDED: &str = "x-gshare-forwarded";
 const DEADLINE: &str = "x-gshare-deadline-ms";
@@ -393,8 +394,10 @@ struct Pin<'a> {
     deadline: Option<&'a str>,
 }
 
-/// One HTTP/1.1 POST to a peer replica, over TLS when `tls` is set, under
-/// the invocation's idempotency key, for one node's agent.
+/// One HTTP/1.1 POST to a peer replica on the pooled client
+/// ([`super::forward`]: over TLS when `tls` is set), under the
+/// invocation's idempotency key, for one node's agent; the answer read
+/// whole (at most [`MAX_FORWARD_REPLY_BYTES`]) within [`FORWARD_TIMEOUT`].
 async fn forward_http(
     addr: &str,
     tls: Option<std::sync::Arc<rustls::ClientConfig>>,
@@ -403,57 +406,45 @@ async fn forward_http(
     to: &Pin<'_>,
     body: &[u8],
 ) -> Forwarded {
-    let (deadline, key) = (to.deadline, to.key);
-    let Ok(addr) = addr.parse::<SocketAddr>() else {
-        return Forwarded::NotSent;
+    let mut headers: Vec<(&str, &[u8])> = vec![
+        ("authorization", auth.as_bytes()),
+        (FORWARDED, b"1"),
+        (KEY, to.key.as_bytes()),
+    ];
+    match to.node {
+        Some(n) => headers.push((NODE, n.as_bytes())),
+        None => headers.push((ASSIGNED, b"1")),
+    }
+    if let Some(d) = to.deadline {
+        headers.push((DEADLINE, d.as_bytes()));
+    }
+    let answer = async {
+        let (head, reply) =
+            super::forward::open(addr, tls, "POST", path, &headers, body.to_vec()).await?;
+        let body = super::forward::read_reply(addr, reply, MAX_FORWARD_REPLY_BYTES).await?;
+        Ok::<_, ForwardError>((head, body))
     };
-    let target = match tls {
-        Some(c) => HttpTarget::tls(addr, c),
-        None => HttpTarget::plain(addr),
-    };
-    let (path, auth, deadline, key, node, body) = (
-        path.to_string(),
-        auth.to_string(),
-        deadline.map(str::to_string),
-        key.to_string(),
-        to.node.map(str::to_string),
-        body.to_vec(),
-    );
-    let sent = tokio::task::spawn_blocking(move || {
-        let mut headers = vec![
-            ("Authorization", auth.as_str()),
-            (FORWARDED, "1"),
-            (KEY, key.as_str()),
-        ];
-        match &node {
-            Some(n) => headers.push((NODE, n.as_str())),
-            None => headers.push((ASSIGNED, "1")),
-        }
-        if let Some(d) = &deadline {
-            headers.push((DEADLINE, d.as_str()));
-        }
-        send(
-            &target,
-            "POST",
-            &path,
-            &headers,
-            &body,
-            Duration::from_secs(60),
-            MAX_FORWARD_REPLY_BYTES,
-        )
-    })
-    .await;
-    match sent {
-        Ok(Ok(a)) => Forwarded::Answer(a.status, a.headers, a.body),
-        Ok(Err(HttpClientError::Connect { source, .. })) => {
-            tracing::warn!("forward to replica {addr}: cannot connect: {source}");
+    match tokio::time::timeout(FORWARD_TIMEOUT, answer).await {
+        Ok(Ok((head, body))) => Forwarded::Answer(
+            head.status,
+            head.headers
+                .into_iter()
+                .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
+                .collect(),
+            body,
+        ),
+        Ok(Err(e @ ForwardError::NotSent { .. })) => {
+            tracing::warn!("forward: {e}");
             Forwarded::NotSent
         }
-        Ok(Err(e)) => {
-            tracing::warn!("forward to replica {addr} lost its answer: {e}");
+        Ok(Err(e @ ForwardError::Lost { .. })) => {
+            tracing::warn!("forward lost its answer: {e}");
             Forwarded::Lost(e.to_string())
         }
-        Err(e) => Forwarded::Lost(format!("the forwarding task failed: {e}")),
+        Err(_) => {
+            tracing::warn!("forward to replica {addr}: no answer within {FORWARD_TIMEOUT:?}");
+            Forwarded::Lost(format!("no answer within {} s", FORWARD_TIMEOUT.as_secs()))
+        }
     }
 }
 

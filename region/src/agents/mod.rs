@@ -37,6 +37,7 @@
 //! `/v1/cluster/view`, `GET /v1/functions/{name}` and `?wait=ready` read
 //! every replica's ([`region_agents`]).
 
+pub(crate) mod forward;
 mod invoke;
 pub mod region_agents;
 mod reports;

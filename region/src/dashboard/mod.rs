@@ -38,10 +38,10 @@ use serde::Deserialize;
 
 pub use activity::{Activity, ActivityView};
 
+use crate::agents::forward;
 use crate::api::auth::{self, Caller};
 use crate::api::ApiError;
 use crate::http::HttpContext;
-use crate::http_client::{send, HttpTarget};
 
 /// The page.
 pub const INDEX_HTML: &str = include_str!("static/index.html");
@@ -111,27 +111,23 @@ async fn peer_part(ctx: &HttpContext, id: u64, addr: String, auth: String) -> Ac
         }],
         ..ActivityView::default()
     };
-    let Ok(sock) = addr.parse::<std::net::SocketAddr>() else {
-        return failed("not ip:port".into());
-    };
-    let target = match ctx.forward_tls.clone() {
-        Some(c) => HttpTarget::tls(sock, c),
-        None => HttpTarget::plain(sock),
-    };
-    let got = tokio::task::spawn_blocking(move || {
-        send(
-            &target,
+    let got = tokio::time::timeout(PEER_TIMEOUT, async {
+        let headers: [(&str, &[u8]); 1] = [("authorization", auth.as_bytes())];
+        let (head, body) = forward::open(
+            &addr,
+            ctx.forward_tls.clone(),
             "GET",
             "/v1/activity?scope=replica",
-            &[("Authorization", auth.as_str())],
-            b"",
-            PEER_TIMEOUT,
-            MAX_PART_BYTES,
+            &headers,
+            Vec::new(),
         )
+        .await?;
+        let body = forward::read_reply(&addr, body, MAX_PART_BYTES).await?;
+        Ok::<_, forward::ForwardError>((head.status, body))
     })
     .await;
     match got {
-        Ok(Ok(a)) if a.status == 200 => match serde_json::from_slice::<ActivityView>(&a.body) {
+        Ok(Ok((200, body))) => match serde_json::from_slice::<ActivityView>(&body) {
             Ok(mut v) => {
                 v.replicas = vec![activity::ReplicaPart {
                     id,
@@ -143,9 +139,9 @@ async fn peer_part(ctx: &HttpContext, id: u64, addr: String, auth: String) -> Ac
             }
             Err(e) => failed(format!("malformed part: {e}")),
         },
-        Ok(Ok(a)) => failed(format!("answered {}", a.status)),
+        Ok(Ok((status, _))) => failed(format!("answered {status}")),
         Ok(Err(e)) => failed(e.to_string()),
-        Err(e) => failed(format!("the request task failed: {e}")),
+        Err(_) => failed(format!("no answer within {} s", PEER_TIMEOUT.as_secs())),
     }
 }
 

@@ -1,7 +1,7 @@
 //! Errors of the process runtime: starting an instance, and invoking it.
 
-use super::http::HttpError;
 use super::Phase;
+use gshare_core::net::http_client::HttpError;
 use std::time::Duration;
 
 /// A process instance could not be started (or stopped cleanly).

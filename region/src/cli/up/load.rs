@@ -9,14 +9,14 @@
 //! the client from send to the last byte; every other answer (504
 //! `deadline_unreachable`, 429, …) or a late 200 is a miss.
 
-use std::collections::BTreeMap;
-use std::io::Write;
-use std::net::{SocketAddr, TcpStream};
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use gshare_core::model::Tier;
+use gshare_core::net::http_client::{read_body, HttpClient, HttpError};
 use gshare_core::rng::Rng;
 
 use super::demo::DemoFunction;
@@ -33,7 +33,9 @@ pub struct Invocation {
 /// Largest answer to one demo invocation read, bytes.
 const MAX_ANSWER_BYTES: usize = 1 << 20;
 
-/// Sends one invocation with a deadline; the socket gives up 5 s after it.
+/// Sends one invocation with a deadline on the load's pooled client;
+/// gives up 5 s after the deadline. Call from a thread outside any tokio
+/// runtime (the load's threads): it blocks on the load's own runtime.
 pub fn invoke(
     addr: SocketAddr,
     tenant: &str,
@@ -49,35 +51,91 @@ pub fn invoke(
     }
 }
 
+/// The demo load's HTTP client: the pooled client
+/// ([`gshare_core::net::http_client`]), one pool per address, driven by a
+/// small tokio runtime of its own that every load thread blocks on (the
+/// load's pacing stays plain threads and sleeps).
+struct LoadClient {
+    runtime: tokio::runtime::Runtime,
+    clients: Mutex<HashMap<SocketAddr, HttpClient>>,
+}
+
+impl LoadClient {
+    /// The process's load client (`None`: its runtime could not start).
+    fn shared() -> Option<&'static LoadClient> {
+        static SHARED: OnceLock<Option<LoadClient>> = OnceLock::new();
+        SHARED
+            .get_or_init(|| {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .thread_name("load-http")
+                    .enable_all()
+                    .build();
+                match runtime {
+                    Ok(runtime) => Some(LoadClient {
+                        runtime,
+                        clients: Mutex::new(HashMap::new()),
+                    }),
+                    Err(e) => {
+                        eprintln!("gsharectl up: the load's HTTP runtime did not start: {e}");
+                        None
+                    }
+                }
+            })
+            .as_ref()
+    }
+
+    fn client(&self, addr: SocketAddr) -> HttpClient {
+        let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        clients
+            .entry(addr)
+            .or_insert_with(|| HttpClient::for_addr(addr, None))
+            .clone()
+    }
+}
+
+/// Why an invocation of the load got no status.
+#[derive(Debug, thiserror::Error)]
+enum LoadError {
+    #[error("the load's HTTP runtime is not running")]
+    NoRuntime,
+    #[error(transparent)]
+    Http(#[from] HttpError),
+    #[error("no answer within {0:?}")]
+    TimedOut(Duration),
+}
+
 fn send(
     addr: SocketAddr,
     tenant: &str,
     name: &str,
     token: &str,
     deadline_ms: u64,
-) -> std::io::Result<u16> {
+) -> Result<u16, LoadError> {
+    let load = LoadClient::shared().ok_or(LoadError::NoRuntime)?;
+    let client = load.client(addr);
     let timeout = Duration::from_millis(deadline_ms).saturating_add(Duration::from_secs(5));
-    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
-    s.set_read_timeout(Some(timeout))?;
-    s.set_write_timeout(Some(timeout))?;
-    s.set_nodelay(true)?;
-    let body = "{\"demo\":true}";
-    let head = format!(
-        "POST /v1/invoke/{tenant}/{name} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
-         X-Gshare-Deadline-Ms: {deadline_ms}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(head.as_bytes())?;
-    // The demo's answers are small; an endless one is an error, not a leak.
-    let raw = crate::http_client::read_bounded(&mut s, MAX_ANSWER_BYTES)?
-        .ok_or_else(|| std::io::Error::other("HTTP answer over the limit"))?;
-    let line = raw.split(|b| *b == b'\n').next().unwrap_or_default();
-    std::str::from_utf8(line)
-        .ok()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| std::io::Error::other("malformed HTTP answer"))
+    let path = format!("/v1/invoke/{tenant}/{name}");
+    let auth = format!("Bearer {token}");
+    let deadline = deadline_ms.to_string();
+    let headers: [(&str, &[u8]); 3] = [
+        ("authorization", auth.as_bytes()),
+        ("x-gshare-deadline-ms", deadline.as_bytes()),
+        ("content-type", b"application/json"),
+    ];
+    let body = b"{\"demo\":true}".to_vec();
+    load.runtime.block_on(async {
+        let answer = async {
+            let (head, body) = client.open("POST", &path, &headers, body).await?;
+            // The demo's answers are small; an endless one is an error, not a leak.
+            read_body(body, MAX_ANSWER_BYTES).await?;
+            Ok::<_, HttpError>(head.status)
+        };
+        tokio::time::timeout(timeout, answer)
+            .await
+            .map_err(|_| LoadError::TimedOut(timeout))?
+            .map_err(LoadError::from)
+    })
 }
 
 /// Counts of one tier (or of everything).
@@ -274,7 +332,7 @@ mod tests {
 
     #[test]
     fn an_endless_answer_is_an_error_not_a_leak() {
-        use std::io::Read;
+        use std::io::{Read, Write};
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         std::thread::spawn(move || {

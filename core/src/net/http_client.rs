@@ -1,41 +1,70 @@
-//! The agent's HTTP client to a function's server: hyper 1 over
-//! hyper-util's pooled client (HTTP/1.1, keep-alive), one per instance.
+//! The one pooled HTTP/1.1 client (feature `http-client`): hyper 1 over
+//! hyper-util's pooled client (keep-alive), plain or over rustls. The
+//! node agent uses it to call its functions' servers, a replica to forward
+//! an invocation to a peer replica, and `gsharectl up`'s demo load.
 //!
 //! ```text
-//!   HttpClient::send(method, path?query, headers, body)
-//!     │ a pooled connection to 127.0.0.1:<port> (opened on demand, kept idle 30 s)
+//!   HttpClient::new(host, port, tls?) ── one pool per client (clones share it)
+//!     │ open(method, path?query, headers, body)
+//!     │   a pooled connection (opened on demand: TCP, then TLS when built
+//!     │   with a rustls config; kept idle 30 s)
 //!     ▼
-//!   (ReplyHead, body) ─▶ read_body(body, max_body): the whole body, at most max_body
+//!   (ReplyHead, Incoming) ─▶ read_body(body, max_body): the whole body, at most max_body
+//!   send(.., max_body) = open + read_body
 //! ```
 //!
-//! The function's server is untrusted: the response head (status line,
-//! headers) is bounded by hyper's read buffer ([`MAX_HEAD`]), a
-//! `Content-Length` over the limit is refused before any body byte is read,
-//! and every body frame is compared with what is left of the limit before
-//! it is kept, so what the agent holds for one response stays under
-//! `max_body` plus one read buffer whatever the server announces (a chunk
-//! size is hyper's to parse: a size the server never sends ends with the
-//! caller's deadline, having cost nothing). hyper bounds the trailers of a
-//! chunked body itself. Time limits are the caller's (`tokio::time`).
+//! The peer is untrusted (a function's server, or a replica passing on
+//! one): the response head (status line, headers) is bounded by hyper's
+//! read buffer ([`MAX_HEAD`]), a `Content-Length` over the caller's limit
+//! is refused before any body byte is read, and every body frame is
+//! compared with what is left of the limit before it is kept, so what the
+//! caller holds for one response stays under `max_body` plus one read
+//! buffer whatever the peer announces (a chunk size is hyper's to parse:
+//! a size the peer never sends ends with the caller's deadline, having
+//! cost nothing). hyper bounds the trailers of a chunked body itself.
+//! Time limits are the caller's (`tokio::time`), but for the connect
+//! timeout ([`CONNECT_TIMEOUT`]).
 //!
-//! Only plain HTTP: the server is on the agent's own loopback (or a
-//! microVM's forwarded loopback port), so there is no TLS to speak.
+//! Why hyper-util and not awc: awc's connections belong to one actix
+//! arbiter (`!Send` futures), while the agent's process driver and a
+//! replica's forwards run on multi-threaded tokio tasks; hyper's client is
+//! `Send`, pools per `scheme://authority`, and is already the agent's.
+//!
+//! [`HttpError::Connect`] means nothing was sent (TCP or the TLS handshake
+//! failed: a retry elsewhere cannot run the request twice); every other
+//! error may come after the request left.
 
+mod connect;
+
+pub use connect::ConnectError;
+pub use hyper::body::{Bytes, Incoming};
+
+use connect::Connector;
 use http_body_util::{BodyExt, Full};
-use hyper::body::{Bytes, Incoming};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Largest response head accepted (hyper's read buffer: status line and
 /// headers must fit in it).
 pub const MAX_HEAD: usize = 64 * 1024;
 
-/// How long an idle pooled connection is kept.
-const POOL_IDLE: Duration = Duration::from_secs(30);
+/// How long an idle pooled connection is kept by default.
+pub const POOL_IDLE: Duration = Duration::from_secs(30);
 
-pub use gshare_core::protocol::{Headers, ReplyHead};
+/// How long an idle pooled connection to an actix-web server (a replica's
+/// API, an agent's ingress) is kept: under actix-web's 5 s keep-alive, so
+/// the server never closes a connection just as a request goes out on it
+/// (which would leave that request's outcome unknown).
+pub const ACTIX_POOL_IDLE: Duration = Duration::from_secs(4);
+
+/// Longest wait for a TCP connection (the TLS handshake after it is under
+/// the caller's deadline).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+use crate::protocol::{Headers, ReplyHead};
 
 /// An HTTP response, body read whole.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,6 +105,13 @@ pub enum HttpError {
     /// The request could not be formed (a method, path or header hyper refuses).
     #[error("invalid request: {0}")]
     Request(String),
+}
+
+impl From<hyper::Error> for HttpError {
+    /// A body frame's or a connection's error.
+    fn from(e: hyper::Error) -> Self {
+        Self::of_hyper(&e)
+    }
 }
 
 impl HttpError {
@@ -120,38 +156,67 @@ fn chain(e: &dyn std::error::Error) -> String {
     out
 }
 
-/// A pooled HTTP/1.1 client to one server (`host:port`). Cloning shares
-/// the pool. Its connections' tasks run on the tokio runtime of the call
-/// that opened them.
+/// A pooled HTTP/1.1 client to one server (`host:port`), plain or over
+/// TLS. Cloning shares the pool. Its connections' tasks run on the tokio
+/// runtime of the call that opened them.
 #[derive(Clone)]
 pub struct HttpClient {
-    client: Client<HttpConnector, Full<Bytes>>,
-    authority: String,
+    client: Client<Connector, Full<Bytes>>,
+    /// `http://host:port` or `https://host:port`.
+    base: String,
 }
 
 impl std::fmt::Debug for HttpClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HttpClient")
-            .field("authority", &self.authority)
+            .field("base", &self.base)
             .finish()
     }
 }
 
 impl HttpClient {
-    /// A client of `host:port`.
-    pub fn new(host: &str, port: u16) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.enforce_http(true);
+    /// A client of `host:port` (a name, or an IP address, IPv6 with or
+    /// without brackets): plain HTTP when `tls` is `None`, else HTTPS with
+    /// that config, the peer's certificate checked against `host` (an IP
+    /// address is checked as one).
+    pub fn new(host: &str, port: u16, tls: Option<Arc<rustls::ClientConfig>>) -> Self {
+        Self::with_pool_idle(host, port, tls, POOL_IDLE)
+    }
+
+    /// [`HttpClient::new`], keeping idle connections `idle` (keep it under
+    /// the server's keep-alive: [`ACTIX_POOL_IDLE`] for gshare's servers).
+    pub fn with_pool_idle(
+        host: &str,
+        port: u16,
+        tls: Option<Arc<rustls::ClientConfig>>,
+        idle: Duration,
+    ) -> Self {
+        let mut tcp = HttpConnector::new();
+        tcp.set_nodelay(true);
+        tcp.set_connect_timeout(Some(CONNECT_TIMEOUT));
+        tcp.enforce_http(tls.is_none());
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let connector = Connector::new(tcp, tls.map(tokio_rustls::TlsConnector::from));
         let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(POOL_IDLE)
+            .pool_idle_timeout(idle)
             .pool_timer(TokioTimer::new())
             .http1_max_buf_size(MAX_HEAD)
             .build(connector);
-        Self {
-            client,
-            authority: format!("{host}:{port}"),
-        }
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let base = if host.contains(':') {
+            format!("{scheme}://[{host}]:{port}")
+        } else {
+            format!("{scheme}://{host}:{port}")
+        };
+        Self { client, base }
+    }
+
+    /// A client of one of gshare's own servers at `addr` (a replica's API,
+    /// an agent's ingress), over TLS with `tls` (the certificate must name
+    /// `addr`'s IP address) or plain; idle connections are kept
+    /// [`ACTIX_POOL_IDLE`].
+    pub fn for_addr(addr: std::net::SocketAddr, tls: Option<Arc<rustls::ClientConfig>>) -> Self {
+        Self::with_pool_idle(&addr.ip().to_string(), addr.port(), tls, ACTIX_POOL_IDLE)
     }
 
     /// Sends one request (`target`: path and query, starting with `/`) and
@@ -167,7 +232,7 @@ impl HttpClient {
         if !target.starts_with('/') {
             return Err(bad(format!("target {target:?} does not start with `/`")));
         }
-        let uri: hyper::Uri = format!("http://{}{target}", self.authority)
+        let uri: hyper::Uri = format!("{}{target}", self.base)
             .parse()
             .map_err(|e| bad(format!("target {target:?}: {e}")))?;
         let method = hyper::Method::from_bytes(method.as_bytes())
@@ -293,6 +358,7 @@ pub async fn read_body(mut body: Incoming, max_body: usize) -> Result<Vec<u8>, H
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
@@ -331,7 +397,7 @@ mod tests {
     }
 
     async fn ask(port: u16, max_body: usize) -> Result<HttpResponse, HttpError> {
-        let client = HttpClient::new("127.0.0.1", port);
+        let client = HttpClient::new("127.0.0.1", port, None);
         tokio::time::timeout(
             GUARD,
             client.send("POST", "/", &[], b"{}".to_vec(), max_body),
@@ -451,7 +517,7 @@ mod tests {
                 });
             }
         });
-        let client = HttpClient::new("127.0.0.1", port);
+        let client = HttpClient::new("127.0.0.1", port, None);
         for _ in 0..20 {
             let r =
                 tokio::time::timeout(GUARD, client.send("POST", "/", &[], b"{}".to_vec(), 1024))
@@ -467,6 +533,136 @@ mod tests {
         assert_eq!(
             connections, 1,
             "20 sequential calls opened {connections} connections"
+        );
+    }
+
+    /// A self-signed certificate for 127.0.0.1, and a client config
+    /// trusting it.
+    fn loopback_tls() -> (Arc<rustls::ServerConfig>, Arc<rustls::ClientConfig>) {
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+        let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+        let cert = CertificateDer::from(ck.cert.der().to_vec());
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(ck.signing_key.serialize_der()));
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let server = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.clone()], key)
+            .unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert).unwrap();
+        let client = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        (Arc::new(server), Arc::new(client))
+    }
+
+    /// An HTTPS server on loopback answering every request on a
+    /// connection with `ok`, counting requests.
+    async fn tls_server(config: Arc<rustls::ServerConfig>) -> (u16, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let served = Arc::new(AtomicUsize::new(0));
+        let counter = served.clone();
+        let acceptor = tokio_rustls::TlsAcceptor::from(config);
+        tokio::spawn(async move {
+            while let Ok((s, _)) = listener.accept().await {
+                let (acceptor, counter) = (acceptor.clone(), counter.clone());
+                tokio::spawn(async move {
+                    let Ok(mut s) = acceptor.accept(s).await else {
+                        return;
+                    };
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 1024];
+                    loop {
+                        while let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let end = i + 4 + 2;
+                            while buf.len() < end {
+                                match s.read(&mut chunk).await {
+                                    Ok(0) | Err(_) => return,
+                                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                                }
+                            }
+                            buf.drain(..end);
+                            counter.fetch_add(1, Ordering::SeqCst);
+                            let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                            if s.write_all(ok).await.is_err() {
+                                return;
+                            }
+                        }
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                });
+            }
+        });
+        (port, served)
+    }
+
+    #[tokio::test]
+    async fn a_peer_speaking_tls_is_spoken_to_over_tls() {
+        let (server, client_config) = loopback_tls();
+        let (port, served) = tls_server(server).await;
+        let client = HttpClient::new("127.0.0.1", port, Some(client_config));
+        for _ in 0..3 {
+            let r = tokio::time::timeout(GUARD, client.send("POST", "/", &[], b"{}".to_vec(), 16))
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!((r.status, r.body.as_slice()), (200, &b"ok"[..]));
+        }
+        assert_eq!(served.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn a_certificate_not_trusted_is_a_connect_error_and_nothing_is_sent() {
+        let (server, _) = loopback_tls();
+        let (_, other_ca) = loopback_tls();
+        let (port, served) = tls_server(server).await;
+        let client = HttpClient::new("127.0.0.1", port, Some(other_ca));
+        let got = tokio::time::timeout(GUARD, client.send("POST", "/", &[], b"{}".to_vec(), 16))
+            .await
+            .unwrap();
+        match got {
+            Err(HttpError::Connect(m)) => assert!(m.contains("certificate"), "{m}"),
+            other => panic!("expected a connect error, got {other:?}"),
+        }
+        // Plain HTTP to a TLS peer gets no answer either.
+        let plain = HttpClient::new("127.0.0.1", port, None);
+        let got = tokio::time::timeout(GUARD, plain.send("POST", "/", &[], b"{}".to_vec(), 16))
+            .await
+            .unwrap();
+        assert!(got.is_err(), "{got:?}");
+        assert_eq!(served.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn nothing_listening_is_a_connect_error() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let client = HttpClient::new("127.0.0.1", port, None);
+        let got = client.send("GET", "/", &[], Vec::new(), 16).await;
+        assert!(matches!(got, Err(HttpError::Connect(_))), "{got:?}");
+    }
+
+    #[test]
+    fn hosts_are_written_as_uris_take_them() {
+        let c = |h: &str| HttpClient::new(h, 8080, None).base;
+        assert_eq!(c("127.0.0.1"), "http://127.0.0.1:8080");
+        assert_eq!(c("::1"), "http://[::1]:8080");
+        assert_eq!(c("[::1]"), "http://[::1]:8080");
+        assert_eq!(c("localhost"), "http://localhost:8080");
+        let (_, tls) = loopback_tls();
+        let addr: std::net::SocketAddr = "10.0.0.1:443".parse().unwrap();
+        assert_eq!(
+            HttpClient::for_addr(addr, Some(tls)).base,
+            "https://10.0.0.1:443"
         );
     }
 }
