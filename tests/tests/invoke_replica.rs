@@ -1,12 +1,14 @@
-//! The transparent, streaming invoke path through a replica: a real
-//! `gshare-region` replica and a real `gshare-edge` agent (metering on, the
-//! `process` driver running `tests/fixtures/openai_server.py`), the Python
-//! `openai` client pointed at `http://<replica>/v1/invoke/acme/chat/v1`.
+//! The transparent, streaming invoke path through replicas: 3 real
+//! `gshare-region` replicas and a real `gshare-edge` agent linked to
+//! replica 1 (metering on, the `process` driver running
+//! `tests/fixtures/openai_server.py`), the Python `openai` client pointed at
+//! `http://<replica 2>/v1/invoke/acme/chat/v1`.
 //!
-//! - The client's calls pass through the replica and the agent's QUIC
-//!   stream (`InvokeHttp`): the model list, a chat completion, a streamed
-//!   one whose tokens arrive as they come (the server holds its last token
-//!   until the client has seen the first).
+//! - The client's calls pass through replica 2, its HTTP hand-over to
+//!   replica 1 (the pooled client, the body streamed) and replica 1's QUIC
+//!   stream to the agent (`InvokeHttp`): the model list, a chat completion,
+//!   a streamed one whose tokens arrive as they come (the server holds its
+//!   last token until the client has seen the first).
 //! - The function's own statuses pass through unchanged, with no
 //!   `X-Gshare-Error`; gshare's own errors keep the one shape.
 //! - A stream still running at its deadline is cut at the client.
@@ -48,10 +50,12 @@ fn an_openai_client_streams_through_a_replica_and_keyed_retries_replay_the_funct
     if !openai_package() {
         return;
     }
-    let mut region = TestRegion::new(1).expect("region");
-    region.start(1, true).expect("start");
+    let mut region = TestRegion::new(3).expect("region");
+    for id in 1..=3 {
+        region.start(id, id == 1).expect("start");
+    }
     region
-        .wait_leader(&[1], Duration::from_secs(15))
+        .wait_leader(&[1, 2, 3], Duration::from_secs(15))
         .expect("leader");
     let http = region.http(1);
     let r = until("token", 30, || {
@@ -130,7 +134,9 @@ except openai.AuthenticationError as e:
     out["wrong_token"] = e.response.headers.get("x-gshare-error")
 print(json.dumps(out))
 "#;
-    let base_url = format!("http://{http}/v1/invoke/acme/chat/v1");
+    // Replica 2 does not hold the agent's link: it hands the call to
+    // replica 1, which does.
+    let base_url = format!("http://{}/v1/invoke/acme/chat/v1", region.http(2));
     let out = until("the client through the replica", 60, || {
         let run = python3()
             .args(["-c", script])
@@ -197,6 +203,15 @@ print(json.dumps(out))
     assert_eq!(header(&h2, "content-type"), Some("text/event-stream"));
     assert_eq!(deltas(&b2), ["echo:", " four", " five"], "{b2}");
     assert!(b2.contains("[DONE]"), "{b2}");
+    // The same key through replica 2 (its hand-over to replica 1) replays
+    // the same answer.
+    let (s3, h3, b3) = exchange(
+        region.http(2),
+        raw("POST", "/v1/chat/completions", &acme, key, stream),
+    );
+    assert_eq!(s3, 200, "{b3}");
+    assert_eq!(header(&h3, "x-gshare-replayed"), Some("1"), "{h3:?}");
+    assert_eq!(deltas(&b3), ["echo:", " four", " five"], "{b3}");
 
     // The gate gone, the server holds the last token past a 1 s deadline:
     // the client gets the head and the first tokens, then the connection

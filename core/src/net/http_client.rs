@@ -355,6 +355,21 @@ pub async fn read_body(mut body: Incoming, max_body: usize) -> Result<Vec<u8>, H
     Ok(out)
 }
 
+/// The next bytes of `body` as they arrive (trailers are skipped); `None`
+/// at its end.
+pub async fn next_data(body: &mut Incoming) -> Option<Result<Bytes, HttpError>> {
+    loop {
+        match body.frame().await? {
+            Err(e) => return Some(Err(HttpError::of_hyper(&e))),
+            Ok(frame) => {
+                if let Ok(data) = frame.into_data() {
+                    return Some(Ok(data));
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

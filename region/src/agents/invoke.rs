@@ -42,9 +42,11 @@ use crate::scheduler::Evaluation;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use gshare_core::http_surface::{
-    function_target, outcome_answer, pass_through, Direction, ERROR_HEADER,
+    connection_names, function_target, outcome_answer, pass_through, passes_through, Direction,
+    ERROR_HEADER,
 };
 use gshare_core::model::{NodeId, TenantId};
+use gshare_core::net::http_client::{next_data, Incoming};
 use gshare_core::net::{read_frame, write_frame};
 use gshare_core::protocol::{
     key_order, token_digest, AgentMessage, AgentMessageV1, HttpCall, InvokeError, InvokeOutcome,
@@ -134,6 +136,27 @@ fn function_head(head: &ReplyHead) -> actix_web::HttpResponseBuilder {
     reply
 }
 
+/// A peer replica's answer to a transparent call, for the client: its
+/// status and headers but the hop-by-hop and framing ones (the peer's own
+/// `X-Gshare-*` pass: it is a replica of this region, and it already kept
+/// a function's from passing).
+fn peer_head(head: &ReplyHead) -> actix_web::HttpResponseBuilder {
+    let status = StatusCode::from_u16(head.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let connection = connection_names(
+        head.headers
+            .iter()
+            .filter(|(k, _)| k == "connection")
+            .map(|(_, v)| v.as_slice()),
+    );
+    let mut reply = HttpResponse::build(status);
+    for (k, v) in &head.headers {
+        if k.starts_with("x-gshare-") || passes_through(k, &connection, Direction::Reply) {
+            reply.append_header((k.as_str(), v.as_slice()));
+        }
+    }
+    reply
+}
+
 /// What an agent answered a forwarded invocation.
 enum Reply {
     /// The whole answer: the function's status and headers when it is a
@@ -170,7 +193,9 @@ impl Reply {
                 .insert_header(("x-gshare-service-us", service_us.to_string()))
                 .body(body),
             Reply::Whole(_, outcome) => outcome_response(outcome),
-            Reply::Stream(head, recv) => function_head(&head).body(RelayedBody::start(recv, limit)),
+            Reply::Stream(head, recv) => {
+                function_head(&head).body(RelayedBody::from_agent(recv, limit))
+            }
         }
     }
 }
@@ -194,7 +219,46 @@ struct RelayedBody {
 }
 
 impl RelayedBody {
-    fn start(mut recv: quinn::RecvStream, limit: Duration) -> Self {
+    /// Relays a reply a peer replica streams (its body as hyper reads it),
+    /// for at most `limit`.
+    fn from_peer(mut body: Incoming, limit: Duration) -> Self {
+        let (tx, chunks) = tokio::sync::mpsc::channel(RELAY_CHUNKS);
+        tokio::spawn(async move {
+            let relay = async {
+                while let Some(data) = next_data(&mut body).await {
+                    let data = data.map_err(|e| format!("the peer replica's reply failed: {e}"))?;
+                    if tx.send(Ok(data)).await.is_err() {
+                        return Ok(());
+                    }
+                }
+                Ok(())
+            };
+            Self::ended(&tx, tokio::time::timeout(limit, relay).await).await;
+        });
+        Self {
+            chunks,
+            ended: false,
+        }
+    }
+
+    /// Passes on how a relay ended: a cut becomes the body's error.
+    async fn ended(
+        tx: &tokio::sync::mpsc::Sender<Result<web::Bytes, String>>,
+        end: Result<Result<(), String>, tokio::time::error::Elapsed>,
+    ) {
+        let end = match end {
+            Ok(end) => end,
+            Err(_) => Err("the reply ran past its deadline".to_string()),
+        };
+        if let Err(why) = end {
+            tracing::debug!("a relayed reply was cut: {why}");
+            let _ = tx.send(Err(why)).await;
+        }
+    }
+
+    /// Relays a reply an agent streams on a forward's QUIC stream, for at
+    /// most `limit`.
+    fn from_agent(mut recv: quinn::RecvStream, limit: Duration) -> Self {
         let (tx, chunks) = tokio::sync::mpsc::channel(RELAY_CHUNKS);
         tokio::spawn(async move {
             let relay = async {
@@ -220,14 +284,7 @@ impl RelayedBody {
                     }
                 }
             };
-            let end = match tokio::time::timeout(limit, relay).await {
-                Ok(end) => end,
-                Err(_) => Err("the reply ran past its deadline".to_string()),
-            };
-            if let Err(why) = end {
-                tracing::debug!("a relayed reply was cut: {why}");
-                let _ = tx.send(Err(why)).await;
-            }
+            Self::ended(&tx, tokio::time::timeout(limit, relay).await).await;
         });
         Self {
             chunks,
@@ -377,6 +434,9 @@ async fn relearn(
 enum Forwarded {
     /// Its answer: status, headers (lower-case names), body.
     Answer(u16, Vec<(String, String)>, Vec<u8>),
+    /// Its answer to a transparent call: status and headers, the body as
+    /// it comes.
+    Streaming(ReplyHead, Incoming),
     /// Nothing was sent: the peer could not be reached.
     NotSent,
     /// Sent, but no usable answer came back (it may have run): why.
@@ -405,12 +465,25 @@ async fn forward_http(
     auth: &str,
     to: &Pin<'_>,
     body: &[u8],
+    http: Option<&HttpCall>,
 ) -> Forwarded {
-    let mut headers: Vec<(&str, &[u8])> = vec![
+    let (method, path) = match http {
+        None => ("POST", path.to_string()),
+        Some(call) => (call.method.as_str(), format!("{path}{}", call.target)),
+    };
+    let mut headers: Vec<(&str, &[u8])> = http
+        .map(|c| {
+            c.headers
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_slice()))
+                .collect()
+        })
+        .unwrap_or_default();
+    headers.extend([
         ("authorization", auth.as_bytes()),
         (FORWARDED, b"1"),
         (KEY, to.key.as_bytes()),
-    ];
+    ]);
     match to.node {
         Some(n) => headers.push((NODE, n.as_bytes())),
         None => headers.push((ASSIGNED, b"1")),
@@ -420,12 +493,16 @@ async fn forward_http(
     }
     let answer = async {
         let (head, reply) =
-            super::forward::open(addr, tls, "POST", path, &headers, body.to_vec()).await?;
+            super::forward::open(addr, tls, method, &path, &headers, body.to_vec()).await?;
+        if http.is_some() {
+            return Ok(Err((head, reply)));
+        }
         let body = super::forward::read_reply(addr, reply, MAX_FORWARD_REPLY_BYTES).await?;
-        Ok::<_, ForwardError>((head, body))
+        Ok::<_, ForwardError>(Ok((head, body)))
     };
     match tokio::time::timeout(FORWARD_TIMEOUT, answer).await {
-        Ok(Ok((head, body))) => Forwarded::Answer(
+        Ok(Ok(Err((head, reply)))) => Forwarded::Streaming(head, reply),
+        Ok(Ok(Ok((head, body)))) => Forwarded::Answer(
             head.status,
             head.headers
                 .into_iter()
@@ -735,9 +812,6 @@ async fn ask_node(call: &Call<'_>, node: &NodeId, key: &str, pinned: bool) -> St
 /// that cannot (`503 no_agent`, `503 no_instance`) or cannot be reached
 /// passes it on.
 async fn via_peers(call: &Call<'_>, node: Option<&NodeId>, key: &str) -> Step {
-    if call.http.is_some() {
-        return Step::Unreachable;
-    }
     let ctx = call.ctx;
     let peers: Vec<String> = {
         let m = ctx.replica.raft.metrics().borrow().clone();
@@ -757,7 +831,23 @@ async fn via_peers(call: &Call<'_>, node: Option<&NodeId>, key: &str) -> Step {
             key,
             deadline: deadline.as_deref(),
         };
-        match forward_http(&peer, tls, &path, call.auth, &to, call.body).await {
+        match forward_http(&peer, tls, &path, call.auth, &to, call.body, call.http).await {
+            Forwarded::Streaming(head, body) => {
+                let code = head
+                    .headers
+                    .iter()
+                    .find(|(k, _)| k == ERROR_HEADER)
+                    .map(|(_, v)| v.as_slice());
+                match (head.status, code) {
+                    (404, Some(b"unknown_function")) => return Step::NotHosted,
+                    (503, Some(b"no_agent" | b"no_instance")) => continue,
+                    _ => {}
+                }
+                let limit =
+                    Duration::from_millis(call.deadline_ms.unwrap_or(call.function_deadline_ms))
+                        .saturating_add(RELAY_GRACE);
+                return Step::Done(peer_head(&head).body(RelayedBody::from_peer(body, limit)));
+            }
             Forwarded::Answer(status, headers, body) => {
                 let code = headers
                     .iter()
@@ -1125,6 +1215,7 @@ mod tests {
                     deadline: None,
                 },
                 b"{}",
+                None,
             ),
         )
         .await
