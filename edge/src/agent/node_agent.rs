@@ -1084,6 +1084,9 @@ impl NodeAgent {
             .partition(|(tag, _)| covered(*tag));
         m.waiting = rest;
         match result {
+            // A group with nothing in it (an interval tick with nothing
+            // resident) wrote nothing: not counted as a write.
+            Ok(0) if replies.is_empty() && streams.is_empty() => {}
             Ok(records) => {
                 self.status.usage_writes += 1;
                 self.status.usage_records += records;
