@@ -3,26 +3,27 @@
 //!
 //! ```text
 //!   Run started ─▶ key (tenant, function, tier, GPU model, pool kind)
-//!   Done        ─▶ meter.invocation(…) ─▶ reply waits ─┐
-//!   stream head ─▶ meter.invocation(start‥head) ─▶ head and chunks wait ─┤
-//!   stream end  ─▶ meter.accrue_busy(head‥end) (rides with the next write)
-//!   loads / releases of weights ─▶ resident_start / stop│
-//!   interval tick, instance released ─▶ memory due      │
-//!                                                       ▼
-//!   no write in flight? ─▶ drafts = take_busy | take_all(now) ─▶ spawn_blocking(journal.append)
-//!                                                       │  (one append + fsync per group)
-//!                          Written{Ok}  ─▶ replies released, RegionLink woken
-//!                          Written{Err} ─▶ replies become `usage_not_recorded` (fail closed)
+//!   Done        ─▶ meter.invocation(…) ─▶ reply waits (tagged with the open group) ─┐
+//!   stream head ─▶ meter.invocation(start‥head) ─▶ head and chunks wait ────────────┤
+//!   stream end  ─▶ meter.accrue_busy(head‥end) (rides with the next write)          │
+//!   loads / releases of weights ─▶ resident_start / stop                            │
+//!   interval tick, instance released ─▶ memory due                                  │
+//!                                                                                   ▼
+//!   writer thread: group g = take_busy | take_all(now) ─▶ journal.append (one insert | batch + flush)
+//!                          Written{g, Ok}  ─▶ replies released, RegionLink woken
+//!                          Written{g, Err} ─▶ replies become `usage_not_recorded` (fail closed)
 //! ```
 //!
-//! While one write is in flight, completions queue for the next write, so a
-//! burst costs one fsync per group, not per invocation; the actor's thread
-//! never waits on the disk.
+//! While one write is in flight, completions gather in the next group,
+//! which the writer takes as soon as that write returns, so a burst costs
+//! one flush per group, not per invocation; the actor's thread never waits
+//! on the disk (see [`super::group_commit`]).
 //!
 //! [`NodeAgent`]: super::NodeAgent
+//! [`UsageMeter`]: gshare_core::metering::UsageMeter
 
+use super::group_commit::GroupCommit;
 use crate::journal::UsageJournal;
-use gshare_core::metering::UsageMeter;
 use gshare_core::model::PoolKind;
 use gshare_core::protocol::InvokeOutcome;
 use std::sync::Arc;
@@ -54,14 +55,15 @@ pub(super) struct HeldReply {
     pub(super) outcome: InvokeOutcome,
     /// Its idempotency key.
     pub(super) key: Option<InvocationKey>,
-    /// What its key stores (a keyed run that answered), stamped when
-    /// journaled; also what the calls that joined it get, when it is a
-    /// transparent one.
+    /// What its key stores (a keyed run that answered; a copy went into
+    /// the group with its usage, stamped when journaled); also what the
+    /// calls that joined it get, when it is a transparent one.
     pub(super) stored: Option<crate::journal::KeyedOutcome>,
 }
 
 /// A streamed reply's start, held until the usage of its run so far (and,
-/// when keyed, its start under the key) is journaled.
+/// when keyed, its start under the key: the head, not complete, which went
+/// into the same group as that usage) is journaled.
 pub(super) struct HeldStream {
     /// The request.
     pub(super) request: gshare_core::executor::RequestId,
@@ -69,23 +71,19 @@ pub(super) struct HeldStream {
     pub(super) tx: oneshot::Sender<super::ReplyStart>,
     /// Its start.
     pub(super) start: super::ReplyStart,
-    /// What its key stores until the stream ends: the head, not complete.
-    pub(super) stored: Option<crate::journal::KeyedOutcome>,
 }
 
 /// The agent's metering state.
 pub(super) struct MeterState {
     pub(super) setup: Metering,
-    pub(super) meter: UsageMeter,
-    /// Replies whose usage is in the meter, waiting for the next write.
-    pub(super) waiting: Vec<HeldReply>,
+    /// The meter and the open group, shared with the writer thread.
+    pub(super) groups: Arc<GroupCommit>,
+    /// Replies whose usage is in the meter, each with the group whose
+    /// write releases it.
+    pub(super) waiting: Vec<(u64, HeldReply)>,
     /// Streamed replies whose usage so far is in the meter, waiting for
-    /// the next write before their first byte goes out.
-    pub(super) streams: Vec<HeldStream>,
-    /// A journal write is in flight.
-    pub(super) writing: bool,
-    /// Resident memory should be journaled with the next write.
-    pub(super) memory_due: bool,
+    /// their group's write before their first byte goes out.
+    pub(super) streams: Vec<(u64, HeldStream)>,
     /// The agent is stopping: residency was journaled up to the final
     /// flush (its function processes are stopped); the interval tick no
     /// longer adds any.
@@ -95,16 +93,21 @@ pub(super) struct MeterState {
 }
 
 impl MeterState {
-    pub(super) fn new(setup: Metering, unix_base_us: u64) -> Self {
+    pub(super) fn new(setup: Metering, groups: GroupCommit, unix_base_us: u64) -> Self {
         Self {
             setup,
-            meter: UsageMeter::new(),
+            groups: Arc::new(groups),
             waiting: Vec::new(),
             streams: Vec::new(),
-            writing: false,
-            memory_due: false,
             flushed: false,
             unix_base_us,
         }
+    }
+}
+
+impl Drop for MeterState {
+    /// The writer thread ends with the agent.
+    fn drop(&mut self) {
+        self.groups.close();
     }
 }

@@ -16,6 +16,7 @@
 //! runtime driver. The actors decide nothing.
 
 mod gpu_actor;
+mod group_commit;
 mod instance_actor;
 mod messages;
 pub mod metering;

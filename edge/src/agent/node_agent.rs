@@ -1,5 +1,6 @@
 //! The supervisor: owns the node's executor and carries out its commands.
 
+use super::group_commit::{GroupCommit, Written};
 use super::metering::{HeldReply, HeldStream, InvocationKey, MeterState, Metering};
 use super::{
     Admission, AgentPlacement, ApplyAssignment, ApplyTokens, CheckToken, FlushUsage,
@@ -140,15 +141,6 @@ struct Pending {
     function: FunctionId,
 }
 
-/// A journal write ended (the blocking task → NodeAgent).
-#[derive(actix::Message)]
-#[rtype(result = "()")]
-struct Written {
-    result: Result<u64, String>,
-    replies: Vec<HeldReply>,
-    streams: Vec<HeldStream>,
-}
-
 /// The node agent's supervisor actor (see the module docs of [`super`]).
 pub struct NodeAgent {
     setup: NodeSetup,
@@ -273,7 +265,8 @@ impl NodeAgent {
     /// released only once its usage is journaled (see [`super::metering`]).
     pub fn with_metering(mut self, metering: Metering) -> Self {
         let base = self.setup.clock.unix_us().saturating_sub(self.now());
-        self.metering = Some(MeterState::new(metering, base));
+        let groups = GroupCommit::new(self.setup.clock.clone(), self.epoch, base);
+        self.metering = Some(MeterState::new(metering, groups, base));
         self
     }
 
@@ -306,60 +299,18 @@ impl NodeAgent {
         let mib = h.memory_mib;
         if let Some(m) = self.metering.as_mut() {
             let at = m.unix_base_us + now;
-            m.meter
-                .resident_start(Self::residency_id(function, gpu), key, mib, at);
+            let id = Self::residency_id(function, gpu);
+            m.groups
+                .meter(|meter| meter.resident_start(id, key, mib, at));
         }
     }
 
     fn resident_stop(&mut self, now: Micros, function: FunctionId, gpu: u32) {
         if let Some(m) = self.metering.as_mut() {
             let at = m.unix_base_us + now;
-            m.meter.resident_stop(Self::residency_id(function, gpu), at);
+            let id = Self::residency_id(function, gpu);
+            m.groups.meter(|meter| meter.resident_stop(id, at));
         }
-    }
-
-    /// Starts a journal write of what the meter holds, unless one is in
-    /// flight (its completion starts the next).
-    fn journal_usage(&mut self) {
-        let now = self.now();
-        let unix_ms = self.setup.clock.unix_ms();
-        let Some(m) = self.metering.as_mut() else {
-            return;
-        };
-        if m.writing || (m.waiting.is_empty() && m.streams.is_empty() && !m.memory_due) {
-            return;
-        }
-        let Some(me) = self.me.clone() else {
-            return;
-        };
-        let drafts = if m.memory_due {
-            m.meter.take_all(m.unix_base_us + now)
-        } else {
-            m.meter.take_busy()
-        };
-        m.memory_due = false;
-        let replies = std::mem::take(&mut m.waiting);
-        let streams = std::mem::take(&mut m.streams);
-        if drafts.is_empty() && replies.is_empty() && streams.is_empty() {
-            return;
-        }
-        m.writing = true;
-        let records: Vec<_> = drafts.into_iter().map(|d| d.into_record()).collect();
-        let keyed = keyed_outcomes(&replies, &streams, unix_ms);
-        let (journal, now_ms) = (m.setup.journal.clone(), unix_ms);
-        actix::spawn(async move {
-            let append = move || journal.append_keyed(records, keyed, now_ms);
-            let result = match tokio::task::spawn_blocking(append).await {
-                Ok(Ok(seqs)) => Ok(seqs.end - seqs.start),
-                Ok(Err(e)) => Err(e.to_string()),
-                Err(e) => Err(format!("journal task: {e}")),
-            };
-            me.do_send(Written {
-                result,
-                replies,
-                streams,
-            });
-        });
     }
 
     /// Sends `outcome`, and to the calls that joined its key the same,
@@ -505,38 +456,40 @@ impl NodeAgent {
                     outcome,
                     InvokeOutcome::Failed(InvokeError::UsageNotRecorded { .. })
                 );
-                if !withheld {
-                    let from = p.streamed_at.unwrap_or(now);
-                    m.meter.accrue_busy(
-                        &key,
-                        u64::from(compute),
-                        m.unix_base_us + from,
-                        m.unix_base_us + now,
-                    );
-                }
-                m.waiting.push(HeldReply {
+                let from = m.unix_base_us + p.streamed_at.unwrap_or(now);
+                let to = m.unix_base_us + now;
+                // Its stored outcome goes into the same group as the usage
+                // that bills it (the journal batch of that group's write).
+                let group = m.groups.hold(
+                    |meter| {
+                        if !withheld {
+                            meter.accrue_busy(&key, u64::from(compute), from, to);
+                        }
+                    },
+                    stored.clone(),
+                );
+                let held = HeldReply {
                     tx: p.tx,
                     outcome,
                     key: p.key,
                     stored,
-                });
-                self.journal_usage();
+                };
+                m.waiting.push((group, held));
             }
             (InvokeOutcome::Done { .. }, Some((started, _, compute)), Some(key), Some(m)) => {
                 // Held until its usage is journaled.
-                m.meter.invocation(
-                    &key,
-                    u64::from(compute),
-                    m.unix_base_us + started,
-                    m.unix_base_us + now,
+                let (from, to) = (m.unix_base_us + started, m.unix_base_us + now);
+                let group = m.groups.hold(
+                    |meter| meter.invocation(&key, u64::from(compute), from, to),
+                    stored.clone(),
                 );
-                m.waiting.push(HeldReply {
+                let held = HeldReply {
                     tx: p.tx,
                     outcome,
                     key: p.key,
                     stored,
-                });
-                self.journal_usage();
+                };
+                m.waiting.push((group, held));
             }
             _ => self.release(p.tx, outcome, p.key, None),
         }
@@ -1000,10 +953,9 @@ impl NodeAgent {
         self.loads.retain(|(f, _), _| *f != id);
         self.meter.forget(id);
         // Its residency ended with the Unload above: journal it now.
-        if let Some(m) = self.metering.as_mut() {
-            m.memory_due = true;
+        if let Some(m) = &self.metering {
+            m.groups.memory_due();
         }
-        self.journal_usage();
     }
 
     /// Drops a parked function's host copy.
@@ -1038,11 +990,20 @@ impl Actor for NodeAgent {
         let me = ctx.address();
         self.me = Some(me.clone());
         if let Some(m) = &self.metering {
+            let journal = m.setup.journal.clone();
+            if let Err(e) = m.groups.spawn_writer(journal, me.downgrade()) {
+                // Without its writer nothing metered could be released:
+                // fail closed (pending requests are answered `shutting_down`).
+                tracing::error!("cannot start the usage journal writer: {e}");
+                actix::ActorContext::stop(ctx);
+                return;
+            }
             ctx.run_interval(m.setup.interval, |a, _| {
-                if let Some(m) = a.metering.as_mut() {
-                    m.memory_due = !m.flushed;
+                if let Some(m) = &a.metering {
+                    if !m.flushed {
+                        m.groups.memory_due();
+                    }
                 }
-                a.journal_usage();
             });
         }
         self.gpus = self
@@ -1059,12 +1020,13 @@ impl Actor for NodeAgent {
             let _ = p.tx.send(InvokeOutcome::Failed(InvokeError::ShuttingDown));
         }
         if let Some(m) = self.metering.as_mut() {
-            for held in m.waiting.drain(..) {
+            for (_, held) in m.waiting.drain(..) {
                 let _ = held
                     .tx
                     .send(InvokeOutcome::Failed(InvokeError::ShuttingDown));
             }
             m.streams.clear();
+            m.groups.close();
         }
         for (_, waiting) in self.running_keys.drain() {
             for tx in waiting {
@@ -1078,11 +1040,9 @@ impl Handler<Written> for NodeAgent {
     type Result = ();
 
     fn handle(&mut self, msg: Written, _: &mut Context<Self>) {
-        let Some(m) = self.metering.as_mut() else {
-            return;
-        };
-        m.writing = false;
-        self.written(msg);
+        // The writer writes one group at a time, in order: everything
+        // tagged up to its group was in this write or an earlier one.
+        self.written(msg.result, |tag| tag <= msg.group);
     }
 }
 
@@ -1090,70 +1050,70 @@ impl Handler<FlushUsage> for NodeAgent {
     type Result = ();
 
     fn handle(&mut self, _: FlushUsage, _: &mut Context<Self>) {
-        let now = self.now();
-        let unix_ms = self.setup.clock.unix_ms();
         let Some(m) = self.metering.as_mut() else {
             return;
         };
-        let records: Vec<_> = m
-            .meter
-            .take_all(m.unix_base_us + now)
-            .into_iter()
-            .map(|d| d.into_record())
-            .collect();
+        // Everything metered up to now, as a group of its own: it releases
+        // the replies tagged with it; those of a group the writer is
+        // writing wait for that write (this one may not cover it).
+        let group = m.groups.take_all();
         m.flushed = true;
-        let replies = std::mem::take(&mut m.waiting);
-        let streams = std::mem::take(&mut m.streams);
-        let keyed = keyed_outcomes(&replies, &streams, unix_ms);
-        let now_ms = unix_ms;
         let result = m
             .setup
             .journal
-            .append_keyed(records, keyed, now_ms)
+            .append_keyed(group.records, group.keyed, group.now_ms)
             .map(|seqs| seqs.end - seqs.start)
             .map_err(|e| e.to_string());
-        self.written(Written {
-            result,
-            replies,
-            streams,
-        });
+        self.written(result, |tag| tag == group.number);
     }
 }
 
 impl NodeAgent {
-    /// Releases (or, on a failed append, fails) the replies of a write.
-    fn written(&mut self, msg: Written) {
+    /// Releases (or, on a failed append, fails) the replies and stream
+    /// starts of a write: those whose tag `covered` accepts.
+    fn written(&mut self, result: Result<u64, String>, covered: impl Fn(u64) -> bool) {
         let Some(m) = self.metering.as_mut() else {
             return;
         };
-        match msg.result {
+        let (streams, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut m.streams)
+            .into_iter()
+            .partition(|(tag, _)| covered(*tag));
+        m.streams = rest;
+        let (replies, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut m.waiting)
+            .into_iter()
+            .partition(|(tag, _)| covered(*tag));
+        m.waiting = rest;
+        match result {
+            // A group with nothing in it (an interval tick with nothing
+            // resident) wrote nothing: not counted as a write.
+            Ok(0) if replies.is_empty() && streams.is_empty() => {}
             Ok(records) => {
                 self.status.usage_writes += 1;
                 self.status.usage_records += records;
                 m.setup.appended.notify_one();
                 // Starts first: a short stream's outcome may be among the
                 // replies, and its start must reach the ingress before it.
-                for held in msg.streams {
+                for (_, held) in streams {
                     let _ = held.tx.send(held.start);
                 }
-                for held in msg.replies {
+                for (_, held) in replies {
                     self.release(held.tx, held.outcome, held.key, held.stored.as_ref());
                 }
             }
             Err(e) => {
                 self.status.usage_write_failures += 1;
-                self.status.usage_withheld += msg.replies.len() as u64;
+                self.status.usage_withheld += replies.len() as u64;
                 tracing::error!(
-                    withheld = msg.replies.len(),
+                    withheld = replies.len(),
                     "usage journal append failed, results withheld: {e}"
                 );
-                for held in msg.replies {
+                for (_, held) in replies {
                     let err = InvokeError::UsageNotRecorded { detail: e.clone() };
                     self.release(held.tx, InvokeOutcome::Failed(err), held.key, None);
                 }
                 // Dropping the chunks stops the function's reply; the run's
                 // outcome (its RequestDone) becomes usage_not_recorded.
-                for held in msg.streams {
+                for (_, held) in streams {
                     if let Some(p) = self.pending.get_mut(&held.request) {
                         p.stream_failed = Some(e.clone());
                         p.sent_head = None;
@@ -1161,7 +1121,6 @@ impl NodeAgent {
                 }
             }
         }
-        self.journal_usage();
     }
 }
 
@@ -1285,25 +1244,6 @@ impl Handler<LookupKey> for NodeAgent {
     }
 }
 
-/// The outcomes to store under their keys, stamped `now_ms`, with the
-/// usage being journaled: streams' starts first, so that a short stream
-/// that also ended in this write keeps its end.
-fn keyed_outcomes(
-    replies: &[HeldReply],
-    streams: &[HeldStream],
-    now_ms: u64,
-) -> Vec<crate::journal::KeyedOutcome> {
-    let starts = streams.iter().filter_map(|h| h.stored.as_ref());
-    let ends = replies.iter().filter_map(|h| h.stored.as_ref());
-    starts
-        .chain(ends)
-        .map(|o| crate::journal::KeyedOutcome {
-            at_ms: now_ms,
-            ..o.clone()
-        })
-        .collect()
-}
-
 impl Handler<RequestDone> for NodeAgent {
     type Result = ();
 
@@ -1409,19 +1349,19 @@ impl Handler<StreamOpened> for NodeAgent {
         };
         match (p.started, p.usage.clone(), self.metering.as_mut()) {
             (Some((started, _, compute)), Some(key), Some(m)) => {
-                m.meter.invocation(
-                    &key,
-                    u64::from(compute),
-                    m.unix_base_us + started,
-                    m.unix_base_us + now,
+                let (from, to) = (m.unix_base_us + started, m.unix_base_us + now);
+                // Its start under its key goes into the same group as its
+                // first byte's usage (and before its end, held later).
+                let group = m.groups.hold(
+                    |meter| meter.invocation(&key, u64::from(compute), from, to),
+                    stored,
                 );
-                m.streams.push(HeldStream {
+                let held = HeldStream {
                     request: msg.request,
                     tx,
                     start,
-                    stored,
-                });
-                self.journal_usage();
+                };
+                m.streams.push((group, held));
             }
             _ => {
                 let _ = tx.send(start);

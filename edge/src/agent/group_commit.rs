@@ -1,0 +1,401 @@
+//! The group commit of metered usage: the [`NodeAgent`] gathers usage into
+//! the open group, one writer thread journals groups back to back.
+//!
+//! ```text
+//!   NodeAgent (actix thread)                         writer thread ("usage-journal")
+//!   Done / stream head / stream end                  ┌─▶ wait until something is due
+//!     ─▶ hold(meter op, keyed outcome) ─▶ tag g ─┐   │   take group g: drafts (take_busy, or
+//!   interval tick, instance released             │   │     take_all when memory is due),
+//!     ─▶ memory_due() ───────────────────────────┤   │     keyed outcomes; open g + 1
+//!                                                ▼   │   journal.append_keyed (insert + flush)
+//!                          Mutex<Gathering> + Condvar│   Written{g, result} ─▶ NodeAgent
+//!                                                    └── (next group at once, if one is due)
+//!   Written{g, Ok}  ─▶ replies and stream starts tagged ≤ g released
+//!   Written{g, Err} ─▶ replies tagged ≤ g become `usage_not_recorded`
+//! ```
+//!
+//! A reply is tagged with the group that was open when its usage went into
+//! the meter, under the same lock the writer takes a group under, so the
+//! write of group `g` holds the usage of every reply tagged `g`. One group
+//! is written at a time; while it is, completions gather in the next one,
+//! which the writer takes as soon as its write returns, without a round
+//! trip through the actor between two writes (its release of the replies
+//! runs meanwhile). The actor's thread never waits on the disk.
+//!
+//! [`NodeAgent`]: super::NodeAgent
+
+use super::NodeAgent;
+use crate::journal::{KeyedOutcome, UsageJournal};
+use actix::WeakAddr;
+use gshare_core::clock::SharedClock;
+use gshare_core::metering::UsageMeter;
+use gshare_core::state::UsageRecord;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Instant;
+
+/// A journal write ended (the writer thread → NodeAgent).
+#[derive(actix::Message)]
+#[rtype(result = "()")]
+pub(super) struct Written {
+    /// The group written: the replies tagged with it (and any below) wait
+    /// for this answer.
+    pub(super) group: u64,
+    /// Records journaled, or why the write failed.
+    pub(super) result: Result<u64, String>,
+}
+
+/// One group taken for a write.
+#[derive(Debug)]
+pub(super) struct Group {
+    /// Its number (the tag of the replies it releases).
+    pub(super) number: u64,
+    /// The usage records (numbered by the journal).
+    pub(super) records: Vec<UsageRecord>,
+    /// The outcomes of keyed invocations it bills, in the order they
+    /// were held (a stream's start before its end), stamped `now_ms`.
+    pub(super) keyed: Vec<KeyedOutcome>,
+    /// Unix ms when it was taken: the write's time (keys expire by it).
+    pub(super) now_ms: u64,
+}
+
+/// What waits for the next write.
+#[derive(Debug)]
+struct Gathering {
+    meter: UsageMeter,
+    /// Outcomes of keyed invocations whose usage is in the meter, in the
+    /// order they were held: a stream's start (held when it opened) comes
+    /// before its end (held when the run ended), so a short stream that
+    /// ends in the same group keeps its end.
+    keyed: Vec<KeyedOutcome>,
+    /// A reply, a stream or memory waits for the next write.
+    due: bool,
+    /// Resident memory goes with the next write.
+    memory_due: bool,
+    /// The number of the open group (the next write takes it).
+    open: u64,
+    /// The writer waits for something to be due.
+    idle: bool,
+    /// The agent is gone: the writer ends.
+    closed: bool,
+}
+
+/// The usage gathered for the journal, shared by the agent and its writer.
+#[derive(Debug)]
+pub(super) struct GroupCommit {
+    gathering: Mutex<Gathering>,
+    wake: Condvar,
+    clock: SharedClock,
+    /// The agent's clock zero and the Unix µs at it (the meter's time).
+    epoch: Instant,
+    unix_base_us: u64,
+}
+
+impl GroupCommit {
+    /// An empty commit whose meter reads time as the agent does: Unix µs
+    /// = `unix_base_us` + µs since `epoch` on `clock`.
+    pub(super) fn new(clock: SharedClock, epoch: Instant, unix_base_us: u64) -> Self {
+        Self {
+            gathering: Mutex::new(Gathering {
+                meter: UsageMeter::new(),
+                keyed: Vec::new(),
+                due: false,
+                memory_due: false,
+                open: 1,
+                idle: false,
+                closed: false,
+            }),
+            wake: Condvar::new(),
+            clock,
+            epoch,
+            unix_base_us,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Gathering> {
+        self.gathering.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn now_us(&self) -> u64 {
+        let since = self.clock.now().saturating_duration_since(self.epoch);
+        self.unix_base_us
+            .saturating_add(u64::try_from(since.as_micros()).unwrap_or(u64::MAX))
+    }
+
+    /// Changes the meter without anything waiting for a write (residency
+    /// starts and stops).
+    pub(super) fn meter(&self, change: impl FnOnce(&mut UsageMeter)) {
+        change(&mut self.lock().meter);
+    }
+
+    /// Puts usage into the meter (and `keyed`, the outcome a keyed
+    /// invocation's usage bills) for the next write, and returns the group
+    /// whose write journals it: what waits for that usage waits for
+    /// `Written` of that group.
+    pub(super) fn hold(
+        &self,
+        change: impl FnOnce(&mut UsageMeter),
+        keyed: Option<KeyedOutcome>,
+    ) -> u64 {
+        let mut g = self.lock();
+        change(&mut g.meter);
+        g.keyed.extend(keyed);
+        g.due = true;
+        if g.idle {
+            self.wake.notify_one();
+        }
+        g.open
+    }
+
+    /// Resident memory goes with the next write.
+    pub(super) fn memory_due(&self) {
+        let mut g = self.lock();
+        g.memory_due = true;
+        g.due = true;
+        if g.idle {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Takes everything metered up to now as one group (the final flush):
+    /// its number tags what it releases.
+    pub(super) fn take_all(&self) -> Group {
+        let now = self.now_us();
+        let now_ms = self.clock.unix_ms();
+        let mut g = self.lock();
+        let records = g.meter.take_all(now);
+        Self::take(&mut g, records, now_ms)
+    }
+
+    /// Takes the open group: its drafts, and its keyed outcomes, each
+    /// stamped `now_ms` (the write's time, by which its key expires).
+    fn take(
+        g: &mut Gathering,
+        drafts: Vec<gshare_core::metering::UsageDraft>,
+        now_ms: u64,
+    ) -> Group {
+        let number = g.open;
+        g.open += 1;
+        g.due = false;
+        g.memory_due = false;
+        let mut keyed = std::mem::take(&mut g.keyed);
+        for o in &mut keyed {
+            o.at_ms = now_ms;
+        }
+        Group {
+            number,
+            records: drafts.into_iter().map(|d| d.into_record()).collect(),
+            keyed,
+            now_ms,
+        }
+    }
+
+    /// The writer's next group: waits until something is due; `None` once
+    /// the agent is gone.
+    fn next(&self) -> Option<Group> {
+        let mut g = self.lock();
+        loop {
+            if g.closed {
+                return None;
+            }
+            if g.due {
+                g.idle = false;
+                let drafts = if g.memory_due {
+                    g.meter.take_all(self.now_us())
+                } else {
+                    g.meter.take_busy()
+                };
+                let now_ms = self.clock.unix_ms();
+                return Some(Self::take(&mut g, drafts, now_ms));
+            }
+            g.idle = true;
+            g = self.wake.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// The agent is gone: the writer ends after its write in flight (if any).
+    pub(super) fn close(&self) {
+        self.lock().closed = true;
+        self.wake.notify_all();
+    }
+
+    /// Starts the writer thread: it journals group after group into
+    /// `journal` and answers each with [`Written`] to `agent`, until
+    /// [`GroupCommit::close`] or the agent is gone.
+    pub(super) fn spawn_writer(
+        self: &Arc<Self>,
+        journal: Arc<UsageJournal>,
+        agent: WeakAddr<NodeAgent>,
+    ) -> std::io::Result<()> {
+        let groups = self.clone();
+        std::thread::Builder::new()
+            .name("usage-journal".into())
+            .spawn(move || {
+                while let Some(group) = groups.next() {
+                    let (records, keyed, now_ms) = (group.records, group.keyed, group.now_ms);
+                    // A panic in the journal fails this group's replies
+                    // (closed) instead of leaving them waiting forever.
+                    let append = std::panic::AssertUnwindSafe(|| {
+                        journal.append_keyed(records, keyed, now_ms)
+                    });
+                    let result = match std::panic::catch_unwind(append) {
+                        Ok(Ok(seqs)) => Ok(seqs.end - seqs.start),
+                        Ok(Err(e)) => Err(e.to_string()),
+                        Err(_) => Err("journal writer: the append panicked".to_string()),
+                    };
+                    let Some(agent) = agent.upgrade() else {
+                        return;
+                    };
+                    agent.do_send(Written {
+                        group: group.number,
+                        result,
+                    });
+                }
+            })
+            .map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gshare_core::clock::ManualClock;
+    use gshare_core::metering::{ResidencyId, UsageKey};
+    use gshare_core::model::{PoolKind, TenantId, Tier};
+    use std::time::Duration;
+
+    const BASE_US: u64 = 1_700_000_000_000_000;
+
+    fn key() -> UsageKey {
+        UsageKey {
+            tenant: TenantId("acme".into()),
+            function: "chat".into(),
+            tier: Tier::Guaranteed,
+            gpu_model: "A100-80G".into(),
+            pool_kind: PoolKind::Center,
+        }
+    }
+
+    fn commit() -> (Arc<ManualClock>, GroupCommit) {
+        let (manual, clock) = ManualClock::shared(BASE_US / 1_000);
+        let epoch = clock.now();
+        (manual, GroupCommit::new(clock, epoch, BASE_US))
+    }
+
+    fn done(at_us: u64) -> impl FnOnce(&mut UsageMeter) {
+        move |m: &mut UsageMeter| m.invocation(&key(), 100, at_us - 1_000, at_us)
+    }
+
+    fn invocations(g: &Group) -> u64 {
+        g.records.iter().map(|r| r.invocations).sum()
+    }
+
+    #[test]
+    fn a_group_holds_the_usage_of_every_reply_tagged_with_it() {
+        let (_, c) = commit();
+        let k = KeyedOutcome::new(TenantId("acme".into()), "k1".into(), 1, b"ok");
+        assert_eq!(c.hold(done(BASE_US + 2_000), Some(k.clone())), 1);
+        assert_eq!(c.hold(done(BASE_US + 3_000), None), 1);
+        let g = c.next().expect("due");
+        assert_eq!(g.number, 1);
+        assert_eq!(invocations(&g), 2);
+        // Stamped with the write's time.
+        let k = KeyedOutcome {
+            at_ms: BASE_US / 1_000,
+            ..k
+        };
+        assert_eq!(g.keyed, vec![k]);
+        // Usage held after the writer took group 1 goes with group 2.
+        assert_eq!(c.hold(done(BASE_US + 4_000), None), 2);
+        let g = c.next().expect("due");
+        assert_eq!((g.number, invocations(&g)), (2, 1));
+        assert!(g.keyed.is_empty());
+    }
+
+    #[test]
+    fn keyed_outcomes_keep_their_order_and_take_the_write_time() {
+        let (clock, c) = commit();
+        let tenant = TenantId("acme".into());
+        let head = gshare_core::protocol::ReplyHead {
+            status: 200,
+            headers: Vec::new(),
+        };
+        // A keyed stream's start (held when it opened, stamped 0), then its
+        // end in the same group: the end comes last, so the key keeps it.
+        let start = KeyedOutcome::http(tenant.clone(), "s".into(), 0, head.clone(), &[], 0, false);
+        let end = KeyedOutcome::http(tenant, "s".into(), 0, head, b"data: x", 7, true);
+        c.hold(done(BASE_US + 2_000), Some(start));
+        c.hold(done(BASE_US + 3_000), Some(end));
+        clock.advance(Duration::from_millis(7));
+        let g = c.next().expect("due");
+        let now_ms = BASE_US / 1_000 + 7;
+        assert_eq!(g.now_ms, now_ms);
+        assert_eq!(
+            g.keyed
+                .iter()
+                .map(|o| (o.complete, o.at_ms))
+                .collect::<Vec<_>>(),
+            vec![(false, now_ms), (true, now_ms)]
+        );
+    }
+
+    #[test]
+    fn memory_goes_with_the_next_group_and_the_final_flush_takes_everything() {
+        let (clock, c) = commit();
+        c.meter(|m| m.resident_start(ResidencyId(1), key(), 1_024, BASE_US));
+        clock.advance(Duration::from_millis(10));
+        // A residency alone is not due.
+        c.hold(done(BASE_US + 5_000), None);
+        let g = c.next().expect("due");
+        assert!(g.records.iter().all(|r| r.memory_mib_ms == 0));
+        c.memory_due();
+        let g = c.next().expect("due");
+        assert_eq!(g.number, 2);
+        assert_eq!(
+            g.records.iter().map(|r| r.memory_mib_ms).sum::<u64>(),
+            10 * 1_024
+        );
+        // The final flush: the usage held so far, the residency up to now,
+        // as a group of its own (the writer's next group is the one after).
+        assert_eq!(c.hold(done(BASE_US + 12_000), None), 3);
+        clock.advance(Duration::from_millis(5));
+        let f = c.take_all();
+        assert_eq!(f.number, 3);
+        assert_eq!(invocations(&f), 1);
+        assert_eq!(
+            f.records.iter().map(|r| r.memory_mib_ms).sum::<u64>(),
+            5 * 1_024
+        );
+        assert_eq!(c.hold(done(BASE_US + 16_000), None), 4);
+    }
+
+    #[test]
+    fn an_idle_writer_wakes_on_usage_and_ends_when_closed() {
+        let (_, c) = commit();
+        let c = Arc::new(c);
+        let writer = {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                let mut taken = Vec::new();
+                while let Some(g) = c.next() {
+                    taken.push((g.number, invocations(&g)));
+                }
+                taken
+            })
+        };
+        // Whether the writer already waits or not, each hold is taken by
+        // a group at or after its tag.
+        let tags: Vec<u64> = (1..=3)
+            .map(|i| c.hold(done(BASE_US + i * 2_000), None))
+            .collect();
+        // Wait until everything held was taken, then close.
+        while c.lock().due {
+            std::thread::yield_now();
+        }
+        c.close();
+        let taken = writer.join().expect("writer");
+        assert_eq!(taken.iter().map(|t| t.1).sum::<u64>(), 3);
+        for tag in tags {
+            assert!(taken.iter().any(|t| t.0 == tag), "group {tag} written");
+        }
+    }
+}
