@@ -70,5 +70,12 @@ pub fn client_config(ca: &Path, cert: &Path, key: &Path) -> Result<quinn::Client
             path: cert.to_path_buf(),
             detail: e.to_string(),
         })?;
-    Ok(quinn::ClientConfig::new(Arc::new(crypto)))
+    let mut config = quinn::ClientConfig::new(Arc::new(crypto));
+    // A replica opens one stream per invocation it forwards, held for the
+    // whole reply when it streams: room for as many as the replicas allow
+    // themselves (quinn's default is 100, after which a forward waits).
+    let mut transport = quinn::TransportConfig::default();
+    transport.max_concurrent_bidi_streams(4096u32.into());
+    config.transport_config(Arc::new(transport));
+    Ok(config)
 }

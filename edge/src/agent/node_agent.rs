@@ -491,7 +491,7 @@ impl NodeAgent {
                 };
                 m.waiting.push((group, held));
             }
-            _ => self.release(p.tx, outcome, p.key, None),
+            _ => self.release(p.tx, outcome, p.key, stored.as_ref()),
         }
     }
 

@@ -68,18 +68,20 @@ async fn tee(
     let (mut from, to) = ends.await.ok()?;
     let (mut first, mut len, mut complete) = (Vec::new(), 0u64, false);
     while let Some(item) = from.recv().await {
-        if let StreamItem::Data(b) = &item {
-            let room = gshare_core::protocol::MAX_REPLAY_BODY.saturating_sub(first.len());
-            first.extend_from_slice(&b[..b.len().min(room)]);
-            len = len.saturating_add(b.len() as u64);
-        }
-        let end = item == StreamItem::End;
+        // Counted once passed on: a cut stream's length is what went out.
+        let (end, sent) = match &item {
+            StreamItem::Data(b) => (false, b.clone()),
+            StreamItem::End => (true, Default::default()),
+        };
         if !matches!(
             tokio::time::timeout_at(until, to.send(item)).await,
             Ok(Ok(()))
         ) {
             break;
         }
+        let room = gshare_core::protocol::MAX_REPLAY_BODY.saturating_sub(first.len());
+        first.extend_from_slice(&sent[..sent.len().min(room)]);
+        len = len.saturating_add(sent.len() as u64);
         if end {
             complete = true;
             break;

@@ -346,11 +346,18 @@ async fn forward_quic(
     req: InvokeRequest,
     key: &str,
     http: Option<&HttpCall>,
+    open_within: Duration,
 ) -> Result<Reply, Lost> {
-    let (mut send, mut recv) = conn
-        .open_bi()
-        .await
-        .map_err(|e| Lost::NotSent(e.to_string()))?;
+    // Every stream the agent allows busy (long streamed replies): nothing
+    // was sent, so giving up at the deadline is safe.
+    let (mut send, mut recv) = match tokio::time::timeout(open_within, conn.open_bi()).await {
+        Ok(opened) => opened.map_err(|e| Lost::NotSent(e.to_string()))?,
+        Err(_) => {
+            return Err(Lost::NotSent(
+                "no stream to the agent opened within the deadline".into(),
+            ))
+        }
+    };
     let key = key.to_string();
     let msg = match http {
         None => RegionMessageV1::InvokeKeyed { key, request: req },
@@ -454,10 +461,13 @@ struct Pin<'a> {
     deadline: Option<&'a str>,
 }
 
-/// One HTTP/1.1 POST to a peer replica on the pooled client
+/// One HTTP/1.1 request to a peer replica on the pooled client
 /// ([`super::forward`]: over TLS when `tls` is set), under the
-/// invocation's idempotency key, for one node's agent; the answer read
-/// whole (at most [`MAX_FORWARD_REPLY_BYTES`]) within [`FORWARD_TIMEOUT`].
+/// invocation's idempotency key, for one node's agent: a POST of the plain
+/// route, its answer read whole (at most [`MAX_FORWARD_REPLY_BYTES`]), or
+/// (`http`) the transparent call, its answer's start read and its body
+/// left to stream; either within `within` (at least [`FORWARD_TIMEOUT`],
+/// the request's deadline and [`RELAY_GRACE`] when longer).
 async fn forward_http(
     addr: &str,
     tls: Option<std::sync::Arc<rustls::ClientConfig>>,
@@ -466,6 +476,7 @@ async fn forward_http(
     to: &Pin<'_>,
     body: &[u8],
     http: Option<&HttpCall>,
+    within: Duration,
 ) -> Forwarded {
     let (method, path) = match http {
         None => ("POST", path.to_string()),
@@ -500,7 +511,7 @@ async fn forward_http(
         let body = super::forward::read_reply(addr, reply, MAX_FORWARD_REPLY_BYTES).await?;
         Ok::<_, ForwardError>(Ok((head, body)))
     };
-    match tokio::time::timeout(FORWARD_TIMEOUT, answer).await {
+    match tokio::time::timeout(within, answer).await {
         Ok(Ok(Err((head, reply)))) => Forwarded::Streaming(head, reply),
         Ok(Ok(Ok((head, body)))) => Forwarded::Answer(
             head.status,
@@ -519,8 +530,8 @@ async fn forward_http(
             Forwarded::Lost(e.to_string())
         }
         Err(_) => {
-            tracing::warn!("forward to replica {addr}: no answer within {FORWARD_TIMEOUT:?}");
-            Forwarded::Lost(format!("no answer within {} s", FORWARD_TIMEOUT.as_secs()))
+            tracing::warn!("forward to replica {addr}: no answer within {within:?}");
+            Forwarded::Lost(format!("no answer within {} s", within.as_secs()))
         }
     }
 }
@@ -764,7 +775,8 @@ async fn ask_node(call: &Call<'_>, node: &NodeId, key: &str, pinned: bool) -> St
     };
     let sent = std::time::Instant::now();
     let deadline_ms = call.deadline_ms.unwrap_or(call.function_deadline_ms);
-    match forward_quic(&conn, request, key, call.http).await {
+    let deadline = Duration::from_millis(deadline_ms);
+    match forward_quic(&conn, request, key, call.http, deadline).await {
         // The agent no longer (or not yet) hosts it, and ran nothing under
         // the key (it looks the key up first): an instance just released or
         // just placed (a roll, a drain or a migration moved it).
@@ -788,7 +800,11 @@ async fn ask_node(call: &Call<'_>, node: &NodeId, key: &str, pinned: bool) -> St
             let (tenant, elapsed) = (&call.tenant.0, sent.elapsed());
             hub.activity
                 .invoked(tenant, call.name, deadline_ms, elapsed, outcome);
-            let limit = Duration::from_millis(deadline_ms).saturating_add(RELAY_GRACE);
+            // The relay's bound counts from when the request left, not
+            // from the reply's start.
+            let limit = deadline
+                .saturating_add(RELAY_GRACE)
+                .saturating_sub(sent.elapsed());
             Step::Done(reply.into_response(limit))
         }
         Err(Lost::NotSent(e)) => {
@@ -831,7 +847,15 @@ async fn via_peers(call: &Call<'_>, node: Option<&NodeId>, key: &str) -> Step {
             key,
             deadline: deadline.as_deref(),
         };
-        match forward_http(&peer, tls, &path, call.auth, &to, call.body, call.http).await {
+        // A whole answer (or a streamed one's start) may take the
+        // function's whole deadline; the relay after it counts from here.
+        let asked = std::time::Instant::now();
+        let deadline = Duration::from_millis(call.deadline_ms.unwrap_or(call.function_deadline_ms));
+        let within = FORWARD_TIMEOUT.max(deadline.saturating_add(RELAY_GRACE));
+        let sent = forward_http(
+            &peer, tls, &path, call.auth, &to, call.body, call.http, within,
+        );
+        match sent.await {
             Forwarded::Streaming(head, body) => {
                 let code = head
                     .headers
@@ -840,12 +864,14 @@ async fn via_peers(call: &Call<'_>, node: Option<&NodeId>, key: &str) -> Step {
                     .map(|(_, v)| v.as_slice());
                 match (head.status, code) {
                     (404, Some(b"unknown_function")) => return Step::NotHosted,
+                    // An older peer without the transparent route: nothing ran there.
+                    (404, Some(b"unknown_route")) => continue,
                     (503, Some(b"no_agent" | b"no_instance")) => continue,
                     _ => {}
                 }
-                let limit =
-                    Duration::from_millis(call.deadline_ms.unwrap_or(call.function_deadline_ms))
-                        .saturating_add(RELAY_GRACE);
+                let limit = deadline
+                    .saturating_add(RELAY_GRACE)
+                    .saturating_sub(asked.elapsed());
                 return Step::Done(peer_head(&head).body(RelayedBody::from_peer(body, limit)));
             }
             Forwarded::Answer(status, headers, body) => {
@@ -1216,6 +1242,7 @@ mod tests {
                 },
                 b"{}",
                 None,
+                FORWARD_TIMEOUT,
             ),
         )
         .await
