@@ -459,6 +459,8 @@ struct Pin<'a> {
     key: &'a str,
     /// The request's deadline left, ms, if it has one.
     deadline: Option<&'a str>,
+    /// How long the peer's answer (or a streamed one's start) may take.
+    within: Duration,
 }
 
 /// One HTTP/1.1 request to a peer replica on the pooled client
@@ -476,8 +478,8 @@ async fn forward_http(
     to: &Pin<'_>,
     body: &[u8],
     http: Option<&HttpCall>,
-    within: Duration,
 ) -> Forwarded {
+    let within = to.within;
     let (method, path) = match http {
         None => ("POST", path.to_string()),
         Some(call) => (call.method.as_str(), format!("{path}{}", call.target)),
@@ -842,19 +844,17 @@ async fn via_peers(call: &Call<'_>, node: Option<&NodeId>, key: &str) -> Step {
     let deadline = call.deadline_ms.map(|ms| ms.to_string());
     for peer in peers {
         let tls = ctx.forward_tls.clone();
+        // A whole answer (or a streamed one's start) may take the
+        // function's whole deadline; the relay after it counts from here.
+        let asked = std::time::Instant::now();
+        let left = Duration::from_millis(call.deadline_ms.unwrap_or(call.function_deadline_ms));
         let to = Pin {
             node: node.map(|n| n.0.as_str()),
             key,
             deadline: deadline.as_deref(),
+            within: FORWARD_TIMEOUT.max(left.saturating_add(RELAY_GRACE)),
         };
-        // A whole answer (or a streamed one's start) may take the
-        // function's whole deadline; the relay after it counts from here.
-        let asked = std::time::Instant::now();
-        let deadline = Duration::from_millis(call.deadline_ms.unwrap_or(call.function_deadline_ms));
-        let within = FORWARD_TIMEOUT.max(deadline.saturating_add(RELAY_GRACE));
-        let sent = forward_http(
-            &peer, tls, &path, call.auth, &to, call.body, call.http, within,
-        );
+        let sent = forward_http(&peer, tls, &path, call.auth, &to, call.body, call.http);
         match sent.await {
             Forwarded::Streaming(head, body) => {
                 let code = head
@@ -869,7 +869,7 @@ async fn via_peers(call: &Call<'_>, node: Option<&NodeId>, key: &str) -> Step {
                     (503, Some(b"no_agent" | b"no_instance")) => continue,
                     _ => {}
                 }
-                let limit = deadline
+                let limit = left
                     .saturating_add(RELAY_GRACE)
                     .saturating_sub(asked.elapsed());
                 return Step::Done(peer_head(&head).body(RelayedBody::from_peer(body, limit)));
@@ -1239,10 +1239,10 @@ mod tests {
                     node: Some("n1"),
                     key: "k1",
                     deadline: None,
+                    within: FORWARD_TIMEOUT,
                 },
                 b"{}",
                 None,
-                FORWARD_TIMEOUT,
             ),
         )
         .await
