@@ -370,11 +370,7 @@ pub enum Answered {
 pub async fn ask(agent: &Addr<NodeAgent>, mut msg: Invoke, http: Option<HttpCall>) -> Answered {
     let head_rx = http.map(|call| {
         let (head, rx) = oneshot::channel();
-        msg.http = Some(Transparent {
-            call,
-            head,
-            stream: true,
-        });
+        msg.http = Some(Transparent { call, head });
         rx
     });
     let mut outcome_rx = match agent.send(msg).await {

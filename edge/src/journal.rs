@@ -226,16 +226,7 @@ struct KeyedOutcomeV1 {
 impl KeyedOutcome {
     /// The record of a completed invocation's `body` (kept up to the replay size).
     pub fn new(tenant: TenantId, key: String, at_ms: u64, body: &[u8]) -> Self {
-        let keep = body.len().min(gshare_core::protocol::MAX_REPLAY_BODY);
-        Self {
-            tenant,
-            key,
-            at_ms,
-            body: body[..keep].to_vec(),
-            body_len: body.len() as u64,
-            head: None,
-            complete: true,
-        }
+        Self::kept(tenant, key, at_ms, None, body, body.len() as u64, true)
     }
 
     /// A transparent invocation's answer: its `head`, and `body` (the
@@ -249,6 +240,19 @@ impl KeyedOutcome {
         body_len: u64,
         complete: bool,
     ) -> Self {
+        Self::kept(tenant, key, at_ms, Some(head), body, body_len, complete)
+    }
+
+    /// The record, its body kept up to the replay size.
+    fn kept(
+        tenant: TenantId,
+        key: String,
+        at_ms: u64,
+        head: Option<gshare_core::protocol::ReplyHead>,
+        body: &[u8],
+        body_len: u64,
+        complete: bool,
+    ) -> Self {
         let keep = body.len().min(gshare_core::protocol::MAX_REPLAY_BODY);
         Self {
             tenant,
@@ -256,7 +260,7 @@ impl KeyedOutcome {
             at_ms,
             body: body[..keep].to_vec(),
             body_len: body_len.max(keep as u64),
-            head: Some(head),
+            head,
             complete,
         }
     }

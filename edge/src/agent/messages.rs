@@ -44,9 +44,6 @@ pub struct Transparent {
     /// Receives the function's status and headers (and, for a streamed
     /// reply, its body's chunks: then the outcome only settles the run).
     pub head: oneshot::Sender<ReplyStart>,
-    /// Whether the reply may stream (not for keyed invocations, whose
-    /// answer is stored for replays).
-    pub stream: bool,
 }
 
 /// The start of a transparent invocation's answer.

@@ -119,8 +119,6 @@ struct Pending {
     /// runs) and where the function's status and headers go.
     http: Option<HttpCall>,
     head: Option<oneshot::Sender<ReplyStart>>,
-    /// Its reply may stream (see [`Transparent::stream`]).
-    stream: bool,
     /// When its reply started streaming (the usage up to then is billed as
     /// the invocation; the rest as compute when the stream ends).
     streamed_at: Option<Micros>,
@@ -586,7 +584,7 @@ impl NodeAgent {
                 let stream_to = self
                     .pending
                     .get(&request)
-                    .filter(|p| p.stream && p.http.is_some())
+                    .filter(|p| p.http.is_some())
                     .map(|_| self.stream_watch(request));
                 let Some(p) = self.pending.get_mut(&request) else {
                     return;
@@ -1167,9 +1165,9 @@ impl Handler<Invoke> for NodeAgent {
         let deadline = now.saturating_add(deadline_ms.saturating_mul(1000));
         let request = RequestId(self.next_request);
         self.next_request += 1;
-        let (http, head, stream) = match msg.http {
-            Some(t) => (Some(t.call), Some(t.head), t.stream),
-            None => (None, None, false),
+        let (http, head) = match msg.http {
+            Some(t) => (Some(t.call), Some(t.head)),
+            None => (None, None),
         };
         self.pending.insert(
             request,
@@ -1180,7 +1178,6 @@ impl Handler<Invoke> for NodeAgent {
                 body: msg.body,
                 http,
                 head,
-                stream,
                 streamed_at: None,
                 stream_failed: None,
                 sent_head: None,
