@@ -64,6 +64,66 @@ impl FromStr for PoolKind {
     }
 }
 
+/// The region's placement ranking, named by the topology file's
+/// `[placement] policy` (replicated with the topology): which of the
+/// placement policies the live planner ranks candidates by. The names are
+/// the trace simulator's (`gsharectl sim placement --policy`), whose
+/// policies of the same name use the same measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RegionPolicy {
+    /// Best fit: the GPU left with the least unreserved compute and memory.
+    #[serde(rename = "bestfit")]
+    BestFit,
+    /// FGD: the least growth of expected fragmentation (the FGD paper's
+    /// measure and integer sigmoid buckets).
+    Fgd,
+    /// gshare: the least loss of hole quality, then FGD.
+    #[default]
+    Gshare,
+}
+
+impl RegionPolicy {
+    /// Every policy, in the order `--help` lists them.
+    pub const ALL: [RegionPolicy; 3] = [
+        RegionPolicy::BestFit,
+        RegionPolicy::Fgd,
+        RegionPolicy::Gshare,
+    ];
+
+    /// The name used in the topology file and the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RegionPolicy::BestFit => "bestfit",
+            RegionPolicy::Fgd => "fgd",
+            RegionPolicy::Gshare => "gshare",
+        }
+    }
+}
+
+impl fmt::Display for RegionPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for RegionPolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        RegionPolicy::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| {
+                let known: Vec<&str> = RegionPolicy::ALL.iter().map(|p| p.as_str()).collect();
+                format!(
+                    "unknown placement policy {s:?}; known: {}",
+                    known.join(", ")
+                )
+            })
+    }
+}
+
 /// The sharing tier a tenant buys for a function: coarser guarantees, deeper discount.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

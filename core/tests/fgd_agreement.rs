@@ -1,24 +1,29 @@
-//! The live planner (`state::plan` with `FragmentationAware`, full scan and
-//! indexed) and the trace simulator's FGD (`placement::policies::Fgd`) on
-//! the same state: the same GPUs, the same sharing tasks already on them,
-//! the same typical shapes, the same request. Where the two FGD rules agree
-//! they must choose the same GPU; where their rules differ (how equal FGD
-//! scores are broken, FGD's integer sigmoid buckets, whole GPUs) the cases below pin
-//! what each one does, so that making them one FGD shows up here. A seeded
-//! sweep of random states checks that every difference is a tie in the
-//! simulator's own score.
+//! One FGD and one gshare: the live planner (`state::plan` with
+//! `FgdRanking` / `GshareRanking`, full scan and indexed) and the trace
+//! simulator (`placement::policies::{Fgd, Gshare}`) on the same state: the
+//! same GPUs, the same sharing tasks already on them, the same typical
+//! shapes, the same request. They score with the same measures
+//! (`placement::frag`: FGD's fragmentation and sigmoid buckets, gshare's
+//! hole quality) and break ties the same way (the earliest node, then the
+//! lowest GPU index), so they must choose the same GPU; the one rule left
+//! apart (whole GPUs) is pinned below. A seeded sweep of random states
+//! checks every state.
 //!
 //! The simulator has no GPU memory, so every task here asks for 64 MiB of
-//! a 16 GiB GPU (memory never binds), and its node has CPU to spare.
+//! a 16 GiB GPU (memory never binds). The region's functions ask for no
+//! CPU; in the simulator each task asks for 48 milli-CPU per milli-GPU and
+//! each node has 64,000 per GPU, so CPU never stops a typical shape that a
+//! GPU fits and every task is of gshare's balanced class (no balance
+//! preference), which is what the region's ranking assumes.
 
 use gshare_core::config::Topology;
-use gshare_core::placement::policies::Fgd;
+use gshare_core::placement::policies::{Fgd, Gshare};
 use gshare_core::placement::{
     Cluster, FragModel, GpuModels, GpuSet, GpuSpec, NodeSpec, PlacementPolicy, PodRequest,
 };
 use gshare_core::rng::Rng;
 use gshare_core::state::{
-    plan_spec_with, DomainCommand, FragmentationAware, PlanOptions, RegionState,
+    plan_spec_with, DomainCommand, FgdRanking, GshareRanking, PlanOptions, Ranking, RegionState,
 };
 use gshare_core::{
     FunctionSpec, GpuId, LatencyProfile, NodeId, PoolKind, PoolPreference, Quota, Runtime, Slice,
@@ -131,10 +136,14 @@ fn region(case: &Case) -> RegionState {
     s
 }
 
+/// CPU per GPU of a simulated node, and per milli-GPU of a task.
+const NODE_CPU_PER_GPU: u32 = 64_000;
+const TASK_CPU_PER_MILLI: u32 = 48;
+
 fn pod(milli: u32) -> PodRequest {
     PodRequest {
         name: format!("p{milli}"),
-        cpu_milli: 100,
+        cpu_milli: TASK_CPU_PER_MILLI * milli,
         memory_mib: 0,
         num_gpu: 1,
         gpu_milli: u16::try_from(milli).expect("milli fits"),
@@ -152,7 +161,7 @@ fn cluster(case: &Case) -> Cluster {
         .enumerate()
         .map(|(i, gpus)| NodeSpec {
             name: format!("n{i}"),
-            cpu_milli: 64_000,
+            cpu_milli: NODE_CPU_PER_GPU * gpus.len() as u32,
             memory_mib: 512_000,
             gpus: u8::try_from(gpus.len()).expect("gpus fit"),
             model,
@@ -171,23 +180,32 @@ fn cluster(case: &Case) -> Cluster {
     c
 }
 
+/// The two policies both engines have.
+#[derive(Debug, Clone, Copy)]
+enum Policy {
+    Fgd,
+    Gshare,
+}
+
 /// (node, GPU) the live planner picks, full scan and indexed.
-fn live(case: &Case) -> [(String, u32); 2] {
+fn live(case: &Case, policy: Policy) -> [(String, u32); 2] {
     let s = region(case);
-    let frag = FragmentationAware::from_shapes(case.shapes.iter().map(|&(c, w)| (c, MEM, w)));
+    let shapes = || case.shapes.iter().map(|&(c, w)| (c, MEM, w));
+    let ranking: Box<dyn Ranking> = match policy {
+        Policy::Fgd => Box::new(FgdRanking::from_shapes(shapes())),
+        Policy::Gshare => Box::new(GshareRanking::from_shapes(shapes())),
+    };
     [PlanOptions::default(), PlanOptions::indexed()].map(|o| {
-        let p = plan_spec_with(&s, &spec("req", case.request), &frag, &o)
+        let p = plan_spec_with(&s, &spec("req", case.request), ranking.as_ref(), &o)
             .unwrap_or_else(|r| panic!("{}: live planner: {r}", case.name));
         assert_eq!(p.slices.len(), 1);
         (p.slices[0].gpu.node.0.clone(), p.slices[0].gpu.index)
     })
 }
 
-/// (node, GPU) the simulator's FGD picks.
-fn simulated(case: &Case) -> (String, u32) {
-    let c = cluster(case);
-    // The typical pods are the shapes, as many of each as its weight; every
-    // shape must be kept (the model keeps the most popular 95 %).
+/// The typical pods: the shapes, as many of each as its weight; every
+/// shape must be kept (the model keeps the most popular 95 %).
+fn typical(case: &Case) -> FragModel {
     let pods: Vec<PodRequest> = case
         .shapes
         .iter()
@@ -200,16 +218,49 @@ fn simulated(case: &Case) -> (String, u32) {
         "{}: every shape typical",
         case.name
     );
-    let p = Fgd::new(model)
+    model
+}
+
+/// (node, GPU) the simulator picks.
+fn simulated(case: &Case, policy: Policy) -> (String, u32) {
+    let c = cluster(case);
+    let mut p: Box<dyn PlacementPolicy> = match policy {
+        Policy::Fgd => Box::new(Fgd::new(typical(case))),
+        Policy::Gshare => Box::new(Gshare::new(typical(case), true)),
+    };
+    let p = p
         .place(&c, &pod(case.request), &mut Rng::new(42))
         .unwrap_or_else(|e| panic!("{}: simulator: {e:?}", case.name));
+    assert!(p.remaps.is_empty(), "{}: no remap", case.name);
     let gpus: Vec<usize> = p.gpus.iter().collect();
     assert_eq!(gpus.len(), 1, "{}: one GPU", case.name);
     (format!("n{}", p.node), gpus[0] as u32)
 }
 
+/// Both engines' picks for `case` under each policy, checked equal; the
+/// live planner's indexed pick equal to its full scan.
+fn agree(case: &Case) -> Vec<String> {
+    let mut differ = Vec::new();
+    for policy in [Policy::Fgd, Policy::Gshare] {
+        let [full, indexed] = live(case, policy);
+        assert_eq!(
+            indexed, full,
+            "{} ({policy:?}): the index picks what the scan picks",
+            case.name
+        );
+        let sim = simulated(case, policy);
+        if full != sim {
+            differ.push(format!(
+                "{} ({policy:?}): live {full:?}, simulator {sim:?}",
+                case.name
+            ));
+        }
+    }
+    differ
+}
+
 #[test]
-fn live_planner_and_simulator_choose_the_same_gpu_where_the_fgd_rules_agree() {
+fn live_planner_and_simulator_choose_the_same_gpu() {
     let cases = [
         Case {
             // An exact fill removes a hole no typical shape fits: both take it.
@@ -241,114 +292,75 @@ fn live_planner_and_simulator_choose_the_same_gpu_where_the_fgd_rules_agree() {
             request: 300,
         },
     ];
-    let mut differ = Vec::new();
-    for case in &cases {
-        let [full, indexed] = live(case);
-        let sim = simulated(case);
-        eprintln!(
-            "{}: live {full:?} (indexed {indexed:?}), simulator {sim:?}",
-            case.name
-        );
-        assert_eq!(
-            indexed, full,
-            "{}: the index picks what the scan picks",
-            case.name
-        );
-        if full != sim {
-            differ.push(format!("{}: live {full:?}, simulator {sim:?}", case.name));
-        }
-    }
-    assert!(differ.is_empty(), "the two FGDs differ: {differ:#?}");
+    let differ: Vec<String> = cases.iter().flat_map(agree).collect();
+    assert!(differ.is_empty(), "the engines differ: {differ:#?}");
 }
 
 #[test]
-fn where_the_rules_differ_each_side_does_what_its_rule_says() {
-    // Two GPUs left at 1000 and 600; a 100 request leaves every typical
-    // shape fitting on both, so FGD's fragmentation grows by 0 either way.
-    // The simulator's FGD (the paper's) takes the lowest GPU index among
-    // equal scores; the live ranking breaks the tie by best fit (least
-    // compute and memory left over).
+fn the_former_differences_of_rule_are_gone() {
+    // Equal FGD scores: two GPUs left at 1000 and 600; a 100 request
+    // leaves every typical shape fitting on both. Both engines now take the
+    // lowest index (the live planner broke the tie by best fit before).
     let tie = Case {
         name: "equal FGD scores",
         nodes: vec![vec![vec![], vec![400]]],
         shapes: vec![(250, 1), (100, 1)],
         request: 100,
     };
-    let [full, indexed] = live(&tie);
-    assert_eq!(full, indexed);
-    assert_eq!(full, ("n0".to_string(), 1), "live: best fit among equals");
-    assert_eq!(
-        simulated(&tie),
-        ("n0".to_string(), 0),
-        "simulator: lowest index"
-    );
-
-    // The simulator scores a node ⌊100 × sigmoid(Δ/1000)⌋ (Δ: the fall of
-    // its fragmentation), so a gain of up to 40 milli lands in the same
-    // bucket (50) as no gain; the live ranking counts every milli. GPU 0 is
-    // empty, GPU 1 has a 130 hole no shape fits: a 10 request there shrinks
-    // that hole by 10 (live: growth −10, the better GPU), while the
-    // simulator sees 50 on both GPUs and takes the lowest index.
+    // A gain below one sigmoid bucket: GPU 0 is empty, GPU 1 has a 130
+    // hole no shape fits; a 10 request shrinks it by 10, which FGD's
+    // buckets score 50, like no gain. The live planner used to count every
+    // milli (GPU 1); both now score FGD's buckets.
     let bucket = Case {
         name: "gain below one sigmoid bucket",
         nodes: vec![vec![vec![], vec![870]]],
         shapes: vec![(250, 9), (200, 1)],
         request: 10,
     };
-    let [full, indexed] = live(&bucket);
-    assert_eq!(full, indexed);
-    assert_eq!(
-        full,
-        ("n0".to_string(), 1),
-        "live: every milli of gain counts"
-    );
-    assert_eq!(
-        simulated(&bucket),
-        ("n0".to_string(), 0),
-        "simulator: same bucket, lowest index"
-    );
+    for case in [&tie, &bucket] {
+        let differ = agree(case);
+        assert!(differ.is_empty(), "{differ:#?}");
+        assert_eq!(
+            live(case, Policy::Fgd)[0],
+            ("n0".to_string(), 0),
+            "{}",
+            case.name
+        );
+    }
+}
 
-    // A whole GPU: the live ranking keeps whole nodes whole (the node left
-    // with the fewest empty GPUs); the simulator's FGD scores the node's
-    // fragmentation, which taking an empty GPU next to two holes every
-    // shape still fits leaves at 0 on both nodes: a tie, the first node.
+#[test]
+fn whole_gpus_are_the_one_rule_left_apart() {
+    // A whole GPU: the live planner keeps whole nodes whole (the node left
+    // with the fewest empty GPUs, `Ranking::score_whole`, for every
+    // ranking); the simulator's FGD scores the node's fragmentation, which
+    // taking an empty GPU next to two holes every shape still fits leaves
+    // at 0 on both nodes: a tie, the first node.
     let whole = Case {
         name: "a whole GPU",
         nodes: vec![vec![vec![], vec![]], vec![vec![], vec![500]]],
         shapes: vec![(500, 1), (250, 1)],
         request: 1_000,
     };
-    let [full, indexed] = live(&whole);
-    assert_eq!(full, indexed);
-    assert_eq!(full, ("n1".to_string(), 0), "live: keep whole nodes whole");
+    for policy in [Policy::Fgd, Policy::Gshare] {
+        let [full, indexed] = live(&whole, policy);
+        assert_eq!(full, indexed);
+        assert_eq!(full, ("n1".to_string(), 0), "live: keep whole nodes whole");
+    }
     assert_eq!(
-        simulated(&whole),
+        simulated(&whole, Policy::Fgd),
         ("n0".to_string(), 0),
         "simulator: equal scores, first node"
     );
 }
 
-/// The simulator's score of a sharing `request` on GPU `g` of a node whose
-/// GPUs have `left` milli free (its node score when it takes that GPU).
-fn simulator_score(model: &FragModel, left: &[u16], g: usize, request: u16) -> i64 {
-    let before = model.node_frag(64_000, Some(0), left);
-    let mut after = left.to_vec();
-    after[g] -= request;
-    let after = model.node_frag(64_000 - 100, Some(0), &after);
-    (100.0 / (1.0 + (-(before - after) / 1000.0).exp())) as i64
-}
-
 #[test]
-fn on_random_states_every_difference_is_a_tie_in_the_simulators_score() {
+fn on_random_states_both_engines_choose_the_same_gpu() {
     // Seeded random states of 1–3 nodes × 1–4 GPUs with sharing tasks on
-    // them, 2–3 typical shapes, one sharing request. With single-GPU
-    // shapes, CPU to spare and memory never binding, the simulator's node
-    // fragmentation is the sum of its GPUs' (the live ranking's measure),
-    // so where the two pick differently the simulator must score both
-    // choices alike: the difference is its buckets and tie-break, not the
-    // fragmentation they measure.
+    // them, 2–3 typical shapes, one sharing request, under FGD and gshare.
     const SIZES: [u32; 8] = [50, 100, 150, 200, 250, 300, 400, 500];
-    let (mut same, mut tied) = (0, 0);
+    let mut compared = 0;
+    let mut differ = Vec::new();
     for seed in 0..300u64 {
         let mut rng = Rng::new(seed);
         let mut pick = |n: u64| rng.below(n) as usize;
@@ -378,15 +390,11 @@ fn on_random_states_every_difference_is_a_tie_in_the_simulators_score() {
             }
         }
         let request = SIZES[pick(SIZES.len() as u64)];
-        let left: Vec<Vec<u16>> = nodes
+        let fits = nodes
             .iter()
-            .map(|n| {
-                n.iter()
-                    .map(|t| 1_000 - t.iter().sum::<u32>() as u16)
-                    .collect()
-            })
-            .collect();
-        if !left.iter().flatten().any(|&l| u32::from(l) >= request) {
+            .flatten()
+            .any(|t| 1_000 - t.iter().sum::<u32>() >= request);
+        if !fits {
             continue;
         }
         let case = Case {
@@ -395,35 +403,15 @@ fn on_random_states_every_difference_is_a_tie_in_the_simulators_score() {
             shapes,
             request,
         };
-        let [full, indexed] = live(&case);
-        assert_eq!(
-            full, indexed,
-            "seed {seed}: the index picks what the scan picks"
-        );
-        let sim = simulated(&case);
-        if full == sim {
-            same += 1;
-            continue;
-        }
-        let pods: Vec<PodRequest> = case
-            .shapes
-            .iter()
-            .flat_map(|&(m, w)| (0..w).map(move |_| pod(m)))
-            .collect();
-        let model = FragModel::from_pods(&pods);
-        let node = |name: &str| name[1..].parse::<usize>().expect("node index");
-        let r = u16::try_from(request).expect("request fits");
-        let score =
-            |(n, g): &(String, u32)| simulator_score(&model, &left[node(n)], *g as usize, r);
-        assert_eq!(
-            score(&full),
-            score(&sim),
-            "seed {seed}: live {full:?} and simulator {sim:?} differ by more than a tie \
-             (left {left:?}, shapes {:?}, request {request})",
-            case.shapes
-        );
-        tied += 1;
+        compared += 1;
+        differ.extend(agree(&case).into_iter().map(|d| {
+            format!(
+                "seed {seed}: {d} (nodes {:?}, shapes {:?}, request {request})",
+                case.nodes, case.shapes
+            )
+        }));
     }
-    eprintln!("{same} states: the same GPU; {tied}: different GPUs the simulator scores alike");
-    assert!(same > 100, "too few comparable states ({same})");
+    eprintln!("{compared} states compared under FGD and gshare");
+    assert!(compared > 200, "too few comparable states ({compared})");
+    assert!(differ.is_empty(), "the engines differ: {differ:#?}");
 }

@@ -8,7 +8,8 @@
 
 use gshare_core::config::Topology;
 use gshare_core::state::{
-    plan_spec_with, BestFit, DomainCommand, FragmentationAware, PlanOptions, Ranking, RegionState,
+    plan_spec_with, BestFit, DomainCommand, FgdRanking, GshareRanking, PlanOptions, Ranking,
+    RegionState,
 };
 use gshare_core::{
     FunctionSpec, LatencyProfile, PoolKind, PoolPreference, Quota, Runtime, TenantId, Tier,
@@ -94,15 +95,18 @@ fn plans_on_eight_thousand_gpus_all_apply() {
         base.apply(DomainCommand::FunctionDeploy { spec: spec(i) }, 0)
             .unwrap();
     }
-    let frag = FragmentationAware::from_state(&base);
+    let fgd = FgdRanking::from_state(&base);
+    let gshare = GshareRanking::from_state(&base);
     let full = PlanOptions::default();
     // (label, ranking, 0 full scan / 1 limited / 2 indexed)
-    let runs: [(&str, &dyn Ranking, u8); 5] = [
+    let runs: [(&str, &dyn Ranking, u8); 7] = [
         ("bestfit, full scan", &BestFit, 0),
-        ("fragmentation-aware, full scan", &frag, 0),
-        ("fragmentation-aware, 16 feasible", &frag, 1),
+        ("fgd, full scan", &fgd, 0),
+        ("gshare, full scan", &gshare, 0),
+        ("gshare, 16 feasible", &gshare, 1),
         ("bestfit, indexed", &BestFit, 2),
-        ("fragmentation-aware, indexed", &frag, 2),
+        ("fgd, indexed", &fgd, 2),
+        ("gshare, indexed", &gshare, 2),
     ];
     let mut per_plan_us = Vec::new();
     let mut chosen: Vec<Vec<Vec<gshare_core::Slice>>> = Vec::new();
@@ -144,19 +148,19 @@ fn plans_on_eight_thousand_gpus_all_apply() {
         );
     }
     println!(
-        "time per plan relative to bestfit full scan: fragmentation-aware {:.2}, limited {:.3}, indexed bestfit {:.3}, indexed fragmentation-aware {:.3}",
+        "time per plan relative to bestfit full scan: fgd {:.2}, gshare {:.2}, gshare limited {:.3}, indexed bestfit {:.3}, indexed fgd {:.3}, indexed gshare {:.3}",
         per_plan_us[1] / per_plan_us[0],
         per_plan_us[2] / per_plan_us[0],
         per_plan_us[3] / per_plan_us[0],
-        per_plan_us[4] / per_plan_us[0]
+        per_plan_us[4] / per_plan_us[0],
+        per_plan_us[5] / per_plan_us[0],
+        per_plan_us[6] / per_plan_us[0]
     );
     // The index picks what the full scan of the same ranking picks, plan by plan.
-    assert!(
-        chosen[3] == chosen[0],
-        "indexed bestfit differs from its full scan"
-    );
-    assert!(
-        chosen[4] == chosen[1],
-        "indexed fragmentation-aware differs from its full scan"
-    );
+    for (indexed, scan, label) in [(4, 0, "bestfit"), (5, 1, "fgd"), (6, 2, "gshare")] {
+        assert!(
+            chosen[indexed] == chosen[scan],
+            "indexed {label} differs from its full scan"
+        );
+    }
 }

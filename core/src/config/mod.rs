@@ -57,4 +57,4 @@ pub use replica_file::{
 };
 pub use runtime_drivers::{DriverKind, RuntimeDriverConfig, RuntimeDrivers, TemplateRef};
 pub use tenants::{Tenant, Tenants};
-pub use topology::Topology;
+pub use topology::{LegacyTopology, Topology};

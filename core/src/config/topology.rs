@@ -8,7 +8,7 @@ use super::node::{GpuGroup, Node};
 use super::pool::Pool;
 use super::pricing::{Charge, PriceList, PricingError, Usage};
 use super::topology_file::parse_topology;
-use crate::model::{GpuId, Mib, Micros, PoolKind, Tier};
+use crate::model::{GpuId, Mib, Micros, PoolKind, RegionPolicy, Tier};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -28,6 +28,8 @@ pub struct Topology {
     swap: SwapCost,
     pools: Vec<Pool>,
     pricing: PriceList,
+    /// The region's placement ranking (`[placement] policy`).
+    placement: RegionPolicy,
     /// Node name -> (pool index, node index in the pool).
     node_index: HashMap<String, (usize, usize)>,
 }
@@ -58,8 +60,21 @@ impl Topology {
             swap,
             pools,
             pricing,
+            placement: RegionPolicy::default(),
             node_index,
         }
+    }
+
+    /// This topology with the placement ranking `placement`.
+    pub fn with_placement(mut self, placement: RegionPolicy) -> Self {
+        self.placement = placement;
+        self
+    }
+
+    /// The region's placement ranking (`[placement] policy`, default
+    /// `gshare`).
+    pub fn placement_policy(&self) -> RegionPolicy {
+        self.placement
     }
 
     /// The region-wide cold-start default (`[cold_start]`); each node has
@@ -183,6 +198,7 @@ struct TopologyData {
     swap: SwapCost,
     pools: Vec<Pool>,
     pricing: PriceList,
+    placement: RegionPolicy,
 }
 
 impl From<Topology> for TopologyData {
@@ -193,6 +209,7 @@ impl From<Topology> for TopologyData {
             swap: t.swap,
             pools: t.pools,
             pricing: t.pricing,
+            placement: t.placement,
         }
     }
 }
@@ -200,6 +217,47 @@ impl From<Topology> for TopologyData {
 impl From<TopologyData> for Topology {
     fn from(d: TopologyData) -> Self {
         Topology::new(d.gpu_models, (d.cold_start, d.swap), d.pools, d.pricing)
+            .with_placement(d.placement)
+    }
+}
+
+/// A [`Topology`] in the serialized form written before `[placement]`
+/// existed (no placement policy: it reads as the default). Only the Raft
+/// log's older `TopologyLoad` entries hold it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(into = "TopologyDataV1", from = "TopologyDataV1")]
+pub struct LegacyTopology(pub Topology);
+
+/// The serialized form of a [`LegacyTopology`].
+#[derive(Serialize, Deserialize)]
+struct TopologyDataV1 {
+    gpu_models: Vec<GpuModel>,
+    cold_start: ColdStart,
+    swap: SwapCost,
+    pools: Vec<Pool>,
+    pricing: PriceList,
+}
+
+impl From<LegacyTopology> for TopologyDataV1 {
+    fn from(LegacyTopology(t): LegacyTopology) -> Self {
+        Self {
+            gpu_models: t.gpu_models,
+            cold_start: t.cold_start,
+            swap: t.swap,
+            pools: t.pools,
+            pricing: t.pricing,
+        }
+    }
+}
+
+impl From<TopologyDataV1> for LegacyTopology {
+    fn from(d: TopologyDataV1) -> Self {
+        LegacyTopology(Topology::new(
+            d.gpu_models,
+            (d.cold_start, d.swap),
+            d.pools,
+            d.pricing,
+        ))
     }
 }
 

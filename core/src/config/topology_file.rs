@@ -25,7 +25,7 @@ use super::pricing::{Price, PriceList, BP_PER_WHOLE, MAX_PRICE};
 use super::reader::{check_range, parse_document, quote, Field, Issues, Loc, TableReader};
 use super::topology::Topology;
 use crate::bounds::{MAX_GPU_MEMORY_MIB, MAX_UNITS_PER_CURRENCY};
-use crate::model::{Micros, NodeId, PoolKind, Tier};
+use crate::model::{Micros, NodeId, PoolKind, RegionPolicy, Tier};
 use std::collections::{BTreeMap, HashMap};
 
 /// Largest bandwidth accepted (host-to-device or storage), MiB/s (~1 TiB/s).
@@ -101,6 +101,8 @@ struct RawTopology {
     /// Where `pools` is; `None` when the key is absent (already reported).
     pools_at: Option<Loc>,
     pricing: Option<RawPricing>,
+    /// `[placement] policy`, when given.
+    placement: Option<Field<String>>,
 }
 
 /// Parses and validates the topology file `file` whose text is `src`.
@@ -162,6 +164,11 @@ fn read_topology(is: &mut Issues<'_>, mut root: TableReader<'_, '_>) -> RawTopol
         .map(|t| read_pool(is, t))
         .collect();
     let pricing = root.table(is, "pricing", true).map(|t| read_pricing(is, t));
+    let placement = root.table(is, "placement", false).and_then(|mut t| {
+        let policy = t.has("policy").then(|| t.string(is, "policy", true));
+        t.finish(is);
+        policy
+    });
     root.finish(is);
     RawTopology {
         models,
@@ -169,6 +176,7 @@ fn read_topology(is: &mut Issues<'_>, mut root: TableReader<'_, '_>) -> RawTopol
         pools,
         pools_at,
         pricing,
+        placement,
     }
 }
 
@@ -356,6 +364,26 @@ fn parse_kind(is: &mut Issues<'_>, f: &Field<String>) -> Option<PoolKind> {
     }
 }
 
+fn parse_placement(is: &mut Issues<'_>, f: &Field<String>) -> Option<RegionPolicy> {
+    let s = f.v.as_ref()?;
+    match s.parse::<RegionPolicy>() {
+        Ok(p) => Some(p),
+        Err(_) => {
+            let known: Vec<&str> = RegionPolicy::ALL.iter().map(|p| p.as_str()).collect();
+            is.report(
+                &f.at,
+                IssueKind::Invalid,
+                format!(
+                    "unknown placement policy (expected one of: {})",
+                    known.join(", ")
+                ),
+                Some(quote(s)),
+            );
+            None
+        }
+    }
+}
+
 fn validate(is: &mut Issues<'_>, raw: RawTopology) -> Option<Topology> {
     // GPU models.
     let mut models: BTreeMap<String, GpuModel> = BTreeMap::new();
@@ -496,6 +524,10 @@ fn validate(is: &mut Issues<'_>, raw: RawTopology) -> Option<Topology> {
         });
     }
 
+    let placement = match &raw.placement {
+        Some(f) => parse_placement(is, f),
+        None => Some(RegionPolicy::default()),
+    };
     let pricing = raw
         .pricing
         .map(|r| validate_pricing(is, r, Some((&models, &model_list)), &in_use));
@@ -512,12 +544,10 @@ fn validate(is: &mut Issues<'_>, raw: RawTopology) -> Option<Topology> {
             setup_us: region.swap_setup_us.unwrap_or(0),
         },
     );
-    Some(Topology::new(
-        models.into_values().collect(),
-        defaults,
-        pools,
-        pricing,
-    ))
+    Some(
+        Topology::new(models.into_values().collect(), defaults, pools, pricing)
+            .with_placement(placement.unwrap_or_default()),
+    )
 }
 
 fn validate_pricing(
@@ -744,6 +774,35 @@ memory_gib_hour = 1
             "kind = \"center\"\n\"my key\" = true",
             "pools[0].\"my key\": unknown key",
         );
+    }
+
+    #[test]
+    fn the_placement_policy_is_optional_and_checked() {
+        let base = parse_topology("t.toml", BASE).unwrap();
+        assert_eq!(base.placement_policy(), RegionPolicy::Gshare);
+        for (name, policy) in [
+            ("bestfit", RegionPolicy::BestFit),
+            ("fgd", RegionPolicy::Fgd),
+            ("gshare", RegionPolicy::Gshare),
+        ] {
+            let src = format!("[placement]\npolicy = \"{name}\"\n{BASE}");
+            let t = parse_topology("t.toml", &src).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(t.placement_policy(), policy);
+        }
+        // An unknown name, a typo in the key, and a mistake elsewhere: all
+        // reported at once, each with its key path.
+        let src = format!(
+            "[placement]\npolicy = \"fgd2\"\npolcy = 1\n{}",
+            BASE.replacen("count = 1", "count = 1.5", 1)
+        );
+        let e = parse_topology("t.toml", &src).unwrap_err().to_string();
+        assert!(
+            e.contains("t.toml:2:10: placement.policy: unknown placement policy (expected one of: bestfit, fgd, gshare) (got \"fgd2\")"),
+            "{e}"
+        );
+        assert!(e.contains("placement.polcy: unknown key"), "{e}");
+        assert!(e.contains("gpus[0].count"), "{e}");
+        assert_eq!(e.lines().count(), 3, "{e}");
     }
 
     #[test]

@@ -33,7 +33,7 @@ mod trace;
 
 pub use cluster::{Cluster, GpuModels, Node, NodeSpec, TaskId, MAX_GPUS_PER_NODE};
 pub use failure::{AllocMetric, PlacementFailure, ResourceDimension};
-pub use frag::{FragModel, TypicalPod};
+pub use frag::{fgd_bucket, FragModel, HoleQuality, TypicalPod};
 pub use plan::{GpuSet, Placement, Remap};
 pub use policy::{
     canonical_policy_name, policy_by_name, PlacementPolicy, UnknownPolicy, POLICY_NAMES,

@@ -17,7 +17,7 @@
 
 use super::agent::AgentId;
 use super::instance::InstanceId;
-use crate::config::{PriceList, Topology};
+use crate::config::{LegacyTopology, PriceList, Topology};
 use crate::model::{FunctionSpec, NodeId, PoolKind, Quota, Slice, TenantId, Tier};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -78,10 +78,11 @@ pub enum DomainCommand {
         /// every pool kind where it runs.
         list: PriceList,
     },
-    /// Loads the topology, or reloads it: nodes that disappear are drained.
-    TopologyLoad {
-        /// The validated topology (its `[pricing]` becomes the price list).
-        topology: Topology,
+    /// [`DomainCommand::TopologyLoad`] as written before topologies had a
+    /// `[placement]` policy (older logs; it loads the default policy).
+    TopologyLoadV1 {
+        /// The validated topology, in the older serialized form.
+        topology: LegacyTopology,
     },
     /// Deploys a new function (names are per tenant).
     FunctionDeploy {
@@ -275,6 +276,12 @@ pub enum DomainCommand {
         /// Release the old side (completed), or the new one (given up).
         complete: bool,
     },
+    /// Loads the topology, or reloads it: nodes that disappear are drained;
+    /// its `[placement] policy` becomes the region's ranking.
+    TopologyLoad {
+        /// The validated topology (its `[pricing]` becomes the price list).
+        topology: Topology,
+    },
 }
 
 impl DomainCommand {
@@ -287,7 +294,9 @@ impl DomainCommand {
             DomainCommand::TokenRevoke { .. } => "token_revoke",
             DomainCommand::QuotaSet { .. } => "quota_set",
             DomainCommand::PriceListSet { .. } => "price_list_set",
-            DomainCommand::TopologyLoad { .. } => "topology_load",
+            DomainCommand::TopologyLoad { .. } | DomainCommand::TopologyLoadV1 { .. } => {
+                "topology_load"
+            }
             DomainCommand::FunctionDeploy { .. } => "function_deploy",
             DomainCommand::FunctionUpdate { .. } => "function_update",
             DomainCommand::FunctionDelete { .. } => "function_delete",

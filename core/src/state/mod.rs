@@ -101,7 +101,9 @@ pub use plan_metric::PlanMetric;
 pub use plan_rejection::{PlanRejection, RejectReason};
 pub use price_history::{PriceEpoch, PriceHistory};
 pub use query_error::QueryError;
-pub use ranking::{BestFit, FragmentationAware, Ranking, MAX_SHAPES};
+pub use ranking::{
+    deployed_shapes, BestFit, FgdRanking, GshareRanking, Ranking, RegionRanking, MAX_SHAPES,
+};
 pub use region_state::{RegionState, UnixMillis, MAX_GPUS_PER_INSTANCE, MAX_LABEL_LEN};
 pub use replacement::{plan_replacement, Replacement};
 pub use sequence::{SequenceCursor, MAX_SEQUENCE_AHEAD};

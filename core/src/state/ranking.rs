@@ -1,10 +1,13 @@
-//! How the planner ranks the candidates that fit: a small trait and two
-//! rankings (best fit, and an FGD-flavoured fragmentation-aware one).
-//! Placement policies from `placement/` can be plugged in behind the trait.
+//! How the planner ranks the candidates that fit: a small trait and the
+//! region's rankings, best fit, FGD and gshare, the last two on the trace
+//! simulator's own measures (`placement::frag`: FGD's fragmentation and
+//! sigmoid buckets, gshare's hole quality), GPU by GPU. Which one the
+//! region uses is its topology's `[placement] policy` ([`RegionRanking`]).
 
 use super::fit::{Demand, GpuCapacity, GpuLoad, NodeLoad};
 use super::region_state::RegionState;
-use crate::model::{Mib, MilliGpu, Tier};
+use crate::model::{Mib, MilliGpu, RegionPolicy, Tier, WHOLE_GPU};
+use crate::placement::{fgd_bucket, FragModel, HoleQuality};
 use std::collections::BTreeMap;
 
 /// Ranks feasible candidates; lower scores win.
@@ -66,72 +69,83 @@ impl Ranking for BestFit {
     }
 }
 
-/// FGD-flavoured: minimise the growth of fragmentation, measured against
-/// the shapes of the functions deployed in the region, then best fit.
-///
-/// A GPU's fragmentation for a shape `(c, m)` is its unreserved compute if
-/// the shape no longer fits in its unreserved compute and memory, else 0;
-/// the GPU's fragmentation is the average over shapes weighted by how many
-/// functions and instances have each shape (the 16 most common).
-#[derive(Debug, Clone, Default)]
-pub struct FragmentationAware {
-    shapes: Vec<(MilliGpu, Mib, u64)>,
-    total_weight: u64,
+/// The deployed GPU-sharing functions' shapes `(compute, memory,
+/// weight)`, each weighted by one plus its instances: the region's typical
+/// pods (the trace simulator takes them from the pod list).
+pub fn deployed_shapes(state: &RegionState) -> Vec<(MilliGpu, Mib, u64)> {
+    let mut w: BTreeMap<(MilliGpu, Mib), u64> = BTreeMap::new();
+    for f in state.functions() {
+        let s = &f.spec;
+        if matches!(s.tier, Tier::Guaranteed | Tier::Burstable) {
+            let n = w.entry((s.compute_milli, s.memory_mib)).or_default();
+            *n = n
+                .saturating_add(1)
+                .saturating_add(u64::from(state.instance_count(&s.tenant, &s.name)));
+        }
+    }
+    w.into_iter().map(|((c, m), n)| (c, m, n)).collect()
 }
 
-/// How many function shapes [`FragmentationAware`] weighs.
+/// How many typical shapes the region's FGD keeps (the most popular of
+/// FGD's 95 %): each plan scores every class of GPUs against each.
 pub const MAX_SHAPES: usize = 16;
 
-impl FragmentationAware {
-    /// Shapes from the region's deployed, GPU-sharing functions.
+/// A GPU's unreserved compute as the placement measures read it.
+fn free_milli(load: &GpuLoad) -> u16 {
+    u16::try_from(load.free_compute().min(WHOLE_GPU)).unwrap_or(1000)
+}
+
+/// FGD (the FGD paper's, the trace simulator's `fgd`): the GPU whose
+/// expected fragmentation, against the typical pods, grows least, scored
+/// in FGD's integer sigmoid buckets ([`fgd_bucket`]); equal scores go to
+/// the earliest GPU. The typical pods are the deployed functions' shapes
+/// ([`deployed_shapes`]), with their GPU memory: a shape that does not fit
+/// a GPU's free memory cannot use its free compute either.
+#[derive(Debug, Clone, Default)]
+pub struct FgdRanking {
+    model: FragModel,
+}
+
+impl FgdRanking {
+    /// FGD over the state's deployed shapes.
     pub fn from_state(state: &RegionState) -> Self {
-        let mut w: BTreeMap<(MilliGpu, Mib), u64> = BTreeMap::new();
-        for f in state.functions() {
-            let s = &f.spec;
-            if matches!(s.tier, Tier::Guaranteed | Tier::Burstable) {
-                let n = w.entry((s.compute_milli, s.memory_mib)).or_default();
-                *n = n
-                    .saturating_add(1)
-                    .saturating_add(u64::from(state.instance_count(&s.tenant, &s.name)));
-            }
-        }
-        Self::from_shapes(w.into_iter().map(|((c, m), n)| (c, m, n)))
+        Self::from_shapes(deployed_shapes(state))
     }
 
-    /// Shapes given directly as `(compute, memory, weight)`.
+    /// FGD over shapes given as `(compute, memory, weight)`.
     pub fn from_shapes(shapes: impl IntoIterator<Item = (MilliGpu, Mib, u64)>) -> Self {
-        let mut shapes: Vec<_> = shapes.into_iter().filter(|s| s.2 > 0).collect();
-        shapes.sort_by(|a, b| b.2.cmp(&a.2).then((a.0, a.1).cmp(&(b.0, b.1))));
-        shapes.truncate(MAX_SHAPES);
-        let total_weight = shapes.iter().fold(0, |t: u64, s| t.saturating_add(s.2));
+        let shapes = shapes
+            .into_iter()
+            .filter(|s| s.2 > 0)
+            .map(|(c, m, w)| (u16::try_from(c.min(WHOLE_GPU)).unwrap_or(1000), m, w));
         Self {
-            shapes,
-            total_weight,
+            model: FragModel::from_shapes(shapes, MAX_SHAPES),
         }
     }
 
-    /// Fragmentation of a GPU in milli-GPU (weighted average over shapes).
-    pub fn fragmentation(&self, capacity: &GpuCapacity, load: &GpuLoad) -> i64 {
-        if self.total_weight == 0 {
-            return 0;
-        }
-        let fc = load.free_compute();
-        let fm = load.free_memory(capacity);
-        let stuck = self
-            .shapes
-            .iter()
-            .filter(|(c, m, _)| *c > fc || *m > fm)
-            .fold(0, |sum: u64, (_, _, w)| {
-                sum.saturating_add(w.saturating_mul(u64::from(fc)))
-            });
-        let avg = stuck.checked_div(self.total_weight).unwrap_or(0);
-        i64::try_from(avg).unwrap_or(i64::MAX)
+    /// The typical pods.
+    pub fn model(&self) -> &FragModel {
+        &self.model
+    }
+
+    /// Expected fragmented milli-GPU of a GPU of `capacity` under `load`.
+    pub fn fragmentation(&self, capacity: &GpuCapacity, load: &GpuLoad) -> f64 {
+        self.model
+            .gpu_frag(free_milli(load), load.free_memory(capacity))
+    }
+
+    /// FGD's bucket (0..=100, higher is better) of `demand` on a GPU.
+    fn bucket(&self, capacity: &GpuCapacity, before: &GpuLoad, after: &GpuLoad) -> i64 {
+        fgd_bucket(
+            self.fragmentation(capacity, before),
+            self.fragmentation(capacity, after),
+        )
     }
 }
 
-impl Ranking for FragmentationAware {
+impl Ranking for FgdRanking {
     fn name(&self) -> &'static str {
-        "fragmentation-aware"
+        "fgd"
     }
 
     fn score_slice(&self, capacity: &GpuCapacity, before: &GpuLoad, demand: &Demand) -> i64 {
@@ -139,10 +153,96 @@ impl Ranking for FragmentationAware {
         if demand.tier == Tier::Oversubscribed {
             return oversubscribed_score(capacity, &after);
         }
-        let grow = self
-            .fragmentation(capacity, &after)
-            .saturating_sub(self.fragmentation(capacity, before));
-        grow.saturating_mul(4096)
-            .saturating_add(leftover(capacity, &after))
+        100i64.saturating_sub(self.bucket(capacity, before, &after))
+    }
+}
+
+/// gshare (the trace simulator's `gshare` on a region's functions, which
+/// ask for no CPU and any GPU model): the GPU where the slice spoils the
+/// least hole quality ([`HoleQuality`]: what the hole left can still be
+/// filled with, in the typical pods' common sizes), then FGD's bucket on
+/// that GPU; equal scores go to the earliest GPU.
+#[derive(Debug, Clone)]
+pub struct GshareRanking {
+    fgd: FgdRanking,
+    holes: HoleQuality,
+}
+
+impl GshareRanking {
+    /// gshare over the state's deployed shapes.
+    pub fn from_state(state: &RegionState) -> Self {
+        Self::from_fgd(FgdRanking::from_state(state))
+    }
+
+    /// gshare over shapes given as `(compute, memory, weight)`.
+    pub fn from_shapes(shapes: impl IntoIterator<Item = (MilliGpu, Mib, u64)>) -> Self {
+        Self::from_fgd(FgdRanking::from_shapes(shapes))
+    }
+
+    fn from_fgd(fgd: FgdRanking) -> Self {
+        let holes = HoleQuality::new(fgd.model());
+        Self { fgd, holes }
+    }
+}
+
+impl Ranking for GshareRanking {
+    fn name(&self) -> &'static str {
+        "gshare"
+    }
+
+    fn score_slice(&self, capacity: &GpuCapacity, before: &GpuLoad, demand: &Demand) -> i64 {
+        let after = before.with(demand);
+        if demand.tier == Tier::Oversubscribed {
+            return oversubscribed_score(capacity, &after);
+        }
+        let loss = i64::from(self.holes.dead(free_milli(&after)))
+            .saturating_sub(i64::from(self.holes.dead(free_milli(before))));
+        // (loss, bucket) in lexicographic order: the bucket is 0..=100.
+        loss.saturating_mul(128)
+            .saturating_add(100i64.saturating_sub(self.fgd.bucket(capacity, before, &after)))
+    }
+}
+
+/// The ranking the region's policy names ([`RegionState::placement_policy`]).
+#[derive(Debug, Clone)]
+pub enum RegionRanking {
+    /// `bestfit`.
+    BestFit(BestFit),
+    /// `fgd`.
+    Fgd(FgdRanking),
+    /// `gshare`.
+    Gshare(GshareRanking),
+}
+
+impl RegionRanking {
+    /// The region's ranking over its deployed shapes.
+    pub fn from_state(state: &RegionState) -> Self {
+        match state.placement_policy() {
+            RegionPolicy::BestFit => RegionRanking::BestFit(BestFit),
+            RegionPolicy::Fgd => RegionRanking::Fgd(FgdRanking::from_state(state)),
+            RegionPolicy::Gshare => RegionRanking::Gshare(GshareRanking::from_state(state)),
+        }
+    }
+
+    fn inner(&self) -> &dyn Ranking {
+        match self {
+            RegionRanking::BestFit(r) => r,
+            RegionRanking::Fgd(r) => r,
+            RegionRanking::Gshare(r) => r,
+        }
+    }
+}
+
+impl Ranking for RegionRanking {
+    fn name(&self) -> &'static str {
+        self.inner().name()
+    }
+
+    fn score_slice(&self, capacity: &GpuCapacity, before: &GpuLoad, demand: &Demand) -> i64 {
+        self.inner().score_slice(capacity, before, demand)
+    }
+
+    fn score_whole(&self, node: &NodeLoad, taken: &[u32]) -> i64 {
+        self.inner().score_whole(node, taken)
     }
 }

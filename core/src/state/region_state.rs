@@ -25,9 +25,9 @@ use super::query_error::QueryError;
 use super::sequence::SequenceCursor;
 use super::tenant_record::{TenantRecord, TokenRecord};
 use crate::bounds;
-use crate::config::{is_valid_name, PriceList, Topology, Usage};
+use crate::config::{is_valid_name, LegacyTopology, PriceList, Topology, Usage};
 use crate::model::{
-    FunctionSpec, GpuId, NodeId, PoolKind, Quota, Slice, TenantId, Tier, WHOLE_GPU,
+    FunctionSpec, GpuId, NodeId, PoolKind, Quota, RegionPolicy, Slice, TenantId, Tier, WHOLE_GPU,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -140,6 +140,16 @@ impl RegionState {
     }
 
     // ----- reads -----
+
+    /// The region's placement ranking: its topology's `[placement]
+    /// policy (the default, `gshare`, before a topology is loaded).
+    pub fn placement_policy(&self) -> RegionPolicy {
+        self.data
+            .topology
+            .as_ref()
+            .map(Topology::placement_policy)
+            .unwrap_or_default()
+    }
 
     /// The topology, once loaded.
     pub fn topology(&self) -> Option<&Topology> {
@@ -604,7 +614,10 @@ impl RegionState {
                 quota,
             } => self.quota_set(tenant, pool_kind, quota),
             DomainCommand::PriceListSet { list } => self.price_list_set(list, now),
-            DomainCommand::TopologyLoad { topology } => Ok(self.topology_load(topology, now)),
+            DomainCommand::TopologyLoad { topology }
+            | DomainCommand::TopologyLoadV1 {
+                topology: LegacyTopology(topology),
+            } => Ok(self.topology_load(topology, now)),
             DomainCommand::FunctionDeploy { spec } => self.function_deploy(spec, now),
             DomainCommand::FunctionUpdate { spec } => self.function_update(spec, now),
             DomainCommand::FunctionDelete { tenant, name } => self.function_delete(tenant, name),

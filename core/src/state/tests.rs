@@ -7,7 +7,7 @@ use super::*;
 use crate::config::{PriceList, Topology, Usage};
 use crate::model::{
     FunctionSpec, GpuId, LatencyProfile, NodeId, PoolKind, PoolPreference, Quota, QuotaDimension,
-    Runtime, Slice, TenantId, Tier,
+    RegionPolicy, Runtime, Slice, TenantId, Tier,
 };
 use crate::rng::Rng;
 use std::collections::BTreeMap;
@@ -1138,7 +1138,7 @@ fn random_commands_from_two_stale_leaders_never_over_allocate() {
                         continue;
                     }
                     let f = &fs[rng.below(fs.len() as u64) as usize];
-                    let ranking = FragmentationAware::from_state(&views[leader]);
+                    let ranking = RegionRanking::from_state(&views[leader]);
                     if let Ok(p) = plan_spec(&views[leader], f, &ranking) {
                         pending[leader].push(p.command());
                     }
@@ -1259,7 +1259,7 @@ fn a_fresh_plan_always_applies() {
             let tenant = ["acme", "globex"][rng.below(2) as usize];
             let f = random_spec(&mut rng, tenant, format!("f{i}"));
             deploy(&mut s, f.clone());
-            let ranking = FragmentationAware::from_state(&s);
+            let ranking = RegionRanking::from_state(&s);
             match plan_spec(&s, &f, &ranking) {
                 Ok(p) => {
                     ok(&mut s, p.command());
@@ -1271,14 +1271,15 @@ fn a_fresh_plan_always_applies() {
 }
 
 #[test]
-fn fragmentation_aware_ranking_keeps_room_for_common_shapes() {
+fn fgd_and_gshare_rankings_keep_room_for_common_shapes() {
     // Typical shape: 500 milli / 4 GiB. A 500-milli request should go to a
     // GPU where the rest still fits the shape, not one it would strand.
     let cap = GpuCapacity {
         memory_mib: 16_384,
         available: true,
     };
-    let r = FragmentationAware::from_shapes([(500, 4_096, 10)]);
+    let fgd = FgdRanking::from_shapes([(500, 4_096, 10)]);
+    let gshare = GshareRanking::from_shapes([(500, 4_096, 10)]);
     let half = GpuLoad::default().with(&Demand {
         tier: Tier::Guaranteed,
         compute_milli: 500,
@@ -1294,11 +1295,61 @@ fn fragmentation_aware_ranking_keeps_room_for_common_shapes() {
         compute_milli: 500,
         memory_mib: 4_096,
     };
-    assert_eq!(r.fragmentation(&cap, &odd), 0);
-    // On `odd` the request leaves 200 milli nobody's shape can use.
-    assert!(r.score_slice(&cap, &half, &d) < r.score_slice(&cap, &odd, &d));
-    assert!(r.score_slice(&cap, &half, &d) < r.score_slice(&cap, &GpuLoad::default(), &d));
-    assert_eq!(r.name(), "fragmentation-aware");
+    // 700 milli and 12 GiB left: the shape fits, nothing is lost.
+    assert_eq!(fgd.fragmentation(&cap, &odd), 0.0);
+    // Memory counts: with 3 GiB left the shape cannot use the free compute.
+    let full_memory = GpuLoad::default().with(&Demand {
+        tier: Tier::Guaranteed,
+        compute_milli: 100,
+        memory_mib: 13_384,
+    });
+    assert_eq!(fgd.fragmentation(&cap, &full_memory), 900.0);
+    for r in [&fgd as &dyn Ranking, &gshare] {
+        // On `odd` the request leaves 200 milli nobody's shape can use.
+        assert!(r.score_slice(&cap, &half, &d) < r.score_slice(&cap, &odd, &d));
+        // Filling `half` exactly and taking half of an empty GPU both leave
+        // every shape its room: equal scores (the earlier GPU wins), as in
+        // the FGD paper's measure.
+        assert_eq!(
+            r.score_slice(&cap, &half, &d),
+            r.score_slice(&cap, &GpuLoad::default(), &d)
+        );
+    }
+    assert_eq!((fgd.name(), gshare.name()), ("fgd", "gshare"));
+}
+
+#[test]
+fn the_region_ranks_by_its_topologys_placement_policy() {
+    let mut s = RegionState::default();
+    assert_eq!(s.placement_policy(), RegionPolicy::Gshare);
+    let text = format!("{NODES}{PRICES}").replace(
+        "[cold_start]",
+        "[placement]\npolicy = \"fgd\"\n\n[cold_start]",
+    );
+    let loaded = topology(&text);
+    assert_eq!(loaded.placement_policy(), RegionPolicy::Fgd);
+    s.apply(DomainCommand::TopologyLoad { topology: loaded }, 0)
+        .unwrap();
+    assert_eq!(s.placement_policy(), RegionPolicy::Fgd);
+    assert_eq!(RegionRanking::from_state(&s).name(), "fgd");
+    // Snapshots keep it (the Raft store's encoding: bincode, standard).
+    let config = bincode::config::standard();
+    let bytes = bincode::serde::encode_to_vec(&s, config).unwrap();
+    let (back, _): (RegionState, usize) =
+        bincode::serde::decode_from_slice(&bytes, config).unwrap();
+    assert_eq!(back.placement_policy(), RegionPolicy::Fgd);
+    // A log entry written before `[placement]` existed (variant 6, the
+    // older topology form) still decodes, and loads the default policy.
+    let old = crate::config::LegacyTopology(topology(&format!("{NODES}{PRICES}")));
+    let v1 = bincode::serde::encode_to_vec((6u32, old), config).unwrap();
+    let (cmd, _): (DomainCommand, usize) = bincode::serde::decode_from_slice(&v1, config).unwrap();
+    assert!(
+        matches!(cmd, DomainCommand::TopologyLoadV1 { .. }),
+        "{cmd:?}"
+    );
+    s.apply(cmd, 1).unwrap();
+    assert_eq!(s.placement_policy(), RegionPolicy::Gshare);
+    assert_eq!(RegionRanking::from_state(&s).name(), "gshare");
 }
 
 /// Records sent in random, overlapping, reordered batches (some twice,

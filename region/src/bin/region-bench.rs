@@ -75,6 +75,10 @@ struct Args {
     /// every this many deploys (0: never).
     #[arg(long, default_value_t = 4)]
     delete_every: u64,
+    /// With `--placements`: the synthetic topology's `[placement] policy`
+    /// (bestfit, fgd, gshare).
+    #[arg(long, default_value_t = gshare_core::model::RegionPolicy::Gshare)]
+    policy: gshare_core::model::RegionPolicy,
 }
 
 /// The deploys' shapes, in turn: (memory MiB, compute milli, tier).
@@ -128,14 +132,18 @@ fn gpus_used(state: &gshare_core::state::RegionState) -> usize {
 /// planner and the region's ranking (its shapes rebuilt every 1,000
 /// events, as the leader rebuilds it every second); returns the GPUs in
 /// use at the end and the deploys that found no place.
-fn replay_full_scan(nodes: usize, events: &[Event]) -> anyhow::Result<(usize, usize)> {
+fn replay_full_scan(
+    nodes: usize,
+    policy: gshare_core::model::RegionPolicy,
+    events: &[Event],
+) -> anyhow::Result<(usize, usize)> {
     use gshare_core::model::{PoolKind, TenantId};
     use gshare_core::state::{
-        plan_spec_explained, DomainCommand, FragmentationAware, PlanOptions, RegionState,
+        plan_spec_explained, DomainCommand, PlanOptions, RegionRanking, RegionState,
     };
     use gshare_region::api::functions::FunctionBody;
     let topology =
-        gshare_core::config::Topology::from_toml("synthetic", &synthetic_topology(nodes))
+        gshare_core::config::Topology::from_toml("synthetic", &synthetic_topology(nodes, policy))
             .map_err(|e| anyhow::anyhow!("{e}"))?;
     let tenant = TenantId("bench".into());
     let mut s = RegionState::default();
@@ -150,11 +158,11 @@ fn replay_full_scan(nodes: usize, events: &[Event]) -> anyhow::Result<(usize, us
     for c in setup {
         s.apply(c, 0).map_err(|e| anyhow::anyhow!("{e}"))?;
     }
-    let mut ranking = FragmentationAware::from_state(&s);
+    let mut ranking = RegionRanking::from_state(&s);
     let mut unplaced = 0;
     for (i, e) in events.iter().enumerate() {
         if i % 1_000 == 0 {
-            ranking = FragmentationAware::from_state(&s);
+            ranking = RegionRanking::from_state(&s);
         }
         match e {
             Event::Create(body) => {
@@ -193,8 +201,9 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 const TENANT_TOKEN: &str = "bench-tenant-token";
 
 /// A topology of `nodes` nodes × 8 GPUs of 80 GiB in one center pool.
-fn synthetic_topology(nodes: usize) -> String {
-    let mut t = String::from(
+fn synthetic_topology(nodes: usize, policy: gshare_core::model::RegionPolicy) -> String {
+    let mut t = format!("[placement]\npolicy = \"{policy}\"\n\n");
+    t.push_str(
         "[[gpu_models]]\nname = \"bench-80g\"\nmemory_mib = 81_920\nh2d_mib_per_s = 25_000\n\n\
          [cold_start]\nsetup_us = 500_000\nstorage_mib_per_s = 2_000\n\n[swap]\nsetup_us = 2_000\n\n\
          [[pools]]\nname = \"center\"\nkind = \"center\"\n",
@@ -215,12 +224,16 @@ fn synthetic_topology(nodes: usize) -> String {
 }
 
 /// Loads the synthetic topology and a tenant with a token through the leader.
-async fn load_domain(r: &Running, nodes: usize) -> anyhow::Result<()> {
+async fn load_domain(
+    r: &Running,
+    nodes: usize,
+    policy: gshare_core::model::RegionPolicy,
+) -> anyhow::Result<()> {
     use gshare_core::command::{CommandOutcome, RegionCommand};
     use gshare_core::model::{PoolKind, TenantId};
     use gshare_core::state::DomainCommand;
     let topology =
-        gshare_core::config::Topology::from_toml("synthetic", &synthetic_topology(nodes))
+        gshare_core::config::Topology::from_toml("synthetic", &synthetic_topology(nodes, policy))
             .map_err(|e| anyhow::anyhow!("{e}"))?;
     let tenant = TenantId("bench".into());
     let quota = bench_quota();
@@ -558,7 +571,7 @@ fn main() -> anyhow::Result<()> {
         for n in [1u64, 3] {
             let running = start_region(dir.path(), n, false).await?;
             let targets = if args.placements {
-                load_domain(&running, args.nodes).await?;
+                load_domain(&running, args.nodes, args.policy).await?;
                 if args.spread {
                     running.https.clone()
                 } else {
@@ -581,10 +594,12 @@ fn main() -> anyhow::Result<()> {
                 };
                 if n == 3 {
                     let events = std::mem::take(&mut *events.lock().unwrap_or_else(|p| p.into_inner()));
-                    let nodes = args.nodes;
+                    let (nodes, policy) = (args.nodes, args.policy);
                     let t0 = Instant::now();
-                    let (full, unplaced) =
-                        tokio::task::spawn_blocking(move || replay_full_scan(nodes, &events)).await??;
+                    let (full, unplaced) = tokio::task::spawn_blocking(move || {
+                        replay_full_scan(nodes, policy, &events)
+                    })
+                    .await??;
                     println!(
                         "  full-scan replay of the acknowledged deploys and deletes: {full} GPUs in use ({unplaced} unplaced), {:.1} s",
                         t0.elapsed().as_secs_f64()
@@ -604,7 +619,7 @@ fn main() -> anyhow::Result<()> {
             let tls_dir = tempfile::tempdir()?;
             let running = start_region(tls_dir.path(), 3, true).await?;
             let targets = if args.placements {
-                load_domain(&running, args.nodes).await?;
+                load_domain(&running, args.nodes, args.policy).await?;
                 if args.spread {
                     running.https.clone()
                 } else {

@@ -55,8 +55,8 @@ use crate::agents::HostCopyKey;
 use gshare_core::autoscale::{Decision, FunctionKey};
 use gshare_core::model::{FunctionSpec, NodeId, TenantId};
 use gshare_core::state::{
-    plan_placements, FragmentationAware, PendingPlans, PlacementPlan, PlacementPolicy, PlanOptions,
-    PlanRejection, RegionState,
+    plan_placements, PendingPlans, PlacementPlan, PlacementPolicy, PlanOptions, PlanRejection,
+    RegionRanking, RegionState,
 };
 use gshare_raft_store::{StateReader, TypeConfig};
 use openraft::{Raft, ServerState};
@@ -72,8 +72,8 @@ pub const PLACE_ATTEMPTS: u32 = 8;
 pub const MAX_EVALS_PER_BATCH: usize = 256;
 /// How often the leader looks for functions below `min_instances`.
 pub const UNDERPLACED_TICK: Duration = Duration::from_secs(1);
-/// How long a cached [`FragmentationAware`] ranking (the shapes of the
-/// deployed functions) is reused before it is rebuilt from the state.
+/// How long a cached [`RegionRanking`] (the region's policy over the
+/// shapes of the deployed functions) is reused before it is rebuilt.
 const RANKING_TTL: Duration = Duration::from_secs(1);
 /// Tries of one submitted evaluation (leader changes, lost forwards).
 const SUBMIT_ATTEMPTS: u32 = 5;
@@ -269,7 +269,7 @@ struct Inner {
     tx: mpsc::Sender<Queued>,
     counters: Counters,
     /// The ranking and when it was built (the replica's clock, Unix ms).
-    ranking: Mutex<Option<(u64, Arc<FragmentationAware>)>>,
+    ranking: Mutex<Option<(u64, Arc<RegionRanking>)>>,
     /// Where each function version's weights wait in host memory (nodes
     /// whose agent reported a host copy), as the latest autoscale tick
     /// gathered it; what a placement of that function prefers.
@@ -424,8 +424,8 @@ impl Inner {
         m.state == ServerState::Leader && m.current_leader == Some(self.id)
     }
 
-    /// The fragmentation-aware ranking, rebuilt at most every [`RANKING_TTL`].
-    fn ranking(&self, state: &RegionState) -> Arc<FragmentationAware> {
+    /// The region's ranking, rebuilt at most every [`RANKING_TTL`].
+    fn ranking(&self, state: &RegionState) -> Arc<RegionRanking> {
         let now = self.proposer.now_ms();
         let ttl = u64::try_from(RANKING_TTL.as_millis()).unwrap_or(u64::MAX);
         let mut cache = self.ranking.lock().unwrap_or_else(|p| p.into_inner());
@@ -433,7 +433,7 @@ impl Inner {
             // A clock stepped back counts as stale too.
             Some((at, r)) if *at <= now && now - *at < ttl => r.clone(),
             _ => {
-                let r = Arc::new(FragmentationAware::from_state(state));
+                let r = Arc::new(RegionRanking::from_state(state));
                 *cache = Some((now, r.clone()));
                 r
             }
@@ -519,7 +519,7 @@ impl Inner {
     /// scan would pick), around the `pending` plans not yet applied.
     fn policy<'a>(
         &self,
-        ranking: &'a FragmentationAware,
+        ranking: &'a RegionRanking,
         pending: Option<&'a PendingPlans>,
     ) -> PlacementPolicy<'a> {
         region_policy(ranking, pending)
@@ -529,7 +529,7 @@ impl Inner {
 /// The region's placement policy: the index over free capacity (what a
 /// full scan would pick), around the `pending` plans not yet applied.
 pub(crate) fn region_policy<'a>(
-    ranking: &'a FragmentationAware,
+    ranking: &'a RegionRanking,
     pending: Option<&'a PendingPlans>,
 ) -> PlacementPolicy<'a> {
     PlacementPolicy {

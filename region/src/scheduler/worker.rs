@@ -24,8 +24,8 @@ use gshare_core::model::PoolPreference;
 use gshare_core::model::TenantId;
 use gshare_core::state::{
     plan_defragment, plan_move, plan_placements, plan_replacement, ApplyError, Defragment,
-    DomainCommand, FragmentationAware, KeyLookup, MigrationCause, MoveError, ObjectKind,
-    PendingPlans, PlacementPolicy, PlanTicket, RegionState, RejectReason,
+    DomainCommand, KeyLookup, MigrationCause, MoveError, ObjectKind, PendingPlans, PlacementPolicy,
+    PlanTicket, RegionRanking, RegionState, RejectReason,
 };
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
@@ -77,7 +77,7 @@ pub fn decide_on(
     eval: &Evaluation,
     now: u64,
 ) -> Result<DomainCommand, EvalResult> {
-    let ranking = FragmentationAware::from_state(view);
+    let ranking = RegionRanking::from_state(view);
     let policy = super::region_policy(&ranking, None);
     match decide(view, eval, &policy, &|_| false, now) {
         Decision::Propose(c) => Ok(c),

@@ -11,6 +11,7 @@
 //! (state, shape); a node's state id is recomputed only when its epoch moves.
 
 use crate::placement::feasibility::{best_node, first_free_gpus};
+use crate::placement::frag::fgd_bucket;
 use crate::placement::hashing::FxHashMap;
 use crate::placement::{
     Cluster, FragModel, GpuSet, Node, Placement, PlacementFailure, PlacementPolicy, PodRequest,
@@ -166,11 +167,6 @@ pub(crate) fn frag_after(
     )
 }
 
-fn sigmoid_score(before: f64, after: f64) -> i64 {
-    let x = (before - after) / 1000.0;
-    (100.0 / (1.0 + (-x).exp())) as i64
-}
-
 /// The FGD node score of `pod` on a node in state `st`.
 fn fgd_score(model: &FragModel, st: &NodeState, pod: &PodRequest) -> i64 {
     if pod.is_fractional() {
@@ -183,11 +179,11 @@ fn fgd_score(model: &FragModel, st: &NodeState, pod: &PodRequest) -> i64 {
                 continue;
             }
             prev = v;
-            best = best.max(sigmoid_score(st.frag, frag_after(model, st, pod, Some(k))));
+            best = best.max(fgd_bucket(st.frag, frag_after(model, st, pod, Some(k))));
         }
         best
     } else {
-        sigmoid_score(st.frag, frag_after(model, st, pod, None))
+        fgd_bucket(st.frag, frag_after(model, st, pod, None))
     }
 }
 
@@ -207,7 +203,7 @@ fn fgd_gpu(model: &FragModel, node: &Node, before: f64, pod: &PodRequest) -> Opt
             node.spec().model,
             &after[..left.len()],
         );
-        let s = sigmoid_score(before, f);
+        let s = fgd_bucket(before, f);
         if best.is_none_or(|(bs, _)| s > bs) {
             best = Some((s, g));
         }

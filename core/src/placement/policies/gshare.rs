@@ -10,9 +10,14 @@
 //! fits another 470, dead 60; after the 320 the 210 left fits no common size)
 //! but on a fresh GPU (680 → 650 + …, dead 30). FGD's fragmentation score only
 //! asks whether a typical pod fits, not what it leaves. Then FGD's
-//! fragmentation-gradient node score (the expected
+//! fragmentation-gradient score of that same GPU (the expected
 //! fragmentation increase through FGD's integer sigmoid, which buckets
-//! nearby nodes together), then the seeded random order. The balance class:
+//! nearby choices together), then the seeded random order; a node ranks by
+//! its best GPU. (An earlier rule took the node's least loss and its best
+//! FGD score from possibly different GPUs; ranking GPU by GPU is what the
+//! region's planner can index, and on the four traces it leaves 3.81 /
+//! 5.25 / 4.76 / 3.00 % against 3.80 / 5.27 / 4.78 / 3.00 %.) Whole-GPU and
+//! CPU-only tasks rank by FGD's node score. The balance class:
 //! - CPU-only tasks go first to nodes whose GPUs are all allocated (no GPU
 //!   task needs their CPU), and otherwise where FGD's gradient says; an
 //!   earlier rule, the node keeping the most CPU per idle GPU, spent the
@@ -36,8 +41,10 @@
 //! than FGD: the random order inside a bucket spreads tasks, which keeps
 //! combinations open (measured; see `docs/placement.md`).
 //!
-//! Inside the node a sharing task takes the GPU with the least hole-quality
-//! loss (lowest index among equals).
+//! Inside the node a sharing task takes its best GPU (lowest index among
+//! equals). The region ranks its functions' slices with the same measures
+//! (`state::GshareRanking`), where CPU and GPU-model rules have nothing to
+//! act on (functions ask for neither).
 //!
 //! Remap (`gshare` only): when the task fits on no node as the GPUs are now
 //! shared, move a few fractional tasks between GPUs of one node to make room
@@ -48,17 +55,12 @@
 use super::fgd::{frag_after, FragCache, NodeState};
 use super::repack;
 use crate::placement::feasibility::{first_free_gpus, fit, scan};
+use crate::placement::frag::{fgd_bucket, HoleQuality};
 use crate::placement::{
     Cluster, FragModel, GpuSet, Node, Placement, PlacementFailure, PlacementPolicy, PodRequest,
     ResourceDimension,
 };
 use crate::rng::Rng;
-
-/// A sharing size counts as common (for hole quality) from this share of
-/// the typical-pod distribution. Measured on the default trace: 1–1.5 %
-/// gives 3.91 %, 2–3 % 4.12 %, 0.5 % (which admits 50-milli tasks, so every
-/// hole looks fillable) 8.6 %.
-const COMMON_SIZE_FREQ: f64 = 0.015;
 
 /// gshare's placement policy.
 #[derive(Debug, Clone)]
@@ -72,13 +74,14 @@ pub struct Gshare {
     /// GPU models whose constrained typical demand exceeds their share of
     /// the cluster's GPUs (mask), set on first use.
     avoid: Option<u64>,
-    /// `dead[h]`: what a hole of `h` milli leaves at best when filled with
-    /// common sharing sizes (see the module docs); built on first use.
-    dead: Vec<u16>,
+    /// Hole quality over the common sharing sizes (see the module docs);
+    /// built on first use.
+    holes: Option<HoleQuality>,
 }
 
 /// A node's rank for a task, lower first: (keeps off an oversubscribed
-/// model, balance class, hole-quality loss, FGD's bucketed score, tie rank).
+/// model, balance class, a sharing task's best GPU rank (hole-quality loss,
+/// then FGD's bucket there), FGD's node score for other tasks, tie rank).
 type RankKey = (bool, i64, i64, i64, u32);
 
 /// Where a CPU-per-GPU ratio stands against the cluster's ratio `r`.
@@ -112,7 +115,7 @@ impl Gshare {
             cluster_ratio: None,
             contested: None,
             avoid: None,
-            dead: Vec::new(),
+            holes: None,
         }
     }
 }
@@ -151,66 +154,67 @@ pub(crate) fn oversubscribed_models(model: &FragModel, cluster: &Cluster) -> u64
         .fold(0u64, |acc, m| acc | (1u64 << m))
 }
 
-/// `dead[h]` for `h` in 0..=1000: the least milli left when a hole of `h` is
-/// filled with any number of the common sharing sizes of `model`.
-fn dead_holes(model: &FragModel) -> Vec<u16> {
-    let mut freq = [0.0f64; 1001];
-    for t in model.typical() {
-        if t.num_gpu == 1 && t.gpu_milli > 0 && t.gpu_milli < 1000 {
-            freq[t.gpu_milli as usize] += t.freq;
-        }
-    }
-    let sizes: Vec<u16> = (1..1000u16)
-        .filter(|&m| freq[m as usize] >= COMMON_SIZE_FREQ)
-        .collect();
-    let mut dead = vec![0u16; 1001];
-    for h in 0..=1000u16 {
-        dead[h as usize] = sizes
-            .iter()
-            .filter(|&&m| m <= h)
-            .map(|&m| dead[(h - m) as usize])
-            .fold(h, u16::min);
-    }
-    dead
+/// Marks the memoised sharing rank apart from FGD's node score in the
+/// policy's cache (both are keyed by node state and task shape).
+const SHARING_RANK: u32 = 1 << 31;
+
+/// The rank of a sharing task on the GPU holding sorted slot `k` of a node
+/// in state `st`, lower first: its hole-quality loss, then FGD's bucket of
+/// the node when that GPU takes it (`None`: it does not fit there).
+fn slot_rank(
+    holes: &HoleQuality,
+    model: &FragModel,
+    st: &NodeState,
+    pod: &PodRequest,
+    k: usize,
+) -> Option<i64> {
+    let loss = holes.loss(st.sorted[k], pod.gpu_milli)?;
+    let bucket = fgd_bucket(st.frag, frag_after(model, st, pod, Some(k)));
+    // (loss, −bucket) in lexicographic order: the bucket is 0..=100.
+    Some(loss * 128 + (100 - bucket))
 }
 
-/// The GPU of `node` where a sharing task of `milli` loses the least hole
-/// quality, and that loss (`dead(after) − dead(before)`); lowest index among
-/// equals.
-fn hole_loss(dead: &[u16], node: &Node, milli: u16) -> Option<(i64, usize)> {
+/// The best [`slot_rank`] over a node's GPUs.
+fn sharing_rank(
+    holes: &HoleQuality,
+    model: &FragModel,
+    st: &NodeState,
+    pod: &PodRequest,
+) -> Option<i64> {
+    (0..st.gpus as usize)
+        .filter_map(|k| slot_rank(holes, model, st, pod, k))
+        .min()
+}
+
+/// The GPU of `node` (in state `st`) a sharing task takes: the best
+/// [`slot_rank`], the lowest index among equals.
+fn sharing_gpu(
+    holes: &HoleQuality,
+    model: &FragModel,
+    st: &NodeState,
+    node: &Node,
+    pod: &PodRequest,
+) -> Option<usize> {
+    let n = st.gpus as usize;
     let mut best: Option<(i64, usize)> = None;
     for (g, &l) in node.gpu_left().iter().enumerate() {
-        if l < milli {
+        let Some(k) = st.sorted[..n].iter().position(|&v| v == l) else {
             continue;
-        }
-        let loss = dead[(l - milli) as usize] as i64 - dead[l as usize] as i64;
-        if best.is_none_or(|(b, _)| loss < b) {
-            best = Some((loss, g));
+        };
+        let Some(r) = slot_rank(holes, model, st, pod, k) else {
+            continue;
+        };
+        if best.is_none_or(|(b, _)| r < b) {
+            best = Some((r, g));
         }
     }
-    best
+    best.map(|(_, g)| g)
 }
 
-/// FGD's bucketed score of `pod` on a node in state `st`, negated (lower is
-/// better): `−⌊100 · sigmoid((frag_before − frag_after) / 1000)⌋` at its best GPU.
+/// FGD's bucketed score of a whole-GPU or CPU-only `pod` on a node in
+/// state `st`, negated (lower is better).
 fn delta(model: &FragModel, st: &NodeState, pod: &PodRequest) -> i64 {
-    let after = if pod.is_fractional() {
-        let mut best = f64::INFINITY;
-        let mut prev = u16::MAX;
-        for k in 0..st.gpus as usize {
-            let v = st.sorted[k];
-            if v < pod.gpu_milli || v == prev {
-                continue;
-            }
-            prev = v;
-            best = best.min(frag_after(model, st, pod, Some(k)));
-        }
-        best
-    } else {
-        frag_after(model, st, pod, None)
-    };
-    let x = (st.frag - after) / 1000.0;
-    -((100.0 / (1.0 + (-x).exp())) as i64)
+    -fgd_bucket(st.frag, frag_after(model, st, pod, None))
 }
 
 impl Gshare {
@@ -280,15 +284,13 @@ impl PlacementPolicy for Gshare {
         let avoid = *self
             .avoid
             .get_or_insert_with(|| oversubscribed_models(&self.cache.model, cluster));
-        if self.dead.is_empty() {
-            self.dead = dead_holes(&self.cache.model);
-        }
-        let dead = &self.dead;
+        let holes = &*self
+            .holes
+            .get_or_insert_with(|| HoleQuality::new(&self.cache.model));
         let cache = &mut self.cache;
         let mut best: Option<(RankKey, usize)> = None;
         let metric = scan(cluster, pod, |i, n| {
             let st = cache.state_of(i, n);
-            let d = cache.memo(st, shape, pod, delta);
             let balance = if pod.wants_gpu() {
                 let node_ratio = n.cpu_left() as f64 / (n.gpu_left_total() as f64).max(1.0);
                 let contested = pod.gpu_spec.is_any()
@@ -308,10 +310,16 @@ impl PlacementPolicy for Gshare {
                 // its CPU any more. Among the others FGD's gradient decides.
                 -i64::from(n.gpu_left_total() == 0)
             };
-            let loss = if pod.is_fractional() {
-                hole_loss(dead, n, pod.gpu_milli).map_or(i64::MAX, |(l, _)| l)
+            // A sharing task: the node's best GPU by (hole-quality loss,
+            // FGD's bucket on that same GPU); whole-GPU and CPU-only tasks:
+            // FGD's node score.
+            let (loss, d) = if pod.is_fractional() {
+                let r = cache.memo(st, shape | SHARING_RANK, pod, |m, st, pod| {
+                    sharing_rank(holes, m, st, pod).unwrap_or(i64::MAX)
+                });
+                (r, 0)
             } else {
-                0
+                (0, cache.memo(st, shape, pod, delta))
             };
             // An unconstrained task keeps off models that constrained tasks
             // alone oversubscribe, while it fits anywhere else.
@@ -335,8 +343,9 @@ impl PlacementPolicy for Gshare {
         let gpus = if !pod.wants_gpu() {
             GpuSet::EMPTY
         } else if pod.is_fractional() {
-            hole_loss(&self.dead, node, pod.gpu_milli)
-                .map_or(GpuSet::EMPTY, |(_, g)| GpuSet::one(g))
+            let st = self.cache.state_of(node_ix, node);
+            let st = &self.cache.info[st as usize];
+            sharing_gpu(holes, &self.cache.model, st, node, pod).map_or(GpuSet::EMPTY, GpuSet::one)
         } else {
             first_free_gpus(node, pod.num_gpu)
         };

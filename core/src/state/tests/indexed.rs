@@ -55,15 +55,17 @@ fn outcome(r: Result<(Proposal, PlanMetric), Box<PlanRejection>>) -> Result<Prop
 
 fn check(steps: &[(u8, u8, u8, u8)]) {
     let mut s = region();
-    let frag = FragmentationAware::from_shapes(SHAPES.iter().map(|(_, c, m)| (*c, *m, 1)));
-    let rankings: [&dyn Ranking; 2] = [&BestFit, &frag];
+    let shapes = || SHAPES.iter().map(|(_, c, m)| (*c, *m, 1));
+    let fgd = FgdRanking::from_shapes(shapes());
+    let gshare = GshareRanking::from_shapes(shapes());
+    let rankings: [&dyn Ranking; 3] = [&BestFit, &fgd, &gshare];
     let mut pending = PendingPlans::default();
     // The reserved plans: (ticket, the command that applies them).
     let mut reserved: Vec<(Vec<PlanTicket>, DomainCommand)> = Vec::new();
     let mut names: Vec<FunctionSpec> = Vec::new();
     for (i, &(op, tenant, shape, p)) in steps.iter().enumerate() {
         let f = shape_spec(i, tenant, shape, p);
-        let ranking = rankings[usize::from(op % 2)];
+        let ranking = rankings[usize::from(op % 3)];
         // On the applied view: the index picks what the scan picks.
         let full = outcome(plan_on(&s, None, &f, ranking, &PlanOptions::default()));
         let indexed = outcome(plan_on(&s, None, &f, ranking, &PlanOptions::indexed()));
