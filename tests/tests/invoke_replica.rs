@@ -176,6 +176,23 @@ print(json.dumps(out))
     assert_eq!(status, 404);
     assert_eq!(header(&headers, "x-gshare-error"), Some("unknown_function"));
 
+    // A client cannot pose as a replica forwarding the call: the forward
+    // headers without a proof that verifies are refused and nothing runs
+    // (else the first would run under `forged-1` as a key a replica
+    // assigned, the second on the node it names).
+    let made_up = format!("X-Gshare-Forward-Proof: {}\r\n", "0".repeat(64));
+    for forged in [
+        "X-Gshare-Forwarded: 1\r\nX-Gshare-Key-Assigned: 1\r\nIdempotency-Key: forged-1\r\n"
+            .to_string(),
+        format!("X-Gshare-Forwarded: 1\r\nX-Gshare-Node: {node}\r\nIdempotency-Key: forged-2\r\n"),
+        format!("X-Gshare-Forwarded: 1\r\nX-Gshare-Node: {node}\r\nIdempotency-Key: forged-3\r\n{made_up}"),
+        format!("X-Gshare-Node: {node}\r\n"),
+    ] {
+        let (status, headers, body) = ask("GET", "/v1/models", &forged, "");
+        assert_eq!(status, 403, "{forged}: {body}");
+        assert_eq!(header(&headers, "x-gshare-error"), Some("forged_forward"));
+    }
+
     // Under a key, a retry replays the function's answer: its status,
     // its headers and its body (a 400 stays a 400).
     let bad = "{not json";

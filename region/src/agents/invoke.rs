@@ -43,7 +43,7 @@ use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use gshare_core::http_surface::{
     connection_names, function_target, outcome_answer, pass_through, passes_through, Direction,
-    ERROR_HEADER,
+    ForwardClaim, ForwardSecret, ERROR_HEADER, FORWARD_PROOF_HEADER,
 };
 use gshare_core::model::{NodeId, TenantId};
 use gshare_core::net::http_client::{next_data, Incoming};
@@ -461,6 +461,10 @@ struct Pin<'a> {
     deadline: Option<&'a str>,
     /// How long the peer's answer (or a streamed one's start) may take.
     within: Duration,
+    /// The key the forward is proven with ([`FORWARD_PROOF_HEADER`]).
+    secret: &'a ForwardSecret,
+    /// The digest of the caller's token (part of the proof).
+    token_digest: &'a str,
 }
 
 /// One HTTP/1.1 request to a peer replica on the pooled client
@@ -504,6 +508,15 @@ async fn forward_http(
     if let Some(d) = to.deadline {
         headers.push((DEADLINE, d.as_bytes()));
     }
+    let proof = to.secret.prove(&ForwardClaim {
+        method,
+        target: &path,
+        token_digest: to.token_digest,
+        key: to.key,
+        node: to.node,
+        deadline: to.deadline,
+    });
+    headers.push((FORWARD_PROOF_HEADER, proof.as_bytes()));
     let answer = async {
         let (head, reply) =
             super::forward::open(addr, tls, method, &path, &headers, body.to_vec()).await?;
@@ -748,6 +761,8 @@ struct Call<'a> {
     name: &'a str,
     body: &'a [u8],
     auth: &'a str,
+    /// The digest of the caller's token.
+    token_digest: &'a str,
     /// The request's deadline left, ms (`None`: the function's).
     deadline_ms: Option<u64>,
     function_deadline_ms: u64,
@@ -842,6 +857,7 @@ async fn via_peers(call: &Call<'_>, node: Option<&NodeId>, key: &str) -> Step {
     };
     let path = format!("/v1/invoke/{}/{}", call.tenant.0, call.name);
     let deadline = call.deadline_ms.map(|ms| ms.to_string());
+    let secret = ForwardSecret::derive(&ctx.operator_token);
     for peer in peers {
         let tls = ctx.forward_tls.clone();
         // A whole answer (or a streamed one's start) may take the
@@ -853,6 +869,8 @@ async fn via_peers(call: &Call<'_>, node: Option<&NodeId>, key: &str) -> Step {
             key,
             deadline: deadline.as_deref(),
             within: FORWARD_TIMEOUT.max(left.saturating_add(RELAY_GRACE)),
+            secret: &secret,
+            token_digest: call.token_digest,
         };
         let sent = forward_http(&peer, tls, &path, call.auth, &to, call.body, call.http);
         match sent.await {
@@ -903,6 +921,66 @@ async fn via_peers(call: &Call<'_>, node: Option<&NodeId>, key: &str) -> Step {
         }
     }
     Step::Unreachable
+}
+
+/// Whether the request is a forward from a peer replica: it carries the
+/// forward headers ([`FORWARDED`], [`NODE`] or [`ASSIGNED`], and the key)
+/// with a [`FORWARD_PROOF_HEADER`] that verifies under the region's
+/// forward secret (derived from the operator token, the same on every
+/// replica) for this request line, caller's token, key, node and
+/// deadline. A request that carries any of them without such a proof is
+/// refused (`403 forged_forward`, nothing ran): a client cannot have its
+/// key treated as one a replica assigned or pick the node, and a region
+/// whose replicas do not share the operator token says so at once
+/// instead of handing calls back and forth.
+fn proven_forward(
+    req: &HttpRequest,
+    ctx: &HttpContext,
+    token_digest: &str,
+    key: Option<&str>,
+) -> Result<bool, ApiError> {
+    let h = req.headers();
+    let claims = [FORWARDED, NODE, ASSIGNED, FORWARD_PROOF_HEADER];
+    if !claims.iter().any(|n| h.contains_key(*n)) {
+        return Ok(false);
+    }
+    let forged = |why: &str| {
+        ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forged_forward",
+            format!(
+                "X-Gshare-Forwarded, X-Gshare-Node, X-Gshare-Key-Assigned and \
+                 X-Gshare-Forward-Proof are set by the region's replicas only: {why}; \
+                 send the call without them"
+            ),
+        )
+    };
+    let text = |n: &str| h.get(n).and_then(|v| v.to_str().ok());
+    let (Some(proof), Some(key)) = (h.get(FORWARD_PROOF_HEADER), key) else {
+        return Err(forged("no forward proof (or no key)"));
+    };
+    let node = text(NODE);
+    if !h.contains_key(FORWARDED) || node.is_some() == h.contains_key(ASSIGNED) {
+        return Err(forged("the forward headers are incomplete"));
+    }
+    let target = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or_else(|| req.uri().path());
+    let claim = ForwardClaim {
+        method: req.method().as_str(),
+        target,
+        token_digest,
+        key,
+        node,
+        deadline: text(DEADLINE),
+    };
+    if ForwardSecret::derive(&ctx.operator_token).verify(&claim, proof.as_bytes()) {
+        Ok(true)
+    } else {
+        Err(forged("the forward proof does not verify"))
+    }
 }
 
 /// `POST /v1/invoke/{tenant}/{name}`: the body to the function's invoke
@@ -958,6 +1036,17 @@ async fn invoke(
     };
     let digest = token_digest(&token);
     let auth = format!("Bearer {token}");
+    let owned = {
+        let st = ctx.replica.state.read();
+        st.region.domain().token_owner(&digest).map(|(t, _)| t) == Some(&tenant)
+    };
+    if !owned {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "token not valid for this tenant",
+        );
+    }
     let deadline = req
         .headers()
         .get(DEADLINE)
@@ -993,7 +1082,10 @@ async fn invoke(
             }
         },
     };
-    let forwarded = req.headers().contains_key(FORWARDED);
+    let forwarded = match proven_forward(&req, &ctx, &digest, given.as_deref()) {
+        Ok(f) => f,
+        Err(e) => return answer(e),
+    };
     let key = match given {
         // A key the first replica assigned: new, so the node is this
         // replica's pick (honoured on a forward only).
@@ -1017,17 +1109,6 @@ async fn invoke(
         }
         r
     };
-    let owned = {
-        let st = ctx.replica.state.read();
-        st.region.domain().token_owner(&digest).map(|(t, _)| t) == Some(&tenant)
-    };
-    if !owned {
-        return error(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "token not valid for this tenant",
-        );
-    }
     let body = match read_body_limited(&req, payload, MAX_INVOKE_BODY_BYTES).await {
         Ok(b) => b,
         Err(e) => return answer(e),
@@ -1057,6 +1138,7 @@ async fn invoke(
             name: &name,
             body: &body,
             auth: &auth,
+            token_digest: &digest,
             deadline_ms,
             function_deadline_ms,
             forwarded,
@@ -1240,6 +1322,8 @@ mod tests {
                     key: "k1",
                     deadline: None,
                     within: FORWARD_TIMEOUT,
+                    secret: &ForwardSecret::derive("op"),
+                    token_digest: "d",
                 },
                 b"{}",
                 None,
