@@ -217,17 +217,32 @@ print(json.dumps(out))
         );
     }
 
-    // A client cannot pose as a replica forwarding the call: the forward
-    // headers without a proof that verifies are refused and nothing runs
-    // (else the first would run under `forged-1` as a key a replica
-    // assigned, the second on the node it names).
+    // A client cannot pose as a replica forwarding the call: without a
+    // proof the forward headers are ignored. A key claimed as one a
+    // replica assigned stays the client's (an assigned key would be
+    // answered pinned, `forged-1@<node>`); a node pin to a node that does
+    // not exist is not followed (it would answer `503 no_agent`).
+    let (status, headers, body) = ask(
+        "GET",
+        "/v1/models",
+        "X-Gshare-Forwarded: 1\r\nX-Gshare-Key-Assigned: 1\r\nIdempotency-Key: forged-1\r\n",
+        "",
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(header(&headers, "idempotency-key"), Some("forged-1"));
+    let (status, _, body) = ask(
+        "GET",
+        "/v1/models",
+        "X-Gshare-Forwarded: 1\r\nX-Gshare-Node: nowhere\r\nIdempotency-Key: forged-2\r\n",
+        "",
+    );
+    assert_eq!(status, 200, "{body}");
+    // A proof that does not verify is refused, nothing ran.
     let made_up = format!("X-Gshare-Forward-Proof: {}\r\n", "0".repeat(64));
     for forged in [
-        "X-Gshare-Forwarded: 1\r\nX-Gshare-Key-Assigned: 1\r\nIdempotency-Key: forged-1\r\n"
-            .to_string(),
-        format!("X-Gshare-Forwarded: 1\r\nX-Gshare-Node: {node}\r\nIdempotency-Key: forged-2\r\n"),
         format!("X-Gshare-Forwarded: 1\r\nX-Gshare-Node: {node}\r\nIdempotency-Key: forged-3\r\n{made_up}"),
-        format!("X-Gshare-Node: {node}\r\n"),
+        format!("X-Gshare-Forwarded: 1\r\nX-Gshare-Key-Assigned: 1\r\nIdempotency-Key: forged-4\r\n{made_up}"),
+        made_up.clone(),
     ] {
         let (status, headers, body) = ask("GET", "/v1/models", &forged, "");
         assert_eq!(status, 403, "{forged}: {body}");

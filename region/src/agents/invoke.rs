@@ -875,11 +875,13 @@ async fn via_peers(call: &Call<'_>, node: Option<&NodeId>, key: &str) -> Step {
 /// with a [`FORWARD_PROOF_HEADER`] that verifies under the region's
 /// forward secret (derived from the operator token, the same on every
 /// replica) for this request line, caller's token, key, node and
-/// deadline. A request that carries any of them without such a proof is
-/// refused (`403 forged_forward`, nothing ran): a client cannot have its
-/// key treated as one a replica assigned or pick the node, and a region
-/// whose replicas do not share the operator token says so at once
-/// instead of handing calls back and forth.
+/// deadline. Without a proof the forward headers are ignored: the call is
+/// a new one (a client's, or a forward from a replica older than the
+/// proof, which then works as a first hop during an upgrade), so a client
+/// cannot have its key treated as one a replica assigned or pick the
+/// node. A proof that does not verify, or comes with incomplete forward
+/// headers, is refused (`403 forged_forward`, nothing ran): a region whose
+/// replicas do not share the operator token says so at once.
 fn proven_forward(
     req: &HttpRequest,
     ctx: &HttpContext,
@@ -887,24 +889,22 @@ fn proven_forward(
     key: Option<&str>,
 ) -> Result<bool, ApiError> {
     let h = req.headers();
-    let claims = [FORWARDED, NODE, ASSIGNED, FORWARD_PROOF_HEADER];
-    if !claims.iter().any(|n| h.contains_key(*n)) {
+    let Some(proof) = h.get(FORWARD_PROOF_HEADER) else {
         return Ok(false);
-    }
+    };
     let forged = |why: &str| {
         ApiError::new(
             StatusCode::FORBIDDEN,
             "forged_forward",
             format!(
-                "X-Gshare-Forwarded, X-Gshare-Node, X-Gshare-Key-Assigned and \
-                 X-Gshare-Forward-Proof are set by the region's replicas only: {why}; \
-                 send the call without them"
+                "X-Gshare-Forward-Proof is set by the region's replicas only \
+                 (a region's replicas must share the operator token): {why}"
             ),
         )
     };
     let text = |n: &str| h.get(n).and_then(|v| v.to_str().ok());
-    let (Some(proof), Some(key)) = (h.get(FORWARD_PROOF_HEADER), key) else {
-        return Err(forged("no forward proof (or no key)"));
+    let Some(key) = key else {
+        return Err(forged("a forward names its Idempotency-Key"));
     };
     let node = text(NODE);
     if !h.contains_key(FORWARDED) || node.is_some() == h.contains_key(ASSIGNED) {
