@@ -132,6 +132,115 @@ pub fn function_target(path: &str, query: Option<&str>) -> String {
     }
 }
 
+/// On a forward between replicas: the proof that a replica of the region
+/// sent it ([`ForwardSecret::prove`], lower-case hex HMAC-SHA256).
+pub const FORWARD_PROOF_HEADER: &str = "x-gshare-forward-proof";
+
+/// What a replica vouches for when it hands an invocation to a peer: the
+/// request line, the caller's token (its digest) and the forward headers
+/// it sets. A proof binds all of them, so it cannot be moved to another
+/// request, tenant, key or node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ForwardClaim<'a> {
+    /// The method sent to the peer.
+    pub method: &'a str,
+    /// The path and query sent to the peer.
+    pub target: &'a str,
+    /// The digest of the caller's bearer token
+    /// ([`crate::protocol::token_digest`]).
+    pub token_digest: &'a str,
+    /// The idempotency key.
+    pub key: &'a str,
+    /// The node whose agent is to run it; `None`: the key is one the first
+    /// replica assigned (the peer picks the node).
+    pub node: Option<&'a str>,
+    /// The deadline header's value, if sent.
+    pub deadline: Option<&'a str>,
+}
+
+impl ForwardClaim<'_> {
+    /// The claim as bytes, each field length-prefixed (no two claims share
+    /// an encoding).
+    fn encode(&self) -> Vec<u8> {
+        let mut out = b"gshare forward v1".to_vec();
+        let fields = [
+            Some(self.method),
+            Some(self.target),
+            Some(self.token_digest),
+            Some(self.key),
+            self.node,
+            self.deadline,
+        ];
+        for f in fields {
+            match f {
+                None => out.push(0),
+                Some(v) => {
+                    out.push(1);
+                    out.extend_from_slice(&(v.len() as u64).to_be_bytes());
+                    out.extend_from_slice(v.as_bytes());
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The key every replica of a region proves its forwards with, derived
+/// from a secret they all hold (the operator token: a replica's calls to
+/// its peers for the dashboard present it too, so it is the same on every
+/// replica).
+pub struct ForwardSecret(ring::hmac::Key);
+
+impl std::fmt::Debug for ForwardSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ForwardSecret(..)")
+    }
+}
+
+impl ForwardSecret {
+    /// The key derived from `secret` (a domain-separated SHA-256 of it,
+    /// so the HMAC key is never the token itself).
+    pub fn derive(secret: &str) -> Self {
+        let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+        ctx.update(b"gshare forward proof key v1\0");
+        ctx.update(secret.as_bytes());
+        let k = ctx.finish();
+        Self(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, k.as_ref()))
+    }
+
+    /// The proof of `claim` (64 lower-case hex digits).
+    pub fn prove(&self, claim: &ForwardClaim<'_>) -> String {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let tag = ring::hmac::sign(&self.0, &claim.encode());
+        let mut out = String::with_capacity(64);
+        for b in tag.as_ref() {
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 15)]));
+        }
+        out
+    }
+
+    /// Whether `proof` proves `claim` (compared in constant time).
+    pub fn verify(&self, claim: &ForwardClaim<'_>, proof: &[u8]) -> bool {
+        if proof.len() != 64 {
+            return false;
+        }
+        let mut tag = [0u8; 32];
+        for (i, pair) in proof.chunks(2).enumerate() {
+            let digit = |c: u8| match c {
+                b'0'..=b'9' => Some(c - b'0'),
+                b'a'..=b'f' => Some(c - b'a' + 10),
+                _ => None,
+            };
+            match (digit(pair[0]), digit(pair[1])) {
+                (Some(h), Some(l)) => tag[i] = (h << 4) | l,
+                _ => return false,
+            }
+        }
+        ring::hmac::verify(&self.0, &claim.encode(), &tag).is_ok()
+    }
+}
+
 /// Header marking the stored answer of a repeated idempotency key (`1`,
 /// or `truncated`).
 pub const REPLAYED_HEADER: &str = "x-gshare-replayed";
@@ -276,6 +385,65 @@ impl ErrorBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_forward_proof_verifies_only_for_its_claim_and_secret() {
+        let claim = ForwardClaim {
+            method: "POST",
+            target: "/v1/invoke/acme/chat/v1/chat/completions?x=1",
+            token_digest: "d1",
+            key: "k-1",
+            node: Some("n1"),
+            deadline: Some("1000"),
+        };
+        let secret = ForwardSecret::derive("op");
+        let proof = secret.prove(&claim);
+        assert_eq!(proof.len(), 64);
+        assert!(secret.verify(&claim, proof.as_bytes()));
+        assert!(!ForwardSecret::derive("other").verify(&claim, proof.as_bytes()));
+        let changed = [
+            ForwardClaim {
+                method: "GET",
+                ..claim
+            },
+            ForwardClaim {
+                target: "/v1/invoke/acme/chat",
+                ..claim
+            },
+            ForwardClaim {
+                token_digest: "d2",
+                ..claim
+            },
+            ForwardClaim {
+                key: "k-2",
+                ..claim
+            },
+            ForwardClaim {
+                node: None,
+                ..claim
+            },
+            ForwardClaim {
+                node: Some("n2"),
+                ..claim
+            },
+            ForwardClaim {
+                deadline: None,
+                ..claim
+            },
+            // Moving bytes between fields changes the claim too.
+            ForwardClaim {
+                key: "k-1n1",
+                node: Some(""),
+                ..claim
+            },
+        ];
+        for c in changed {
+            assert!(!secret.verify(&c, proof.as_bytes()), "{c:?}");
+        }
+        assert!(!secret.verify(&claim, b""));
+        assert!(!secret.verify(&claim, proof.to_uppercase().as_bytes()));
+        assert!(!secret.verify(&claim, &proof.as_bytes()[..63]));
+    }
 
     #[test]
     fn hop_by_hop_framing_and_gshare_headers_do_not_pass_through() {

@@ -27,7 +27,7 @@
 //! | 401 | `unauthorized` (missing or unknown token, or another tenant's) |
 //! | 404 | `unknown_function` |
 //! | 404 | `unknown_route` (no route for this path and method) |
-//! | 413 | `body_too_large` (over [`MAX_BODY_BYTES`], after the token check) |
+//! | 413 | `body_too_large` (over the config's `max_request_bytes`, after the token check) |
 //! | 429 | `over_capacity` |
 //! | 502 | `instance_failed` (the runtime failed, its reply was over the cap, or on the plain route the function answered non-2xx) |
 //! | 502 | `function_crashed` (its process died while serving; it is restarted) |
@@ -49,7 +49,7 @@ use gshare_core::http_surface::{
     ErrorBody, ERROR_HEADER,
 };
 use gshare_core::model::TenantId;
-use gshare_core::protocol::{InvokeError, InvokeOutcome, MAX_INVOKE_BODY_BYTES};
+use gshare_core::protocol::{InvokeError, InvokeOutcome, DEFAULT_MAX_REQUEST_BYTES};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
@@ -60,8 +60,10 @@ pub const DEADLINE_HEADER: &str = "x-gshare-deadline-ms";
 pub const KEY_HEADER: &str = "idempotency-key";
 /// Header marking the stored answer of a repeated key (`1`, or `truncated`).
 pub use gshare_core::http_surface::REPLAYED_HEADER;
-/// Largest request body accepted.
-pub const MAX_BODY_BYTES: usize = MAX_INVOKE_BODY_BYTES;
+/// The largest request body the ingress accepts (the config's
+/// `max_request_bytes`; [`DEFAULT_MAX_REQUEST_BYTES`] when not given).
+#[derive(Debug, Clone, Copy)]
+pub struct RequestCap(pub usize);
 
 /// An error answer in the one shape; `retryable` from the status.
 fn error(status: u16, code: &str, message: &str) -> HttpResponse {
@@ -107,17 +109,20 @@ fn bearer(req: &HttpRequest) -> Result<&str, Box<HttpResponse>> {
     bearer_token(header).map_err(|e| unauthorized(&e.to_string()))
 }
 
-/// Reads at most [`MAX_BODY_BYTES`] of the body; the caller answers a
+/// Reads at most [`RequestCap`] bytes of the body; the caller answers a
 /// refusal only once the token is known to be valid.
 async fn read_body(
     req: &HttpRequest,
     payload: web::Payload,
 ) -> Result<web::Bytes, Box<HttpResponse>> {
+    let cap = req
+        .app_data::<RequestCap>()
+        .map_or(DEFAULT_MAX_REQUEST_BYTES, |c| c.0);
     let too_large = || {
         Box::new(error(
             413,
             "body_too_large",
-            &format!("request body over {MAX_BODY_BYTES} bytes"),
+            &format!("request body over {cap} bytes"),
         ))
     };
     let declared = req
@@ -125,10 +130,10 @@ async fn read_body(
         .get("content-length")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY_BYTES) {
+    if declared.is_some_and(|n| n > cap) {
         return Err(too_large());
     }
-    match payload.to_bytes_limited(MAX_BODY_BYTES).await {
+    match payload.to_bytes_limited(cap).await {
         Ok(Ok(body)) => Ok(body),
         Ok(Err(e)) => Err(Box::new(error(
             400,
@@ -553,20 +558,20 @@ pub fn serve_tls(
         workers,
         journal,
         tls,
-        LinkHealth::default(),
+        (LinkHealth::default(), RequestCap(DEFAULT_MAX_REQUEST_BYTES)),
     )
 }
 
 /// [`serve_tls`] on a listener already bound (so that a taken port is
 /// found before anything starts); `/healthz` and `/metrics` show `link`'s
-/// TLS handshake failures.
+/// TLS handshake failures; request bodies over `cap` are refused.
 pub fn serve_listener(
     listener: std::net::TcpListener,
     agent: Addr<NodeAgent>,
     workers: usize,
     journal: Option<Arc<UsageJournal>>,
     tls: Option<rustls::ServerConfig>,
-    link: LinkHealth,
+    (link, cap): (LinkHealth, RequestCap),
 ) -> std::io::Result<actix_web::dev::Server> {
     let view = JournalView(journal);
     let server = HttpServer::new(move || {
@@ -574,6 +579,7 @@ pub fn serve_listener(
             .app_data(web::Data::new(agent.clone()))
             .app_data(web::Data::new(view.clone()))
             .app_data(web::Data::new(link.clone()))
+            .app_data(cap)
             .route("/v1/invoke/{tenant}/{name}", web::post().to(invoke))
             .route(
                 "/v1/invoke/{tenant}/{name}/{path:.*}",

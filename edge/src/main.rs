@@ -190,7 +190,10 @@ fn run(
             workers,
             journal,
             ingress_tls,
-            health.clone(),
+            (
+                health.clone(),
+                ingress::RequestCap(config.max_request_bytes),
+            ),
         )
         .with_context(|| format!("serving ingress {}", config.ingress_addr))?;
         let handle = server.handle();

@@ -46,7 +46,7 @@ use actix::{Actor, Addr, AsyncContext, Context, WrapFuture};
 use gshare_core::config::AgentConfig;
 use gshare_core::protocol::{
     AgentCounters, AgentMessage, AgentMessageV1, Heartbeat, HostCopy, InvokeError, InvokeOutcome,
-    InvokeReply, NodeGpu, RegionMessage, RegionMessageV1, Register,
+    InvokeReply, NodeGpu, RegionMessage, RegionMessageV1, Register, ReplyHead,
 };
 use gshare_core::state::AgentId;
 use std::net::SocketAddr;
@@ -64,24 +64,39 @@ const USAGE_POLL: Duration = Duration::from_secs(1);
 /// How often the executor's remap requests are collected for the region.
 const SLICE_POLL: Duration = Duration::from_millis(20);
 
-/// Largest answer body sent back to a replica in an `InvokeReply` (the
-/// agent wire's frame limit, less room for the reply's other fields).
-pub const MAX_FORWARDED_BODY: usize = gshare_core::protocol::AGENT_FRAME_BYTES - 1024;
+/// Largest answer body sent back to a replica whole, in one
+/// `InvokeReply` (the agent wire's frame limit, less room for the reply's
+/// other fields); a larger one goes as a stream of chunks
+/// ([`Back::Chunked`]), so a replica passes on every answer up to the
+/// runtime template's `max_reply_bytes`, the one reply cap.
+pub const MAX_WHOLE_BODY: usize = gshare_core::protocol::AGENT_FRAME_BYTES - 1024;
 
-/// `outcome`, or an explicit failure when its body would not fit in a
-/// frame: the replica gets an answer, not a stream that ends without one.
-fn fit_to_frame(outcome: InvokeOutcome) -> InvokeOutcome {
-    match outcome {
-        InvokeOutcome::Done { body, .. } if body.len() > MAX_FORWARDED_BODY => {
-            InvokeOutcome::Failed(InvokeError::InstanceFailed {
-                detail: format!(
-                    "the function's answer of {} bytes is over the {MAX_FORWARDED_BODY} bytes \
-                     a replica can forward; call the agent's ingress for answers this large",
-                    body.len()
-                ),
-            })
+/// How an answer goes back to the replica that forwarded the invocation.
+#[derive(Debug, PartialEq)]
+enum Back {
+    /// In one frame: the outcome, after an `InvokeHead` when it is a
+    /// transparent call's own answer (`head`).
+    Whole(Option<ReplyHead>, InvokeOutcome),
+    /// A completed answer too large for a frame: its head (the function's,
+    /// or `200` without headers on the plain route), then its body in
+    /// chunks, as a streamed reply (the timing headers are not sent).
+    Chunked(ReplyHead, Vec<u8>),
+}
+
+impl Back {
+    fn of(head: Option<ReplyHead>, outcome: InvokeOutcome) -> Back {
+        match outcome {
+            InvokeOutcome::Done { body, .. } if body.len() > MAX_WHOLE_BODY => Back::Chunked(
+                head.unwrap_or(ReplyHead {
+                    status: 200,
+                    headers: Vec::new(),
+                }),
+                body,
+            ),
+            InvokeOutcome::Done { .. } => Back::Whole(head, outcome),
+            // Only a completed run has the function's head.
+            other => Back::Whole(None, other),
         }
-        other => other,
     }
 }
 
@@ -97,36 +112,58 @@ const STREAM_FRAME_DATA: usize = 256 << 10;
 async fn stream_reply(
     send: &mut quinn::SendStream,
     id: u64,
-    head: gshare_core::protocol::ReplyHead,
+    head: ReplyHead,
     mut chunks: tokio::sync::mpsc::Receiver<StreamItem>,
 ) -> Result<(), WireError> {
-    let msg = |m| AgentMessage::v1(m);
-    write_frame_more(
-        send,
-        &msg(AgentMessageV1::InvokeHead {
-            id,
-            head,
-            streamed: true,
-        }),
-    )
-    .await?;
+    stream_head(send, id, head).await?;
     let mut complete = false;
     while let Some(item) = chunks.recv().await {
         match item {
-            StreamItem::Data(b) => {
-                for part in b.chunks(STREAM_FRAME_DATA) {
-                    let data = part.to_vec();
-                    let chunk = msg(AgentMessageV1::InvokeChunk { id, data });
-                    write_frame_more(send, &chunk).await?;
-                }
-            }
+            StreamItem::Data(b) => stream_data(send, id, &b).await?,
             StreamItem::End => {
                 complete = true;
                 break;
             }
         }
     }
-    write_frame(send, &msg(AgentMessageV1::InvokeStreamEnd { id, complete })).await
+    stream_end(send, id, complete).await
+}
+
+/// A streamed reply's head frame.
+async fn stream_head(
+    send: &mut quinn::SendStream,
+    id: u64,
+    head: ReplyHead,
+) -> Result<(), WireError> {
+    let m = AgentMessageV1::InvokeHead {
+        id,
+        head,
+        streamed: true,
+    };
+    write_frame_more(send, &AgentMessage::v1(m)).await
+}
+
+/// `data` as chunk frames of at most [`STREAM_FRAME_DATA`].
+async fn stream_data(send: &mut quinn::SendStream, id: u64, data: &[u8]) -> Result<(), WireError> {
+    for part in data.chunks(STREAM_FRAME_DATA) {
+        let data = part.to_vec();
+        let chunk = AgentMessage::v1(AgentMessageV1::InvokeChunk { id, data });
+        write_frame_more(send, &chunk).await?;
+    }
+    Ok(())
+}
+
+/// A streamed reply's last frame.
+async fn stream_end(
+    send: &mut quinn::SendStream,
+    id: u64,
+    complete: bool,
+) -> Result<(), WireError> {
+    write_frame(
+        send,
+        &AgentMessage::v1(AgentMessageV1::InvokeStreamEnd { id, complete }),
+    )
+    .await
 }
 
 /// What the link knows about its TLS handshakes, shared with the ingress
@@ -623,8 +660,21 @@ async fn invokes(conn: quinn::Connection, agent: Addr<NodeAgent>) -> Result<(), 
                     }),
                 ),
             };
-            let outcome = fit_to_frame(outcome);
-            if let (Some(head), InvokeOutcome::Done { .. }) = (head, &outcome) {
+            let (head, outcome) = match Back::of(head, outcome) {
+                Back::Whole(head, outcome) => (head, outcome),
+                Back::Chunked(head, body) => {
+                    let sent = async {
+                        stream_head(&mut send, id, head).await?;
+                        stream_data(&mut send, id, &body).await?;
+                        stream_end(&mut send, id, true).await
+                    };
+                    if let Err(e) = sent.await {
+                        tracing::debug!("a chunked answer to the replica was cut: {e}");
+                    }
+                    return;
+                }
+            };
+            if let Some(head) = head {
                 let m = AgentMessageV1::InvokeHead {
                     id,
                     head,
@@ -733,28 +783,49 @@ mod tests {
     }
 
     #[test]
-    fn a_forwarded_answer_always_fits_in_a_frame() {
-        // The largest body kept, with the widest other fields, encodes.
-        let kept = fit_to_frame(done(MAX_FORWARDED_BODY));
-        assert_eq!(kept, done(MAX_FORWARDED_BODY));
+    fn an_answer_goes_whole_while_it_fits_a_frame_and_in_chunks_beyond() {
+        // The largest body sent whole, with the widest other fields, encodes.
+        let head = ReplyHead {
+            status: 201,
+            headers: vec![("content-type".into(), b"text/plain".to_vec())],
+        };
+        let whole = Back::of(Some(head.clone()), done(MAX_WHOLE_BODY));
+        assert_eq!(whole, Back::Whole(Some(head.clone()), done(MAX_WHOLE_BODY)));
         let reply = AgentMessage::v1(AgentMessageV1::InvokeReply(InvokeReply {
             id: u64::MAX,
-            outcome: kept,
+            outcome: done(MAX_WHOLE_BODY),
         }));
         assert!(encode_frame(&reply).is_ok());
-        // One byte more becomes an explicit failure (which encodes too).
-        let failed = fit_to_frame(done(MAX_FORWARDED_BODY + 1));
-        match &failed {
-            InvokeOutcome::Failed(e @ InvokeError::InstanceFailed { detail }) => {
-                assert_eq!(e.http_status(), 502);
-                assert!(detail.contains("over the"), "{detail}");
-            }
-            other => panic!("expected InstanceFailed, got {other:?}"),
-        }
-        let reply = AgentMessage::v1(AgentMessageV1::InvokeReply(InvokeReply {
-            id: 1,
-            outcome: failed,
-        }));
-        assert!(encode_frame(&reply).is_ok());
+        // One byte more goes in chunks under the function's head (the
+        // plain route's: 200, no headers), every chunk frame encodable.
+        let big = MAX_WHOLE_BODY + 1;
+        assert_eq!(
+            Back::of(Some(head.clone()), done(big)),
+            Back::Chunked(head, vec![7; big])
+        );
+        let Back::Chunked(plain, body) = Back::of(None, done(big)) else {
+            panic!("a body over a frame must go in chunks");
+        };
+        assert_eq!(
+            (plain.status, plain.headers.len(), body.len()),
+            (200, 0, big)
+        );
+        let chunk = AgentMessage::v1(AgentMessageV1::InvokeChunk {
+            id: u64::MAX,
+            data: vec![7; STREAM_FRAME_DATA],
+        });
+        assert!(encode_frame(&chunk).is_ok());
+        // A failure never carries the head.
+        let failed = InvokeOutcome::Failed(InvokeError::FunctionCrashed { detail: "x".into() });
+        assert_eq!(
+            Back::of(
+                Some(ReplyHead {
+                    status: 200,
+                    headers: vec![]
+                }),
+                failed.clone()
+            ),
+            Back::Whole(None, failed)
+        );
     }
 }

@@ -111,6 +111,8 @@ pub struct ReplicaConfig {
     pub liveness: gshare_core::state::LivenessRules,
     /// `[autoscale]`: the leader's autoscaler constants.
     pub autoscale: gshare_core::autoscale::Params,
+    /// `max_request_bytes`: the largest invocation request body accepted.
+    pub max_request_bytes: usize,
 }
 
 pub use gshare_core::config::{ConfigError, DEFAULT_KEEP_LOGS, DEFAULT_SNAPSHOT_EVERY};
@@ -228,6 +230,7 @@ impl ReplicaConfig {
             insecure_http: f.insecure_http,
             liveness: f.liveness,
             autoscale: f.autoscale,
+            max_request_bytes: f.max_request_bytes,
         })
     }
 }

@@ -40,6 +40,8 @@ pub struct HttpContext {
     /// TLS for invocations forwarded to peer replicas: set when this
     /// replica serves HTTPS (`[http_tls]`), `None` for plain HTTP.
     pub forward_tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    /// The largest invocation request body accepted (`max_request_bytes`).
+    pub max_request_bytes: usize,
 }
 
 /// One member in [`ClusterStatus`].

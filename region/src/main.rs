@@ -171,6 +171,7 @@ async fn run(config: ReplicaConfig, init: bool, format: LogFormat) -> anyhow::Re
             config.topology.clone(),
         ))),
         forward_tls,
+        max_request_bytes: config.max_request_bytes,
     };
     let server = http::server(ctx, config.http_addr, 2, server_tls)?;
     let handle = server.handle();

@@ -50,7 +50,9 @@ fn an_openai_client_streams_through_a_replica_and_keyed_retries_replay_the_funct
     if !openai_package() {
         return;
     }
-    let mut region = TestRegion::new(3).expect("region");
+    // The request body cap, set on the replicas and the agent.
+    let cap = "max_request_bytes = 65536\n";
+    let mut region = TestRegion::with_config(3, cap).expect("region");
     for id in 1..=3 {
         region.start(id, id == 1).expect("start");
     }
@@ -104,9 +106,12 @@ allow_args = ["--hold-last-for="]
         template.to_string_lossy()
     );
     let quic = [region.replicas[&1].raft_addr];
-    let (config, _ingress) = region
+    let (config, ingress) = region
         .sim_agent_config_via(node, &quic, "center", "center", 2, &extra)
         .expect("agent config");
+    // The cap is a top-level key (the helper puts `extra` after a section).
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("{cap}{text}")).unwrap();
     let _agent = AgentProcess::start(&config);
 
     // The official client through the replica: the model list, a chat
@@ -175,6 +180,74 @@ print(json.dumps(out))
     );
     assert_eq!(status, 404);
     assert_eq!(header(&headers, "x-gshare-error"), Some("unknown_function"));
+
+    // A whole reply (with a length) larger than a QUIC frame (8 MiB) comes
+    // whole through replica 2's hand-over to replica 1 and the agent's
+    // link: the agent sends it in chunks; the one cap is the template's
+    // `max_reply_bytes` (64 MiB).
+    let big = 9 << 20;
+    let (status, headers, body) = exchange(
+        region.http(2),
+        raw("GET", &format!("/big?bytes={big}"), &acme, "", ""),
+    );
+    assert_eq!(status, 200, "{headers:?}");
+    // (Relayed chunked: the framing's hex sizes hold no `x`.)
+    assert_eq!(body.bytes().filter(|b| *b == b'x').count(), big);
+    assert_eq!(
+        header(&headers, "content-type"),
+        Some("application/octet-stream")
+    );
+
+    // A request body over the configured cap (64 KiB here) is refused in
+    // the one error shape, at a replica and at the agent's ingress.
+    let over = "y".repeat(65537);
+    for at in [http, region.http(2), ingress] {
+        let (status, headers, body) =
+            exchange(at, raw("POST", "/v1/chat/completions", &acme, "", &over));
+        assert_eq!(status, 413, "{at}: {body}");
+        assert_eq!(header(&headers, "x-gshare-error"), Some("body_too_large"));
+        let e: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        assert_eq!(e["error"]["code"], "body_too_large", "{body}");
+        assert!(
+            e["error"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("65536"),
+            "{body}"
+        );
+    }
+
+    // A client cannot pose as a replica forwarding the call: without a
+    // proof the forward headers are ignored. A key claimed as one a
+    // replica assigned stays the client's (an assigned key would be
+    // answered pinned, `forged-1@<node>`); a node pin to a node that does
+    // not exist is not followed (it would answer `503 no_agent`).
+    let (status, headers, body) = ask(
+        "GET",
+        "/v1/models",
+        "X-Gshare-Forwarded: 1\r\nX-Gshare-Key-Assigned: 1\r\nIdempotency-Key: forged-1\r\n",
+        "",
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(header(&headers, "idempotency-key"), Some("forged-1"));
+    let (status, _, body) = ask(
+        "GET",
+        "/v1/models",
+        "X-Gshare-Forwarded: 1\r\nX-Gshare-Node: nowhere\r\nIdempotency-Key: forged-2\r\n",
+        "",
+    );
+    assert_eq!(status, 200, "{body}");
+    // A proof that does not verify is refused, nothing ran.
+    let made_up = format!("X-Gshare-Forward-Proof: {}\r\n", "0".repeat(64));
+    for forged in [
+        format!("X-Gshare-Forwarded: 1\r\nX-Gshare-Node: {node}\r\nIdempotency-Key: forged-3\r\n{made_up}"),
+        format!("X-Gshare-Forwarded: 1\r\nX-Gshare-Key-Assigned: 1\r\nIdempotency-Key: forged-4\r\n{made_up}"),
+        made_up.clone(),
+    ] {
+        let (status, headers, body) = ask("GET", "/v1/models", &forged, "");
+        assert_eq!(status, 403, "{forged}: {body}");
+        assert_eq!(header(&headers, "x-gshare-error"), Some("forged_forward"));
+    }
 
     // Under a key, a retry replays the function's answer: its status,
     // its headers and its body (a 400 stays a 400).

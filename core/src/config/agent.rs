@@ -129,6 +129,10 @@ pub struct AgentConfig {
     /// token that shows the tenant-labelled series of `/metrics`; without
     /// it they are shown to nobody.
     pub metrics_token_file: Option<String>,
+    /// `max_request_bytes`: the largest invocation request body the
+    /// ingress accepts (default
+    /// [`crate::protocol::DEFAULT_MAX_REQUEST_BYTES`], 4 MiB; 1 KiB to 7 MiB).
+    pub max_request_bytes: usize,
 }
 
 impl AgentConfig {
@@ -163,6 +167,27 @@ ca_cert = "ca.pem"
 cert = "c.pem"
 key = "c.key"
 "#;
+
+    #[test]
+    fn the_request_body_cap_has_one_default_and_a_checked_range() {
+        let c = AgentConfig::from_toml("a.toml", GOOD).unwrap();
+        assert_eq!(
+            c.max_request_bytes,
+            crate::protocol::DEFAULT_MAX_REQUEST_BYTES
+        );
+        let set = format!("max_request_bytes = 65536\n{GOOD}");
+        let c = AgentConfig::from_toml("a.toml", &set).unwrap();
+        assert_eq!(c.max_request_bytes, 65536);
+        for bad in ["max_request_bytes = 100", "max_request_bytes = 8_388_608"] {
+            let e = AgentConfig::from_toml("a.toml", &format!("{bad}\n{GOOD}"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("a.toml:1:21: max_request_bytes: must be from 1024 to 7340032"),
+                "{bad}: {e}"
+            );
+        }
+    }
 
     #[test]
     fn a_good_file_parses_with_defaults() {

@@ -109,6 +109,20 @@ fn default_quic_bind(replicas: &[SocketAddr]) -> SocketAddr {
 }
 
 /// Parses and validates the agent config `file` whose text is `src`.
+/// `max_request_bytes` of `t` (the agent's and the replica's config): the
+/// default when absent, else checked against
+/// [`crate::protocol::MAX_REQUEST_BYTES_RANGE`].
+pub(crate) fn max_request_bytes(is: &mut Issues<'_>, t: &mut TableReader<'_, '_>) -> Option<usize> {
+    use crate::protocol::{DEFAULT_MAX_REQUEST_BYTES, MAX_REQUEST_BYTES_RANGE};
+    let written = t.has("max_request_bytes");
+    let f: Field<usize> = t.uint(is, "max_request_bytes", false);
+    if !written {
+        return Some(DEFAULT_MAX_REQUEST_BYTES);
+    }
+    let (lo, hi) = MAX_REQUEST_BYTES_RANGE;
+    check_range(is, &f, lo, hi)
+}
+
 pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
     let mut is = Issues::new(src);
     let Some(doc) = parse_document(src, &mut is) else {
@@ -124,6 +138,7 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
     let heartbeat = root.uint::<u64>(&mut is, "heartbeat_ms", false);
     let allow_fewer_gpus = root.boolean(&mut is, "allow_fewer_gpus", false);
     let insecure_http = root.boolean(&mut is, "insecure_http", false);
+    let max_request_bytes = max_request_bytes(&mut is, &mut root);
     // The certificate files the agent opens, for its start-up check.
     let mut files = Vec::new();
     let http_tls = root.table(&mut is, "http_tls", false).map(|mut t| {
@@ -363,8 +378,8 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
     if !is.is_empty() {
         return Err(is.into_error(file));
     }
-    let (Some(metering_interval_ms), Some(invoke_key_window_s)) =
-        (metering_interval, invoke_key_window)
+    let (Some(metering_interval_ms), Some(invoke_key_window_s), Some(max_request_bytes)) =
+        (metering_interval, invoke_key_window, max_request_bytes)
     else {
         return Err(is.into_error(file));
     };
@@ -410,6 +425,7 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
             insecure_http: insecure_http.v.unwrap_or(false),
             files: files.into_iter().filter(|f| !f.path.is_empty()).collect(),
             metrics_token_file,
+            max_request_bytes,
         }),
         _ => Err(is.into_error(file)),
     }

@@ -105,6 +105,10 @@ pub struct ReplicaFile {
     /// `[autoscale]`: the leader's autoscaler constants (defaults in
     /// [`crate::autoscale::Params`]).
     pub autoscale: crate::autoscale::Params,
+    /// `max_request_bytes`: the largest invocation request body the
+    /// replica's invoke routes accept (the agent's key, same default and
+    /// range: [`crate::protocol::DEFAULT_MAX_REQUEST_BYTES`]).
+    pub max_request_bytes: usize,
 }
 
 /// Longest `autoscale.stable_window_ms`: an autoscaler keeps at most
@@ -201,6 +205,7 @@ fn read(
     let metrics_token_file = path(is, &mut root, "metrics_token_file", false);
     let snapshot_every = count(is, &mut root, "snapshot_every", DEFAULT_SNAPSHOT_EVERY, 1);
     let keep_logs = count(is, &mut root, "keep_logs", DEFAULT_KEEP_LOGS, 0);
+    let max_request_bytes = super::agent_file::max_request_bytes(is, &mut root);
     let d = crate::state::LivenessRules::default();
     let join_grace_s = bounded(
         is,
@@ -370,6 +375,7 @@ fn read(
         peers,
         liveness,
         autoscale,
+        max_request_bytes: max_request_bytes?,
     })
 }
 
@@ -616,6 +622,26 @@ mod tests {
         assert!(!s.contains("used twice"), "{s}");
         // The files that parsed are still handed back for their check.
         assert_eq!(e.files.len(), 5);
+    }
+
+    #[test]
+    fn the_request_body_cap_has_one_default_and_a_checked_range() {
+        let f = ReplicaFile::from_toml("r1.toml", VALID).unwrap();
+        assert_eq!(
+            f.max_request_bytes,
+            crate::protocol::DEFAULT_MAX_REQUEST_BYTES
+        );
+        let set = format!("max_request_bytes = 65536\n{VALID}");
+        let f = ReplicaFile::from_toml("r1.toml", &set).unwrap();
+        assert_eq!(f.max_request_bytes, 65536);
+        let bad = format!("max_request_bytes = 100\n{VALID}");
+        let e = ReplicaFile::from_toml("r1.toml", &bad)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("r1.toml:1:21: max_request_bytes: must be from 1024 to 7340032 (got 100)"),
+            "{e}"
+        );
     }
 
     #[test]

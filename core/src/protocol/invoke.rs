@@ -3,9 +3,14 @@
 use crate::model::{Micros, NodeId, TenantId};
 use serde::{Deserialize, Serialize};
 
-/// Largest invocation body an ingress (an agent's or a replica's) accepts,
-/// in bytes; `413 body_too_large` beyond, answered after the token check.
-pub const MAX_INVOKE_BODY_BYTES: usize = 4 << 20;
+/// Default of `max_request_bytes` (the agent's and the replica's config):
+/// the largest invocation request body their ingress accepts, in bytes;
+/// `413 body_too_large` beyond, answered after the token check.
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 4 << 20;
+/// The range of `max_request_bytes`: 1 KiB to 7 MiB (a request's body
+/// goes from a replica to its agent in one frame,
+/// [`super::AGENT_FRAME_BYTES`], with its headers).
+pub const MAX_REQUEST_BYTES_RANGE: (usize, usize) = (1 << 10, super::AGENT_FRAME_BYTES - (1 << 20));
 
 /// An invocation a replica forwards to a hosting agent (the replica has
 /// already checked the tenant's token).

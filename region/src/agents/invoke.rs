@@ -26,13 +26,14 @@
 //! A forward carries the tenant's token, so it goes over TLS when this
 //! replica's API does (`[http_tls]`: the peers' certificates must chain to
 //! its `ca_cert` and name their IP address; the replicas of a region serve
-//! alike), and reads at most [`MAX_FORWARD_REPLY_BYTES`] of the answer (a
-//! larger one is an unknown outcome).
+//! alike), and relays the peer's answer as it comes, both routes: its size
+//! is bounded where the function's reply is read (the agent's runtime
+//! template's `max_reply_bytes`), its time by the request's deadline.
 //!
 //! Every error is [`ApiError`]'s one shape; a peer's answer is passed on
 //! with its `Content-Type`, `X-Gshare-Error` and timing headers. The token
-//! is checked before the body is read (`413 body_too_large` beyond
-//! [`MAX_INVOKE_BODY_BYTES`]).
+//! is checked before the body is read (`413 body_too_large` beyond the
+//! replica's `max_request_bytes`).
 
 use super::forward::ForwardError;
 use super::wake::Begin;
@@ -43,23 +44,19 @@ use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use gshare_core::http_surface::{
     connection_names, function_target, outcome_answer, pass_through, passes_through, Direction,
-    ERROR_HEADER,
+    ForwardClaim, ForwardSecret, ERROR_HEADER, FORWARD_PROOF_HEADER,
 };
 use gshare_core::model::{NodeId, TenantId};
 use gshare_core::net::http_client::{next_data, Incoming};
 use gshare_core::net::{read_frame, write_frame};
 use gshare_core::protocol::{
     key_order, token_digest, AgentMessage, AgentMessageV1, HttpCall, InvokeError, InvokeOutcome,
-    InvokeRequest, RegionMessage, RegionMessageV1, ReplyHead, AGENT_FRAME_BYTES,
-    MAX_INVOKE_BODY_BYTES,
+    InvokeRequest, RegionMessage, RegionMessageV1, ReplyHead,
 };
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// Largest answer read from a peer replica a forward went to: an agent's
-/// answer fits in one frame, plus room for the headers.
-pub const MAX_FORWARD_REPLY_BYTES: usize = AGENT_FRAME_BYTES + (64 << 10);
 /// Longest wait for a peer replica's whole answer to a forward.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -77,15 +74,6 @@ const RELEARN: Duration = Duration::from_secs(3);
 /// Longest wait for an invocation still running when asked about its key.
 const LOOKUP_WAIT: Duration = Duration::from_secs(60);
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-/// Headers of a peer's answer passed on to the client.
-const PASSED_ON: [&str; 5] = [
-    "content-type",
-    ERROR_HEADER,
-    "x-gshare-queued-us",
-    "x-gshare-service-us",
-    "x-gshare-replayed",
-];
 
 fn error(status: StatusCode, code: &'static str, message: &str) -> HttpResponse {
     answer(ApiError::new(status, code, message))
@@ -439,10 +427,7 @@ async fn relearn(
 
 /// What a forward to a peer replica gave.
 enum Forwarded {
-    /// Its answer: status, headers (lower-case names), body.
-    Answer(u16, Vec<(String, String)>, Vec<u8>),
-    /// Its answer to a transparent call: status and headers, the body as
-    /// it comes.
+    /// Its answer: status and headers, the body as it comes.
     Streaming(ReplyHead, Incoming),
     /// Nothing was sent: the peer could not be reached.
     NotSent,
@@ -461,15 +446,18 @@ struct Pin<'a> {
     deadline: Option<&'a str>,
     /// How long the peer's answer (or a streamed one's start) may take.
     within: Duration,
+    /// The key the forward is proven with ([`FORWARD_PROOF_HEADER`]).
+    secret: &'a ForwardSecret,
+    /// The digest of the caller's token (part of the proof).
+    token_digest: &'a str,
 }
 
 /// One HTTP/1.1 request to a peer replica on the pooled client
 /// ([`super::forward`]: over TLS when `tls` is set), under the
 /// invocation's idempotency key, for one node's agent: a POST of the plain
-/// route, its answer read whole (at most [`MAX_FORWARD_REPLY_BYTES`]), or
-/// (`http`) the transparent call, its answer's start read and its body
-/// left to stream; either within `within` (at least [`FORWARD_TIMEOUT`],
-/// the request's deadline and [`RELAY_GRACE`] when longer).
+/// route, or (`http`) the transparent call; its answer's start read within
+/// `within` (at least [`FORWARD_TIMEOUT`], the request's deadline and
+/// [`RELAY_GRACE`] when longer) and its body left to stream.
 async fn forward_http(
     addr: &str,
     tls: Option<std::sync::Arc<rustls::ClientConfig>>,
@@ -504,25 +492,18 @@ async fn forward_http(
     if let Some(d) = to.deadline {
         headers.push((DEADLINE, d.as_bytes()));
     }
-    let answer = async {
-        let (head, reply) =
-            super::forward::open(addr, tls, method, &path, &headers, body.to_vec()).await?;
-        if http.is_some() {
-            return Ok(Err((head, reply)));
-        }
-        let body = super::forward::read_reply(addr, reply, MAX_FORWARD_REPLY_BYTES).await?;
-        Ok::<_, ForwardError>(Ok((head, body)))
-    };
+    let proof = to.secret.prove(&ForwardClaim {
+        method,
+        target: &path,
+        token_digest: to.token_digest,
+        key: to.key,
+        node: to.node,
+        deadline: to.deadline,
+    });
+    headers.push((FORWARD_PROOF_HEADER, proof.as_bytes()));
+    let answer = super::forward::open(addr, tls, method, &path, &headers, body.to_vec());
     match tokio::time::timeout(within, answer).await {
-        Ok(Ok(Err((head, reply)))) => Forwarded::Streaming(head, reply),
-        Ok(Ok(Ok((head, body)))) => Forwarded::Answer(
-            head.status,
-            head.headers
-                .into_iter()
-                .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
-                .collect(),
-            body,
-        ),
+        Ok(Ok((head, reply))) => Forwarded::Streaming(head, reply),
         Ok(Err(e @ ForwardError::NotSent { .. })) => {
             tracing::warn!("forward: {e}");
             Forwarded::NotSent
@@ -748,6 +729,8 @@ struct Call<'a> {
     name: &'a str,
     body: &'a [u8],
     auth: &'a str,
+    /// The digest of the caller's token.
+    token_digest: &'a str,
     /// The request's deadline left, ms (`None`: the function's).
     deadline_ms: Option<u64>,
     function_deadline_ms: u64,
@@ -842,6 +825,7 @@ async fn via_peers(call: &Call<'_>, node: Option<&NodeId>, key: &str) -> Step {
     };
     let path = format!("/v1/invoke/{}/{}", call.tenant.0, call.name);
     let deadline = call.deadline_ms.map(|ms| ms.to_string());
+    let secret = ForwardSecret::derive(&ctx.operator_token);
     for peer in peers {
         let tls = ctx.forward_tls.clone();
         // A whole answer (or a streamed one's start) may take the
@@ -853,6 +837,8 @@ async fn via_peers(call: &Call<'_>, node: Option<&NodeId>, key: &str) -> Step {
             key,
             deadline: deadline.as_deref(),
             within: FORWARD_TIMEOUT.max(left.saturating_add(RELAY_GRACE)),
+            secret: &secret,
+            token_digest: call.token_digest,
         };
         let sent = forward_http(&peer, tls, &path, call.auth, &to, call.body, call.http);
         match sent.await {
@@ -874,27 +860,6 @@ async fn via_peers(call: &Call<'_>, node: Option<&NodeId>, key: &str) -> Step {
                     .saturating_sub(asked.elapsed());
                 return Step::Done(peer_head(&head).body(RelayedBody::from_peer(body, limit)));
             }
-            Forwarded::Answer(status, headers, body) => {
-                let code = headers
-                    .iter()
-                    .find(|(k, _)| k == ERROR_HEADER)
-                    .map(|(_, v)| v.as_str());
-                match (status, code) {
-                    (404, Some("unknown_function")) => return Step::NotHosted,
-                    (503, Some("no_agent" | "no_instance")) => continue,
-                    _ => {}
-                }
-                let mut reply = HttpResponse::build(
-                    StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
-                );
-                for h in headers
-                    .into_iter()
-                    .filter(|(k, _)| PASSED_ON.contains(&k.as_str()) || k == KEY)
-                {
-                    reply.insert_header(h);
-                }
-                return Step::Done(reply.body(body));
-            }
             Forwarded::NotSent => {}
             // The peer may have run it: asking another peer could run it twice.
             Forwarded::Lost(why) => {
@@ -903,6 +868,66 @@ async fn via_peers(call: &Call<'_>, node: Option<&NodeId>, key: &str) -> Step {
         }
     }
     Step::Unreachable
+}
+
+/// Whether the request is a forward from a peer replica: it carries the
+/// forward headers ([`FORWARDED`], [`NODE`] or [`ASSIGNED`], and the key)
+/// with a [`FORWARD_PROOF_HEADER`] that verifies under the region's
+/// forward secret (derived from the operator token, the same on every
+/// replica) for this request line, caller's token, key, node and
+/// deadline. Without a proof the forward headers are ignored: the call is
+/// a new one (a client's, or a forward from a replica older than the
+/// proof, which then works as a first hop during an upgrade), so a client
+/// cannot have its key treated as one a replica assigned or pick the
+/// node. A proof that does not verify, or comes with incomplete forward
+/// headers, is refused (`403 forged_forward`, nothing ran): a region whose
+/// replicas do not share the operator token says so at once.
+fn proven_forward(
+    req: &HttpRequest,
+    ctx: &HttpContext,
+    token_digest: &str,
+    key: Option<&str>,
+) -> Result<bool, ApiError> {
+    let h = req.headers();
+    let Some(proof) = h.get(FORWARD_PROOF_HEADER) else {
+        return Ok(false);
+    };
+    let forged = |why: &str| {
+        ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forged_forward",
+            format!(
+                "X-Gshare-Forward-Proof is set by the region's replicas only \
+                 (a region's replicas must share the operator token): {why}"
+            ),
+        )
+    };
+    let text = |n: &str| h.get(n).and_then(|v| v.to_str().ok());
+    let Some(key) = key else {
+        return Err(forged("a forward names its Idempotency-Key"));
+    };
+    let node = text(NODE);
+    if !h.contains_key(FORWARDED) || node.is_some() == h.contains_key(ASSIGNED) {
+        return Err(forged("the forward headers are incomplete"));
+    }
+    let target = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or_else(|| req.uri().path());
+    let claim = ForwardClaim {
+        method: req.method().as_str(),
+        target,
+        token_digest,
+        key,
+        node,
+        deadline: text(DEADLINE),
+    };
+    if ForwardSecret::derive(&ctx.operator_token).verify(&claim, proof.as_bytes()) {
+        Ok(true)
+    } else {
+        Err(forged("the forward proof does not verify"))
+    }
 }
 
 /// `POST /v1/invoke/{tenant}/{name}`: the body to the function's invoke
@@ -958,6 +983,17 @@ async fn invoke(
     };
     let digest = token_digest(&token);
     let auth = format!("Bearer {token}");
+    let owned = {
+        let st = ctx.replica.state.read();
+        st.region.domain().token_owner(&digest).map(|(t, _)| t) == Some(&tenant)
+    };
+    if !owned {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "token not valid for this tenant",
+        );
+    }
     let deadline = req
         .headers()
         .get(DEADLINE)
@@ -993,7 +1029,10 @@ async fn invoke(
             }
         },
     };
-    let forwarded = req.headers().contains_key(FORWARDED);
+    let forwarded = match proven_forward(&req, &ctx, &digest, given.as_deref()) {
+        Ok(f) => f,
+        Err(e) => return answer(e),
+    };
     let key = match given {
         // A key the first replica assigned: new, so the node is this
         // replica's pick (honoured on a forward only).
@@ -1017,18 +1056,7 @@ async fn invoke(
         }
         r
     };
-    let owned = {
-        let st = ctx.replica.state.read();
-        st.region.domain().token_owner(&digest).map(|(t, _)| t) == Some(&tenant)
-    };
-    if !owned {
-        return error(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "token not valid for this tenant",
-        );
-    }
-    let body = match read_body_limited(&req, payload, MAX_INVOKE_BODY_BYTES).await {
+    let body = match read_body_limited(&req, payload, ctx.max_request_bytes).await {
         Ok(b) => b,
         Err(e) => return answer(e),
     };
@@ -1057,6 +1085,7 @@ async fn invoke(
             name: &name,
             body: &body,
             auth: &auth,
+            token_digest: &digest,
             deadline_ms,
             function_deadline_ms,
             forwarded,
@@ -1216,7 +1245,8 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_endless_peer_answer_is_cut_at_the_limit() {
+    async fn an_endless_peer_answer_is_relayed_and_cut_at_the_limit() {
+        use actix_web::body::MessageBody;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         tokio::spawn(async move {
@@ -1227,10 +1257,9 @@ mod tests {
             let chunk = vec![b'x'; 64 * 1024];
             while s.write_all(&chunk).await.is_ok() {}
         });
-        // A hang guard, not a timing assert (the forward's own timeout is 60 s).
-        let got = tokio::time::timeout(
-            Duration::from_secs(30),
-            forward_http(
+        // A hang guard, not a timing assert (the relay's limit is 1 s).
+        let (seen, end) = tokio::time::timeout(Duration::from_secs(30), async {
+            let got = forward_http(
                 &addr,
                 None,
                 "/v1/invoke/t/f",
@@ -1240,17 +1269,35 @@ mod tests {
                     key: "k1",
                     deadline: None,
                     within: FORWARD_TIMEOUT,
+                    secret: &ForwardSecret::derive("op"),
+                    token_digest: "d",
                 },
                 b"{}",
                 None,
-            ),
-        )
+            )
+            .await;
+            let Forwarded::Streaming(head, reply) = got else {
+                panic!("the answer's start must come back");
+            };
+            assert_eq!(head.status, 200);
+            // Relayed as it comes (nothing held whole), until the limit.
+            let mut body = RelayedBody::from_peer(reply, Duration::from_secs(1));
+            let mut seen = 0usize;
+            loop {
+                let next =
+                    std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_next(cx)).await;
+                match next {
+                    Some(Ok(b)) => seen += b.len(),
+                    Some(Err(e)) => break (seen, Some(e)),
+                    None => break (seen, None),
+                }
+            }
+        })
         .await
-        .expect("the forward kept reading an endless answer");
-        // Sent and cut at the limit: the outcome is unknown, not an answer.
-        match got {
-            Forwarded::Lost(why) => assert!(why.contains("bytes"), "{why}"),
-            _ => panic!("an endless answer must be a lost outcome"),
-        }
+        .expect("the relay kept reading an endless answer");
+        assert!(seen > 0, "nothing was relayed before the cut");
+        // Cut at the limit: an error, so the client sees an incomplete reply.
+        let why = end.expect("an endless answer must end cut, not complete");
+        assert!(why.to_string().contains("deadline"), "{why}");
     }
 }
