@@ -2,8 +2,8 @@
 //! Alibaba GenAI trace (release builds; CI runs `cargo test --release`).
 
 use gshare_core::sim::serving::{
-    evaluate, mandatory_min_gpus, simulate, GpuCount, LlmSpec, RunSpec, ServingParams,
-    ServingPolicy, ServingTrace, SyntheticSpec, TARGET_ATTAINMENT,
+    evaluate, mandatory_min_gpus, memory_time_min_gpus, simulate, GpuCount, LlmSpec, RunSpec,
+    ServingParams, ServingPolicy, ServingTrace, SyntheticSpec, TARGET_ATTAINMENT,
 };
 
 fn params() -> ServingParams {
@@ -283,4 +283,45 @@ fn llm_trace_table_row() {
         2 * gshare <= swap,
         "gshare {gshare} above half of exclusive-swap {swap}"
     );
+}
+
+/// The memory-time bound on the LLM workload (M = 50 and 200, S = 1.5 and
+/// 2, where it is not trivial): no policy reaches the target on fewer GPUs.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "release-only: run with cargo test --release"
+)]
+fn no_policy_reaches_the_target_below_the_memory_time_bound() {
+    let p = params();
+    let mut binding = 0;
+    for models in [50, 200] {
+        let trace = llm_trace(&p, models);
+        for slack in [1.5, 2.0] {
+            let bound = memory_time_min_gpus(&trace, &p, slack, TARGET_ATTAINMENT);
+            if bound > 1 {
+                binding += 1;
+            }
+            for gpus in 1..bound {
+                for policy in ServingPolicy::ALL {
+                    let r = simulate(
+                        &trace,
+                        &p,
+                        RunSpec {
+                            policy,
+                            static_slices: 2,
+                            gpus,
+                            slack,
+                        },
+                    );
+                    assert!(
+                        r.attainment() < TARGET_ATTAINMENT,
+                        "M {models} S {slack}: {policy} reaches {} on {gpus} GPUs, below the bound {bound}",
+                        r.attainment()
+                    );
+                }
+            }
+        }
+    }
+    assert!(binding > 0, "the memory-time bound never binds");
 }
