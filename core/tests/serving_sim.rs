@@ -269,7 +269,7 @@ fn llm_trace_table_row() {
     let min = |i: usize| outcomes[i].min_gpus.flatten();
     assert_eq!(
         [min(0), min(1), min(2), min(3), min(4)],
-        [Some(49), Some(48), Some(25), Some(12), Some(8)],
+        [Some(49), Some(48), Some(25), Some(9), Some(8)],
         "exclusive, exclusive-swap, static, gshare, EDF estimate"
     );
     let (proven, _) = outcomes[4].bound.expect("bound reports its bound");

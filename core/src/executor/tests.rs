@@ -472,7 +472,13 @@ fn a_removed_function_drops_its_waiting_requests() {
 
 #[test]
 fn waits_for_the_resident_copy_while_the_deadline_holds_else_loads_another() {
-    let mut n = node(2, ExecutorRules::gshare(), &[Tier::Oversubscribed]);
+    // Without `spread` (tested below), which would load the second copy as
+    // soon as request 2 waits.
+    let rules = ExecutorRules {
+        spread: false,
+        ..ExecutorRules::gshare()
+    };
+    let mut n = node(2, rules, &[Tier::Oversubscribed]);
     assert_eq!(
         step(&mut n, 0, arrive(1, 0, 2 * S, FAR)),
         vec![cold(0, 0, COLD)]
@@ -501,6 +507,84 @@ fn waits_for_the_resident_copy_while_the_deadline_holds_else_loads_another() {
     assert_eq!(
         step(&mut n, COLD + 2 * S, finished(1, 0)),
         vec![run(2, 0, 0, 1000, COLD + 3 * S)]
+    );
+}
+
+/// Two GPUs; function 0 (4 000 MiB) busy on GPU 0 until COLD + 2 s.
+fn busy_on_gpu_zero(extra: &[Mib]) -> NodeExecutor {
+    let mut n = node(2, ExecutorRules::gshare(), &[Tier::Oversubscribed]);
+    for (i, &mem) in extra.iter().enumerate() {
+        let function = FunctionId(1 + i as u32);
+        n.handle(
+            0,
+            Event::InstanceAdded {
+                function,
+                profile: FunctionProfile {
+                    memory_mib: mem,
+                    ..profile(Tier::Oversubscribed)
+                },
+            },
+        );
+        // A request no load can serve in time: rejected, nothing loaded.
+        let out = step(&mut n, 0, arrive(100 + i as u64, 1 + i as u32, S, S / 2));
+        assert!(
+            matches!(out.as_slice(), [Command::Reject { .. }]),
+            "{out:?}"
+        );
+    }
+    assert_eq!(
+        step(&mut n, 0, arrive(1, 0, 2 * S, FAR)),
+        vec![cold(0, 0, COLD)]
+    );
+    assert_eq!(
+        step(&mut n, COLD, loaded(0, 0)),
+        vec![run(1, 0, 0, 1000, COLD + 2 * S)]
+    );
+    n
+}
+
+#[test]
+fn a_request_that_waits_on_its_copy_spreads_its_function_onto_free_gpus() {
+    let mut n = busy_on_gpu_zero(&[]);
+    // Request 2 waits for GPU 0 (done at COLD + 3 s, in time), and a copy is
+    // swapped in on the idle GPU 1 for the next requests.
+    assert_eq!(
+        step(&mut n, COLD, arrive(2, 0, S, COLD + 5 * S)),
+        vec![Command::SwapIn {
+            function: FunctionId(0),
+            gpu: 1,
+            ready_at: COLD + SWAP_IN,
+        }]
+    );
+    // One load at a time: request 3 waits too and loads nothing more; it
+    // goes to the new copy, which finishes it first.
+    assert_eq!(step(&mut n, COLD, arrive(3, 0, S, COLD + 2 * S)), vec![]);
+    assert_eq!(
+        step(&mut n, COLD + SWAP_IN, loaded(0, 1)),
+        vec![run(3, 0, 1, 1000, COLD + SWAP_IN + S)]
+    );
+    assert_eq!(
+        step(&mut n, COLD + 2 * S, finished(1, 0)),
+        vec![run(2, 0, 0, 1000, COLD + 3 * S)]
+    );
+}
+
+#[test]
+fn spreading_keeps_free_memory_for_functions_that_have_no_copy() {
+    // Functions 1 and 2 (9 000 MiB each) had requests and have no copy:
+    // the 20 000 MiB free would hold them but not them and another copy
+    // of function 0, so request 2 waits and nothing is loaded.
+    let mut n = busy_on_gpu_zero(&[9_000, 9_000]);
+    assert_eq!(step(&mut n, COLD, arrive(2, 0, S, COLD + 5 * S)), vec![]);
+    // With one of them (9 000 + 4 000 ≤ 20 000 MiB free), it spreads.
+    let mut n = busy_on_gpu_zero(&[9_000]);
+    assert_eq!(
+        step(&mut n, COLD, arrive(2, 0, S, COLD + 5 * S)),
+        vec![Command::SwapIn {
+            function: FunctionId(0),
+            gpu: 1,
+            ready_at: COLD + SWAP_IN,
+        }]
     );
 }
 
