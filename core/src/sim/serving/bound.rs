@@ -29,6 +29,17 @@
 //! request may join a batch on a small share (running longer than `e`), so
 //! only that share counts for it (the LLM workload: never heavy).
 //!
+//! **The memory-time bound.** A met request whose model's fastest load
+//! `L` (swap-in or cold start) plus its service `e` exceeds its window
+//! `d − a` ran on a copy issued by `d − e − L < a` that stayed until it
+//! finished (`≥ a + e`): at every instant, the distinct models with such a
+//! met request covering it hold their memory at once, at most `m` GPUs'
+//! worth. The misses needed to fit, bounded from below per instant (the
+//! fractional optimum of dropping whole models) and summed over instants
+//! no interval covers two of (weighted interval scheduling), must fit the
+//! miss budget ([`memory_time_min_gpus`]). `bound` reports the larger of
+//! the two proven bounds.
+//!
 //! **The EDF estimate is not a bound.** Maximising the number of requests
 //! that meet their deadlines is NP-hard even on one machine
 //! (1|r_j|ΣU_j), and a work-conserving EDF can lose to a policy that is
@@ -36,6 +47,8 @@
 //! only GPU, so a 1 s request arriving at 1 s with deadline 2 s misses; a
 //! policy whose 10 s request first waits 1.8 s for a swap-in serves both.
 //! It is reported as an estimate (`edf_min_gpus`), never called a limit.
+//! On the LLM workload it keeps every requested model resident: it serves
+//! nothing on fewer GPUs than first-fit decreasing packs their memory into.
 
 use super::engine::{deadline, Billing};
 use super::{RunReport, RunSpec, ServingParams, ServingTrace};
