@@ -2,8 +2,8 @@
 //! Alibaba GenAI trace (release builds; CI runs `cargo test --release`).
 
 use gshare_core::sim::serving::{
-    evaluate, mandatory_min_gpus, memory_time_min_gpus, simulate, GpuCount, LlmSpec, RunSpec,
-    ServingParams, ServingPolicy, ServingTrace, SyntheticSpec, TARGET_ATTAINMENT,
+    evaluate, ffd_memory_gpus, mandatory_min_gpus, memory_time_min_gpus, simulate, GpuCount,
+    LlmSpec, RunSpec, ServingParams, ServingPolicy, ServingTrace, SyntheticSpec, TARGET_ATTAINMENT,
 };
 
 fn params() -> ServingParams {
@@ -286,7 +286,9 @@ fn llm_trace_table_row() {
 }
 
 /// The memory-time bound on the LLM workload (M = 50 and 200, S = 1.5 and
-/// 2, where it is not trivial): no policy reaches the target on fewer GPUs.
+/// 2), pinned as in docs/serving.md: no policy reaches the target on fewer
+/// GPUs. The EDF estimate's memory constraint (first-fit decreasing) is
+/// pinned too.
 #[test]
 #[cfg_attr(
     debug_assertions,
@@ -295,10 +297,13 @@ fn llm_trace_table_row() {
 fn no_policy_reaches_the_target_below_the_memory_time_bound() {
     let p = params();
     let mut binding = 0;
-    for models in [50, 200] {
+    // (models, FFD GPUs, bound at S = 1.5, bound at S = 2).
+    for (models, ffd, b15, b2) in [(50, 5, 2, 1), (200, 13, 2, 2)] {
         let trace = llm_trace(&p, models);
-        for slack in [1.5, 2.0] {
+        assert_eq!(ffd_memory_gpus(&trace, p.gpu_memory_mib), ffd, "M {models}");
+        for (slack, pinned) in [(1.5, b15), (2.0, b2)] {
             let bound = memory_time_min_gpus(&trace, &p, slack, TARGET_ATTAINMENT);
+            assert_eq!(bound, pinned, "M {models} S {slack}");
             if bound > 1 {
                 binding += 1;
             }
