@@ -89,7 +89,8 @@ struct Choice {
     gpu: u32,
 }
 
-/// Eviction order of an idle instance, smallest first: weakest tier,
+/// Eviction order of an idle instance, smallest first: weakest tier (under
+/// `spread`, within a tier a copy whose function has another first),
 /// farthest predicted next use, longest idle (host cache); least recently
 /// used (no host cache).
 type VictimKey = (u8, Micros, Micros);
@@ -1053,10 +1054,15 @@ impl NodeExecutor {
     /// Where an idle instance comes in the eviction order (see [`VictimKey`]).
     fn victim_key(&self, i: &Instance) -> VictimKey {
         if self.config.rules.host_cache {
-            let next = self.functions[i.function.0 as usize]
-                .as_ref()
-                .map_or(Micros::MAX, |f| f.next_use());
-            (tier_keep_rank(i.tier), Micros::MAX - next, i.last_used)
+            let fs = self.functions[i.function.0 as usize].as_ref();
+            let next = fs.map_or(Micros::MAX, |f| f.next_use());
+            // Under `spread`, a copy whose function has another goes first.
+            let sole = self.config.rules.spread && fs.is_some_and(|f| f.copies <= 1);
+            (
+                2 * tier_keep_rank(i.tier) + u8::from(sole),
+                Micros::MAX - next,
+                i.last_used,
+            )
         } else {
             (0, 0, i.last_used)
         }

@@ -72,6 +72,8 @@ pub struct ExecutorRules {
     /// share free and nothing queued: without evicting, one load at a time,
     /// not for pinned functions, and only while the node's free memory
     /// stays at least the memory of the functions with requests and no copy.
+    /// Making room then evicts an idle copy whose function has another
+    /// before any sole copy of the same tier.
     pub spread: bool,
 }
 

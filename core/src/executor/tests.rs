@@ -589,6 +589,87 @@ fn spreading_keeps_free_memory_for_functions_that_have_no_copy() {
 }
 
 #[test]
+fn under_spread_a_copy_whose_function_has_another_is_evicted_first() {
+    // 4 000 MiB function 0; 8 000 MiB functions 1 and 3 (never requested,
+    // so the farthest predicted next use); 4 000 MiB function 2.
+    let mut n = NodeExecutor::new(config(2, ExecutorRules::gshare()));
+    for (f, mem) in [(0, 4_000), (1, 8_000), (2, 4_000), (3, 8_000)] {
+        n.handle(
+            0,
+            Event::InstanceAdded {
+                function: FunctionId(f),
+                profile: FunctionProfile {
+                    memory_mib: mem,
+                    ..profile(Tier::Oversubscribed)
+                },
+            },
+        );
+    }
+    // Function 1 on GPU 0 (ready 8.5 s), 0 and 3 on GPU 1 (4.5 s, 13 s).
+    for f in [1, 0, 3] {
+        n.handle(
+            0,
+            Event::Prefetch {
+                function: FunctionId(f),
+            },
+        );
+    }
+    assert_eq!(
+        n.take_commands(),
+        vec![
+            cold(1, 0, 8_500 * MS),
+            cold(0, 1, COLD),
+            cold(3, 1, COLD + 8_500 * MS)
+        ]
+    );
+    let t = 13 * S;
+    for (f, g) in [(1, 0), (0, 1), (3, 1)] {
+        assert_eq!(step(&mut n, t, loaded(f, g)), vec![]);
+    }
+    assert_eq!(
+        step(&mut n, t, arrive(1, 0, 2 * S, FAR)),
+        vec![run(1, 0, 1, 1000, t + 2 * S)]
+    );
+    // Request 2 waits for GPU 1 and spreads function 0 onto GPU 0, which
+    // is then full.
+    assert_eq!(
+        step(&mut n, t, arrive(2, 0, S, t + 5 * S)),
+        vec![Command::SwapIn {
+            function: FunctionId(0),
+            gpu: 0,
+            ready_at: t + SWAP_IN,
+        }]
+    );
+    assert_eq!(step(&mut n, t + SWAP_IN, loaded(0, 0)), vec![]);
+    assert_eq!(
+        step(&mut n, t + 2 * S, finished(1, 1)),
+        vec![run(2, 0, 1, 1000, t + 3 * S)]
+    );
+    let _ = step(&mut n, t + 3 * S, finished(2, 1));
+    // Function 2 needs 4 000 MiB on a full GPU: the copy of function 0
+    // goes, although its next use is the nearest, since another copy of it
+    // stays; the sole copies of functions 1 and 3 stay.
+    let out = step(&mut n, t + 4 * S, arrive(3, 2, S, FAR));
+    assert!(
+        matches!(
+            out.as_slice(),
+            [
+                Command::SwapOut {
+                    function: FunctionId(0),
+                    gpu: a,
+                },
+                Command::ColdStart {
+                    function: FunctionId(2),
+                    gpu: b,
+                    ..
+                },
+            ] if a == b
+        ),
+        "{out:?}"
+    );
+}
+
+#[test]
 fn remaps_an_idle_instance_to_another_gpu_when_memory_is_scarce() {
     let mut n = NodeExecutor::new(config(2, ExecutorRules::gshare()));
     for (f, mem) in [(0, 4_000), (1, 4_000), (2, 10_000)] {
