@@ -2,8 +2,8 @@
 //! Alibaba GenAI trace (release builds; CI runs `cargo test --release`).
 
 use gshare_core::sim::serving::{
-    evaluate, mandatory_min_gpus, simulate, GpuCount, LlmSpec, RunSpec, ServingParams,
-    ServingPolicy, ServingTrace, SyntheticSpec, TARGET_ATTAINMENT,
+    evaluate, ffd_memory_gpus, mandatory_min_gpus, memory_time_min_gpus, simulate, GpuCount,
+    LlmSpec, RunSpec, ServingParams, ServingPolicy, ServingTrace, SyntheticSpec, TARGET_ATTAINMENT,
 };
 
 fn params() -> ServingParams {
@@ -269,7 +269,7 @@ fn llm_trace_table_row() {
     let min = |i: usize| outcomes[i].min_gpus.flatten();
     assert_eq!(
         [min(0), min(1), min(2), min(3), min(4)],
-        [Some(49), Some(48), Some(25), Some(12), Some(8)],
+        [Some(49), Some(48), Some(25), Some(9), Some(8)],
         "exclusive, exclusive-swap, static, gshare, EDF estimate"
     );
     let (proven, _) = outcomes[4].bound.expect("bound reports its bound");
@@ -283,4 +283,50 @@ fn llm_trace_table_row() {
         2 * gshare <= swap,
         "gshare {gshare} above half of exclusive-swap {swap}"
     );
+}
+
+/// The memory-time bound on the LLM workload (M = 50 and 200, S = 1.5 and
+/// 2), pinned as in docs/serving.md: no policy reaches the target on fewer
+/// GPUs. The EDF estimate's memory constraint (first-fit decreasing) is
+/// pinned too.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "release-only: run with cargo test --release"
+)]
+fn no_policy_reaches_the_target_below_the_memory_time_bound() {
+    let p = params();
+    let mut binding = 0;
+    // (models, FFD GPUs, bound at S = 1.5, bound at S = 2).
+    for (models, ffd, b15, b2) in [(50, 5, 2, 1), (200, 13, 2, 2)] {
+        let trace = llm_trace(&p, models);
+        assert_eq!(ffd_memory_gpus(&trace, p.gpu_memory_mib), ffd, "M {models}");
+        for (slack, pinned) in [(1.5, b15), (2.0, b2)] {
+            let bound = memory_time_min_gpus(&trace, &p, slack, TARGET_ATTAINMENT);
+            assert_eq!(bound, pinned, "M {models} S {slack}");
+            if bound > 1 {
+                binding += 1;
+            }
+            for gpus in 1..bound {
+                for policy in ServingPolicy::ALL {
+                    let r = simulate(
+                        &trace,
+                        &p,
+                        RunSpec {
+                            policy,
+                            static_slices: 2,
+                            gpus,
+                            slack,
+                        },
+                    );
+                    assert!(
+                        r.attainment() < TARGET_ATTAINMENT,
+                        "M {models} S {slack}: {policy} reaches {} on {gpus} GPUs, below the bound {bound}",
+                        r.attainment()
+                    );
+                }
+            }
+        }
+    }
+    assert!(binding > 0, "the memory-time bound never binds");
 }

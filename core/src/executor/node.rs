@@ -89,7 +89,8 @@ struct Choice {
     gpu: u32,
 }
 
-/// Eviction order of an idle instance, smallest first: weakest tier,
+/// Eviction order of an idle instance, smallest first: weakest tier (under
+/// `spread`, within a tier a copy whose function has another first),
 /// farthest predicted next use, longest idle (host cache); least recently
 /// used (no host cache).
 type VictimKey = (u8, Micros, Micros);
@@ -889,6 +890,9 @@ impl NodeExecutor {
                 inst,
             );
             self.gpus[g].dispatch(now, &rules, &mut self.output);
+            if rules.spread && !choice.load && choice.finish > now.saturating_add(service) {
+                self.spread(now, function, mem_cost, compute, reserved, load_us);
+            }
             return None;
         }
         // Nothing meets the deadline now: wait if memory that busy or
@@ -949,6 +953,53 @@ impl NodeExecutor {
         None
     }
 
+    /// [`ExecutorRules::spread`]: a request of `function` was served on a
+    /// resident copy later than alone on its full share (it waits, is
+    /// squeezed or joins a batch), so a copy is loaded, for its next
+    /// requests, on the GPU with the most free compute among those with
+    /// its share of compute and its memory free and nothing queued —
+    /// without evicting anything, one load at a time, never for a pinned
+    /// function, and only while the node's free memory stays at least the
+    /// memory of the functions that have had requests and have no copy.
+    fn spread(
+        &mut self,
+        now: Micros,
+        function: FunctionId,
+        mem_cost: Mib,
+        compute: MilliGpu,
+        reserved: Option<MilliGpu>,
+        load_us: Micros,
+    ) {
+        if self.state(function).is_none_or(|f| f.loading > 0) || self.pins(function).is_some() {
+            return;
+        }
+        let Some(target) = self
+            .gpus
+            .iter()
+            .filter(|g| {
+                g.find(function).is_none()
+                    && g.free_mib >= mem_cost
+                    && g.compute_free >= compute
+                    && g.queue.is_empty()
+            })
+            .max_by_key(|g| (g.compute_free, g.free_mib, std::cmp::Reverse(g.index)))
+            .map(|g| g.index as usize)
+        else {
+            return;
+        };
+        let free: Mib = self.gpus.iter().map(|g| g.free_mib).sum();
+        let absent: Mib = self
+            .functions
+            .iter()
+            .flatten()
+            .filter(|f| f.copies == 0 && f.last_arrival.is_some())
+            .map(|f| f.profile.memory_mib)
+            .fold(0, Mib::saturating_add);
+        if free >= absent.saturating_add(mem_cost) {
+            self.load(now, function, target, mem_cost, reserved, load_us);
+        }
+    }
+
     /// Earliest predicted finish of a request of `function` on a GPU that
     /// holds no copy of it, loading it once enough memory there is free or
     /// held by instances that will have become evictable; `None` if no GPU
@@ -1003,10 +1054,15 @@ impl NodeExecutor {
     /// Where an idle instance comes in the eviction order (see [`VictimKey`]).
     fn victim_key(&self, i: &Instance) -> VictimKey {
         if self.config.rules.host_cache {
-            let next = self.functions[i.function.0 as usize]
-                .as_ref()
-                .map_or(Micros::MAX, |f| f.next_use());
-            (tier_keep_rank(i.tier), Micros::MAX - next, i.last_used)
+            let fs = self.functions[i.function.0 as usize].as_ref();
+            let next = fs.map_or(Micros::MAX, |f| f.next_use());
+            // Under `spread`, a copy whose function has another goes first.
+            let sole = self.config.rules.spread && fs.is_some_and(|f| f.copies <= 1);
+            (
+                2 * tier_keep_rank(i.tier) + u8::from(sole),
+                Micros::MAX - next,
+                i.last_used,
+            )
         } else {
             (0, 0, i.last_used)
         }

@@ -21,7 +21,9 @@
 //! of the time left to its deadline, and at least 1/8 of its share; alone
 //! on its GPU it takes its whole share) and squeezed (started on the free compute when its share is
 //! not free but the slower service still meets the deadline); see
-//! `squeeze`. Every policy batches requests of one function on one
+//! `squeeze`. A request served on its copy later than alone on its share
+//! spreads the function: another copy is loaded onto free memory and
+//! compute for its next requests (`spread`). Every policy batches requests of one function on one
 //! instance when its profile says so ([`super::FunctionProfile::batch_ppm`]).
 //!
 //! [`NodeExecutor`]: super::NodeExecutor
@@ -64,6 +66,15 @@ pub struct ExecutorRules {
     /// compute if its slower service still meets its deadline (fine-grained
     /// sharing only).
     pub squeeze: bool,
+    /// A request served on a resident copy later than alone on its full
+    /// share (it waits, is squeezed or joins a batch) loads another copy of
+    /// its function, for its next requests, on a GPU with that memory and
+    /// share free and nothing queued: without evicting, one load at a time,
+    /// not for pinned functions, and only while the node's free memory
+    /// stays at least the memory of the functions with requests and no copy.
+    /// Making room then evicts an idle copy whose function has another
+    /// before any sole copy of the same tier.
+    pub spread: bool,
 }
 
 impl ExecutorRules {
@@ -78,6 +89,7 @@ impl ExecutorRules {
             wait_for_memory: true,
             scale_out_evicts: true,
             squeeze: false,
+            spread: false,
         }
     }
 
@@ -112,6 +124,7 @@ impl ExecutorRules {
             wait_for_memory: true,
             scale_out_evicts: false,
             squeeze: true,
+            spread: true,
         }
     }
 
@@ -128,6 +141,7 @@ impl ExecutorRules {
             wait_for_memory: false,
             scale_out_evicts: false,
             squeeze: false,
+            spread: false,
         }
     }
 }

@@ -472,7 +472,13 @@ fn a_removed_function_drops_its_waiting_requests() {
 
 #[test]
 fn waits_for_the_resident_copy_while_the_deadline_holds_else_loads_another() {
-    let mut n = node(2, ExecutorRules::gshare(), &[Tier::Oversubscribed]);
+    // Without `spread` (tested below), which would load the second copy as
+    // soon as request 2 waits.
+    let rules = ExecutorRules {
+        spread: false,
+        ..ExecutorRules::gshare()
+    };
+    let mut n = node(2, rules, &[Tier::Oversubscribed]);
     assert_eq!(
         step(&mut n, 0, arrive(1, 0, 2 * S, FAR)),
         vec![cold(0, 0, COLD)]
@@ -501,6 +507,165 @@ fn waits_for_the_resident_copy_while_the_deadline_holds_else_loads_another() {
     assert_eq!(
         step(&mut n, COLD + 2 * S, finished(1, 0)),
         vec![run(2, 0, 0, 1000, COLD + 3 * S)]
+    );
+}
+
+/// Two GPUs; function 0 (4 000 MiB) busy on GPU 0 until COLD + 2 s.
+fn busy_on_gpu_zero(extra: &[Mib]) -> NodeExecutor {
+    let mut n = node(2, ExecutorRules::gshare(), &[Tier::Oversubscribed]);
+    for (i, &mem) in extra.iter().enumerate() {
+        let function = FunctionId(1 + i as u32);
+        n.handle(
+            0,
+            Event::InstanceAdded {
+                function,
+                profile: FunctionProfile {
+                    memory_mib: mem,
+                    ..profile(Tier::Oversubscribed)
+                },
+            },
+        );
+        // A request no load can serve in time: rejected, nothing loaded.
+        let out = step(&mut n, 0, arrive(100 + i as u64, 1 + i as u32, S, S / 2));
+        assert!(
+            matches!(out.as_slice(), [Command::Reject { .. }]),
+            "{out:?}"
+        );
+    }
+    assert_eq!(
+        step(&mut n, 0, arrive(1, 0, 2 * S, FAR)),
+        vec![cold(0, 0, COLD)]
+    );
+    assert_eq!(
+        step(&mut n, COLD, loaded(0, 0)),
+        vec![run(1, 0, 0, 1000, COLD + 2 * S)]
+    );
+    n
+}
+
+#[test]
+fn a_request_that_waits_on_its_copy_spreads_its_function_onto_free_gpus() {
+    let mut n = busy_on_gpu_zero(&[]);
+    // Request 2 waits for GPU 0 (done at COLD + 3 s, in time), and a copy is
+    // swapped in on the idle GPU 1 for the next requests.
+    assert_eq!(
+        step(&mut n, COLD, arrive(2, 0, S, COLD + 5 * S)),
+        vec![Command::SwapIn {
+            function: FunctionId(0),
+            gpu: 1,
+            ready_at: COLD + SWAP_IN,
+        }]
+    );
+    // One load at a time: request 3 waits too and loads nothing more; it
+    // goes to the new copy, which finishes it first.
+    assert_eq!(step(&mut n, COLD, arrive(3, 0, S, COLD + 2 * S)), vec![]);
+    assert_eq!(
+        step(&mut n, COLD + SWAP_IN, loaded(0, 1)),
+        vec![run(3, 0, 1, 1000, COLD + SWAP_IN + S)]
+    );
+    assert_eq!(
+        step(&mut n, COLD + 2 * S, finished(1, 0)),
+        vec![run(2, 0, 0, 1000, COLD + 3 * S)]
+    );
+}
+
+#[test]
+fn spreading_keeps_free_memory_for_functions_that_have_no_copy() {
+    // Functions 1 and 2 (9 000 MiB each) had requests and have no copy:
+    // the 20 000 MiB free would hold them but not them and another copy
+    // of function 0, so request 2 waits and nothing is loaded.
+    let mut n = busy_on_gpu_zero(&[9_000, 9_000]);
+    assert_eq!(step(&mut n, COLD, arrive(2, 0, S, COLD + 5 * S)), vec![]);
+    // With one of them (9 000 + 4 000 ≤ 20 000 MiB free), it spreads.
+    let mut n = busy_on_gpu_zero(&[9_000]);
+    assert_eq!(
+        step(&mut n, COLD, arrive(2, 0, S, COLD + 5 * S)),
+        vec![Command::SwapIn {
+            function: FunctionId(0),
+            gpu: 1,
+            ready_at: COLD + SWAP_IN,
+        }]
+    );
+}
+
+#[test]
+fn under_spread_a_copy_whose_function_has_another_is_evicted_first() {
+    // 4 000 MiB function 0; 8 000 MiB functions 1 and 3 (never requested,
+    // so the farthest predicted next use); 4 000 MiB function 2.
+    let mut n = NodeExecutor::new(config(2, ExecutorRules::gshare()));
+    for (f, mem) in [(0, 4_000), (1, 8_000), (2, 4_000), (3, 8_000)] {
+        n.handle(
+            0,
+            Event::InstanceAdded {
+                function: FunctionId(f),
+                profile: FunctionProfile {
+                    memory_mib: mem,
+                    ..profile(Tier::Oversubscribed)
+                },
+            },
+        );
+    }
+    // Function 1 on GPU 0 (ready 8.5 s), 0 and 3 on GPU 1 (4.5 s, 13 s).
+    for f in [1, 0, 3] {
+        n.handle(
+            0,
+            Event::Prefetch {
+                function: FunctionId(f),
+            },
+        );
+    }
+    assert_eq!(
+        n.take_commands(),
+        vec![
+            cold(1, 0, 8_500 * MS),
+            cold(0, 1, COLD),
+            cold(3, 1, COLD + 8_500 * MS)
+        ]
+    );
+    let t = 13 * S;
+    for (f, g) in [(1, 0), (0, 1), (3, 1)] {
+        assert_eq!(step(&mut n, t, loaded(f, g)), vec![]);
+    }
+    assert_eq!(
+        step(&mut n, t, arrive(1, 0, 2 * S, FAR)),
+        vec![run(1, 0, 1, 1000, t + 2 * S)]
+    );
+    // Request 2 waits for GPU 1 and spreads function 0 onto GPU 0, which
+    // is then full.
+    assert_eq!(
+        step(&mut n, t, arrive(2, 0, S, t + 5 * S)),
+        vec![Command::SwapIn {
+            function: FunctionId(0),
+            gpu: 0,
+            ready_at: t + SWAP_IN,
+        }]
+    );
+    assert_eq!(step(&mut n, t + SWAP_IN, loaded(0, 0)), vec![]);
+    assert_eq!(
+        step(&mut n, t + 2 * S, finished(1, 1)),
+        vec![run(2, 0, 1, 1000, t + 3 * S)]
+    );
+    let _ = step(&mut n, t + 3 * S, finished(2, 1));
+    // Function 2 needs 4 000 MiB on a full GPU: the copy of function 0
+    // goes, although its next use is the nearest, since another copy of it
+    // stays; the sole copies of functions 1 and 3 stay.
+    let out = step(&mut n, t + 4 * S, arrive(3, 2, S, FAR));
+    assert!(
+        matches!(
+            out.as_slice(),
+            [
+                Command::SwapOut {
+                    function: FunctionId(0),
+                    gpu: a,
+                },
+                Command::ColdStart {
+                    function: FunctionId(2),
+                    gpu: b,
+                    ..
+                },
+            ] if a == b
+        ),
+        "{out:?}"
     );
 }
 

@@ -203,8 +203,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         };
         if let Some((bound, kind)) = o.bound {
             table += &format!(
-                "bound     min_gpus {bound:>6} ({}); EDF estimate (not a bound) min_gpus {searched}\n",
-                kind.as_str()
+                "bound     min_gpus {bound:>6} ({}); EDF estimate (not a bound) min_gpus {searched} (memory packs into {})\n",
+                kind.as_str(),
+                o.edf_memory_gpus.map_or("-".into(), |n| n.to_string())
             );
         }
         table += &format!(
@@ -260,6 +261,7 @@ fn policy_json(o: &PolicyOutcome) -> Value {
         }
         v["bound_min_gpus"] = json!(bound);
         v["bound_kind"] = json!(kind.as_str());
+        v["edf_memory_gpus"] = json!(o.edf_memory_gpus);
     }
     v
 }

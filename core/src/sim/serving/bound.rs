@@ -29,6 +29,17 @@
 //! request may join a batch on a small share (running longer than `e`), so
 //! only that share counts for it (the LLM workload: never heavy).
 //!
+//! **The memory-time bound.** A met request whose model's fastest load
+//! `L` (swap-in or cold start) plus its service `e` exceeds its window
+//! `d − a` ran on a copy issued by `d − e − L < a` that stayed until it
+//! finished (`≥ a + e`): at every instant, the distinct models with such a
+//! met request covering it hold their memory at once, at most `m` GPUs'
+//! worth. The misses needed to fit, bounded from below per instant (the
+//! fractional optimum of dropping whole models) and summed over instants
+//! no interval covers two of (weighted interval scheduling), must fit the
+//! miss budget ([`memory_time_min_gpus`]). `bound` reports the larger of
+//! the two proven bounds.
+//!
 //! **The EDF estimate is not a bound.** Maximising the number of requests
 //! that meet their deadlines is NP-hard even on one machine
 //! (1|r_j|ΣU_j), and a work-conserving EDF can lose to a policy that is
@@ -36,6 +47,8 @@
 //! only GPU, so a 1 s request arriving at 1 s with deadline 2 s misses; a
 //! policy whose 10 s request first waits 1.8 s for a swap-in serves both.
 //! It is reported as an estimate (`edf_min_gpus`), never called a limit.
+//! On the LLM workload it keeps every requested model resident: it serves
+//! nothing on fewer GPUs than first-fit decreasing packs their memory into.
 
 use super::engine::{deadline, Billing};
 use super::{RunReport, RunSpec, ServingParams, ServingTrace};
@@ -49,6 +62,9 @@ use std::collections::{BTreeSet, BinaryHeap};
 pub enum BoundKind {
     /// Overlapping mandatory parts of requests that cannot share a GPU.
     MandatoryPart,
+    /// Models whose weights cannot be loaded within a request's slack must
+    /// be resident at once (see [`memory_time_min_gpus`]).
+    MemoryTime,
     /// No such overlap (e.g. slack ≥ 2): one GPU.
     Trivial,
 }
@@ -58,6 +74,7 @@ impl BoundKind {
     pub fn as_str(self) -> &'static str {
         match self {
             BoundKind::MandatoryPart => "mandatory-part",
+            BoundKind::MemoryTime => "memory-time",
             BoundKind::Trivial => "trivial",
         }
     }
@@ -152,6 +169,230 @@ pub fn mandatory_min_gpus(trace: &ServingTrace, slack: f64, target: f64) -> (u32
     )
 }
 
+/// The shortest time any policy of the simulator takes to bring `memory_mib`
+/// onto a GPU from outside the GPUs: a swap-in or a cold start, whichever
+/// is shorter (a move between GPUs takes a swap-in too).
+fn min_load_us(params: &ServingParams, memory_mib: u64) -> Micros {
+    params
+        .load
+        .swap_in_us(memory_mib)
+        .min(params.load.cold_start_us(memory_mib))
+}
+
+/// The instants where the memory-time bound looks, and what must be
+/// resident there (see [`memory_time_min_gpus`]).
+#[derive(Debug, Default)]
+struct Residency {
+    /// Per instant: (instant, the latest end of a forced interval covering
+    /// it, range of `models`, Σ memory of those models).
+    instants: Vec<(Micros, Micros, std::ops::Range<usize>, u128)>,
+    /// (forced requests of the model covering the instant, its memory MiB),
+    /// per instant ascending by requests per MiB.
+    models: Vec<(u64, u64)>,
+}
+
+/// Every "forced" request (its model's fastest load plus its service does
+/// not fit its deadline window) as `(start, end, function)`: the interval
+/// `[d − e − L, a + e)` in which a copy of its model must be on some GPU if
+/// it is met.
+fn forced_intervals(
+    trace: &ServingTrace,
+    params: &ServingParams,
+    slack: f64,
+) -> Vec<(Micros, Micros, u32)> {
+    let mut v: Vec<(Micros, Micros, u32)> = trace
+        .requests
+        .iter()
+        .filter_map(|r| {
+            let e = r.full_gpu_us;
+            let d = deadline(r.arrival_us, e, slack);
+            let mem = trace.functions[r.function as usize].profile.memory_mib;
+            let load = min_load_us(params, mem);
+            // Forced: a + L + e > d, so the copy it runs on was being
+            // loaded before a.
+            let forced = r.arrival_us.saturating_add(load).saturating_add(e) > d;
+            let start = d.saturating_sub(e.saturating_add(load));
+            let end = r.arrival_us.saturating_add(e);
+            (forced && mem > 0 && start < end).then_some((start, end, r.function))
+        })
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+impl Residency {
+    /// Sweep the forced intervals: at each distinct start, the models with
+    /// a forced interval covering it, their counts and memory.
+    fn new(trace: &ServingTrace, params: &ServingParams, slack: f64) -> Self {
+        let parts = forced_intervals(trace, params, slack);
+        let mut active: BTreeSet<(Micros, usize)> = BTreeSet::new();
+        let mut count: Vec<u64> = vec![0; trace.functions.len()];
+        let mut present: Vec<u32> = Vec::new();
+        let mut out = Residency::default();
+        let mem_of = |f: u32| trace.functions[f as usize].profile.memory_mib;
+        for (i, &(start, end, f)) in parts.iter().enumerate() {
+            while let Some(&(e, k)) = active.first() {
+                if e > start {
+                    break;
+                }
+                active.pop_first();
+                let g = parts[k].2;
+                count[g as usize] -= 1;
+                if count[g as usize] == 0 {
+                    present.retain(|&x| x != g);
+                }
+            }
+            active.insert((end, i));
+            if count[f as usize] == 0 {
+                present.push(f);
+            }
+            count[f as usize] += 1;
+            if parts.get(i + 1).is_some_and(|n| n.0 == start) {
+                continue;
+            }
+            let from = out.models.len();
+            let mut total: u128 = 0;
+            for &g in &present {
+                let m = mem_of(g);
+                total += u128::from(m);
+                out.models.push((count[g as usize], m));
+            }
+            // Cheapest to drop first: fewest requests per MiB freed.
+            out.models[from..].sort_unstable_by(|a, b| {
+                (u128::from(a.0) * u128::from(b.1)).cmp(&(u128::from(b.0) * u128::from(a.1)))
+            });
+            let latest = active.last().map_or(end, |&(e, _)| e);
+            out.instants
+                .push((start, latest, from..out.models.len(), total));
+        }
+        out
+    }
+
+    /// A lower bound on the misses needed at one instant so that the
+    /// models left fit `capacity` MiB: the fractional (LP) optimum of
+    /// dropping whole models, rounded up.
+    fn drops_at(&self, k: usize, capacity: u128) -> u64 {
+        let (_, _, ref range, total) = self.instants[k];
+        let Some(mut need) = total.checked_sub(capacity).filter(|&n| n > 0) else {
+            return 0;
+        };
+        let mut drops: u64 = 0;
+        for &(n, mem) in &self.models[range.clone()] {
+            let mem = u128::from(mem);
+            if mem >= need {
+                let part = (u128::from(n) * need).div_ceil(mem);
+                return drops.saturating_add(u64::try_from(part).unwrap_or(u64::MAX));
+            }
+            drops = drops.saturating_add(n);
+            need -= mem;
+        }
+        drops
+    }
+
+    /// A lower bound on the misses any schedule on `m` GPUs of `gpu_mib`
+    /// needs: the largest sum of [`Self::drops_at`] over instants no forced
+    /// interval covers two of (weighted interval scheduling, exact).
+    fn drops(&self, m: u32, gpu_mib: u64) -> u64 {
+        let capacity = u128::from(m) * u128::from(gpu_mib);
+        let n = self.instants.len();
+        // best[i]: the most over instants i.. (sorted by instant).
+        let mut best: Vec<u64> = vec![0; n + 1];
+        for i in (0..n).rev() {
+            let (_, latest, _, _) = self.instants[i];
+            let next = i + self.instants[i..].partition_point(|x| x.0 < latest);
+            let take = self.drops_at(i, capacity).saturating_add(best[next]);
+            best[i] = best[i + 1].max(take);
+        }
+        best[0]
+    }
+}
+
+/// The memory-time bound (proven; see docs/serving.md): a met request
+/// whose model's fastest load `L` (swap-in or cold start) plus its service
+/// `e` exceeds its window `d − a` runs on a copy that started loading by
+/// `d − e − L < a` and stays until it finishes at `≥ a + e`; so at every
+/// instant the distinct models with such a met request covering it are on
+/// the GPUs at once, and their memory is at most `m` × the GPU memory. At
+/// instants that no such interval covers two of, the misses needed to fit
+/// add up; the smallest `m` whose lower bound on misses fits the budget is
+/// a lower bound for every policy of the simulator.
+pub fn memory_time_min_gpus(
+    trace: &ServingTrace,
+    params: &ServingParams,
+    slack: f64,
+    target: f64,
+) -> u32 {
+    let residency = Residency::new(trace, params, slack);
+    let budget = miss_budget(trace.requests.len() as u64, target);
+    let gpu_mib = params.gpu_memory_mib.max(1);
+    // drops(m) is non-increasing in m and 0 once m GPUs hold every sum.
+    let most = residency
+        .instants
+        .iter()
+        .map(|x| x.3)
+        .max()
+        .unwrap_or(0)
+        .div_ceil(u128::from(gpu_mib));
+    if residency.drops(1, gpu_mib) <= budget {
+        return 1;
+    }
+    let (mut lo, mut hi) = (1u32, u32::try_from(most).unwrap_or(u32::MAX).max(2));
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if residency.drops(mid, gpu_mib) <= budget {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    hi
+}
+
+/// The proven lower bound: the larger of the mandatory-part and the
+/// memory-time bounds, and which gives it (the mandatory part on a tie).
+pub fn proven_min_gpus(
+    trace: &ServingTrace,
+    params: &ServingParams,
+    slack: f64,
+    target: f64,
+) -> (u32, BoundKind) {
+    let mandatory = mandatory_min_gpus(trace, slack, target);
+    let memory = memory_time_min_gpus(trace, params, slack, target);
+    if memory > mandatory.0 {
+        (memory, BoundKind::MemoryTime)
+    } else {
+        mandatory
+    }
+}
+
+/// GPUs of `gpu_mib` that first-fit decreasing packs the memory of every
+/// model with a request into (an estimate's memory constraint: FFD may use
+/// more GPUs than the best packing, never fewer).
+pub fn ffd_memory_gpus(trace: &ServingTrace, gpu_mib: u64) -> u32 {
+    let mut used = vec![false; trace.functions.len()];
+    for r in &trace.requests {
+        used[r.function as usize] = true;
+    }
+    let mut sizes: Vec<u64> = trace
+        .functions
+        .iter()
+        .zip(&used)
+        .filter(|(_, &u)| u)
+        .map(|(f, _)| f.profile.memory_mib)
+        .collect();
+    sizes.sort_unstable_by(|a, b| b.cmp(a));
+    let mut free: Vec<u64> = Vec::new();
+    for s in sizes {
+        match free.iter_mut().find(|f| **f >= s) {
+            Some(f) => *f -= s,
+            // A model larger than a GPU still takes one (the trace
+            // builders refuse such models).
+            None => free.push(gpu_mib.saturating_sub(s)),
+        }
+    }
+    u32::try_from(free.len()).unwrap_or(u32::MAX)
+}
+
 /// A queued request of the EDF estimate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Job {
@@ -163,9 +404,21 @@ struct Job {
 /// deadline first, every model resident everywhere at no cost, each request
 /// on its saturation share for its whole-GPU service time, started on the
 /// GPU with the least free compute that fits it, dropped once it can no
-/// longer meet its deadline. Billed at the `exclusive` tier.
+/// longer meet its deadline. Billed at the `exclusive` tier. Where the
+/// trace's models stay resident (the LLM workload), every model with a
+/// request must be resident somewhere: on fewer GPUs than
+/// [`ffd_memory_gpus`] packs them into, it serves nothing (each arrival is
+/// rejected).
 pub fn edf_simulate(trace: &ServingTrace, params: &ServingParams, spec: RunSpec) -> RunReport {
     let gpus = spec.gpus.max(1);
+    if trace.models_stay_resident && gpus < ffd_memory_gpus(trace, params.gpu_memory_mib) {
+        let n = trace.requests.len() as u64;
+        let mut report = RunReport::empty(spec.policy, gpus, n, params);
+        report.events = n;
+        report.rejected = n;
+        report.span_us = trace.requests.last().map_or(0, |r| r.arrival_us);
+        return report;
+    }
     let config = NodeConfig {
         gpus,
         gpu_memory_mib: params.gpu_memory_mib,
@@ -278,6 +531,7 @@ mod tests {
                     full_gpu_us: e,
                 })
                 .collect(),
+            models_stay_resident: false,
         }
     }
 
@@ -331,6 +585,96 @@ mod tests {
         assert_eq!((r.met, r.rejected), (2, 1));
         let r = edf_simulate(&t, &params(), RunSpec { gpus: 2, ..spec });
         assert_eq!((r.met, r.rejected), (3, 0));
+    }
+
+    /// `k` models of `mib` each; request `i` of model `i mod k` arrives at
+    /// `i × gap` and takes `e`.
+    fn models_trace(k: u32, mib: u64, n: u32, gap: Micros, e: Micros) -> ServingTrace {
+        let mut t = trace(693, &[]);
+        t.models_stay_resident = true;
+        t.functions = (0..k)
+            .map(|i| TraceFunction {
+                name: format!("m{i}"),
+                profile: FunctionProfile {
+                    tier: Tier::Oversubscribed,
+                    memory_mib: mib,
+                    saturation_milli: 693,
+                    batch_ppm: 38_390,
+                },
+            })
+            .collect();
+        t.requests = (0..n)
+            .map(|i| TraceRequest {
+                arrival_us: Micros::from(i) * gap,
+                function: i % k,
+                full_gpu_us: e,
+            })
+            .collect();
+        t
+    }
+
+    #[test]
+    fn models_that_cannot_load_within_their_slack_must_be_resident_together() {
+        let p = params();
+        assert_eq!(p.gpu_memory_mib, 81_920);
+        // Four 30 GiB models, a 100 ms request every 100 ms round-robin:
+        // a swap-in (> 1.4 s) never fits 50 ms of slack, so all four are
+        // resident at every instant: 120 GiB needs 2 GPUs.
+        let t = models_trace(4, 30_720, 2_000, 100_000, 100_000);
+        assert_eq!(memory_time_min_gpus(&t, &p, 1.5, 0.99), 2);
+        assert_eq!(
+            proven_min_gpus(&t, &p, 1.5, 0.99),
+            (2, BoundKind::MemoryTime)
+        );
+        // Eight of them: 240 GiB, 3 GPUs hold 240 GiB exactly.
+        let t = models_trace(8, 30_720, 2_000, 100_000, 100_000);
+        assert_eq!(memory_time_min_gpus(&t, &p, 1.5, 0.99), 3);
+        // With 30 s of slack every model may be loaded on demand.
+        assert_eq!(memory_time_min_gpus(&t, &p, 301.0, 0.99), 1);
+        // A miss budget of everything needs nothing resident.
+        assert_eq!(memory_time_min_gpus(&t, &p, 1.5, 0.0), 1);
+    }
+
+    #[test]
+    fn drops_at_an_instant_are_the_rounded_up_fractional_optimum() {
+        let r = Residency {
+            instants: vec![(0, 10, 0..3, 60)],
+            // Ascending by requests per MiB.
+            models: vec![(1, 30), (2, 20), (5, 10)],
+        };
+        assert_eq!(r.drops_at(0, 60), 0);
+        // 10 MiB over: a third of the first model's one request, rounded up.
+        assert_eq!(r.drops_at(0, 50), 1);
+        // 40 over: the first model, then half of the second's 2.
+        assert_eq!(r.drops_at(0, 20), 2);
+        // 55 over: 1 + 2 + half of 5, rounded up.
+        assert_eq!(r.drops_at(0, 5), 6);
+        assert_eq!(r.drops(1, 5), 6);
+    }
+
+    #[test]
+    fn first_fit_decreasing_packs_the_requested_models() {
+        // 50 + 30 and 40 + 20 GiB on 80 GiB GPUs; the unrequested model
+        // does not count.
+        let mut t = models_trace(5, 1, 4, 1, 1);
+        for (f, gib) in t.functions.iter_mut().zip([50, 40, 30, 20, 70]) {
+            f.profile.memory_mib = gib * 1024;
+        }
+        assert_eq!(ffd_memory_gpus(&t, 80 * 1024), 2);
+        t.requests[0].function = 4;
+        // 70; 40 + 30; 20 (10 MiB left beside 70, 10 beside 40 + 30).
+        assert_eq!(ffd_memory_gpus(&t, 80 * 1024), 3);
+        // The EDF estimate serves nothing on fewer GPUs.
+        let spec = RunSpec {
+            policy: ServingPolicy::Bound,
+            static_slices: 1,
+            gpus: 2,
+            slack: 2.0,
+        };
+        let r = edf_simulate(&t, &params(), spec);
+        assert_eq!((r.met, r.rejected, r.events), (0, 4, 4));
+        let r = edf_simulate(&t, &params(), RunSpec { gpus: 3, ..spec });
+        assert_eq!(r.met, 4);
     }
 
     fn params() -> ServingParams {

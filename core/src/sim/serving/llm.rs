@@ -246,6 +246,7 @@ impl LlmSpec {
                     full_gpu_us,
                 })
                 .collect(),
+            models_stay_resident: true,
         })
     }
 }
@@ -404,6 +405,7 @@ mod sharing_tests {
                     full_gpu_us: m.solo_us(500, 200),
                 })
                 .collect(),
+            models_stay_resident: true,
         }
     }
 

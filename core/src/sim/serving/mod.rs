@@ -25,7 +25,10 @@ mod search;
 mod synthetic;
 mod trace;
 
-pub use bound::{edf_simulate, mandatory_min_gpus, miss_budget, BoundKind};
+pub use bound::{
+    edf_simulate, ffd_memory_gpus, mandatory_min_gpus, memory_time_min_gpus, miss_budget,
+    proven_min_gpus, BoundKind,
+};
 pub use engine::{deadline, simulate, RunSpec};
 pub use llm::{LlmModel, LlmSpec};
 pub use params::{ServingParams, ServingParamsError};

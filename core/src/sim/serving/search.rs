@@ -16,8 +16,8 @@
 //! counted in the events total.
 
 use super::{
-    mandatory_min_gpus, simulate, BoundKind, RunReport, RunSpec, ServingParams, ServingPolicy,
-    ServingTrace,
+    ffd_memory_gpus, proven_min_gpus, simulate, BoundKind, RunReport, RunSpec, ServingParams,
+    ServingPolicy, ServingTrace,
 };
 
 /// Attainment a GPU count must reach in `--min-gpus`.
@@ -123,6 +123,10 @@ pub struct PolicyOutcome {
     /// `bound` only: the proven lower bound on GPUs and its argument (the
     /// runs and `min_gpus` above are the EDF estimate's).
     pub bound: Option<(u32, BoundKind)>,
+    /// `bound` on a trace whose models stay resident (the LLM workload):
+    /// the GPUs first-fit decreasing packs every requested model's memory
+    /// into, the fewest the EDF estimate serves anything on.
+    pub edf_memory_gpus: Option<u32>,
 }
 
 /// Run one policy on a trace, at a fixed GPU count or searching the
@@ -158,6 +162,7 @@ pub fn evaluate(
                     report,
                     min_gpus: None,
                     bound: None,
+                    edf_memory_gpus: None,
                 }
             }
             GpuCount::Min { max } => {
@@ -169,6 +174,7 @@ pub fn evaluate(
                     runs: s.runs,
                     events: s.events,
                     bound: None,
+                    edf_memory_gpus: None,
                 }
             }
         };
@@ -194,7 +200,10 @@ pub fn evaluate(
     best.runs = runs;
     best.events = events;
     if policy == ServingPolicy::Bound {
-        best.bound = Some(mandatory_min_gpus(trace, slack, TARGET_ATTAINMENT));
+        best.bound = Some(proven_min_gpus(trace, params, slack, TARGET_ATTAINMENT));
+        best.edf_memory_gpus = trace
+            .models_stay_resident
+            .then(|| ffd_memory_gpus(trace, params.gpu_memory_mib));
     }
     best
 }

@@ -110,6 +110,7 @@ impl SyntheticSpec {
             ),
             functions,
             requests,
+            models_stay_resident: false,
         }
     }
 }

@@ -56,6 +56,11 @@ pub struct ServingTrace {
     pub functions: Vec<TraceFunction>,
     /// Requests by arrival.
     pub requests: Vec<TraceRequest>,
+    /// Whether the `bound` policy's EDF estimate must hold every requested
+    /// model's memory on its GPUs at once (the LLM workload: no model loads
+    /// within a short request's slack); the other traces' estimate keeps
+    /// every model resident everywhere for free.
+    pub models_stay_resident: bool,
 }
 
 /// A trace file that cannot be read.
@@ -234,6 +239,7 @@ impl ServingTrace {
                     full_gpu_us,
                 })
                 .collect(),
+            models_stay_resident: false,
         })
     }
 
