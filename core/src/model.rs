@@ -66,9 +66,11 @@ impl FromStr for PoolKind {
 
 /// The region's placement ranking, named by the topology file's
 /// `[placement] policy` (replicated with the topology): which of the
-/// placement policies the live planner ranks candidates by. The names are
-/// the trace simulator's (`gsharectl sim placement --policy`), whose
-/// policies of the same name use the same measures.
+/// placement policies the live planner ranks candidates by. `fgd` and
+/// `gshare` are the trace simulator's policies of those names
+/// (`gsharectl sim placement --policy`), on the same measures; `bestfit`
+/// is the region's own (one GPU's leftover compute and memory), not the
+/// simulator's node-level best fit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum RegionPolicy {
@@ -91,7 +93,7 @@ impl RegionPolicy {
         RegionPolicy::Gshare,
     ];
 
-    /// The name used in the topology file and the API.
+    /// The name used in the topology file (and in `/v1/cluster/state`).
     pub fn as_str(self) -> &'static str {
         match self {
             RegionPolicy::BestFit => "bestfit",
@@ -117,7 +119,7 @@ impl FromStr for RegionPolicy {
             .ok_or_else(|| {
                 let known: Vec<&str> = RegionPolicy::ALL.iter().map(|p| p.as_str()).collect();
                 format!(
-                    "unknown placement policy {s:?}; known: {}",
+                    "unknown placement policy (expected one of: {})",
                     known.join(", ")
                 )
             })

@@ -23,7 +23,31 @@ pub struct RegionState {
     now_ms: u64,
 }
 
+/// A [`RegionState`] as snapshots written before topologies had a
+/// `[placement]` policy hold it.
+#[derive(Deserialize)]
+struct RegionStateV1 {
+    kv: BTreeMap<String, Vec<u8>>,
+    domain: gshare_core::state::RegionStateV1,
+    now_ms: u64,
+}
+
 impl RegionState {
+    /// Decodes a snapshot: the current form, else the form written before
+    /// topologies had a `[placement]` policy (which then reads as the
+    /// default). The error is the current form's.
+    pub fn decode_snapshot(bytes: &[u8]) -> Result<RegionState, bincode::error::DecodeError> {
+        crate::decode::<RegionState>(bytes).or_else(|e| {
+            crate::decode::<RegionStateV1>(bytes)
+                .map(|old| RegionState {
+                    kv: old.kv,
+                    domain: old.domain.0,
+                    now_ms: old.now_ms,
+                })
+                .map_err(|_| e)
+        })
+    }
+
     /// Applies one command. A command that fails validation changes nothing
     /// and is answered [`CommandOutcome::Rejected`] on every replica alike.
     pub fn apply(&mut self, command: RegionCommand) -> CommandOutcome {

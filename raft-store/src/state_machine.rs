@@ -134,7 +134,8 @@ impl<S: SnapshotStore> StateMachine<S> {
             .load()
             .map_err(|e| StoreError::Snapshot(e.to_string()))?
         {
-            state.region = decode(&stored.data).map_err(|e| StoreError::Snapshot(e.to_string()))?;
+            state.region = RegionState::decode_snapshot(&stored.data)
+                .map_err(|e| StoreError::Snapshot(e.to_string()))?;
             state.last_applied = stored.meta.last_log_id;
             state.membership = stored.meta.last_membership;
         }
@@ -235,7 +236,7 @@ impl<S: SnapshotStore> RaftStateMachine<TypeConfig> for StateMachine<S> {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> StoreResult<()> {
         let data = snapshot.into_inner();
-        let region: RegionState = decode(&data).map_err(|e| {
+        let region = RegionState::decode_snapshot(&data).map_err(|e| {
             StorageIOError::read_snapshot(Some(meta.signature()), AnyError::new(&e))
         })?;
         let stored = StoredSnapshot {

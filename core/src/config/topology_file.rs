@@ -366,22 +366,9 @@ fn parse_kind(is: &mut Issues<'_>, f: &Field<String>) -> Option<PoolKind> {
 
 fn parse_placement(is: &mut Issues<'_>, f: &Field<String>) -> Option<RegionPolicy> {
     let s = f.v.as_ref()?;
-    match s.parse::<RegionPolicy>() {
-        Ok(p) => Some(p),
-        Err(_) => {
-            let known: Vec<&str> = RegionPolicy::ALL.iter().map(|p| p.as_str()).collect();
-            is.report(
-                &f.at,
-                IssueKind::Invalid,
-                format!(
-                    "unknown placement policy (expected one of: {})",
-                    known.join(", ")
-                ),
-                Some(quote(s)),
-            );
-            None
-        }
-    }
+    s.parse::<RegionPolicy>()
+        .map_err(|message| is.report(&f.at, IssueKind::Invalid, message, Some(quote(s))))
+        .ok()
 }
 
 fn validate(is: &mut Issues<'_>, raw: RawTopology) -> Option<Topology> {

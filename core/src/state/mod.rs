@@ -104,7 +104,9 @@ pub use query_error::QueryError;
 pub use ranking::{
     deployed_shapes, BestFit, FgdRanking, GshareRanking, Ranking, RegionRanking, MAX_SHAPES,
 };
-pub use region_state::{RegionState, UnixMillis, MAX_GPUS_PER_INSTANCE, MAX_LABEL_LEN};
+pub use region_state::{
+    RegionState, RegionStateV1, UnixMillis, MAX_GPUS_PER_INSTANCE, MAX_LABEL_LEN,
+};
 pub use replacement::{plan_replacement, Replacement};
 pub use sequence::{SequenceCursor, MAX_SEQUENCE_AHEAD};
 pub use tenant_record::{TenantRecord, TokenRecord};

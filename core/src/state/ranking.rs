@@ -90,9 +90,14 @@ pub fn deployed_shapes(state: &RegionState) -> Vec<(MilliGpu, Mib, u64)> {
 /// FGD's 95 %): each plan scores every class of GPUs against each.
 pub const MAX_SHAPES: usize = 16;
 
+/// `milli` as the placement measures' milli-GPU of one GPU (at most 1000).
+fn gpu_milli(milli: MilliGpu) -> u16 {
+    u16::try_from(milli.min(WHOLE_GPU)).unwrap_or(1000)
+}
+
 /// A GPU's unreserved compute as the placement measures read it.
 fn free_milli(load: &GpuLoad) -> u16 {
-    u16::try_from(load.free_compute().min(WHOLE_GPU)).unwrap_or(1000)
+    gpu_milli(load.free_compute())
 }
 
 /// FGD (the FGD paper's, the trace simulator's `fgd`): the GPU whose
@@ -195,6 +200,8 @@ impl Ranking for GshareRanking {
         if demand.tier == Tier::Oversubscribed {
             return oversubscribed_score(capacity, &after);
         }
+        // The loss between the loads, not `HoleQuality::loss(free, compute)`:
+        // a burstable slice reserves no compute, so its hole does not change.
         let loss = i64::from(self.holes.dead(free_milli(&after)))
             .saturating_sub(i64::from(self.holes.dead(free_milli(before))));
         // (loss, bucket) in lexicographic order: the bucket is 0..=100.

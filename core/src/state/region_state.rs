@@ -72,9 +72,13 @@ pub struct RegionState {
 }
 
 /// What a [`RegionState`] is made of on the wire.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-struct StateData {
-    topology: Option<Topology>,
+type StateData = StateDataOf<Topology>;
+
+/// [`StateData`] with the topology in form `T` (the current [`Topology`],
+/// or the [`LegacyTopology`] of snapshots written before `[placement]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct StateDataOf<T> {
+    topology: Option<T>,
     caps: SharingCaps,
     tenants: BTreeMap<TenantId, TenantRecord>,
     functions: BTreeMap<TenantId, BTreeMap<String, FunctionRecord>>,
@@ -96,6 +100,28 @@ struct StateData {
     operator_placed: BTreeSet<InstanceId>,
 }
 
+impl Default for StateData {
+    fn default() -> Self {
+        StateData {
+            topology: None,
+            caps: SharingCaps::default(),
+            tenants: BTreeMap::new(),
+            functions: BTreeMap::new(),
+            instances: BTreeMap::new(),
+            next_instance: 0,
+            drained: BTreeMap::new(),
+            unavailable_gpus: BTreeMap::new(),
+            agents: BTreeMap::new(),
+            prices: PriceHistory::default(),
+            meter: Meter::default(),
+            idempotency: IdempotencyTable::default(),
+            node_status: BTreeMap::new(),
+            migrations: BTreeMap::new(),
+            operator_placed: BTreeSet::new(),
+        }
+    }
+}
+
 impl From<StateData> for RegionState {
     fn from(data: StateData) -> Self {
         let index = Index::build(
@@ -111,6 +137,35 @@ impl From<StateData> for RegionState {
 impl From<RegionState> for StateData {
     fn from(s: RegionState) -> Self {
         s.data
+    }
+}
+
+/// A [`RegionState`] decoded from a snapshot written before topologies had
+/// a `[placement]` policy (it reads as the default). Try it where decoding
+/// a snapshot as a [`RegionState`] fails.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(from = "StateDataOf<LegacyTopology>")]
+pub struct RegionStateV1(pub RegionState);
+
+impl From<StateDataOf<LegacyTopology>> for RegionStateV1 {
+    fn from(d: StateDataOf<LegacyTopology>) -> Self {
+        RegionStateV1(RegionState::from(StateData {
+            topology: d.topology.map(|LegacyTopology(t)| t),
+            caps: d.caps,
+            tenants: d.tenants,
+            functions: d.functions,
+            instances: d.instances,
+            next_instance: d.next_instance,
+            drained: d.drained,
+            unavailable_gpus: d.unavailable_gpus,
+            agents: d.agents,
+            prices: d.prices,
+            meter: d.meter,
+            idempotency: d.idempotency,
+            node_status: d.node_status,
+            migrations: d.migrations,
+            operator_placed: d.operator_placed,
+        }))
     }
 }
 
@@ -2130,5 +2185,74 @@ impl RegionState {
             applied,
             duplicates,
         })
+    }
+}
+
+#[cfg(test)]
+mod v1_tests {
+    use super::*;
+
+    /// A state with a topology whose policy is `fgd`.
+    fn state() -> RegionState {
+        let text = "[placement]\npolicy = \"fgd\"\n\
+            [[gpu_models]]\nname = \"g\"\nmemory_mib = 16_384\nh2d_mib_per_s = 1\n\
+            [cold_start]\nsetup_us = 1\nstorage_mib_per_s = 1\n[swap]\nsetup_us = 1\n\
+            [[pools]]\nname = \"p\"\nkind = \"center\"\n\
+            [[pools.nodes]]\nname = \"n\"\ncpu_milli = 1\nmemory_mib = 1\nswap_mib = 0\n\
+            gpus = [{ model = \"g\", count = 1 }]\n\
+            [pricing]\ncurrency = \"USD\"\nunit = \"u\"\nunits_per_currency = 1\n\
+            [pricing.tiers]\nexclusive = { discount_bp = 0 }\nguaranteed = { discount_bp = 0 }\n\
+            burstable = { discount_bp = 0 }\noversubscribed = { discount_bp = 0 }\n\
+            [[pricing.prices]]\ngpu_model = \"g\"\npool_kind = \"center\"\ngpu_hour = 1\nmemory_gib_hour = 1\n";
+        let topology = Topology::from_toml("t.toml", text).unwrap_or_else(|e| panic!("{e}"));
+        let mut s = RegionState::default();
+        s.apply(DomainCommand::TopologyLoad { topology }, 0)
+            .unwrap();
+        s
+    }
+
+    #[test]
+    fn a_snapshot_written_before_placement_policies_decodes_as_v1() {
+        let config = bincode::config::standard();
+        let s = state();
+        assert_eq!(s.placement_policy(), RegionPolicy::Fgd);
+        // The older form: the same data with the topology in its older form.
+        let d = StateData::from(s.clone());
+        let old = StateDataOf {
+            topology: d.topology.clone().map(LegacyTopology),
+            caps: d.caps,
+            tenants: d.tenants.clone(),
+            functions: d.functions.clone(),
+            instances: d.instances.clone(),
+            next_instance: d.next_instance,
+            drained: d.drained.clone(),
+            unavailable_gpus: d.unavailable_gpus.clone(),
+            agents: d.agents.clone(),
+            prices: d.prices.clone(),
+            meter: d.meter.clone(),
+            idempotency: d.idempotency.clone(),
+            node_status: d.node_status.clone(),
+            migrations: d.migrations.clone(),
+            operator_placed: d.operator_placed.clone(),
+        };
+        let bytes = bincode::serde::encode_to_vec(&old, config).unwrap();
+        // Not the current form …
+        let current: Result<(RegionState, usize), _> =
+            bincode::serde::decode_from_slice(&bytes, config);
+        assert!(
+            current.is_err() || current.as_ref().is_ok_and(|(_, n)| *n != bytes.len()),
+            "the older form must not pass for the current one"
+        );
+        // … but the older one: everything kept, the policy the default.
+        let (v1, used): (RegionStateV1, usize) =
+            bincode::serde::decode_from_slice(&bytes, config).unwrap();
+        assert_eq!(used, bytes.len());
+        assert_eq!(v1.0.placement_policy(), RegionPolicy::Gshare);
+        let back = StateData::from(v1.0);
+        assert_eq!(
+            back.topology.map(|t| t.with_placement(RegionPolicy::Fgd)),
+            d.topology
+        );
+        assert_eq!(back.node_status, d.node_status);
     }
 }

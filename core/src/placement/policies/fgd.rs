@@ -114,6 +114,8 @@ impl FragCache {
             pod.gpu_spec.mask(),
         );
         let n = self.shapes.len() as u32;
+        // (`gshare` marks its own memo entries with the top bit.)
+        debug_assert!(n < 1 << 31, "too many task shapes");
         *self.shapes.entry(key).or_insert(n)
     }
 

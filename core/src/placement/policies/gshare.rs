@@ -16,7 +16,7 @@
 //! its best GPU. (An earlier rule took the node's least loss and its best
 //! FGD score from possibly different GPUs; ranking GPU by GPU is what the
 //! region's planner can index, and on the four traces it leaves 3.81 /
-//! 5.25 / 4.76 / 3.00 % against 3.80 / 5.27 / 4.78 / 3.00 %.) Whole-GPU and
+//! 5.25 / 4.76 / 3.01 % against 3.80 / 5.27 / 4.78 / 3.00 %.) Whole-GPU and
 //! CPU-only tasks rank by FGD's node score. The balance class:
 //! - CPU-only tasks go first to nodes whose GPUs are all allocated (no GPU
 //!   task needs their CPU), and otherwise where FGD's gradient says; an
