@@ -204,12 +204,15 @@ const RELAY_GRACE: Duration = Duration::from_secs(5);
 struct RelayedBody {
     chunks: tokio::sync::mpsc::Receiver<Result<web::Bytes, String>>,
     ended: bool,
+    /// The body's length when the sender gave one (the client then gets a
+    /// `Content-Length`, not a chunked reply).
+    size: Option<u64>,
 }
 
 impl RelayedBody {
     /// Relays a reply a peer replica streams (its body as hyper reads it),
-    /// for at most `limit`.
-    fn from_peer(mut body: Incoming, limit: Duration) -> Self {
+    /// for at most `limit`; `size` is its `Content-Length`, if it had one.
+    fn from_peer(mut body: Incoming, size: Option<u64>, limit: Duration) -> Self {
         let (tx, chunks) = tokio::sync::mpsc::channel(RELAY_CHUNKS);
         tokio::spawn(async move {
             let relay = async {
@@ -226,6 +229,7 @@ impl RelayedBody {
         Self {
             chunks,
             ended: false,
+            size,
         }
     }
 
@@ -277,6 +281,7 @@ impl RelayedBody {
         Self {
             chunks,
             ended: false,
+            size: None,
         }
     }
 }
@@ -285,7 +290,10 @@ impl actix_web::body::MessageBody for RelayedBody {
     type Error = std::io::Error;
 
     fn size(&self) -> actix_web::body::BodySize {
-        actix_web::body::BodySize::Stream
+        match self.size {
+            Some(n) => actix_web::body::BodySize::Sized(n),
+            None => actix_web::body::BodySize::Stream,
+        }
     }
 
     fn poll_next(
@@ -858,7 +866,13 @@ async fn via_peers(call: &Call<'_>, node: Option<&NodeId>, key: &str) -> Step {
                 let limit = left
                     .saturating_add(RELAY_GRACE)
                     .saturating_sub(asked.elapsed());
-                return Step::Done(peer_head(&head).body(RelayedBody::from_peer(body, limit)));
+                let size = head
+                    .headers
+                    .iter()
+                    .find(|(k, _)| k == "content-length")
+                    .and_then(|(_, v)| std::str::from_utf8(v).ok()?.trim().parse().ok());
+                let body = RelayedBody::from_peer(body, size, limit);
+                return Step::Done(peer_head(&head).body(body));
             }
             Forwarded::NotSent => {}
             // The peer may have run it: asking another peer could run it twice.
@@ -1281,7 +1295,7 @@ mod tests {
             };
             assert_eq!(head.status, 200);
             // Relayed as it comes (nothing held whole), until the limit.
-            let mut body = RelayedBody::from_peer(reply, Duration::from_secs(1));
+            let mut body = RelayedBody::from_peer(reply, None, Duration::from_secs(1));
             let mut seen = 0usize;
             loop {
                 let next =
