@@ -4,7 +4,7 @@
 //! sigmoid buckets, gshare's hole quality), GPU by GPU. Which one the
 //! region uses is its topology's `[placement] policy` ([`RegionRanking`]).
 
-use super::fit::{Demand, GpuCapacity, GpuLoad, NodeLoad};
+use super::fit::{Demand, GpuCapacity, GpuLoad, NodeLoad, SharingCaps};
 use super::region_state::RegionState;
 use crate::model::{Mib, MilliGpu, RegionPolicy, Tier, WHOLE_GPU};
 use crate::placement::{fgd_bucket, FragModel, HoleQuality};
@@ -72,16 +72,30 @@ impl Ranking for BestFit {
 /// The deployed GPU-sharing functions' shapes `(compute, memory,
 /// weight)`, each weighted by one plus its instances: the region's typical
 /// pods (the trace simulator takes them from the pod list).
+///
+/// Guaranteed functions only: their compute is reserved, so it is what a
+/// hole of free compute must hold. A burstable function's compute is a
+/// claim on the overcommitted budget, not on the reserved compute the
+/// measures read, so a burstable shape would count holes it never needs.
+/// Where no guaranteed function is deployed the burstable shapes stand in
+/// (their memory still fragments).
 pub fn deployed_shapes(state: &RegionState) -> Vec<(MilliGpu, Mib, u64)> {
-    let mut w: BTreeMap<(MilliGpu, Mib), u64> = BTreeMap::new();
-    for f in state.functions() {
-        let s = &f.spec;
-        if matches!(s.tier, Tier::Guaranteed | Tier::Burstable) {
-            let n = w.entry((s.compute_milli, s.memory_mib)).or_default();
-            *n = n
-                .saturating_add(1)
-                .saturating_add(u64::from(state.instance_count(&s.tenant, &s.name)));
+    let shapes_of = |tier: Tier| {
+        let mut w: BTreeMap<(MilliGpu, Mib), u64> = BTreeMap::new();
+        for f in state.functions() {
+            let s = &f.spec;
+            if s.tier == tier {
+                let n = w.entry((s.compute_milli, s.memory_mib)).or_default();
+                *n = n
+                    .saturating_add(1)
+                    .saturating_add(u64::from(state.instance_count(&s.tenant, &s.name)));
+            }
         }
+        w
+    };
+    let mut w = shapes_of(Tier::Guaranteed);
+    if w.is_empty() {
+        w = shapes_of(Tier::Burstable);
     }
     w.into_iter().map(|((c, m), n)| (c, m, n)).collect()
 }
@@ -95,9 +109,18 @@ fn gpu_milli(milli: MilliGpu) -> u16 {
     u16::try_from(milli.min(WHOLE_GPU)).unwrap_or(1000)
 }
 
-/// A GPU's unreserved compute as the placement measures read it.
-fn free_milli(load: &GpuLoad) -> u16 {
-    gpu_milli(load.free_compute())
+/// A GPU's free compute as the placement measures read it: what one more
+/// guaranteed slice may still take, the unreserved compute unless the
+/// burstable slices already spent more of the overcommit budget
+/// (`caps.burst_compute_milli`, which guaranteed and burstable compute
+/// share; see `fit`).
+fn free_milli(caps: &SharingCaps, load: &GpuLoad) -> u16 {
+    let committed = load.reserved_compute.saturating_add(load.burst_compute);
+    let budget = caps
+        .burst_compute_milli
+        .max(WHOLE_GPU)
+        .saturating_sub(committed);
+    gpu_milli(load.free_compute().min(budget))
 }
 
 /// FGD (the FGD paper's, the trace simulator's `fgd`): the GPU whose
@@ -109,15 +132,17 @@ fn free_milli(load: &GpuLoad) -> u16 {
 #[derive(Debug, Clone, Default)]
 pub struct FgdRanking {
     model: FragModel,
+    caps: SharingCaps,
 }
 
 impl FgdRanking {
     /// FGD over the state's deployed shapes.
     pub fn from_state(state: &RegionState) -> Self {
-        Self::from_shapes(deployed_shapes(state))
+        Self::from_shapes(deployed_shapes(state)).with_caps(*state.caps())
     }
 
-    /// FGD over shapes given as `(compute, memory, weight)`.
+    /// FGD over shapes given as `(compute, memory, weight)`, under the
+    /// default caps.
     pub fn from_shapes(shapes: impl IntoIterator<Item = (MilliGpu, Mib, u64)>) -> Self {
         let shapes = shapes
             .into_iter()
@@ -125,7 +150,14 @@ impl FgdRanking {
             .map(|(c, m, w)| (u16::try_from(c.min(WHOLE_GPU)).unwrap_or(1000), m, w));
         Self {
             model: FragModel::from_shapes(shapes, MAX_SHAPES),
+            caps: SharingCaps::default(),
         }
+    }
+
+    /// The same ranking under the region's caps `caps`.
+    pub fn with_caps(mut self, caps: SharingCaps) -> Self {
+        self.caps = caps;
+        self
     }
 
     /// The typical pods.
@@ -136,7 +168,7 @@ impl FgdRanking {
     /// Expected fragmented milli-GPU of a GPU of `capacity` under `load`.
     pub fn fragmentation(&self, capacity: &GpuCapacity, load: &GpuLoad) -> f64 {
         self.model
-            .gpu_frag(free_milli(load), load.free_memory(capacity))
+            .gpu_frag(free_milli(&self.caps, load), load.free_memory(capacity))
     }
 
     /// FGD's bucket (0..=100, higher is better) of `demand` on a GPU.
@@ -184,6 +216,11 @@ impl GshareRanking {
         Self::from_fgd(FgdRanking::from_shapes(shapes))
     }
 
+    /// The same ranking under the region's caps `caps`.
+    pub fn with_caps(self, caps: SharingCaps) -> Self {
+        Self::from_fgd(self.fgd.with_caps(caps))
+    }
+
     fn from_fgd(fgd: FgdRanking) -> Self {
         let holes = HoleQuality::new(fgd.model());
         Self { fgd, holes }
@@ -201,9 +238,11 @@ impl Ranking for GshareRanking {
             return oversubscribed_score(capacity, &after);
         }
         // The loss between the loads, not `HoleQuality::loss(free, compute)`:
-        // a burstable slice reserves no compute, so its hole does not change.
-        let loss = i64::from(self.holes.dead(free_milli(&after)))
-            .saturating_sub(i64::from(self.holes.dead(free_milli(before))));
+        // a burstable slice reserves no compute, so its hole shrinks only
+        // where it spends the overcommit budget below the unreserved compute.
+        let caps = &self.fgd.caps;
+        let loss = i64::from(self.holes.dead(free_milli(caps, &after)))
+            .saturating_sub(i64::from(self.holes.dead(free_milli(caps, before))));
         // (loss, bucket) in lexicographic order: the bucket is 0..=100.
         loss.saturating_mul(128)
             .saturating_add(100i64.saturating_sub(self.fgd.bucket(capacity, before, &after)))

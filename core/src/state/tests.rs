@@ -1319,6 +1319,69 @@ fn fgd_and_gshare_rankings_keep_room_for_common_shapes() {
 }
 
 #[test]
+fn burstable_functions_neither_shape_the_holes_nor_hide_a_spent_budget() {
+    // The typical pods are the guaranteed functions' shapes: a burstable
+    // function's compute is not reserved, so its shape is no hole size.
+    let mut s = region();
+    deploy(&mut s, spec("acme", "g", Tier::Guaranteed, 600, 1_000));
+    deploy(&mut s, spec("acme", "b", Tier::Burstable, 300, 1_000));
+    assert_eq!(deployed_shapes(&s), vec![(600, 1_000, 1)]);
+    // With none guaranteed the burstable shapes stand in.
+    let mut only_burst = region();
+    deploy(
+        &mut only_burst,
+        spec("acme", "b", Tier::Burstable, 300, 1_000),
+    );
+    assert_eq!(deployed_shapes(&only_burst), vec![(300, 1_000, 1)]);
+
+    // Under a 1.5-GPU overcommit budget, a GPU whose burstable slices hold
+    // 1000 milli has only 500 left for a guaranteed slice, though nobody
+    // reserved any: a 500-milli slice fills it exactly, and the empty GPU
+    // keeps its whole room for the typical 600-milli shape.
+    let caps = SharingCaps {
+        burst_compute_milli: 1_500,
+        oversubscribed_per_gpu: 8,
+    };
+    let cap = GpuCapacity {
+        memory_mib: 16_384,
+        available: true,
+    };
+    let burst = GpuLoad::default().with(&Demand {
+        tier: Tier::Burstable,
+        compute_milli: 1_000,
+        memory_mib: 1_000,
+    });
+    let empty = GpuLoad::default().with(&Demand {
+        tier: Tier::Guaranteed,
+        compute_milli: 0,
+        memory_mib: 1_000,
+    });
+    let d = Demand {
+        tier: Tier::Guaranteed,
+        compute_milli: 500,
+        memory_mib: 1_000,
+    };
+    assert!(check_gpu(&caps, &cap, &burst.with(&d)).is_ok());
+    let fgd = FgdRanking::from_shapes([(600, 1_000, 10)]).with_caps(caps);
+    let gshare = GshareRanking::from_shapes([(600, 1_000, 10)]).with_caps(caps);
+    assert_eq!(fgd.fragmentation(&cap, &burst), 500.0);
+    assert_eq!(fgd.fragmentation(&cap, &empty), 0.0);
+    for r in [&fgd as &dyn Ranking, &gshare] {
+        assert!(
+            r.score_slice(&cap, &burst, &d) < r.score_slice(&cap, &empty, &d),
+            "{}",
+            r.name()
+        );
+    }
+    // Under the default budget (2 GPUs) the same burstable load leaves all
+    // 1000 milli to a guaranteed slice.
+    assert_eq!(
+        FgdRanking::from_shapes([(600, 1_000, 10)]).fragmentation(&cap, &burst),
+        0.0
+    );
+}
+
+#[test]
 fn the_region_ranks_by_its_topologys_placement_policy() {
     let mut s = RegionState::default();
     assert_eq!(s.placement_policy(), RegionPolicy::Gshare);
