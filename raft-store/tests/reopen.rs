@@ -105,3 +105,69 @@ async fn log_vote_committed_and_snapshot_survive_reopen() {
     sm.apply(tail).await.unwrap();
     assert_eq!(sm.reader().read().region.domain().tenants().count(), 5);
 }
+
+/// A log entry and a snapshot as the binary before topologies had a
+/// `[placement]` policy wrote them (`tests/fixtures/*_v1.bin`, written by
+/// commit 93efe05 from the example topology, a tenant and a function): the
+/// entry still decodes and applies, the snapshot still installs and
+/// survives a reopen, and both give the same state, with the default
+/// policy.
+#[tokio::test]
+async fn an_older_binarys_log_entry_and_snapshot_still_load() {
+    use gshare_core::command::{CommandOutcome, CommandV1};
+    use gshare_core::model::RegionPolicy;
+
+    let entry_bytes = include_bytes!("fixtures/log_entry_v1.bin");
+    let snapshot_bytes = include_bytes!("fixtures/snapshot_v1.bin");
+
+    let entry: Entry<TypeConfig> = gshare_raft_store::decode(entry_bytes).unwrap();
+    assert_eq!(entry.log_id, log_id(3, 7));
+    let EntryPayload::Normal(CommandBatch(batch)) = entry.payload else {
+        panic!("not a normal entry: {:?}", entry.payload);
+    };
+    assert_eq!(batch.len(), 3);
+    assert!(
+        matches!(
+            &batch[0],
+            RegionCommand::V1(CommandV1::Domain {
+                command: DomainCommand::TopologyLoadV1 { .. },
+                ..
+            })
+        ),
+        "{:?}",
+        batch[0]
+    );
+    let mut applied = RegionState::default();
+    for c in batch {
+        let out = applied.apply(c);
+        assert!(matches!(out, CommandOutcome::Domain(Ok(_))), "{out:?}");
+    }
+    assert_eq!(applied.domain().placement_policy(), RegionPolicy::Gshare);
+    assert!(applied.domain().topology().is_some());
+    assert!(applied
+        .domain()
+        .function(&TenantId("acme".into()), "rank")
+        .is_ok());
+
+    // The current form alone does not read it: the fallback does.
+    assert!(gshare_raft_store::decode::<RegionState>(snapshot_bytes).is_err());
+    let decoded = RegionState::decode_snapshot(snapshot_bytes).unwrap();
+    assert_eq!(decoded, applied);
+
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (_log, mut sm) = gshare_raft_store::open(dir.path()).unwrap();
+        let meta = SnapshotMeta {
+            last_log_id: Some(log_id(3, 7)),
+            last_membership: Default::default(),
+            snapshot_id: "v1".into(),
+        };
+        sm.install_snapshot(&meta, Box::new(Cursor::new(snapshot_bytes.to_vec())))
+            .await
+            .unwrap();
+    }
+    let (_log, mut sm) = reopen(dir.path()).await;
+    let (last, _) = sm.applied_state().await.unwrap();
+    assert_eq!(last, Some(log_id(3, 7)));
+    assert_eq!(sm.reader().read().region, applied);
+}
