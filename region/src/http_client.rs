@@ -1,43 +1,60 @@
-//! A tiny blocking HTTP/1.1 client for `gsharectl` (its requests to the
-//! API, the dashboard's reads) and the tests. The invoke path (a replica's
-//! forwards, the agent's calls to its functions, the demo load) uses the
-//! pooled client of `gshare_core::net::http_client` instead.
+//! The blocking HTTP client of `gsharectl` (its requests to the API, the
+//! dashboard's reads) and the tests: a thin wrapper over the one pooled
+//! client, [`gshare_core::net::http_client`] (hyper 1 over hyper-util),
+//! which the invoke path (a replica's forwards, the agent's calls to its
+//! functions, the demo load) uses directly.
 //!
-//! One request per connection (`Connection: close`), JSON bodies, bearer
-//! token, plain or over TLS ([`HttpTarget`]: `http://`, `https://` with a
-//! CA, or a bare `host:port` meaning http). Enough to talk to a replica
-//! without pulling in a client stack. An answer is read up to a cap
-//! ([`MAX_REPLY_BYTES`] by default); a server that sends more (or never
-//! stops) gets [`HttpClientError::TooLarge`], not all our memory.
+//! ```text
+//!   caller thread                     "http-client" runtime (1 worker)
+//!   send(target, ..) ── spawn ──▶  pool_of(target).send(..) within `timeout`
+//!        │ blocks on a channel          │ one pooled HttpClient per target
+//!        ◀────────── the answer ────────┘ (TCP, TLS with the target's CA)
+//! ```
+//!
+//! The requests run on a process-wide tokio runtime of their own, so a
+//! caller may be any thread, one inside another runtime included (it
+//! blocks that thread, as any blocking call does, but never nests
+//! `block_on`). Clients are kept per target (address, TLS trust and name),
+//! so a caller polling one replica reuses its keep-alive connection.
+//!
+//! JSON bodies, bearer token, plain or over TLS ([`HttpTarget`]:
+//! `http://`, `https://` with a CA, or a bare `host:port` meaning http).
+//! The answer's head is bounded by the core client
+//! ([`gshare_core::net::http_client::MAX_HEAD`]), its body by a cap
+//! ([`MAX_REPLY_BYTES`] by default): a server that sends more (or never
+//! stops, or announces a chunk it never sends) gets
+//! [`HttpClientError::TooLarge`] or the request's timeout, not all our
+//! memory. [`HttpClientError::Connect`] means nothing was sent; every
+//! other error may come after the request reached the server.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::collections::HashMap;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
+use gshare_core::net::http_client::{HttpClient, HttpError};
 use rustls::pki_types::ServerName;
 
-/// Largest answer read, head and body (a `GET /v1/cluster/state` of a
-/// 1,000-node region is a few MiB).
+/// Largest answer body read (a `GET /v1/cluster/state` of a 1,000-node
+/// region is a few MiB).
 pub const MAX_REPLY_BYTES: usize = 64 << 20;
-
-/// Longest wait for a TCP connection (at most the request's timeout).
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A request that got no HTTP answer.
 #[derive(Debug, thiserror::Error)]
 pub enum HttpClientError {
-    /// Sending or receiving failed after the connection was made (the
-    /// request may have reached the server).
+    /// Sending or receiving failed after the connection was made, or no
+    /// answer came within the request's timeout (the request may have
+    /// reached the server).
     #[error("{addr}: {source}")]
     Io {
         /// The server.
         addr: SocketAddr,
-        /// The socket error.
+        /// What failed.
         source: std::io::Error,
     },
-    /// The answer is longer than the limit.
+    /// The answer's body is longer than the limit (or its head longer
+    /// than [`gshare_core::net::http_client::MAX_HEAD`]).
     #[error("{addr}: answer over {limit} bytes")]
     TooLarge {
         /// The server.
@@ -60,9 +77,36 @@ pub enum HttpClientError {
     Connect {
         /// The server.
         addr: SocketAddr,
-        /// The socket error.
+        /// What failed.
         source: std::io::Error,
     },
+    /// The request could not be formed (a method, path or header that is
+    /// not HTTP): nothing was sent.
+    #[error("{addr}: invalid request: {detail}")]
+    Request {
+        /// The server.
+        addr: SocketAddr,
+        /// What is wrong.
+        detail: String,
+    },
+}
+
+impl HttpClientError {
+    fn of(addr: SocketAddr, e: HttpError) -> Self {
+        match e {
+            HttpError::Connect(m) => Self::Connect {
+                addr,
+                source: std::io::Error::other(m),
+            },
+            HttpError::Io(m) => Self::Io {
+                addr,
+                source: std::io::Error::other(m),
+            },
+            HttpError::Malformed(detail) => Self::Malformed { addr, detail },
+            HttpError::TooLarge(limit) => Self::TooLarge { addr, limit },
+            HttpError::Request(detail) => Self::Request { addr, detail },
+        }
+    }
 }
 
 /// A target URL could not be used.
@@ -200,7 +244,8 @@ impl HttpReply {
     }
 }
 
-/// Sends one request and reads the whole answer; `timeout` bounds each socket operation.
+/// Sends one request and reads the whole answer; `timeout` bounds the
+/// whole exchange.
 pub fn request(
     addr: SocketAddr,
     method: &str,
@@ -230,33 +275,17 @@ pub fn request_with(
     json_body: Option<&str>,
     timeout: Duration,
 ) -> Result<(HttpReply, Vec<(String, String)>), HttpClientError> {
-    let auth = token.map(|t| format!("Bearer {t}"));
-    let mut all: Vec<(&str, &str)> = Vec::new();
-    if let Some(a) = &auth {
-        all.push(("Authorization", a));
-    }
-    all.extend_from_slice(headers);
-    if json_body.is_some() {
-        all.push(("Content-Type", "application/json"));
-    }
-    let body = json_body.unwrap_or("").as_bytes();
-    let a = send(
+    let r = json_request(
         &HttpTarget::plain(addr),
         method,
         path,
-        &all,
-        body,
+        token,
+        headers,
+        json_body,
         timeout,
-        MAX_REPLY_BYTES,
     )?;
-    Ok((
-        HttpReply {
-            status: a.status,
-            body: String::from_utf8_lossy(&a.body).into_owned(),
-            headers: a.headers.clone(),
-        },
-        a.headers,
-    ))
+    let headers = r.headers.clone();
+    Ok((r, headers))
 }
 
 /// [`request`] to a plain or TLS target.
@@ -268,11 +297,24 @@ pub fn request_to(
     json_body: Option<&str>,
     timeout: Duration,
 ) -> Result<HttpReply, HttpClientError> {
+    json_request(target, method, path, token, &[], json_body, timeout)
+}
+
+fn json_request(
+    target: &HttpTarget,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    extra: &[(&str, &str)],
+    json_body: Option<&str>,
+    timeout: Duration,
+) -> Result<HttpReply, HttpClientError> {
     let auth = token.map(|t| format!("Bearer {t}"));
     let mut headers: Vec<(&str, &str)> = Vec::new();
     if let Some(a) = &auth {
         headers.push(("Authorization", a));
     }
+    headers.extend_from_slice(extra);
     if json_body.is_some() {
         headers.push(("Content-Type", "application/json"));
     }
@@ -305,9 +347,12 @@ pub struct HttpAnswer {
 }
 
 /// Sends one request with `headers` and `body`; the answer, refused as
-/// [`HttpClientError::TooLarge`] past `max_reply` bytes (headers included).
-/// `timeout` bounds each socket operation. [`HttpClientError::Connect`]
-/// means nothing was sent.
+/// [`HttpClientError::TooLarge`] past `max_reply` body bytes. `timeout`
+/// bounds the whole exchange (the TCP connect alone gives up after
+/// [`gshare_core::net::http_client::CONNECT_TIMEOUT`]); an exchange cut by
+/// it is [`HttpClientError::Io`], as the request may have gone out.
+/// [`HttpClientError::Connect`] and [`HttpClientError::Request`] mean
+/// nothing was sent.
 pub fn send(
     target: &HttpTarget,
     method: &str,
@@ -318,208 +363,220 @@ pub fn send(
     max_reply: usize,
 ) -> Result<HttpAnswer, HttpClientError> {
     let addr = target.addr;
-    let io = |source| HttpClientError::Io { addr, source };
-    let connect = |source| HttpClientError::Connect { addr, source };
-    // A dead peer is told apart quickly; the exchange itself gets `timeout`.
-    let mut stream =
-        TcpStream::connect_timeout(&addr, timeout.min(CONNECT_TIMEOUT)).map_err(connect)?;
-    stream.set_read_timeout(Some(timeout)).map_err(io)?;
-    stream.set_write_timeout(Some(timeout)).map_err(io)?;
-    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
-    let raw = match &target.tls {
-        None => exchange(stream, head.as_bytes(), body, max_reply),
-        Some((config, name)) => {
-            let mut conn = rustls::ClientConnection::new(config.clone(), name.clone())
-                .map_err(|e| connect(std::io::Error::other(e)))?;
-            // Finish the handshake before anything of the request is
-            // written: a refused handshake means nothing was sent.
-            while conn.is_handshaking() {
-                conn.complete_io(&mut stream).map_err(connect)?;
-            }
-            exchange(
-                rustls::StreamOwned::new(conn, stream),
-                head.as_bytes(),
-                body,
-                max_reply,
-            )
-        }
-    };
-    let raw = match raw {
-        Ok(r) => r,
-        Err(None) => {
-            return Err(HttpClientError::TooLarge {
-                addr,
-                limit: max_reply,
-            })
-        }
-        Err(Some(e)) => return Err(io(e)),
-    };
-    parse_bytes(addr, &raw)
-}
-
-/// Writes the request and reads the answer to its end, at most `max`
-/// bytes (`Err(None)` past it). A TLS peer that closes without
-/// `close_notify` after its answer is not an error: the framing checks in
-/// [`parse_bytes`] catch a cut answer.
-fn exchange(
-    mut s: impl Read + Write,
-    head: &[u8],
-    body: &[u8],
-    max: usize,
-) -> Result<Vec<u8>, Option<std::io::Error>> {
-    s.write_all(head).map_err(Some)?;
-    s.write_all(body).map_err(Some)?;
-    s.flush().map_err(Some)?;
-    let mut raw = Vec::new();
-    let mut buf = [0u8; 16 * 1024];
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                if raw.len() + n > max {
-                    return Err(None);
-                }
-                raw.extend_from_slice(&buf[..n]);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => break,
-            Err(e) => return Err(Some(e)),
-        }
-    }
-    Ok(raw)
-}
-
-#[cfg(test)]
-fn parse(addr: SocketAddr, raw: &[u8]) -> Result<HttpReply, HttpClientError> {
-    let a = parse_bytes(addr, raw)?;
-    Ok(HttpReply {
-        status: a.status,
-        body: String::from_utf8_lossy(&a.body).into_owned(),
-        headers: a.headers,
-    })
-}
-
-fn parse_bytes(addr: SocketAddr, raw: &[u8]) -> Result<HttpAnswer, HttpClientError> {
-    let bad = |detail: &str| HttpClientError::Malformed {
+    let runtime = RUNTIME.as_ref().map_err(|e| HttpClientError::Connect {
         addr,
-        detail: detail.to_string(),
-    };
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| bad("no end of headers"))?;
-    let head = String::from_utf8_lossy(&raw[..split]);
-    let mut lines = head.split("\r\n");
-    let status_line = lines.next().ok_or_else(|| bad("empty"))?;
-    let mut parts = status_line.split_whitespace();
-    if !parts.next().is_some_and(|v| v.starts_with("HTTP/1.")) {
-        return Err(bad("not HTTP/1.x"));
-    }
-    let status: u16 = parts
-        .next()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| bad("no status code"))?;
-    let mut chunked = false;
-    let mut length: Option<usize> = None;
-    let mut headers = Vec::new();
-    for line in lines {
-        if let Some((n, v)) = line.split_once(':') {
-            headers.push((n.trim().to_ascii_lowercase(), v.trim().to_string()));
-        }
-        let l = line.to_ascii_lowercase();
-        if l.starts_with("transfer-encoding:") && l.contains("chunked") {
-            chunked = true;
-        }
-        if let Some(v) = l.strip_prefix("content-length:") {
-            length = Some(v.trim().parse().map_err(|_| bad("bad content-length"))?);
-        }
-    }
-    let mut body = raw[split + 4..].to_vec();
-    if chunked {
-        body = dechunk(&body).ok_or_else(|| bad("bad chunked body"))?;
-    } else if let Some(n) = length {
-        if body.len() < n {
-            return Err(bad("answer cut short"));
-        }
-        body.truncate(n);
-    }
+        source: std::io::Error::other(format!("no client runtime: {e}")),
+    })?;
+    let client = pool_of(target);
+    let method = method.to_string();
+    let path = path.to_string();
+    let headers: Vec<(String, Vec<u8>)> = headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+        .collect();
+    let body = body.to_vec();
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    runtime.spawn(async move {
+        let headers: Vec<(&str, &[u8])> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_slice()))
+            .collect();
+        let exchange = client.send(&method, &path, &headers, body, max_reply);
+        let got = match tokio::time::timeout(timeout, exchange).await {
+            Ok(got) => got.map_err(|e| HttpClientError::of(addr, e)),
+            Err(_) => Err(HttpClientError::Io {
+                addr,
+                source: std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {timeout:?}"),
+                ),
+            }),
+        };
+        let _ = tx.send(got);
+    });
+    let r = rx.recv().map_err(|_| HttpClientError::Io {
+        addr,
+        source: std::io::Error::other("the client's task ended without an answer"),
+    })??;
     Ok(HttpAnswer {
-        status,
-        headers,
-        body,
+        status: r.status,
+        headers: r
+            .headers
+            .into_iter()
+            .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
+            .collect(),
+        body: r.body,
     })
 }
 
-fn dechunk(mut data: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    loop {
-        let eol = data.windows(2).position(|w| w == b"\r\n")?;
-        let size_text = std::str::from_utf8(&data[..eol]).ok()?;
-        let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
-        data = data.get(eol.checked_add(2)?..)?;
-        if size == 0 {
-            return Some(out);
-        }
-        out.extend_from_slice(data.get(..size)?);
-        data = data.get(size..)?.strip_prefix(b"\r\n")?;
+/// The runtime the requests run on (its connections' tasks too): one
+/// worker thread, built on first use.
+static RUNTIME: LazyLock<Result<tokio::runtime::Runtime, String>> = LazyLock::new(|| {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("http-client")
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+});
+
+/// Most targets whose pools are kept; past it they are all dropped (a
+/// request under way keeps its own).
+const MAX_POOLS: usize = 64;
+
+/// A target's identity for its pool: the address and, for TLS, which
+/// config (by address: the map's client holds the `Arc`, so it cannot be
+/// freed and its address reused while the entry lives) and which name.
+#[derive(PartialEq, Eq, Hash)]
+struct PoolKey {
+    addr: SocketAddr,
+    tls: Option<(usize, ServerName<'static>)>,
+}
+
+static POOLS: LazyLock<Mutex<HashMap<PoolKey, HttpClient>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// The pooled client of `target` (made on first use).
+fn pool_of(target: &HttpTarget) -> HttpClient {
+    let key = PoolKey {
+        addr: target.addr,
+        tls: target
+            .tls
+            .as_ref()
+            .map(|(c, n)| (Arc::as_ptr(c) as usize, n.clone())),
+    };
+    let mut pools = POOLS.lock().unwrap_or_else(|p| p.into_inner());
+    if !pools.contains_key(&key) && pools.len() >= MAX_POOLS {
+        pools.clear();
     }
+    pools
+        .entry(key)
+        .or_insert_with(|| match &target.tls {
+            None => HttpClient::for_addr(target.addr, None),
+            Some((config, name)) => {
+                HttpClient::for_addr_named(target.addr, config.clone(), name.clone())
+            }
+        })
+        .clone()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+
+    /// What a test server does after its answer.
+    #[derive(Clone, Copy)]
+    enum Then {
+        /// Closes the connection.
+        Close,
+        /// Sends `x` until the client goes away.
+        Flood,
+    }
+
+    /// Reads a request's head (the tests' requests have no body).
+    fn read_head(s: &mut impl Read) {
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") && matches!(s.read(&mut byte), Ok(1)) {
+            head.push(byte[0]);
+        }
+    }
+
+    /// A loopback server answering each connection's request with `answer`.
+    fn serve(answer: &'static [u8], then: Then) -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(mut s) = s else { return };
+                std::thread::spawn(move || {
+                    read_head(&mut s);
+                    let _ = s.write_all(answer);
+                    if let Then::Flood = then {
+                        let chunk = vec![b'x'; 64 * 1024];
+                        while s.write_all(&chunk).is_ok() {}
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    fn get(addr: SocketAddr, max_reply: usize) -> Result<HttpAnswer, HttpClientError> {
+        // A hang guard, not a timing assert.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let t = HttpTarget::plain(addr);
+            let _ = tx.send(send(
+                &t,
+                "GET",
+                "/",
+                &[],
+                b"",
+                Duration::from_secs(30),
+                max_reply,
+            ));
+        });
+        rx.recv_timeout(Duration::from_secs(120))
+            .expect("the client kept reading")
+    }
 
     #[test]
-    fn parses_plain_and_chunked() {
-        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
-        let r = parse(a, b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nhi").unwrap();
+    fn plain_and_chunked_answers_are_read_whole() {
+        let a = serve(
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nX-Two: a\r\n\r\nhi",
+            Then::Close,
+        );
+        let r = request(a, "GET", "/", None, None, Duration::from_secs(5)).unwrap();
         assert_eq!((r.status, r.body.as_str()), (200, "hi"));
         assert_eq!(r.header("Content-Length"), Some("2"));
-        let r = parse(a, b"HTTP/1.1 404 Not Found\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n").unwrap();
+        assert_eq!(r.header("x-two"), Some("a"));
+        let a = serve(
+            b"HTTP/1.1 404 Not Found\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+            Then::Close,
+        );
+        let r = request(a, "GET", "/", None, None, Duration::from_secs(5)).unwrap();
         assert_eq!((r.status, r.body.as_str()), (404, "abcde"));
-        assert!(parse(a, b"garbage").is_err());
-        assert!(parse(a, b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhi").is_err());
-        // Sizes that would wrap an end offset, and a chunk without its CRLF.
+    }
+
+    #[test]
+    fn broken_and_hostile_framing_is_refused() {
+        let a = serve(b"garbage", Then::Close);
+        let e = get(a, 1024).unwrap_err();
+        assert!(matches!(e, HttpClientError::Malformed { .. }), "{e}");
         for bad in [
-            &b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nffffffffffffffff\r\nx\r\n0\r\n\r\n"[..],
+            // Cut short.
+            &b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhi"[..],
+            // Sizes that would wrap an end offset, and a chunk without its CRLF.
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nffffffffffffffff\r\nx\r\n0\r\n\r\n",
             b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nfffffffffffffffe\r\nx\r\n0\r\n\r\n",
             b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1\r\nxyz0\r\n\r\n",
+            // A size past u64.
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n10000000000000000\r\n",
         ] {
-            assert!(parse(a, bad).is_err(), "{}", String::from_utf8_lossy(bad));
+            let a = serve(bad, Then::Close);
+            let got = get(a, 1024);
+            assert!(got.is_err(), "{}: {got:?}", String::from_utf8_lossy(bad));
         }
+        // The largest chunk size there is, then data without end: cut at
+        // the cap, never buffered to the size announced.
+        let a = serve(
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nffffffffffffffff\r\n",
+            Then::Flood,
+        );
+        let e = get(a, 4096).unwrap_err();
+        assert!(
+            matches!(e, HttpClientError::TooLarge { limit: 4096, .. }),
+            "{e}"
+        );
     }
 
     #[test]
     fn an_answer_that_never_ends_is_cut_at_the_limit() {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        std::thread::spawn(move || {
-            let (mut s, _) = listener.accept().unwrap();
-            let mut head = [0u8; 1024];
-            let _ = s.read(&mut head);
-            let _ = s.write_all(b"HTTP/1.1 200 OK\r\n\r\n");
-            let chunk = vec![b'x'; 64 * 1024];
-            while s.write_all(&chunk).is_ok() {}
-        });
-        // A hang guard, not a timing assert.
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(request(
-                addr,
-                "GET",
-                "/",
-                None,
-                None,
-                Duration::from_secs(30),
-            ));
-        });
-        let got = rx
-            .recv_timeout(Duration::from_secs(120))
-            .expect("the client kept reading an endless answer");
+        let a = serve(b"HTTP/1.1 200 OK\r\n\r\n", Then::Flood);
+        let got = get(a, MAX_REPLY_BYTES);
         assert!(
             matches!(
                 got,
@@ -530,6 +587,147 @@ mod tests {
             ),
             "{got:?}"
         );
+    }
+
+    #[test]
+    fn answers_past_the_cap_are_refused() {
+        let a = serve(
+            b"HTTP/1.1 200 OK\r\ncontent-length: 10000\r\n\r\n",
+            Then::Flood,
+        );
+        let e = get(a, 4096).unwrap_err();
+        assert!(
+            matches!(e, HttpClientError::TooLarge { limit: 4096, .. }),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn nothing_sent_is_told_apart_from_maybe_sent() {
+        let closed = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let e = get(closed, 1024).unwrap_err();
+        assert!(matches!(e, HttpClientError::Connect { .. }), "{e}");
+        // The server read the request and hung up.
+        let a = serve(b"", Then::Close);
+        let e = get(a, 1024).unwrap_err();
+        assert!(matches!(e, HttpClientError::Io { .. }), "{e}");
+        // The server read the request and never answers.
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = l.local_addr().unwrap();
+        let (done, wait) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            read_head(&mut s);
+            let _ = wait.recv();
+        });
+        let e = request(a, "GET", "/", None, None, Duration::from_millis(300)).unwrap_err();
+        match &e {
+            HttpClientError::Io { source, .. } => {
+                assert_eq!(source.kind(), std::io::ErrorKind::TimedOut, "{e}")
+            }
+            other => panic!("expected a timeout, got {other}"),
+        }
+        drop(done);
+        // Not HTTP at all: nothing sent either.
+        let e = request(a, "GET", "no slash", None, None, Duration::from_secs(1)).unwrap_err();
+        assert!(matches!(e, HttpClientError::Request { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_caller_inside_a_runtime_is_served() {
+        let a = serve(
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nhi",
+            Then::Close,
+        );
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let r = rt
+            .block_on(async { request(a, "GET", "/", None, None, Duration::from_secs(5)) })
+            .unwrap();
+        assert_eq!(r.body, "hi");
+    }
+
+    #[test]
+    fn one_target_reuses_its_connection() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = accepted.clone();
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(mut s) = s else { return };
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                std::thread::spawn(move || loop {
+                    read_head(&mut s);
+                    if s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                        .is_err()
+                    {
+                        return;
+                    }
+                });
+            }
+        });
+        for _ in 0..5 {
+            let r = request(addr, "GET", "/", None, None, Duration::from_secs(5)).unwrap();
+            assert_eq!(r.body, "ok");
+        }
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn https_targets_trust_only_their_ca_and_check_the_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca_dir = dir.path().join("ca");
+        crate::tls::init_ca(&ca_dir).unwrap();
+        let (cert, key) = crate::tls::issue(&ca_dir, "srv", &["localhost".into()]).unwrap();
+        let server = Arc::new(crate::tls::http_server_config(&cert, &key).unwrap());
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(s) = s else { return };
+                let conn = rustls::ServerConnection::new(server.clone()).unwrap();
+                let mut s: rustls::StreamOwned<_, TcpStream> = rustls::StreamOwned::new(conn, s);
+                read_head(&mut s);
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
+                let _ = s.flush();
+            }
+        });
+        let trusted = Arc::new(crate::tls::http_client_config(&ca_dir.join("ca.pem")).unwrap());
+        let localhost = ServerName::try_from("localhost").unwrap();
+        let t = HttpTarget {
+            addr,
+            tls: Some((trusted.clone(), localhost.clone())),
+        };
+        let r = request_to(&t, "GET", "/", None, None, Duration::from_secs(5)).unwrap();
+        assert_eq!((r.status, r.body.as_str()), (200, "ok"));
+        // Another CA: refused at the handshake, nothing sent.
+        let other = dir.path().join("other");
+        crate::tls::init_ca(&other).unwrap();
+        let untrusted = Arc::new(crate::tls::http_client_config(&other.join("ca.pem")).unwrap());
+        let t = HttpTarget {
+            addr,
+            tls: Some((untrusted, localhost)),
+        };
+        let e = request_to(&t, "GET", "/", None, None, Duration::from_secs(5)).unwrap_err();
+        assert!(matches!(e, HttpClientError::Connect { .. }), "{e}");
+        assert!(e.to_string().contains("invalid peer certificate"), "{e}");
+        // The right CA, but the certificate does not name 127.0.0.1.
+        let e = request_to(
+            &HttpTarget::tls(addr, trusted),
+            "GET",
+            "/",
+            None,
+            None,
+            Duration::from_secs(5),
+        )
+        .unwrap_err();
+        assert!(matches!(e, HttpClientError::Connect { .. }), "{e}");
     }
 
     #[test]
@@ -550,31 +748,5 @@ mod tests {
             HttpTarget::parse("https://localhost:8101", Some(&dir.path().join("ca.pem"))).unwrap();
         assert!(t.is_tls());
         assert_eq!(t.addr.port(), 8101);
-    }
-
-    #[test]
-    fn answers_past_the_cap_are_refused() {
-        use std::io::Write as _;
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap();
-        let server = std::thread::spawn(move || {
-            let (mut s, _) = l.accept().unwrap();
-            let mut req = [0u8; 1024];
-            let _ = s.read(&mut req);
-            let body = vec![b'x'; 10_000];
-            let _ = write!(
-                s,
-                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n",
-                body.len()
-            );
-            let _ = s.write_all(&body);
-        });
-        let t = HttpTarget::plain(addr);
-        let e = send(&t, "GET", "/", &[], b"", Duration::from_secs(5), 4096).unwrap_err();
-        assert!(
-            matches!(e, HttpClientError::TooLarge { limit: 4096, .. }),
-            "{e}"
-        );
-        server.join().unwrap();
     }
 }

@@ -191,12 +191,22 @@ impl HttpClient {
         tls: Option<Arc<rustls::ClientConfig>>,
         idle: Duration,
     ) -> Self {
+        Self::build(host, port, tls, None, idle)
+    }
+
+    fn build(
+        host: &str,
+        port: u16,
+        tls: Option<Arc<rustls::ClientConfig>>,
+        name: Option<rustls::pki_types::ServerName<'static>>,
+        idle: Duration,
+    ) -> Self {
         let mut tcp = HttpConnector::new();
         tcp.set_nodelay(true);
         tcp.set_connect_timeout(Some(CONNECT_TIMEOUT));
         tcp.enforce_http(tls.is_none());
         let scheme = if tls.is_some() { "https" } else { "http" };
-        let connector = Connector::new(tcp, tls.map(tokio_rustls::TlsConnector::from));
+        let connector = Connector::new(tcp, tls.map(tokio_rustls::TlsConnector::from), name);
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(idle)
             .pool_timer(TokioTimer::new())
@@ -217,6 +227,24 @@ impl HttpClient {
     /// [`ACTIX_POOL_IDLE`].
     pub fn for_addr(addr: std::net::SocketAddr, tls: Option<Arc<rustls::ClientConfig>>) -> Self {
         Self::with_pool_idle(&addr.ip().to_string(), addr.port(), tls, ACTIX_POOL_IDLE)
+    }
+
+    /// A client of one of gshare's own servers at `addr` over TLS, whose
+    /// certificate must carry `name` (a host name the caller resolved to
+    /// `addr` itself, e.g. `gsharectl --region https://localhost:8101`);
+    /// idle connections are kept [`ACTIX_POOL_IDLE`].
+    pub fn for_addr_named(
+        addr: std::net::SocketAddr,
+        tls: Arc<rustls::ClientConfig>,
+        name: rustls::pki_types::ServerName<'static>,
+    ) -> Self {
+        Self::build(
+            &addr.ip().to_string(),
+            addr.port(),
+            Some(tls),
+            Some(name),
+            ACTIX_POOL_IDLE,
+        )
     }
 
     /// Sends one request (`target`: path and query, starting with `/`) and
@@ -554,8 +582,13 @@ mod tests {
     /// A self-signed certificate for 127.0.0.1, and a client config
     /// trusting it.
     fn loopback_tls() -> (Arc<rustls::ServerConfig>, Arc<rustls::ClientConfig>) {
+        tls_for("127.0.0.1")
+    }
+
+    /// A self-signed certificate for `name`, and a client config trusting it.
+    fn tls_for(name: &str) -> (Arc<rustls::ServerConfig>, Arc<rustls::ClientConfig>) {
         use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-        let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+        let ck = rcgen::generate_simple_self_signed(vec![name.to_string()]).unwrap();
         let cert = CertificateDer::from(ck.cert.der().to_vec());
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(ck.signing_key.serialize_der()));
         let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -632,6 +665,27 @@ mod tests {
             assert_eq!((r.status, r.body.as_slice()), (200, &b"ok"[..]));
         }
         assert_eq!(served.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn a_name_given_with_the_address_is_the_one_checked() {
+        let (server, client_config) = tls_for("localhost");
+        let (port, served) = tls_server(server).await;
+        let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let named = HttpClient::for_addr_named(addr, client_config.clone(), name);
+        let r = tokio::time::timeout(GUARD, named.send("POST", "/", &[], b"{}".to_vec(), 16))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"ok"[..]));
+        // The address alone is not a name the certificate carries.
+        let by_ip = HttpClient::for_addr(addr, Some(client_config));
+        let got = tokio::time::timeout(GUARD, by_ip.send("POST", "/", &[], b"{}".to_vec(), 16))
+            .await
+            .unwrap();
+        assert!(matches!(got, Err(HttpError::Connect(_))), "{got:?}");
+        assert_eq!(served.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]

@@ -15,6 +15,7 @@
 //! |---|---|
 //! | 2xx | ok |
 //! | no connection (`HttpClientError::Connect`: nothing was sent) | definite, retried |
+//! | a request that is not HTTP (`HttpClientError::Request`: nothing was sent) | definite, not retried |
 //! | timeout, reset or malformed answer after the request was sent | unknown |
 //! | `502 outcome_unknown` | unknown (retried with the same key) |
 //! | `500`, or any 5xx without the error shape (`X-Gshare-Error`) | unknown |
@@ -251,6 +252,12 @@ pub fn classify(answer: &Result<HttpReply, HttpClientError>) -> Attempt {
                 retry: true,
             }
         }
+        Err(HttpClientError::Request { .. }) => {
+            return Attempt::Definite {
+                code: "invalid_request".into(),
+                retry: false,
+            }
+        }
         Err(e) => return Attempt::Unknown(e.to_string()),
         Ok(r) => r,
     };
@@ -400,6 +407,14 @@ mod tests {
             source: std::io::Error::from(std::io::ErrorKind::ConnectionReset),
         };
         assert!(matches!(classify(&Err(reset)), Attempt::Unknown(_)));
+        let not_http = HttpClientError::Request {
+            addr: "127.0.0.1:1".parse().unwrap(),
+            detail: "target \"x\" does not start with `/`".into(),
+        };
+        assert!(matches!(
+            classify(&Err(not_http)),
+            Attempt::Definite { retry: false, .. }
+        ));
     }
 
     #[test]

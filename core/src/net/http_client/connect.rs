@@ -2,7 +2,8 @@
 //! `HttpConnector` for TCP (address resolution, connect timeout, no
 //! Nagle), then, for a client built with a rustls config, a TLS handshake
 //! over that stream naming the peer by its host (an IP address gives an
-//! IP-address server name, as the replicas' certificates carry).
+//! IP-address server name, as the replicas' certificates carry), or by the
+//! name the client was built with (a host the caller resolved itself).
 //!
 //! Written here rather than taken from hyper-rustls: a match over two
 //! stream kinds is all it takes with tokio-rustls (already in the build),
@@ -44,11 +45,17 @@ pub enum ConnectError {
 pub(super) struct Connector {
     tcp: HttpConnector,
     tls: Option<TlsConnector>,
+    /// The name the certificate must carry; `None`: the URI's host.
+    name: Option<ServerName<'static>>,
 }
 
 impl Connector {
-    pub(super) fn new(tcp: HttpConnector, tls: Option<TlsConnector>) -> Self {
-        Self { tcp, tls }
+    pub(super) fn new(
+        tcp: HttpConnector,
+        tls: Option<TlsConnector>,
+        name: Option<ServerName<'static>>,
+    ) -> Self {
+        Self { tcp, tls, name }
     }
 }
 
@@ -68,6 +75,7 @@ impl tower_service::Service<Uri> for Connector {
     fn call(&mut self, uri: Uri) -> Self::Future {
         let mut tcp = self.tcp.clone();
         let tls = self.tls.clone();
+        let fixed_name = self.name.clone();
         Box::pin(async move {
             let host = uri
                 .host()
@@ -82,8 +90,12 @@ impl tower_service::Service<Uri> for Connector {
             let Some(tls) = tls else {
                 return Ok(Stream::Plain(io));
             };
-            let name =
-                ServerName::try_from(host.clone()).map_err(|_| ConnectError::Name { host })?;
+            let name = match fixed_name {
+                Some(name) => name,
+                None => {
+                    ServerName::try_from(host.clone()).map_err(|_| ConnectError::Name { host })?
+                }
+            };
             let stream = tls
                 .connect(name, io.into_inner())
                 .await
