@@ -642,7 +642,7 @@ async fn invokes(conn: quinn::Connection, agent: Addr<NodeAgent>) -> Result<(), 
                 function: req.function,
                 token_digest: None,
                 deadline_ms: req.deadline_ms,
-                body: req.body,
+                body: req.body.into(),
                 idempotency_key: key,
                 http: None,
             };
