@@ -635,7 +635,9 @@ async fn receive_body(
                 tracing::debug!(id, "a streamed request body was cut: {e}");
                 return;
             }
-            Ok(RegionMessage::V1(RegionMessageV1::InvokeBodyChunk { id: of, data })) if of == id => {
+            Ok(RegionMessage::V1(RegionMessageV1::InvokeBodyChunk { id: of, data }))
+                if of == id =>
+            {
                 if data.len() > MAX_BODY_CHUNK {
                     return refuse(&mut recv, format!("a chunk of {} bytes", data.len()));
                 }

@@ -20,8 +20,8 @@ use gshare_core::state::InstanceId;
 use gshare_edge::token::token_digest;
 use gshare_edge::wire::write_frame;
 use gshare_tests::agent_proc::{alive, free_port, gone, AgentProc};
-use gshare_tests::raw_http::upload_in_two_parts;
 use gshare_tests::openai::{exchange, header, openai_package, python3, OPENAI_SERVER as OPENAI};
+use gshare_tests::raw_http::upload_in_two_parts;
 use gshare_tests::stand_in_region::{fake_region, issue, new_ca, Ca, FakeRegion};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -943,7 +943,10 @@ async fn a_request_body_streams_to_the_function_as_it_arrives() {
         acked,
         "the function did not see part 1 before part 2 was sent: {raw}"
     );
-    assert!(raw.contains("got 12\n") && raw.contains("done 12\n"), "{raw}");
+    assert!(
+        raw.contains("got 12\n") && raw.contains("done 12\n"),
+        "{raw}"
+    );
     assert!(raw.ends_with("0\r\n\r\n"), "{raw}");
 
     // Larger than the cap would allow whole: 3 KiB, then 1 KiB (4 KiB in all).
@@ -991,7 +994,11 @@ async fn a_request_body_streams_to_the_function_as_it_arrives() {
         }
         let out = String::from_utf8_lossy(&raw).into_owned();
         let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
-        let status: u16 = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        let status: u16 = head
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
         let headers: Vec<(String, String)> = head
             .lines()
             .skip(1)
@@ -1004,11 +1011,11 @@ async fn a_request_body_streams_to_the_function_as_it_arrives() {
     .unwrap();
     assert_eq!(status, 413, "{headers:?} {body}");
     assert_eq!(header(&headers, "x-gshare-error"), Some("body_too_large"));
-    let message = json(&body)["error"]["message"].as_str().unwrap().to_string();
-    assert!(
-        message.contains("aborted after 3072 bytes"),
-        "{message}"
-    );
+    let message = json(&body)["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(message.contains("aborted after 3072 bytes"), "{message}");
 
     // Over the cap once the reply streams: the reply is cut (no last chunk).
     let (acked, raw) = upload(vec![b'a'; 3000], vec![b'b'; 2000], path)

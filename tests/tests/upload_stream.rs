@@ -130,7 +130,10 @@ stop_grace_s = 5
             acked,
             "replica {replica}: the function did not see part 1 before part 2 was sent: {raw}"
         );
-        assert!(raw.contains("got 12\n") && raw.contains("done 12\n"), "{raw}");
+        assert!(
+            raw.contains("got 12\n") && raw.contains("done 12\n"),
+            "{raw}"
+        );
         assert!(raw.ends_with("0\r\n\r\n"), "{raw}");
         assert!(header_of(&raw, "idempotency-key").is_some(), "{raw}");
     }

@@ -38,8 +38,8 @@ mod connect;
 mod request_body;
 
 pub use connect::ConnectError;
-pub use request_body::{BodyCut, BodyPart, CollectError, RequestBody};
 pub use hyper::body::{Bytes, Incoming};
+pub use request_body::{BodyCut, BodyPart, CollectError, RequestBody};
 
 use connect::Connector;
 use http_body_util::{BodyExt, Full};

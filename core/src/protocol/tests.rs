@@ -218,7 +218,10 @@ fn the_streamed_body_frames_come_after_every_older_region_message() {
     let payload = |m: RegionMessageV1| encode_frame(&RegionMessage::v1(m)).unwrap()[4..].to_vec();
     // `V1`, then the variant's number.
     assert_eq!(payload(RegionMessageV1::Ack), vec![0, 6]);
-    assert_eq!(payload(RegionMessageV1::InvokeBodyEnd { id: 3 }), vec![0, 12, 3]);
+    assert_eq!(
+        payload(RegionMessageV1::InvokeBodyEnd { id: 3 }),
+        vec![0, 12, 3]
+    );
     let chunk = payload(RegionMessageV1::InvokeBodyChunk {
         id: 3,
         data: vec![1],

@@ -376,7 +376,9 @@ async fn forward_quic(
         None => {
             // The body follows the request on the same stream, as it comes.
             let Some(streamed) = body.take() else {
-                return Err(Lost::NotSent("the streamed request body already left".into()));
+                return Err(Lost::NotSent(
+                    "the streamed request body already left".into(),
+                ));
             };
             let id = req.id;
             let msg = RegionMessageV1::InvokeStreamed {
@@ -1160,12 +1162,10 @@ async fn invoke(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     let body = match len {
-        Some(n) if n <= WHOLE_BODY as u64 => {
-            match read_body_limited(&req, payload, cap).await {
-                Ok(b) => RequestBodySource::whole(b),
-                Err(e) => return answer(e),
-            }
-        }
+        Some(n) if n <= WHOLE_BODY as u64 => match read_body_limited(&req, payload, cap).await {
+            Ok(b) => RequestBodySource::whole(b),
+            Err(e) => return answer(e),
+        },
         Some(n) if usize::try_from(n).map_or(true, |n| n > cap) => {
             return answer(ApiError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,

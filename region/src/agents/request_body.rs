@@ -16,7 +16,7 @@
 //! another node ([`RequestBodySource::left`]).
 
 use actix_web::web;
-use gshare_core::net::http_client::{BodyPart, BodyCut, RequestBody};
+use gshare_core::net::http_client::{BodyCut, BodyPart, RequestBody};
 use gshare_core::net::write_frame_more;
 use gshare_core::protocol::{RegionMessage, RegionMessageV1, MAX_BODY_CHUNK};
 use std::cell::{Cell, RefCell};

@@ -80,7 +80,11 @@ impl Drop for Streamed {
 impl std::fmt::Debug for RequestBody {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.inner {
-            Inner::Whole(b) => write!(f, "RequestBody::Whole({} bytes)", b.as_ref().map_or(0, Bytes::len)),
+            Inner::Whole(b) => write!(
+                f,
+                "RequestBody::Whole({} bytes)",
+                b.as_ref().map_or(0, Bytes::len)
+            ),
             Inner::Streamed(s) => write!(f, "RequestBody::Streamed({} bytes taken)", s.taken),
         }
     }
@@ -195,7 +199,11 @@ impl Body for RequestBody {
     ) -> Poll<Option<Result<Frame<Bytes>, BodyCut>>> {
         let this = self.get_mut();
         match &mut this.inner {
-            Inner::Whole(b) => Poll::Ready(b.take().filter(|b| !b.is_empty()).map(|b| Ok(Frame::data(b)))),
+            Inner::Whole(b) => Poll::Ready(
+                b.take()
+                    .filter(|b| !b.is_empty())
+                    .map(|b| Ok(Frame::data(b))),
+            ),
             Inner::Streamed(s) => loop {
                 if s.ended {
                     return Poll::Ready(None);
@@ -247,17 +255,25 @@ mod tests {
     #[tokio::test]
     async fn a_streamed_body_ends_with_its_end_or_is_cut() {
         let (tx, body) = RequestBody::channel(4, None);
-        tx.send(BodyPart::Data(Bytes::from_static(b"ab"))).await.unwrap();
+        tx.send(BodyPart::Data(Bytes::from_static(b"ab")))
+            .await
+            .unwrap();
         tx.send(BodyPart::Data(Bytes::new())).await.unwrap();
-        tx.send(BodyPart::Data(Bytes::from_static(b"c"))).await.unwrap();
+        tx.send(BodyPart::Data(Bytes::from_static(b"c")))
+            .await
+            .unwrap();
         tx.send(BodyPart::End).await.unwrap();
         assert_eq!(body.collect(3).await.unwrap(), b"abc");
         let (tx, body) = RequestBody::channel(4, None);
-        tx.send(BodyPart::Data(Bytes::from_static(b"ab"))).await.unwrap();
+        tx.send(BodyPart::Data(Bytes::from_static(b"ab")))
+            .await
+            .unwrap();
         drop(tx);
         assert_eq!(body.collect(10).await, Err(CollectError::Cut(BodyCut)));
         let (tx, body) = RequestBody::channel(4, None);
-        tx.send(BodyPart::Data(Bytes::from_static(b"abcd"))).await.unwrap();
+        tx.send(BodyPart::Data(Bytes::from_static(b"abcd")))
+            .await
+            .unwrap();
         assert_eq!(body.collect(3).await, Err(CollectError::TooLarge(3)));
     }
 
@@ -267,7 +283,9 @@ mod tests {
         let (body, back) = body.returnable();
         drop(body);
         let body = back.await.expect("an untouched body comes back");
-        tx.send(BodyPart::Data(Bytes::from_static(b"x"))).await.unwrap();
+        tx.send(BodyPart::Data(Bytes::from_static(b"x")))
+            .await
+            .unwrap();
         let (mut body, back) = body.returnable();
         assert_eq!(body.next().await, Some(Ok(Bytes::from_static(b"x"))));
         drop(body);
