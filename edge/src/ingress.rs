@@ -13,8 +13,8 @@
 //!
 //! The bearer token (core's one strict rule, [`bearer_token`]) is hashed
 //! here and checked by the [`NodeAgent`] against the digests the region
-//! sent (so it works while the agent is cut off); the body is read only
-//! after that check. Every accepted invocation is answered: `200` with the
+//! sent (so it works while the agent is cut off); the body streams to the
+//! function as it arrives (docs/edge.md, "Streaming request bodies"). Every accepted invocation is answered: `200` with the
 //! function's body (the transparent route: the function's status, headers
 //! and body), or an explicit error `{"error": {"code", "message",
 //! "retryable"}}` with the header `X-Gshare-Error: <code>` (core's
@@ -27,7 +27,8 @@
 //! | 401 | `unauthorized` (missing or unknown token, or another tenant's) |
 //! | 404 | `unknown_function` |
 //! | 404 | `unknown_route` (no route for this path and method) |
-//! | 413 | `body_too_large` (over the config's `max_request_bytes`, after the token check) |
+//! | 413 | `body_too_large` (over the config's `max_request_bytes`, after the token check: an announced length at once; a chunked body once its running count passes it, when that aborted the call) |
+//! | 400 | `bad_request` (the request body broke off, which aborted the call) |
 //! | 429 | `over_capacity` |
 //! | 502 | `instance_failed` (the runtime failed, its reply was over the cap, or on the plain route the function answered non-2xx) |
 //! | 502 | `function_crashed` (its process died while serving; it is restarted) |

@@ -1389,7 +1389,7 @@ mod tests {
                     secret: &ForwardSecret::derive("op"),
                     token_digest: "d",
                 },
-                b"{}",
+                &RequestBodySource::whole(web::Bytes::from_static(b"{}")),
                 None,
             )
             .await;
