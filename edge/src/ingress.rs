@@ -13,8 +13,8 @@
 //!
 //! The bearer token (core's one strict rule, [`bearer_token`]) is hashed
 //! here and checked by the [`NodeAgent`] against the digests the region
-//! sent (so it works while the agent is cut off); the body is read only
-//! after that check. Every accepted invocation is answered: `200` with the
+//! sent (so it works while the agent is cut off); the body streams to the
+//! function as it arrives (docs/edge.md, "Streaming request bodies"). Every accepted invocation is answered: `200` with the
 //! function's body (the transparent route: the function's status, headers
 //! and body), or an explicit error `{"error": {"code", "message",
 //! "retryable"}}` with the header `X-Gshare-Error: <code>` (core's
@@ -27,7 +27,8 @@
 //! | 401 | `unauthorized` (missing or unknown token, or another tenant's) |
 //! | 404 | `unknown_function` |
 //! | 404 | `unknown_route` (no route for this path and method) |
-//! | 413 | `body_too_large` (over the config's `max_request_bytes`, after the token check) |
+//! | 413 | `body_too_large` (over the config's `max_request_bytes`, after the token check: an announced length at once; a chunked body once its running count passes it, when that aborted the call) |
+//! | 400 | `bad_request` (the request body broke off, which aborted the call) |
 //! | 429 | `over_capacity` |
 //! | 502 | `instance_failed` (the runtime failed, its reply was over the cap, or on the plain route the function answered non-2xx) |
 //! | 502 | `function_crashed` (its process died while serving; it is restarted) |
@@ -39,7 +40,7 @@ use crate::agent::{
 };
 use crate::journal::UsageJournal;
 use crate::region_link::LinkHealth;
-use crate::runtime::{HttpCall, ReplyHead, StreamItem};
+use crate::runtime::{BodyPart, HttpCall, ReplyHead, RequestBody, StreamItem};
 use crate::token::token_digest;
 use actix::Addr;
 use actix_web::http::StatusCode;
@@ -50,7 +51,9 @@ use gshare_core::http_surface::{
 };
 use gshare_core::model::TenantId;
 use gshare_core::protocol::{InvokeError, InvokeOutcome, DEFAULT_MAX_REQUEST_BYTES};
+use std::cell::Cell;
 use std::net::SocketAddr;
+use std::rc::Rc;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
@@ -109,38 +112,112 @@ fn bearer(req: &HttpRequest) -> Result<&str, Box<HttpResponse>> {
     bearer_token(header).map_err(|e| unauthorized(&e.to_string()))
 }
 
-/// Reads at most [`RequestCap`] bytes of the body; the caller answers a
-/// refusal only once the token is known to be valid.
-async fn read_body(
-    req: &HttpRequest,
-    payload: web::Payload,
-) -> Result<web::Bytes, Box<HttpResponse>> {
-    let cap = req
-        .app_data::<RequestCap>()
-        .map_or(DEFAULT_MAX_REQUEST_BYTES, |c| c.0);
-    let too_large = || {
-        Box::new(error(
-            413,
-            "body_too_large",
-            &format!("request body over {cap} bytes"),
-        ))
+/// Parts of a request body held between the client and the function (the
+/// client is read only as fast as the function takes them).
+const BODY_PARTS: usize = 16;
+
+/// How reading a request body that streams to the function went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Upload {
+    /// Still reading (or the function stopped taking it).
+    Reading,
+    /// Passed on whole.
+    Whole,
+    /// Over the cap after `passed` bytes were passed on: cut there.
+    OverCap {
+        /// Bytes passed to the function before.
+        passed: u64,
+    },
+    /// The client's body broke off (its connection, a malformed chunk): cut.
+    Broken,
+}
+
+/// The ingress's request cap ([`RequestCap`]).
+fn request_cap(req: &HttpRequest) -> usize {
+    req.app_data::<RequestCap>()
+        .map_or(DEFAULT_MAX_REQUEST_BYTES, |c| c.0)
+}
+
+/// The `413 body_too_large` answer (`passed`: bytes already passed to the
+/// function when the running count went over).
+fn too_large(cap: usize, passed: u64) -> HttpResponse {
+    let message = if passed == 0 {
+        format!("request body over {cap} bytes (max_request_bytes)")
+    } else {
+        format!(
+            "request body over {cap} bytes (max_request_bytes): the call was aborted \
+             after {passed} bytes of it had been passed to the function"
+        )
     };
-    let declared = req
-        .headers()
+    error(413, "body_too_large", &message)
+}
+
+/// The length the request's body announces (`Content-Length`; `None`:
+/// chunked, or none).
+fn announced(req: &HttpRequest) -> Option<u64> {
+    req.headers()
         .get("content-length")
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > cap) {
-        return Err(too_large());
-    }
-    match payload.to_bytes_limited(cap).await {
-        Ok(Ok(body)) => Ok(body),
-        Ok(Err(e)) => Err(Box::new(error(
-            400,
-            "bad_request",
-            &format!("reading body: {e}"),
-        ))),
-        Err(_) => Err(too_large()),
+        .and_then(|v| v.trim().parse::<u64>().ok())
+}
+
+/// The request body as a stream the function reads as it arrives (with
+/// its announced length `len`, which the function gets as its
+/// `Content-Length`; a chunked upload reaches it chunked): a task on this
+/// worker passes the client's chunks on, counting them against `cap` (a
+/// body over it is cut there: the function's call is aborted), and stops
+/// when the function no longer takes them. Nothing is buffered beyond
+/// [`BODY_PARTS`] chunks.
+fn stream_body(
+    payload: web::Payload,
+    len: Option<u64>,
+    cap: usize,
+) -> (RequestBody, Rc<Cell<Upload>>) {
+    let (tx, body) = RequestBody::channel(BODY_PARTS, len);
+    let upload = Rc::new(Cell::new(Upload::Reading));
+    actix_web::rt::spawn(pass_body_on(payload, tx, cap, upload.clone()));
+    (body, upload)
+}
+
+async fn pass_body_on(
+    mut payload: web::Payload,
+    tx: mpsc::Sender<BodyPart>,
+    cap: usize,
+    upload: Rc<Cell<Upload>>,
+) {
+    use futures_core::Stream;
+    let mut passed = 0usize;
+    loop {
+        let next = std::future::poll_fn(|cx| std::pin::Pin::new(&mut payload).poll_next(cx));
+        let item = tokio::select! {
+            item = next => item,
+            // The call ended: nobody reads the rest.
+            () = tx.closed() => return,
+        };
+        match item {
+            None => {
+                upload.set(Upload::Whole);
+                let _ = tx.send(BodyPart::End).await;
+                return;
+            }
+            Some(Err(e)) => {
+                tracing::debug!("request body broke off: {e}");
+                upload.set(Upload::Broken);
+                return;
+            }
+            Some(Ok(chunk)) => {
+                if chunk.len() > cap.saturating_sub(passed) {
+                    upload.set(Upload::OverCap {
+                        passed: passed as u64,
+                    });
+                    return;
+                }
+                passed = passed.saturating_add(chunk.len());
+                if tx.send(BodyPart::Data(chunk)).await.is_err() {
+                    return;
+                }
+            }
+        }
     }
 }
 
@@ -314,33 +391,51 @@ async fn run(
         },
     };
     let (tenant, digest) = (TenantId(tenant), token_digest(token));
-    let body = match read_body(&req, payload).await {
-        Ok(b) => b,
-        // Too large (or unreadable): only a caller with a valid token
-        // learns more than that its token is refused.
-        Err(refusal) => {
-            let check = CheckToken {
-                tenant,
-                digest: digest.clone(),
-            };
-            return match agent.send(check).await {
-                Ok(true) => *refusal,
-                Ok(false) => error(401, "unauthorized", "token not valid for this tenant"),
-                Err(_) => failed(&InvokeError::ShuttingDown),
-            };
-        }
-    };
+    let cap = request_cap(&req);
+    let len = announced(&req);
+    if len.is_some_and(|n| usize::try_from(n).map_or(true, |n| n > cap)) {
+        // Only a caller with a valid token learns more than that its token
+        // is refused.
+        let check = CheckToken {
+            tenant,
+            digest: digest.clone(),
+        };
+        return match agent.send(check).await {
+            Ok(true) => too_large(cap, 0),
+            Ok(false) => error(401, "unauthorized", "token not valid for this tenant"),
+            Err(_) => failed(&InvokeError::ShuttingDown),
+        };
+    }
+    // The body streams to the function as it arrives (read only once the
+    // agent admitted the call: it checks the token first).
+    let (body, upload) = stream_body(payload, len, cap);
     let msg = Invoke {
         tenant,
         function,
         token_digest: Some(digest),
         deadline_ms,
-        body: body.to_vec(),
+        body,
         idempotency_key,
         http: None,
     };
-    match ask(&agent, msg, http).await {
+    let answered = ask(&agent, msg, http).await;
+    // A call that failed because its body was cut says why.
+    if let Answered::Whole(_, InvokeOutcome::Failed(_)) = &answered {
+        match upload.get() {
+            Upload::OverCap { passed } => return too_large(cap, passed),
+            Upload::Broken => {
+                return error(
+                    400,
+                    "bad_request",
+                    "the request body broke off before its end; the call was aborted",
+                )
+            }
+            Upload::Reading | Upload::Whole => {}
+        }
+    }
+    match answered {
         Answered::Unauthorized => error(401, "unauthorized", "token not valid for this tenant"),
+        // A body cut after the reply started cuts the reply too.
         Answered::Stream(head, chunks) => streamed_response(head, chunks),
         Answered::Whole(
             Some(head),

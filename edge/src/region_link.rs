@@ -6,6 +6,8 @@
 //!         ── bi stream: Heartbeat / Loads / Swaps ▶          ◀─ Ack
 //!         ◀─ uni stream: Assignment | Tokens ──            (pushed whenever they change)
 //!         ◀─ bi stream: Invoke ───────────────             ─▶ InvokeReply
+//!         ◀─ bi stream: InvokeStreamed, InvokeBodyChunk…, InvokeBodyEnd
+//!                       (the body passed to the function as it comes) ─▶ InvokeReply | InvokeHead…
 //!         ── bi stream: Usage{records} ───────▶           ◀─ UsageAck{seqs} | Refused
 //!         ── bi stream: SliceReserve / SliceRelease ▶     ◀─ Ack (committed) | Refused
 //! ```
@@ -39,14 +41,14 @@ use crate::agent::{
 use crate::gpu::{Discovered, GpuMeter};
 use crate::ingress::Answered;
 use crate::journal::{JournalBatch, UsageJournal};
-use crate::runtime::StreamItem;
+use crate::runtime::{BodyPart, RequestBody, StreamItem};
 use crate::tls::client_config;
 use crate::wire::{read_frame, write_frame, write_frame_more, WireError, BAD_FRAME};
 use actix::{Actor, Addr, AsyncContext, Context, WrapFuture};
 use gshare_core::config::AgentConfig;
 use gshare_core::protocol::{
     AgentCounters, AgentMessage, AgentMessageV1, Heartbeat, HostCopy, InvokeError, InvokeOutcome,
-    InvokeReply, NodeGpu, RegionMessage, RegionMessageV1, Register, ReplyHead,
+    InvokeReply, NodeGpu, RegionMessage, RegionMessageV1, Register, ReplyHead, MAX_BODY_CHUNK,
 };
 use gshare_core::state::AgentId;
 use std::net::SocketAddr;
@@ -235,6 +237,8 @@ struct LinkSetup {
     meter: GpuMeter,
     usage: Option<(Arc<UsageJournal>, Arc<Notify>)>,
     health: LinkHealth,
+    /// The agent's `max_request_bytes`: a streamed body over it is cut.
+    max_request_bytes: usize,
 }
 
 /// The actor holding the link (dropping its address does not stop it; it
@@ -311,6 +315,7 @@ impl RegionLink {
                 meter: GpuMeter::new(found.nvml.clone()),
                 usage: metering.map(|m| (m.journal.clone(), m.appended.clone())),
                 health,
+                max_request_bytes: config.max_request_bytes,
             },
         }
         .start())
@@ -426,7 +431,7 @@ async fn session(
         other => return Err(SessionEnd::Refused(format!("unexpected answer {other:?}"))),
     }
     let pushes = pushes(conn.clone(), setup.agent.clone());
-    let invokes = invokes(conn.clone(), setup.agent.clone());
+    let invokes = invokes(conn.clone(), setup.agent.clone(), setup.max_request_bytes);
     let beats = heartbeats(conn.clone(), setup);
     let usage = usage_sender(conn.clone(), setup);
     let remaps = slice_sender(conn.clone(), setup);
@@ -587,7 +592,80 @@ async fn pushes(conn: quinn::Connection, agent: Addr<NodeAgent>) -> Result<(), S
     }
 }
 
-async fn invokes(conn: quinn::Connection, agent: Addr<NodeAgent>) -> Result<(), SessionEnd> {
+/// Parts of a streamed request body held between the region and the
+/// function (the stream is read only as fast as the function takes them).
+const BODY_PARTS: usize = 16;
+
+/// Passes a streamed request body's frames ([`RegionMessageV1::InvokeBodyChunk`]
+/// then [`RegionMessageV1::InvokeBodyEnd`], for invocation `id`) from
+/// `recv` to `tx`, its first bytes `first` before them; at most `cap`
+/// bytes in all, and the announced `len` exactly. A frame that does not
+/// decode closes the connection (as every other stream does); any other
+/// frame, another id, a chunk over [`MAX_BODY_CHUNK`] or a body over
+/// `cap` stops this stream; a stream that ends before `InvokeBodyEnd`
+/// cuts the body too (`tx` dropped without [`BodyPart::End`]: the call is
+/// aborted). Ends early when the function no longer takes the body.
+async fn receive_body(
+    conn: quinn::Connection,
+    mut recv: quinn::RecvStream,
+    id: u64,
+    (first, len, cap): (Vec<u8>, Option<u64>, usize),
+    tx: tokio::sync::mpsc::Sender<BodyPart>,
+) {
+    let mut total = first.len();
+    if !first.is_empty() && tx.send(BodyPart::Data(first.into())).await.is_err() {
+        return;
+    }
+    let refuse = |recv: &mut quinn::RecvStream, why: String| {
+        tracing::warn!(id, "streamed request body refused: {why}");
+        let _ = recv.stop(BAD_FRAME.into());
+    };
+    loop {
+        let frame = tokio::select! {
+            f = read_frame::<RegionMessage>(&mut recv) => f,
+            () = tx.closed() => return,
+        };
+        match frame {
+            Err(WireError::Frame(e)) => {
+                tracing::warn!(id, "malformed frame in a streamed request body: {e}");
+                conn.close(BAD_FRAME.into(), b"bad frame");
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(id, "a streamed request body was cut: {e}");
+                return;
+            }
+            Ok(RegionMessage::V1(RegionMessageV1::InvokeBodyChunk { id: of, data }))
+                if of == id =>
+            {
+                if data.len() > MAX_BODY_CHUNK {
+                    return refuse(&mut recv, format!("a chunk of {} bytes", data.len()));
+                }
+                if data.len() > cap.saturating_sub(total) {
+                    return refuse(&mut recv, format!("over max_request_bytes ({cap})"));
+                }
+                total = total.saturating_add(data.len());
+                if tx.send(BodyPart::Data(data.into())).await.is_err() {
+                    return;
+                }
+            }
+            Ok(RegionMessage::V1(RegionMessageV1::InvokeBodyEnd { id: of })) if of == id => {
+                if len.is_some_and(|n| n != total as u64) {
+                    return refuse(&mut recv, format!("{total} bytes, {len:?} announced"));
+                }
+                let _ = tx.send(BodyPart::End).await;
+                return;
+            }
+            Ok(other) => return refuse(&mut recv, format!("unexpected frame {other:?}")),
+        }
+    }
+}
+
+async fn invokes(
+    conn: quinn::Connection,
+    agent: Addr<NodeAgent>,
+    max_request_bytes: usize,
+) -> Result<(), SessionEnd> {
     loop {
         let (mut send, mut recv) = conn
             .accept_bi()
@@ -600,21 +678,33 @@ async fn invokes(conn: quinn::Connection, agent: Addr<NodeAgent>) -> Result<(), 
             }
             other => other?,
         };
-        let (req, key, call) = match msg {
-            RegionMessage::V1(RegionMessageV1::Invoke(req)) => (req, None, None),
+        let (mut req, key, call, streamed) = match msg {
+            RegionMessage::V1(RegionMessageV1::Invoke(req)) => (req, None, None, None),
             RegionMessage::V1(RegionMessageV1::InvokeKeyed { key, request }) => {
                 if !gshare_core::state::is_valid_key(&key) {
                     tracing::warn!("invocation with a malformed idempotency key refused");
                     continue;
                 }
-                (request, Some(key), None)
+                (request, Some(key), None, None)
             }
             RegionMessage::V1(RegionMessageV1::InvokeHttp { key, request, call }) => {
                 if !gshare_core::state::is_valid_key(&key) {
                     tracing::warn!("invocation with a malformed idempotency key refused");
                     continue;
                 }
-                (request, Some(key), Some(call))
+                (request, Some(key), Some(call), None)
+            }
+            RegionMessage::V1(RegionMessageV1::InvokeStreamed {
+                key,
+                request,
+                call,
+                len,
+            }) => {
+                if !gshare_core::state::is_valid_key(&key) {
+                    tracing::warn!("invocation with a malformed idempotency key refused");
+                    continue;
+                }
+                (request, Some(key), call, Some(len))
             }
             RegionMessage::V1(RegionMessageV1::InvokeLookup { id, tenant, key }) => {
                 let agent = agent.clone();
@@ -634,6 +724,15 @@ async fn invokes(conn: quinn::Connection, agent: Addr<NodeAgent>) -> Result<(), 
                 continue;
             }
         };
+        let body = match streamed {
+            None => RequestBody::from(std::mem::take(&mut req.body)),
+            Some(len) => {
+                let (tx, body) = RequestBody::channel(BODY_PARTS, len);
+                let first = (std::mem::take(&mut req.body), len, max_request_bytes);
+                actix_rt::spawn(receive_body(conn.clone(), recv, req.id, first, tx));
+                body
+            }
+        };
         let agent = agent.clone();
         actix_rt::spawn(async move {
             let id = req.id;
@@ -642,7 +741,7 @@ async fn invokes(conn: quinn::Connection, agent: Addr<NodeAgent>) -> Result<(), 
                 function: req.function,
                 token_digest: None,
                 deadline_ms: req.deadline_ms,
-                body: req.body,
+                body,
                 idempotency_key: key,
                 http: None,
             };

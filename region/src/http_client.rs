@@ -105,6 +105,12 @@ impl HttpClientError {
             HttpError::Malformed(detail) => Self::Malformed { addr, detail },
             HttpError::TooLarge(limit) => Self::TooLarge { addr, limit },
             HttpError::Request(detail) => Self::Request { addr, detail },
+            // (This client sends whole bodies; were one cut, part of the
+            // request may have reached the server.)
+            e @ HttpError::BodyCut(_) => Self::Io {
+                addr,
+                source: std::io::Error::other(e.to_string()),
+            },
         }
     }
 }

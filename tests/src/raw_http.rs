@@ -69,3 +69,52 @@ pub fn assert_error(r: &HttpReply, status: u16, code: &str, retryable: bool) {
     assert_eq!(e["retryable"], retryable, "{r:?}");
     assert_eq!(r.header(ERROR_HEADER), Some(code), "{r:?}");
 }
+
+/// Reads from `s` into `buf` until it holds `want` (or the stream ends or
+/// times out); whether it does.
+fn read_until(s: &mut TcpStream, buf: &mut Vec<u8>, want: &str) -> bool {
+    let mut chunk = [0u8; 4096];
+    while !String::from_utf8_lossy(buf).contains(want) {
+        match s.read(&mut chunk) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    true
+}
+
+/// A chunked upload to `addr`'s `path`: part 1, then (once the function's
+/// streamed reply acknowledged it: `got <len>`) part 2 and the body's end;
+/// everything the server sent back, and whether the acknowledgement came
+/// before part 2 was sent.
+pub fn upload_in_two_parts(
+    addr: SocketAddr,
+    path: &str,
+    token: &str,
+    part1: &[u8],
+    part2: &[u8],
+) -> (bool, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\
+         Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n{:x}\r\n",
+        part1.len()
+    )
+    .unwrap();
+    s.write_all(part1).unwrap();
+    s.write_all(b"\r\n").unwrap();
+    let mut got = Vec::new();
+    let acked = read_until(&mut s, &mut got, &format!("got {}\n", part1.len()));
+    // Part 2 goes whatever came back (a body that does not stream is then
+    // read whole and the acknowledgement comes late).
+    let _ = write!(s, "{:x}\r\n", part2.len());
+    let _ = s.write_all(part2);
+    let _ = s.write_all(b"\r\n0\r\n\r\n");
+    let mut chunk = [0u8; 4096];
+    while let Ok(n @ 1..) = s.read(&mut chunk) {
+        got.extend_from_slice(&chunk[..n]);
+    }
+    (acked, String::from_utf8_lossy(&got).into_owned())
+}

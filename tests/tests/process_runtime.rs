@@ -21,6 +21,7 @@ use gshare_edge::token::token_digest;
 use gshare_edge::wire::write_frame;
 use gshare_tests::agent_proc::{alive, free_port, gone, AgentProc};
 use gshare_tests::openai::{exchange, header, openai_package, python3, OPENAI_SERVER as OPENAI};
+use gshare_tests::raw_http::upload_in_two_parts;
 use gshare_tests::stand_in_region::{fake_region, issue, new_ca, Ca, FakeRegion};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -33,6 +34,7 @@ const GONE_WITHIN: Duration = Duration::from_secs(15);
 
 const TOKEN: &str = "s3cret";
 const ECHO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/echo_server.py");
+const UPLOAD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/upload_server.py");
 
 fn write_agent_files(dir: &Path, ca: &Ca, region: SocketAddr) -> SocketAddr {
     let (cert, key) = issue(ca, "n1");
@@ -70,6 +72,20 @@ allow_args = ["--gap-ms=", "--hold-last-for="]
         ),
     )
     .unwrap();
+    // A server that reads its request body as it arrives, as `sglang`.
+    std::fs::write(
+        dir.join("runtimes/upload.toml"),
+        format!(
+            r#"runtime = "sglang"
+command = ["python3", {UPLOAD:?}, "--port", "{{port}}"]
+health_path = "/health"
+invoke_path = "/upload"
+startup_timeout_s = 20
+stop_grace_s = 5
+"#
+        ),
+    )
+    .unwrap();
     let ingress = free_port();
     std::fs::write(
         dir.join("agent.toml"),
@@ -103,6 +119,9 @@ template = "runtimes/echo.toml"
 [runtimes.pytorch]
 driver = "process"
 template = "runtimes/openai.toml"
+[runtimes.sglang]
+driver = "process"
+template = "runtimes/upload.toml"
 "#
         ),
     )
@@ -282,12 +301,20 @@ async fn start_with(
     region: &mut FakeRegion,
     extra: &str,
 ) -> (AgentProc, SocketAddr, quinn::Connection) {
+    start_edited(dir, ca, region, |config| format!("{config}{extra}")).await
+}
+
+/// [`start`] with the agent's config as `edit` makes it.
+async fn start_edited(
+    dir: &Path,
+    ca: &Ca,
+    region: &mut FakeRegion,
+    edit: impl FnOnce(String) -> String,
+) -> (AgentProc, SocketAddr, quinn::Connection) {
     let ingress = write_agent_files(dir, ca, region.addr);
-    if !extra.is_empty() {
-        let path = dir.join("agent.toml");
-        let config = std::fs::read_to_string(&path).unwrap();
-        std::fs::write(&path, format!("{config}{extra}")).unwrap();
-    }
+    let path = dir.join("agent.toml");
+    let config = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, edit(config)).unwrap();
     let child = Command::new(gshare_tests::binary("gshare-edge"))
         .arg("--config")
         .arg(dir.join("agent.toml"))
@@ -866,4 +893,137 @@ fn a_missing_template_is_refused_at_its_key() {
     );
     let line = err.lines().next().unwrap_or("");
     assert!(line.contains("agent.toml:"), "{err}");
+}
+
+/// The upload function (`tests/fixtures/upload_server.py`) as `acme/upload`.
+fn upload_spec() -> FunctionSpec {
+    FunctionSpec {
+        name: "upload".into(),
+        runtime: Runtime::Sglang,
+        ..echo_spec()
+    }
+}
+
+/// A request body streams to the function as it arrives: a chunked upload's
+/// first part reaches the function (which says so on its streamed reply)
+/// before the client sends the second. `max_request_bytes` is a running
+/// count: a length announced over it is refused at once (413); a chunked
+/// body that passes it aborts the call (413, saying how much the function
+/// had been passed) or, once the reply streams, cuts the reply.
+#[actix_rt::test]
+async fn a_request_body_streams_to_the_function_as_it_arrives() {
+    let ca = new_ca();
+    let mut region = fake_region(&ca);
+    let dir = tempfile::tempdir().unwrap();
+    let (_agent, ingress, conn) = start_edited(dir.path(), &ca, &mut region, |c| {
+        format!("max_request_bytes = 4096\n{c}")
+    })
+    .await;
+    assign(&conn, 1, &[echo_spec(), upload_spec()]).await;
+    first_echo(ingress).await;
+    let path = "/v1/invoke/acme/upload/in";
+    let upload = |part1: Vec<u8>, part2: Vec<u8>, path: &'static str| {
+        tokio::task::spawn_blocking(move || {
+            upload_in_two_parts(ingress, path, TOKEN, &part1, &part2)
+        })
+    };
+    // The process may still be starting: the first answer may be a 5xx.
+    let until = Instant::now() + Duration::from_secs(30);
+    let (acked, raw) = loop {
+        let (acked, raw) = upload(b"hello".to_vec(), b"world!!".to_vec(), path)
+            .await
+            .unwrap();
+        if raw.starts_with("HTTP/1.1 200") || Instant::now() > until {
+            break (acked, raw);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
+    assert!(
+        acked,
+        "the function did not see part 1 before part 2 was sent: {raw}"
+    );
+    assert!(
+        raw.contains("got 12\n") && raw.contains("done 12\n"),
+        "{raw}"
+    );
+    assert!(raw.ends_with("0\r\n\r\n"), "{raw}");
+
+    // Larger than the cap would allow whole: 3 KiB, then 1 KiB (4 KiB in all).
+    let (acked, raw) = upload(vec![b'a'; 3072], vec![b'b'; 1024], path)
+        .await
+        .unwrap();
+    assert!(acked && raw.contains("done 4096\n"), "{raw}");
+
+    // Announced over the cap: refused before anything is read.
+    let (status, headers, body) = tokio::task::spawn_blocking(move || {
+        exchange(
+            ingress,
+            format!(
+                "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\
+                 Content-Length: 5000\r\nConnection: close\r\n\r\n"
+            ),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(status, 413, "{body}");
+    assert_eq!(header(&headers, "x-gshare-error"), Some("body_too_large"));
+    assert_eq!(json(&body)["error"]["code"], "body_too_large");
+
+    // Over the cap while it streams, the function answering only at the
+    // body's end: the call is aborted and the answer says how far it got.
+    let (status, headers, body) = tokio::task::spawn_blocking(move || {
+        let mut s = TcpStream::connect(ingress).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        write!(
+            s,
+            "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\
+             X-Reply-After-Body: 1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n\
+             c00\r\n{}\r\n",
+            "a".repeat(3072)
+        )
+        .unwrap();
+        // Let part 1 reach the function before the part that passes the cap.
+        std::thread::sleep(Duration::from_millis(300));
+        write!(s, "800\r\n{}\r\n0\r\n\r\n", "b".repeat(2048)).unwrap();
+        let mut raw = Vec::new();
+        let mut chunk = [0u8; 4096];
+        while let Ok(n @ 1..) = s.read(&mut chunk) {
+            raw.extend_from_slice(&chunk[..n]);
+        }
+        let out = String::from_utf8_lossy(&raw).into_owned();
+        let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+        let status: u16 = head
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let headers: Vec<(String, String)> = head
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+            .collect();
+        (status, headers, body.to_string())
+    })
+    .await
+    .unwrap();
+    assert_eq!(status, 413, "{headers:?} {body}");
+    assert_eq!(header(&headers, "x-gshare-error"), Some("body_too_large"));
+    let message = json(&body)["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(message.contains("aborted after 3072 bytes"), "{message}");
+
+    // Over the cap once the reply streams: the reply is cut (no last chunk).
+    let (acked, raw) = upload(vec![b'a'; 3000], vec![b'b'; 2000], path)
+        .await
+        .unwrap();
+    assert!(acked, "{raw}");
+    assert!(
+        raw.starts_with("HTTP/1.1 200") && !raw.contains("done") && !raw.ends_with("0\r\n\r\n"),
+        "{raw}"
+    );
 }

@@ -35,9 +35,11 @@
 //! error may come after the request left.
 
 mod connect;
+mod request_body;
 
 pub use connect::ConnectError;
 pub use hyper::body::{Bytes, Incoming};
+pub use request_body::{BodyCut, BodyPart, CollectError, RequestBody};
 
 use connect::Connector;
 use http_body_util::{BodyExt, Full};
@@ -105,6 +107,10 @@ pub enum HttpError {
     /// The request could not be formed (a method, path or header hyper refuses).
     #[error("invalid request: {0}")]
     Request(String),
+    /// The request's streamed body was cut ([`BodyCut`]): the request was
+    /// aborted part-way (the server never got a complete body).
+    #[error("request aborted: {0}")]
+    BodyCut(BodyCut),
 }
 
 impl From<hyper::Error> for HttpError {
@@ -116,6 +122,13 @@ impl From<hyper::Error> for HttpError {
 
 impl HttpError {
     fn of_hyper(e: &hyper::Error) -> Self {
+        let mut source = std::error::Error::source(e);
+        while let Some(s) = source {
+            if let Some(cut) = s.downcast_ref::<BodyCut>() {
+                return HttpError::BodyCut(*cut);
+            }
+            source = s.source();
+        }
         // hyper keeps its "too large" kind private; its message says it.
         if e.is_parse() && e.to_string().contains("too large") {
             HttpError::TooLarge(MAX_HEAD)
@@ -161,7 +174,7 @@ fn chain(e: &dyn std::error::Error) -> String {
 /// runtime of the call that opened them.
 #[derive(Clone)]
 pub struct HttpClient {
-    client: Client<Connector, Full<Bytes>>,
+    client: Client<Connector, RequestBody>,
     /// `http://host:port` or `https://host:port`.
     base: String,
 }
@@ -256,6 +269,24 @@ impl HttpClient {
         headers: &[(&str, &[u8])],
         body: Vec<u8>,
     ) -> Result<(ReplyHead, Incoming), HttpError> {
+        self.open_body(method, target, headers, RequestBody::from(body))
+            .await
+    }
+
+    /// [`HttpClient::open`] with a body that may stream
+    /// ([`RequestBody::streamed`]: sent chunked as it comes, unless
+    /// `headers` give its `Content-Length`). The answer's head may come
+    /// before the body is all sent (a server that answers as it reads);
+    /// the body keeps going out meanwhile. A streamed body that is cut
+    /// ([`BodyCut`]) aborts the request (the connection is closed, so the
+    /// server never sees a complete body).
+    pub async fn open_body(
+        &self,
+        method: &str,
+        target: &str,
+        headers: &[(&str, &[u8])],
+        body: RequestBody,
+    ) -> Result<(ReplyHead, Incoming), HttpError> {
         let bad = |what: String| HttpError::Request(what);
         if !target.starts_with('/') {
             return Err(bad(format!("target {target:?} does not start with `/`")));
@@ -269,9 +300,7 @@ impl HttpClient {
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
-        let req = req
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|e| bad(e.to_string()))?;
+        let req = req.body(body).map_err(|e| bad(e.to_string()))?;
         let resp = self
             .client
             .request(req)

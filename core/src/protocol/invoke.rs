@@ -12,6 +12,11 @@ pub const DEFAULT_MAX_REQUEST_BYTES: usize = 4 << 20;
 /// [`super::AGENT_FRAME_BYTES`], with its headers).
 pub const MAX_REQUEST_BYTES_RANGE: (usize, usize) = (1 << 10, super::AGENT_FRAME_BYTES - (1 << 20));
 
+/// Most bytes of a streamed request body in one
+/// [`super::RegionMessageV1::InvokeBodyChunk`] frame; an agent closes a
+/// stream whose chunk is larger.
+pub const MAX_BODY_CHUNK: usize = 256 << 10;
+
 /// An invocation a replica forwards to a hosting agent (the replica has
 /// already checked the tenant's token).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

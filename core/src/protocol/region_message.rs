@@ -84,6 +84,45 @@ pub enum RegionMessageV1 {
         /// Method, path, query and headers for the function.
         call: super::HttpCall,
     },
+    // Appended after every older variant: bincode numbers variants in
+    // order, so the frames above decode as they always did.
+    /// An invocation forwarded under an idempotency key whose request body
+    /// streams (as [`RegionMessageV1::InvokeKeyed`] when `call` is `None`,
+    /// as [`RegionMessageV1::InvokeHttp`] otherwise, answered the same
+    /// ways): `request.body` is the body's first bytes (possibly none), and
+    /// the rest follows on the same stream in
+    /// [`RegionMessageV1::InvokeBodyChunk`]s closed by
+    /// [`RegionMessageV1::InvokeBodyEnd`]. The agent passes the body to the
+    /// function as it arrives. A stream that ends (or is reset) before
+    /// `InvokeBodyEnd` cuts the body: the call is aborted. Any other frame
+    /// there, a chunk over [`super::MAX_BODY_CHUNK`] or another id stops
+    /// that stream (a frame that does not decode closes the connection).
+    InvokeStreamed {
+        /// The key (printable ASCII, at most 128 bytes).
+        key: String,
+        /// The invocation (its body: the request body's first bytes).
+        request: InvokeRequest,
+        /// Method, path, query and headers for the function on the
+        /// transparent route; `None`: the plain route.
+        call: Option<super::HttpCall>,
+        /// The body's whole length when the client announced it (the
+        /// function gets it as `Content-Length`; `None`: chunked).
+        len: Option<u64>,
+    },
+    /// The next bytes of an [`RegionMessageV1::InvokeStreamed`] body (at
+    /// most [`super::MAX_BODY_CHUNK`]).
+    InvokeBodyChunk {
+        /// The invocation's id (`request.id`).
+        id: u64,
+        /// The bytes.
+        data: Vec<u8>,
+    },
+    /// The end of an [`RegionMessageV1::InvokeStreamed`] body; the stream's
+    /// last frame from the replica.
+    InvokeBodyEnd {
+        /// The invocation's id (`request.id`).
+        id: u64,
+    },
 }
 
 impl RegionMessage {

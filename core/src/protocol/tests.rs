@@ -189,8 +189,44 @@ fn every_message() -> (Vec<AgentMessage>, Vec<RegionMessage>) {
             body: vec![1, 2, 3],
         })),
         RegionMessage::v1(RegionMessageV1::Ack),
+        RegionMessage::v1(RegionMessageV1::InvokeStreamed {
+            key: "k1".into(),
+            request: InvokeRequest {
+                id: 5,
+                tenant: TenantId("acme".into()),
+                function: "resnet".into(),
+                deadline_ms: None,
+                body: Vec::new(),
+            },
+            call: None,
+            len: Some(10),
+        }),
+        RegionMessage::v1(RegionMessageV1::InvokeBodyChunk {
+            id: 5,
+            data: vec![9; 10],
+        }),
+        RegionMessage::v1(RegionMessageV1::InvokeBodyEnd { id: 5 }),
     ];
     (agents, regions)
+}
+
+/// The streamed body's frames were appended: every older region message
+/// keeps its variant number (an agent of this version decodes an older
+/// replica's frames, and the reverse for the frames both know).
+#[test]
+fn the_streamed_body_frames_come_after_every_older_region_message() {
+    let payload = |m: RegionMessageV1| encode_frame(&RegionMessage::v1(m)).unwrap()[4..].to_vec();
+    // `V1`, then the variant's number.
+    assert_eq!(payload(RegionMessageV1::Ack), vec![0, 6]);
+    assert_eq!(
+        payload(RegionMessageV1::InvokeBodyEnd { id: 3 }),
+        vec![0, 12, 3]
+    );
+    let chunk = payload(RegionMessageV1::InvokeBodyChunk {
+        id: 3,
+        data: vec![1],
+    });
+    assert_eq!(chunk[..2], [0, 11]);
 }
 
 #[test]

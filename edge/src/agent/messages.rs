@@ -24,8 +24,10 @@ pub struct Invoke {
     pub token_digest: Option<String>,
     /// Relative deadline, ms; `None`: the function's default.
     pub deadline_ms: Option<u64>,
-    /// Body.
-    pub body: Vec<u8>,
+    /// Body: whole, or streamed as it arrives (see
+    /// [`crate::runtime::Invocation::body`]); a run under a key that is
+    /// already running or stored does not read it.
+    pub body: crate::runtime::RequestBody,
     /// Idempotency key: the invocation runs at most once per key within the
     /// journal's key window (a repeat joins the running one, or gets the
     /// stored answer).

@@ -114,7 +114,7 @@ struct Pending {
     tx: oneshot::Sender<InvokeOutcome>,
     arrived: Micros,
     deadline: Micros,
-    body: Vec<u8>,
+    body: crate::runtime::RequestBody,
     /// The transparent route's request (moved into the invocation when it
     /// runs) and where the function's status and headers go.
     http: Option<HttpCall>,

@@ -138,7 +138,7 @@ fn baseline(secs: f64) -> (Vec<f64>, f64) {
                     compute_milli: 100,
                     service_us: 0,
                     deadline: None,
-                    body: b"{}".to_vec(),
+                    body: b"{}".to_vec().into(),
                     http: None,
                     stream_to: None,
                 })

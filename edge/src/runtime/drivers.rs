@@ -295,7 +295,7 @@ key = "c.key"
                 compute_milli: 100,
                 service_us: 0,
                 deadline: None,
-                body: b"x".to_vec(),
+                body: b"x".to_vec().into(),
                 http: None,
                 stream_to: None,
             };

@@ -27,7 +27,7 @@ mod process_driver;
 mod sim;
 
 pub use drivers::Drivers;
-pub use process::{ReplyHead, StreamItem};
+pub use process::{BodyPart, ReplyHead, RequestBody, StreamItem};
 pub use process_counters::{ProcessCounters, VmFigures};
 pub use process_driver::{ProcessDriver, ProcessOptions};
 pub use sim::SimDriver;
@@ -54,8 +54,10 @@ pub struct Invocation {
     /// When the request's deadline passes (`None`: unknown; a driver then
     /// uses the function's default).
     pub deadline: Option<std::time::Instant>,
-    /// Request body.
-    pub body: Vec<u8>,
+    /// Request body: whole, or streamed as the client sends it (the
+    /// ingress's or the region's; cut when the client left or went over
+    /// `max_request_bytes`: the call must then not complete).
+    pub body: RequestBody,
     /// The HTTP request as the client sent it to the transparent route
     /// (`/v1/invoke/{tenant}/{function}/{*path}`): any status of the
     /// function is its answer. `None`: a plain invocation (`POST` of the

@@ -43,7 +43,8 @@ mod tests;
 
 pub use error::{InvokeError, ProcessError};
 pub use gshare_core::net::http_client::{
-    read_body, read_response, HttpClient, HttpError, HttpResponse, MAX_HEAD,
+    read_body, read_response, BodyCut, BodyPart, HttpClient, HttpError, HttpResponse, RequestBody,
+    MAX_HEAD,
 };
 pub use gshare_core::protocol::{Headers, ReplyHead};
 pub use ledger::{ProcessLedger, Reaped};
@@ -105,7 +106,7 @@ async fn pump(
 }
 
 /// One request to a function's server.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct FunctionCall<'a> {
     /// The method.
     pub method: &'a str,
@@ -113,8 +114,8 @@ pub struct FunctionCall<'a> {
     pub target: Option<&'a str>,
     /// Headers (the agent's `X-Gshare-Deadline-Ms` replaces any given).
     pub headers: &'a [(&'a str, &'a [u8])],
-    /// The body.
-    pub body: Vec<u8>,
+    /// The body, whole or streamed as it arrives (a cut one aborts the call).
+    pub body: RequestBody,
 }
 
 /// Where an instance is in its life.
@@ -442,7 +443,7 @@ impl ProcessInstance {
             method: "POST",
             target: None,
             headers: &[("content-type", b"application/json")],
-            body: body.to_vec(),
+            body: RequestBody::from(body.to_vec()),
         };
         self.invoke_with(call, deadline).await
     }
@@ -531,7 +532,7 @@ impl ProcessInstance {
         let client = &self.shared.client;
         let request = async {
             let (head, body) = client
-                .open(call.method, target, &all_headers, call.body)
+                .open_body(call.method, target, &all_headers, call.body)
                 .await?;
             let body = match on_head(&head) {
                 None => read_body(body, spec.max_reply_bytes).await?,
@@ -555,6 +556,10 @@ impl ProcessInstance {
         };
         match outcome {
             Ok(Ok(resp)) => Ok(resp),
+            // The body's sender cut it: nothing to learn from the process.
+            Ok(Err(HttpError::BodyCut(_))) => Err(InvokeError::RequestCut {
+                instance: instance(),
+            }),
             Ok(Err(source)) => {
                 // Did the process die under us? Wait briefly to find out.
                 let confirm = (tokio::time::Instant::now() + CRASH_CONFIRM).min(until);

@@ -395,10 +395,18 @@ impl RuntimeDriver for ProcessDriver {
             let transparent = invocation.http.is_some();
             let stream_to = invocation.stream_to;
             let answer = match &invocation.http {
-                None => instance
-                    .invoke(&invocation.body, deadline)
-                    .await
-                    .map(|resp| (resp, None)),
+                None => {
+                    let call = FunctionCall {
+                        method: "POST",
+                        target: None,
+                        headers: &[("content-type", b"application/json")],
+                        body: invocation.body,
+                    };
+                    instance
+                        .invoke_with(call, deadline)
+                        .await
+                        .map(|resp| (resp, None))
+                }
                 Some(http) => {
                     let headers: Vec<(&str, &[u8])> = http
                         .headers

@@ -40,10 +40,17 @@ impl RuntimeDriver for SimDriver {
             if !running {
                 return Err(RuntimeError::NotRunning);
             }
+            // The echo needs the whole body (the ingress and the region
+            // bound it by `max_request_bytes`); a cut one fails the call.
+            let body = invocation
+                .body
+                .collect(usize::MAX)
+                .await
+                .map_err(|e| RuntimeError::Failed(e.to_string()))?;
             if invocation.service_us > 0 {
                 tokio::time::sleep(Duration::from_micros(invocation.service_us)).await;
             }
-            Ok(FunctionReply::ok(invocation.body))
+            Ok(FunctionReply::ok(body))
         })
     }
 
@@ -65,7 +72,7 @@ mod tests {
             compute_milli: 500,
             service_us: us,
             deadline: None,
-            body: b"hi".to_vec(),
+            body: b"hi".to_vec().into(),
             http: None,
             stream_to: None,
         }

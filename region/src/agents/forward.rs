@@ -15,7 +15,7 @@
 //!   Err(ForwardError::Lost)    : sent; the peer may have run it
 //! ```
 
-use gshare_core::net::http_client::{read_body, HttpClient, HttpError, Incoming};
+use gshare_core::net::http_client::{read_body, HttpClient, HttpError, Incoming, RequestBody};
 use gshare_core::protocol::ReplyHead;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -81,14 +81,15 @@ impl PeerClients {
 /// HTTP address is `peer` (an IP address and port), over TLS when `tls` is
 /// set, on the process's pooled connections; returns the answer's head
 /// and its body unread (read it with [`read_reply`], or stream it with a
-/// limit of the caller's). No time limit: the caller's.
+/// limit of the caller's). A streamed `body` goes out as it comes (the
+/// answer may start before it all left). No time limit: the caller's.
 pub(crate) async fn open(
     peer: &str,
     tls: Option<Arc<rustls::ClientConfig>>,
     method: &str,
     path: &str,
     headers: &[(&str, &[u8])],
-    body: Vec<u8>,
+    body: impl Into<RequestBody>,
 ) -> Result<(ReplyHead, Incoming), ForwardError> {
     let addr = peer
         .parse::<SocketAddr>()
@@ -98,7 +99,7 @@ pub(crate) async fn open(
         })?;
     let client = PeerClients::shared().client(addr, tls);
     client
-        .open(method, path, headers, body)
+        .open_body(method, path, headers, body.into())
         .await
         .map_err(|e| match e {
             HttpError::Connect(detail) => ForwardError::NotSent {

@@ -36,6 +36,7 @@
 //! replica's `max_request_bytes`).
 
 use super::forward::ForwardError;
+use super::request_body::{send_body, RequestBodySource, Upload, WHOLE_BODY};
 use super::wake::Begin;
 use crate::api::{read_body_limited, ApiError};
 use crate::http::HttpContext;
@@ -48,7 +49,7 @@ use gshare_core::http_surface::{
 };
 use gshare_core::model::{NodeId, TenantId};
 use gshare_core::net::http_client::{next_data, Incoming};
-use gshare_core::net::{read_frame, write_frame};
+use gshare_core::net::{read_frame, write_frame, write_frame_more};
 use gshare_core::protocol::{
     key_order, token_digest, AgentMessage, AgentMessageV1, HttpCall, InvokeError, InvokeOutcome,
     InvokeRequest, RegionMessage, RegionMessageV1, ReplyHead,
@@ -339,10 +340,11 @@ async fn next_frame(recv: &mut quinn::RecvStream) -> Result<AgentMessage, Lost> 
 /// function's head and then its outcome or its streamed body.
 async fn forward_quic(
     conn: &quinn::Connection,
-    req: InvokeRequest,
+    mut req: InvokeRequest,
     key: &str,
     http: Option<&HttpCall>,
     open_within: Duration,
+    body: &RequestBodySource,
 ) -> Result<Reply, Lost> {
     // Every stream the agent allows busy (long streamed replies): nothing
     // was sent, so giving up at the deadline is safe.
@@ -355,18 +357,42 @@ async fn forward_quic(
         }
     };
     let key = key.to_string();
-    let msg = match http {
-        None => RegionMessageV1::InvokeKeyed { key, request: req },
-        Some(call) => RegionMessageV1::InvokeHttp {
-            key,
-            request: req,
-            call: call.clone(),
-        },
-    };
     let lost = |e: String| Lost::AfterSend(e);
-    write_frame(&mut send, &RegionMessage::v1(msg))
-        .await
-        .map_err(|e| lost(e.to_string()))?;
+    match body.bytes() {
+        Some(whole) => {
+            req.body = whole.to_vec();
+            let msg = match http {
+                None => RegionMessageV1::InvokeKeyed { key, request: req },
+                Some(call) => RegionMessageV1::InvokeHttp {
+                    key,
+                    request: req,
+                    call: call.clone(),
+                },
+            };
+            write_frame(&mut send, &RegionMessage::v1(msg))
+                .await
+                .map_err(|e| lost(e.to_string()))?;
+        }
+        None => {
+            // The body follows the request on the same stream, as it comes.
+            let Some(streamed) = body.take() else {
+                return Err(Lost::NotSent(
+                    "the streamed request body already left".into(),
+                ));
+            };
+            let id = req.id;
+            let msg = RegionMessageV1::InvokeStreamed {
+                key,
+                len: streamed.known_len(),
+                request: req,
+                call: http.cloned(),
+            };
+            write_frame_more(&mut send, &RegionMessage::v1(msg))
+                .await
+                .map_err(|e| lost(e.to_string()))?;
+            tokio::spawn(send_body(send, id, streamed));
+        }
+    }
     match next_frame(&mut recv).await? {
         AgentMessage::V1(AgentMessageV1::InvokeReply(r)) => Ok(Reply::Whole(None, r.outcome)),
         AgentMessage::V1(AgentMessageV1::InvokeHead {
@@ -472,7 +498,7 @@ async fn forward_http(
     path: &str,
     auth: &str,
     to: &Pin<'_>,
-    body: &[u8],
+    body: &RequestBodySource,
     http: Option<&HttpCall>,
 ) -> Forwarded {
     let within = to.within;
@@ -509,11 +535,19 @@ async fn forward_http(
         deadline: to.deadline,
     });
     headers.push((FORWARD_PROOF_HEADER, proof.as_bytes()));
-    let answer = super::forward::open(addr, tls, method, &path, &headers, body.to_vec());
+    let Some(sent) = body.take() else {
+        return Forwarded::NotSent;
+    };
+    // A streamed body comes back when the request never left.
+    let (sent, mut back) = sent.returnable();
+    let answer = super::forward::open(addr, tls, method, &path, &headers, sent);
     match tokio::time::timeout(within, answer).await {
         Ok(Ok((head, reply))) => Forwarded::Streaming(head, reply),
         Ok(Err(e @ ForwardError::NotSent { .. })) => {
             tracing::warn!("forward: {e}");
+            if let Ok(unsent) = back.try_recv() {
+                body.give_back(unsent);
+            }
             Forwarded::NotSent
         }
         Ok(Err(e @ ForwardError::Lost { .. })) => {
@@ -675,6 +709,48 @@ async fn hold(
     }
 }
 
+/// The answer when a streamed request body already left for a node that
+/// did not run the invocation: it cannot be sent twice.
+fn body_left() -> HttpResponse {
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "body_not_resent",
+        "the request body streamed and part of it had already left for a node that did not \
+         run the invocation (its function is moving); a body cannot be sent twice, so no other \
+         node was tried; nothing ran",
+    )
+}
+
+/// `reply`, unless it is an error and `body` was cut: then why (`413
+/// body_too_large` over `cap`, saying how much had been passed on, or `400
+/// bad_request` when the client's body broke off).
+fn body_cut(reply: HttpResponse, body: &RequestBodySource, cap: usize) -> HttpResponse {
+    if reply.status().as_u16() < 400 {
+        return reply;
+    }
+    match body.upload() {
+        Upload::OverCap { passed: 0 } => error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            &format!("request body over {cap} bytes (max_request_bytes)"),
+        ),
+        Upload::OverCap { passed } => error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            &format!(
+                "request body over {cap} bytes (max_request_bytes): the call was aborted \
+                 after {passed} bytes of it had been passed on to the function"
+            ),
+        ),
+        Upload::Broken => error(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "the request body broke off before its end; the call was aborted",
+        ),
+        Upload::Reading | Upload::Whole => reply,
+    }
+}
+
 fn no_instance(message: &str) -> HttpResponse {
     answer(ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
@@ -735,7 +811,7 @@ struct Call<'a> {
     ctx: &'a HttpContext,
     tenant: &'a TenantId,
     name: &'a str,
-    body: &'a [u8],
+    body: &'a RequestBodySource,
     auth: &'a str,
     /// The digest of the caller's token.
     token_digest: &'a str,
@@ -753,6 +829,9 @@ struct Call<'a> {
 /// peer replica in turn, pinned to that node (`X-Gshare-Node`).
 async fn ask_node(call: &Call<'_>, node: &NodeId, key: &str, pinned: bool) -> Step {
     let hub = &call.ctx.replica.agents;
+    if call.body.left() {
+        return Step::Done(body_left());
+    }
     let Some(conn) = hub.link(node) else {
         if call.forwarded || !pinned {
             return Step::Unreachable;
@@ -764,12 +843,12 @@ async fn ask_node(call: &Call<'_>, node: &NodeId, key: &str, pinned: bool) -> St
         tenant: call.tenant.clone(),
         function: call.name.to_string(),
         deadline_ms: call.deadline_ms,
-        body: call.body.to_vec(),
+        body: Vec::new(),
     };
     let sent = std::time::Instant::now();
     let deadline_ms = call.deadline_ms.unwrap_or(call.function_deadline_ms);
     let deadline = Duration::from_millis(deadline_ms);
-    match forward_quic(&conn, request, key, call.http, deadline).await {
+    match forward_quic(&conn, request, key, call.http, deadline, call.body).await {
         // The agent no longer (or not yet) hosts it, and ran nothing under
         // the key (it looks the key up first): an instance just released or
         // just placed (a roll, a drain or a migration moved it).
@@ -835,6 +914,9 @@ async fn via_peers(call: &Call<'_>, node: Option<&NodeId>, key: &str) -> Step {
     let deadline = call.deadline_ms.map(|ms| ms.to_string());
     let secret = ForwardSecret::derive(&ctx.operator_token);
     for peer in peers {
+        if call.body.left() {
+            return Step::Done(body_left());
+        }
         let tls = ctx.forward_tls.clone();
         // A whole answer (or a streamed one's start) may take the
         // function's whole deadline; the relay after it counts from here.
@@ -1070,10 +1152,31 @@ async fn invoke(
         }
         r
     };
-    let body = match read_body_limited(&req, payload, ctx.max_request_bytes).await {
-        Ok(b) => b,
-        Err(e) => return answer(e),
+    // A small body announced by its length is read whole (it can go to
+    // another node after a try that ran nothing); any other streams to
+    // the agent as it arrives, counted against `max_request_bytes`.
+    let cap = ctx.max_request_bytes;
+    let len = req
+        .headers()
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let body = match len {
+        Some(n) if n <= WHOLE_BODY as u64 => match read_body_limited(&req, payload, cap).await {
+            Ok(b) => RequestBodySource::whole(b),
+            Err(e) => return answer(e),
+        },
+        Some(n) if usize::try_from(n).map_or(true, |n| n > cap) => {
+            return answer(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                format!("request body over {cap} bytes (max_request_bytes)"),
+            ))
+        }
+        _ => RequestBodySource::streamed(payload, len, cap),
     };
+    // Every answer: a call aborted because its streamed body was cut says why.
+    let keyed = |r: HttpResponse, key: &str| keyed(body_cut(r, &body, cap), key);
     let start = NEXT_ID.fetch_add(1, Ordering::Relaxed) as usize;
     // The node a peer replica asks this one to send it to (and no other);
     // honoured on a forward only.
@@ -1177,7 +1280,7 @@ async fn invoke(
         if !strict && !forwarded {
             if let Step::Done(reply) = via_peers(&call, None, key.base()).await {
                 return if reply.headers().contains_key(KEY) {
-                    reply
+                    body_cut(reply, &body, cap)
                 } else {
                     keyed(reply, key.base())
                 };
@@ -1286,7 +1389,7 @@ mod tests {
                     secret: &ForwardSecret::derive("op"),
                     token_digest: "d",
                 },
-                b"{}",
+                &RequestBodySource::whole(web::Bytes::from_static(b"{}")),
                 None,
             )
             .await;

@@ -41,6 +41,7 @@ pub(crate) mod forward;
 mod invoke;
 pub mod region_agents;
 mod reports;
+mod request_body;
 pub mod wake;
 
 pub use invoke::{invoke_route, invoke_transparent_route};

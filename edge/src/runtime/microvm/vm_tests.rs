@@ -131,7 +131,7 @@ fn call(body: &str) -> Invocation {
         compute_milli: 250,
         service_us: 1_000,
         deadline: Some(std::time::Instant::now() + Duration::from_secs(60)),
-        body: body.as_bytes().to_vec(),
+        body: body.as_bytes().to_vec().into(),
         http: None,
         stream_to: None,
     }

@@ -63,6 +63,13 @@ pub enum InvokeError {
         /// What it was doing: `waiting for restart` or `waiting for response`.
         while_: &'static str,
     },
+    /// The request's streamed body was cut (the client left, or went over
+    /// `max_request_bytes`): the call to the function was aborted.
+    #[error("instance {instance}: the call was aborted: the request body was cut before its end")]
+    RequestCut {
+        /// The instance.
+        instance: String,
+    },
     /// The process died (or was restarted) while the invocation was in flight.
     #[error("instance {instance}: process crashed during the invocation (start #{generation})")]
     Crashed {
@@ -95,6 +102,7 @@ impl InvokeError {
         match self {
             InvokeError::DeadlineExceeded { .. } => "deadline_exceeded",
             InvokeError::Crashed { .. } => "function_crashed",
+            InvokeError::RequestCut { .. } => "request_cut",
             InvokeError::Unavailable { .. } => "instance_unavailable",
             InvokeError::Transport { .. } => "instance_error",
         }

@@ -323,7 +323,7 @@ async fn starts_with_slice_env_waits_for_health_and_proxies() {
                     ("content-type", b"application/json"),
                     ("X-Gshare-Deadline-Ms", b"999999"),
                 ],
-                body: br#"{"hello":"world"}"#.to_vec(),
+                body: br#"{"hello":"world"}"#.to_vec().into(),
             },
             Duration::from_secs(10),
         )

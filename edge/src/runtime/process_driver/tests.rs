@@ -70,7 +70,7 @@ fn call(body: &str, deadline_ms: Option<u64>) -> Invocation {
         compute_milli: 250,
         service_us: 1_000,
         deadline: deadline_ms.map(|ms| std::time::Instant::now() + Duration::from_millis(ms)),
-        body: body.as_bytes().to_vec(),
+        body: body.as_bytes().to_vec().into(),
         http: None,
         stream_to: None,
     }
