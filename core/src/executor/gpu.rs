@@ -72,7 +72,15 @@ impl Instance {
         if self.running == 0 {
             (solo_us, marginal, compute - marginal)
         } else if (1..compute).contains(&self.batch_share) {
-            (squeezed_us(service, compute, self.batch_share), marginal, 0)
+            // The batch steps at batch_share / compute of its full rate,
+            // so a sequence's extra work per step takes that much less
+            // bandwidth too.
+            let slowed = if slotted {
+                0
+            } else {
+                super::profile::batched(self.batch_ppm, solo_us, self.batch_share, 2).1
+            };
+            (squeezed_us(service, compute, self.batch_share), slowed, 0)
         } else {
             (service, marginal, 0)
         }

@@ -1129,6 +1129,40 @@ fn beside_another_function_a_loose_request_is_right_sized_and_leaves_room() {
 }
 
 #[test]
+fn a_joiner_of_a_right_sized_batch_takes_its_extra_work_at_the_batchs_rate() {
+    // One GPU, functions 0 and 1 of saturation 600 batching at 5 % per
+    // extra sequence.
+    let mut n = NodeExecutor::new(config(1, ExecutorRules::gshare()));
+    for f in 0..2 {
+        let function = FunctionId(f);
+        let profile = FunctionProfile {
+            saturation_milli: 600,
+            batch_ppm: 50_000,
+            ..profile(Tier::Oversubscribed)
+        };
+        n.handle(0, Event::InstanceAdded { function, profile });
+        n.handle(0, Event::Prefetch { function });
+    }
+    let _ = n.take_commands();
+    let t = 2 * COLD;
+    for f in 0..2 {
+        let _ = step(&mut n, t, loaded(f, 0));
+    }
+    // Right-sized beside function 1: 127 milli (see above).
+    assert_eq!(
+        step(&mut n, t, arrive(1, 0, 200 * MS, t + S)),
+        vec![run(1, 0, 0, 127, t + 944_882)]
+    );
+    // A joiner: 210 ms batched, stepping at 127 of 600 milli, so
+    // ⌈210 000 × 600 / 127⌉ µs; its extra work takes 5 % of the batch's
+    // 127 milli (7), not 5 % of 600 (30).
+    assert_eq!(
+        step(&mut n, t, arrive(2, 0, 200 * MS, t + 2 * S)),
+        vec![run(2, 0, 0, 7, t + 992_126)]
+    );
+}
+
+#[test]
 fn a_right_sized_request_is_planned_at_most_eight_times_slower() {
     let (mut n, t) = sixty_percent_shares(2);
     // 2 ms with 5 s to spare: ⌈600 / 8⌉ = 75 milli, 16 ms, not 1 milli and 1.2 s.
