@@ -68,8 +68,10 @@ pub struct ExecutorRules {
     pub squeeze: bool,
     /// A request served on a resident copy later than alone on its full
     /// share (it waits, is squeezed or joins a batch) loads another copy of
-    /// its function, for its next requests, on a GPU with that memory and
-    /// share free and nothing queued: without evicting, one load at a time,
+    /// its function, for its next requests, on a GPU with that share free
+    /// and nothing queued, and that memory free or held by idle spare
+    /// copies (their function has another copy) predicted to be used later
+    /// than this function: never evicting a sole copy, one load at a time,
     /// not for pinned functions, and only while the node's free memory
     /// stays at least the memory of the functions with requests and no copy.
     /// Making room then evicts an idle copy whose function has another
