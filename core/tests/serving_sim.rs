@@ -285,6 +285,32 @@ fn llm_trace_table_row() {
     );
 }
 
+/// gshare's `min_gpus` on every row of the LLM table of docs/serving.md
+/// (M = 50 and 200, S = 1.5, 2 and 4), pinned: gshare alone searches all
+/// six in seconds. Each is at most half of `exclusive-swap`'s (47 or more
+/// at M = 50, 186 or more at M = 200, in the docs' table).
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "release-only: run with cargo test --release"
+)]
+fn llm_trace_gshare_rows() {
+    let p = params();
+    for (models, pinned) in [(50, [9, 9, 6]), (200, [16, 17, 15])] {
+        let trace = llm_trace(&p, models);
+        for (slack, want) in [1.5, 2.0, 4.0].into_iter().zip(pinned) {
+            let o = evaluate(
+                &trace,
+                &p,
+                ServingPolicy::Gshare,
+                GpuCount::Min { max: 4096 },
+                slack,
+            );
+            assert_eq!(o.min_gpus.flatten(), Some(want), "M {models} S {slack}");
+        }
+    }
+}
+
 /// The memory-time bound on the LLM workload (M = 50 and 200, S = 1.5 and
 /// 2), pinned as in docs/serving.md: no policy reaches the target on fewer
 /// GPUs. The EDF estimate's memory constraint (first-fit decreasing) is
