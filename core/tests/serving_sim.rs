@@ -2,8 +2,9 @@
 //! Alibaba GenAI trace (release builds; CI runs `cargo test --release`).
 
 use gshare_core::sim::serving::{
-    evaluate, ffd_memory_gpus, mandatory_min_gpus, memory_time_min_gpus, simulate, GpuCount,
-    LlmSpec, RunSpec, ServingParams, ServingPolicy, ServingTrace, SyntheticSpec, TARGET_ATTAINMENT,
+    compute_time_min_gpus, evaluate, ffd_memory_gpus, mandatory_min_gpus, memory_time_min_gpus,
+    proven_min_gpus, simulate, BoundKind, GpuCount, LlmSpec, RunSpec, ServingParams, ServingPolicy,
+    ServingTrace, SyntheticSpec, TARGET_ATTAINMENT,
 };
 
 fn params() -> ServingParams {
@@ -355,4 +356,47 @@ fn no_policy_reaches_the_target_below_the_memory_time_bound() {
         }
     }
     assert!(binding > 0, "the memory-time bound never binds");
+}
+
+/// The compute-time bound on the LLM workload (M = 50 and 200; S = 1.5,
+/// where mandatory parts exist), pinned as in docs/serving.md: it is the
+/// proven bound there, and no policy reaches the target on fewer GPUs, so
+/// it is at most every policy's `min_gpus`. At S = 2 it is the trivial 1.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "release-only: run with cargo test --release"
+)]
+fn no_policy_reaches_the_target_below_the_compute_time_bound() {
+    let p = params();
+    for models in [50, 200] {
+        let trace = llm_trace(&p, models);
+        assert_eq!(compute_time_min_gpus(&trace, 2.0, TARGET_ATTAINMENT), 1);
+        let bound = compute_time_min_gpus(&trace, 1.5, TARGET_ATTAINMENT);
+        assert_eq!(bound, 3, "M {models}");
+        assert_eq!(
+            proven_min_gpus(&trace, &p, 1.5, TARGET_ATTAINMENT),
+            (3, BoundKind::ComputeTime),
+            "M {models}"
+        );
+        for gpus in 1..bound {
+            for policy in ServingPolicy::ALL {
+                let r = simulate(
+                    &trace,
+                    &p,
+                    RunSpec {
+                        policy,
+                        static_slices: 2,
+                        gpus,
+                        slack: 1.5,
+                    },
+                );
+                assert!(
+                    r.attainment() < TARGET_ATTAINMENT,
+                    "M {models}: {policy} reaches {} on {gpus} GPUs, below the bound {bound}",
+                    r.attainment()
+                );
+            }
+        }
+    }
 }
