@@ -978,9 +978,11 @@ impl NodeExecutor {
         }
         let rules = self.config.rules;
         let mine = self.state(function).map_or(0, |f| f.next_use());
-        // Memory on GPU `g` that evicting idle spare copies (their function
-        // has another copy) next wanted later than this function frees.
-        let spare_mib = |g: &GpuExecutor| -> Mib {
+        // Whether evicting idle spare copies (their function has another
+        // copy) next wanted later than this function frees `need` MiB on
+        // GPU `g` (stops summing once it does).
+        let spares_free = |g: &GpuExecutor, need: Mib| -> bool {
+            let mut sum: Mib = 0;
             g.instances
                 .iter()
                 .filter(|i| evictable(i, &rules))
@@ -989,24 +991,29 @@ impl NodeExecutor {
                         .as_ref()
                         .is_some_and(|f| f.copies > 1 && f.next_use() > mine)
                 })
-                .fold(0, |sum: Mib, i| sum.saturating_add(i.mem_mib))
+                .any(|i| {
+                    sum = sum.saturating_add(i.mem_mib);
+                    sum >= need
+                })
         };
+        let eligible = |g: &&GpuExecutor| {
+            g.find(function).is_none() && g.compute_free >= compute && g.queue.is_empty()
+        };
+        let rank = |g: &&GpuExecutor| (g.compute_free, g.free_mib, std::cmp::Reverse(g.index));
+        // GPUs with the memory free first; spare copies are looked at only
+        // when there is none.
         let Some(target) = self
             .gpus
             .iter()
-            .filter(|g| {
-                g.find(function).is_none() && g.compute_free >= compute && g.queue.is_empty()
-            })
-            .filter(|g| {
-                g.free_mib >= mem_cost || g.free_mib.saturating_add(spare_mib(g)) >= mem_cost
-            })
-            .max_by_key(|g| {
-                (
-                    g.free_mib >= mem_cost,
-                    g.compute_free,
-                    g.free_mib,
-                    std::cmp::Reverse(g.index),
-                )
+            .filter(eligible)
+            .filter(|g| g.free_mib >= mem_cost)
+            .max_by_key(rank)
+            .or_else(|| {
+                self.gpus
+                    .iter()
+                    .filter(eligible)
+                    .filter(|g| spares_free(g, mem_cost.saturating_sub(g.free_mib)))
+                    .max_by_key(rank)
             })
             .map(|g| g.index as usize)
         else {
