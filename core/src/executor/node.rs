@@ -886,6 +886,7 @@ impl NodeExecutor {
                     function,
                     service_us: service,
                     compute,
+                    mean_gap: fs.mean_gap,
                 },
                 inst,
             );

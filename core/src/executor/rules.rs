@@ -18,8 +18,9 @@
 //!
 //! Under `gshare` a request below a whole GPU is right-sized beside other
 //! functions' copies (it takes only the share that finishes it within 95 %
-//! of the time left to its deadline, and at least 1/8 of its share; alone
-//! on its GPU it takes its whole share) and squeezed (started on the free compute when its share is
+//! of the time left to its deadline, and at least 1/8 of its share; a
+//! batch's first request plans for the joiners its function's mean
+//! inter-arrival predicts; alone on its GPU it takes its whole share) and squeezed (started on the free compute when its share is
 //! not free but the slower service still meets the deadline); see
 //! `squeeze`. A request served on its copy later than alone on its share
 //! spreads the function: another copy is loaded onto free memory and

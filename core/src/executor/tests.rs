@@ -1229,6 +1229,51 @@ fn a_joiner_of_a_right_sized_batch_takes_its_extra_work_at_the_batchs_rate() {
 }
 
 #[test]
+fn a_batch_right_sizes_for_the_joiners_its_functions_arrivals_predict() {
+    // One GPU, functions 0 and 1 of saturation 600 batching at 5 %.
+    let mut n = NodeExecutor::new(config(1, ExecutorRules::gshare()));
+    for f in 0..2 {
+        let function = FunctionId(f);
+        let profile = FunctionProfile {
+            saturation_milli: 600,
+            batch_ppm: 50_000,
+            ..profile(Tier::Oversubscribed)
+        };
+        n.handle(0, Event::InstanceAdded { function, profile });
+        n.handle(0, Event::Prefetch { function });
+    }
+    let _ = n.take_commands();
+    let t = 2 * COLD;
+    for f in 0..2 {
+        let _ = step(&mut n, t, loaded(f, 0));
+    }
+    // No arrivals to go by: the floor, 127 milli (see above).
+    assert_eq!(
+        step(&mut n, t, arrive(1, 0, 200 * MS, t + S)),
+        vec![run(1, 0, 0, 127, t + 944_882)]
+    );
+    let _ = step(&mut n, t + 944_882, finished(1, 0));
+    // Requests every 200 ms (rejected at once: due on arrival).
+    for k in 1..5 {
+        let at = t + k * 200 * MS;
+        let out = step(&mut n, at, arrive(10 + k, 0, 200 * MS, at));
+        assert!(
+            matches!(out.as_slice(), [Command::Reject { .. }]),
+            "{out:?}"
+        );
+    }
+    // Function 0's requests come 200 ms apart on average: within
+    // 95 % of the 1 s left, 4 joiners are expected, a batch of 5 members
+    // (200 ms × 1.2) right-sized to 152 milli; capped where 7 batches of
+    // 127 milli, each with room for a 7-milli joiner, still fit: 135.
+    let t = t + S;
+    assert_eq!(
+        step(&mut n, t, arrive(2, 0, 200 * MS, t + S)),
+        vec![run(2, 0, 0, 135, t + 888_889)]
+    );
+}
+
+#[test]
 fn a_right_sized_request_is_planned_at_most_eight_times_slower() {
     let (mut n, t) = sixty_percent_shares(2);
     // 2 ms with 5 s to spare: ⌈600 / 8⌉ = 75 milli, 16 ms, not 1 milli and 1.2 s.
