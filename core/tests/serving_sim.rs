@@ -2,8 +2,9 @@
 //! Alibaba GenAI trace (release builds; CI runs `cargo test --release`).
 
 use gshare_core::sim::serving::{
-    evaluate, ffd_memory_gpus, mandatory_min_gpus, memory_time_min_gpus, simulate, GpuCount,
-    LlmSpec, RunSpec, ServingParams, ServingPolicy, ServingTrace, SyntheticSpec, TARGET_ATTAINMENT,
+    compute_time_min_gpus, evaluate, ffd_memory_gpus, mandatory_min_gpus, memory_time_min_gpus,
+    proven_min_gpus, simulate, BoundKind, GpuCount, LlmSpec, RunSpec, ServingParams, ServingPolicy,
+    ServingTrace, SyntheticSpec, TARGET_ATTAINMENT,
 };
 
 fn params() -> ServingParams {
@@ -269,7 +270,7 @@ fn llm_trace_table_row() {
     let min = |i: usize| outcomes[i].min_gpus.flatten();
     assert_eq!(
         [min(0), min(1), min(2), min(3), min(4)],
-        [Some(49), Some(48), Some(25), Some(9), Some(8)],
+        [Some(49), Some(48), Some(25), Some(8), Some(8)],
         "exclusive, exclusive-swap, static, gshare, EDF estimate"
     );
     let (proven, _) = outcomes[4].bound.expect("bound reports its bound");
@@ -283,6 +284,32 @@ fn llm_trace_table_row() {
         2 * gshare <= swap,
         "gshare {gshare} above half of exclusive-swap {swap}"
     );
+}
+
+/// gshare's `min_gpus` on every row of the LLM table of docs/serving.md
+/// (M = 50 and 200, S = 1.5, 2 and 4), pinned: gshare alone searches all
+/// six in seconds. Each is at most half of `exclusive-swap`'s (47 or more
+/// at M = 50, 186 or more at M = 200, in the docs' table).
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "release-only: run with cargo test --release"
+)]
+fn llm_trace_gshare_rows() {
+    let p = params();
+    for (models, pinned) in [(50, [9, 8, 6]), (200, [16, 17, 14])] {
+        let trace = llm_trace(&p, models);
+        for (slack, want) in [1.5, 2.0, 4.0].into_iter().zip(pinned) {
+            let o = evaluate(
+                &trace,
+                &p,
+                ServingPolicy::Gshare,
+                GpuCount::Min { max: 4096 },
+                slack,
+            );
+            assert_eq!(o.min_gpus.flatten(), Some(want), "M {models} S {slack}");
+        }
+    }
 }
 
 /// The memory-time bound on the LLM workload (M = 50 and 200, S = 1.5 and
@@ -329,4 +356,47 @@ fn no_policy_reaches_the_target_below_the_memory_time_bound() {
         }
     }
     assert!(binding > 0, "the memory-time bound never binds");
+}
+
+/// The compute-time bound on the LLM workload (M = 50 and 200; S = 1.5,
+/// where mandatory parts exist), pinned as in docs/serving.md: it is the
+/// proven bound there, and no policy reaches the target on fewer GPUs, so
+/// it is at most every policy's `min_gpus`. At S = 2 it is the trivial 1.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "release-only: run with cargo test --release"
+)]
+fn no_policy_reaches_the_target_below_the_compute_time_bound() {
+    let p = params();
+    for models in [50, 200] {
+        let trace = llm_trace(&p, models);
+        assert_eq!(compute_time_min_gpus(&trace, 2.0, TARGET_ATTAINMENT), 1);
+        let bound = compute_time_min_gpus(&trace, 1.5, TARGET_ATTAINMENT);
+        assert_eq!(bound, 3, "M {models}");
+        assert_eq!(
+            proven_min_gpus(&trace, &p, 1.5, TARGET_ATTAINMENT),
+            (3, BoundKind::ComputeTime),
+            "M {models}"
+        );
+        for gpus in 1..bound {
+            for policy in ServingPolicy::ALL {
+                let r = simulate(
+                    &trace,
+                    &p,
+                    RunSpec {
+                        policy,
+                        static_slices: 2,
+                        gpus,
+                        slack: 1.5,
+                    },
+                );
+                assert!(
+                    r.attainment() < TARGET_ATTAINMENT,
+                    "M {models}: {policy} reaches {} on {gpus} GPUs, below the bound {bound}",
+                    r.attainment()
+                );
+            }
+        }
+    }
 }

@@ -72,7 +72,15 @@ impl Instance {
         if self.running == 0 {
             (solo_us, marginal, compute - marginal)
         } else if (1..compute).contains(&self.batch_share) {
-            (squeezed_us(service, compute, self.batch_share), marginal, 0)
+            // The batch steps at batch_share / compute of its full rate,
+            // so a sequence's extra work per step takes that much less
+            // bandwidth too.
+            let slowed = if slotted {
+                0
+            } else {
+                super::profile::batched(self.batch_ppm, solo_us, self.batch_share, 2).1
+            };
+            (squeezed_us(service, compute, self.batch_share), slowed, 0)
         } else {
             (service, marginal, 0)
         }
@@ -108,6 +116,9 @@ pub(crate) struct Queued {
     pub function: FunctionId,
     pub service_us: Micros,
     pub compute: MilliGpu,
+    /// Its function's mean inter-arrival when it was routed (what a batch
+    /// it starts expects of joiners; see [`batch_sized`]).
+    pub mean_gap: Micros,
 }
 
 /// A request running on this GPU.
@@ -324,14 +335,16 @@ impl GpuExecutor {
             // Right-size: while another function's copy here may still take
             // requests, take only the share that finishes within
             // RIGHT_SIZE_PCT % of the time left (at most MAX_SLOWDOWN times
-            // slower), leaving the rest to its arrivals; alone on the GPU,
-            // take the whole share (nobody else wants the compute).
+            // slower), grown for the joiners a batching function expects
+            // (`batch_sized`), leaving the rest to its arrivals; alone on
+            // the GPU, take the whole share (nobody else wants the compute).
             // Requests that need a whole GPU are never squeezed: on the
             // latency model a job that saturates the GPU gains nothing from
             // sharing it, and a slowed one keeps its slowness to the end.
             let squeeze = rules.squeeze && !slotted && q.compute < WHOLE_GPU;
             let want = if squeeze && compute + hold == q.compute && self.shared_with(q.function) {
-                right_sized(q.service_us, q.compute, q.deadline.saturating_sub(now))
+                let ppm = inst.map_or(0, |i| self.instances[i].batch_ppm);
+                batch_sized(q, ppm, q.deadline.saturating_sub(now))
             } else {
                 compute + hold
             };
@@ -542,6 +555,38 @@ fn right_sized(service_us: Micros, compute: MilliGpu, left: Micros) -> MilliGpu 
     MilliGpu::try_from(c)
         .unwrap_or(compute)
         .clamp(floor, compute.max(floor))
+}
+
+/// The share a request that starts a batch beside other functions' copies
+/// takes when it has `left` µs to its deadline ([`right_sized`] on its own
+/// service as the floor). A batching function (`batch_ppm` > 0) plans for
+/// the joiners its mean inter-arrival predicts within [`RIGHT_SIZE_PCT`] %
+/// of `left` (at most 10⁶ / `batch_ppm`): it right-sizes the service of a
+/// batch of that many more members, so that they can join at a rate that
+/// still meets deadlines like its own. It grows beyond the floor only up to
+/// the share at which as many batches as of the floor's share, each with
+/// room for one joiner, still fit a GPU (`⌊1000 / floor⌋` batches, each
+/// at most `1000 / that − one joiner's share`): a batch grown for its own
+/// joiners never shuts out another function's batch that would have fit.
+fn batch_sized(q: Queued, batch_ppm: u32, left: Micros) -> MilliGpu {
+    let floor = right_sized(q.service_us, q.compute, left);
+    if batch_ppm == 0 {
+        return floor;
+    }
+    let ppm = u128::from(batch_ppm);
+    let expected = (u128::from(left) * RIGHT_SIZE_PCT / 100 / u128::from(q.mean_gap.max(1)))
+        .min(1_000_000 / ppm);
+    let batch_us = u128::from(q.service_us) * (1_000_000 + expected * ppm) / 1_000_000;
+    let grown = right_sized(
+        Micros::try_from(batch_us).unwrap_or(Micros::MAX),
+        q.compute,
+        left,
+    );
+    let batches = WHOLE_GPU / floor.max(1);
+    let joiner =
+        MilliGpu::try_from((u128::from(floor) * ppm).div_ceil(1_000_000)).unwrap_or(MilliGpu::MAX);
+    let cap = (WHOLE_GPU / batches.max(1)).saturating_sub(joiner);
+    floor.max(grown.min(cap))
 }
 
 /// Service of a request that takes `service_us` on `compute` when it runs

@@ -886,6 +886,7 @@ impl NodeExecutor {
                     function,
                     service_us: service,
                     compute,
+                    mean_gap: fs.mean_gap,
                 },
                 inst,
             );
@@ -956,11 +957,14 @@ impl NodeExecutor {
     /// [`ExecutorRules::spread`]: a request of `function` was served on a
     /// resident copy later than alone on its full share (it waits, is
     /// squeezed or joins a batch), so a copy is loaded, for its next
-    /// requests, on the GPU with the most free compute among those with
-    /// its share of compute and its memory free and nothing queued —
-    /// without evicting anything, one load at a time, never for a pinned
-    /// function, and only while the node's free memory stays at least the
-    /// memory of the functions that have had requests and have no copy.
+    /// requests, on a GPU with its share of compute free and nothing
+    /// queued, and with its memory free or made free by evicting idle
+    /// spare copies (their function has another copy) whose predicted next
+    /// use is later than this function's — never a function's sole copy.
+    /// GPUs with the memory free come first, then the most free compute.
+    /// One load at a time, never for a pinned function, and only while the
+    /// node's free memory stays at least the memory of the functions that
+    /// have had requests and have no copy.
     fn spread(
         &mut self,
         now: Micros,
@@ -973,20 +977,52 @@ impl NodeExecutor {
         if self.state(function).is_none_or(|f| f.loading > 0) || self.pins(function).is_some() {
             return;
         }
+        let rules = self.config.rules;
+        let mine = self.state(function).map_or(0, |f| f.next_use());
+        // Whether evicting idle spare copies (their function has another
+        // copy) next wanted later than this function frees `need` MiB on
+        // GPU `g` (stops summing once it does).
+        let spares_free = |g: &GpuExecutor, need: Mib| -> bool {
+            let mut sum: Mib = 0;
+            g.instances
+                .iter()
+                .filter(|i| evictable(i, &rules))
+                .filter(|i| {
+                    self.functions[i.function.0 as usize]
+                        .as_ref()
+                        .is_some_and(|f| f.copies > 1 && f.next_use() > mine)
+                })
+                .any(|i| {
+                    sum = sum.saturating_add(i.mem_mib);
+                    sum >= need
+                })
+        };
+        let eligible = |g: &&GpuExecutor| {
+            g.find(function).is_none() && g.compute_free >= compute && g.queue.is_empty()
+        };
+        let rank = |g: &&GpuExecutor| (g.compute_free, g.free_mib, std::cmp::Reverse(g.index));
+        // GPUs with the memory free first; spare copies are looked at only
+        // when there is none.
         let Some(target) = self
             .gpus
             .iter()
-            .filter(|g| {
-                g.find(function).is_none()
-                    && g.free_mib >= mem_cost
-                    && g.compute_free >= compute
-                    && g.queue.is_empty()
+            .filter(eligible)
+            .filter(|g| g.free_mib >= mem_cost)
+            .max_by_key(rank)
+            .or_else(|| {
+                self.gpus
+                    .iter()
+                    .filter(eligible)
+                    .filter(|g| spares_free(g, mem_cost.saturating_sub(g.free_mib)))
+                    .max_by_key(rank)
             })
-            .max_by_key(|g| (g.compute_free, g.free_mib, std::cmp::Reverse(g.index)))
             .map(|g| g.index as usize)
         else {
             return;
         };
+        // The memory this load takes from the node's free memory (at most
+        // the target's free memory when spare copies make the rest).
+        let taken = mem_cost.min(self.gpus[target].free_mib);
         let free: Mib = self.gpus.iter().map(|g| g.free_mib).sum();
         let absent: Mib = self
             .functions
@@ -995,7 +1031,7 @@ impl NodeExecutor {
             .filter(|f| f.copies == 0 && f.last_arrival.is_some())
             .map(|f| f.profile.memory_mib)
             .fold(0, Mib::saturating_add);
-        if free >= absent.saturating_add(mem_cost) {
+        if free >= absent.saturating_add(taken) {
             self.load(now, function, target, mem_cost, reserved, load_us);
         }
     }

@@ -18,8 +18,9 @@
 //!
 //! Under `gshare` a request below a whole GPU is right-sized beside other
 //! functions' copies (it takes only the share that finishes it within 95 %
-//! of the time left to its deadline, and at least 1/8 of its share; alone
-//! on its GPU it takes its whole share) and squeezed (started on the free compute when its share is
+//! of the time left to its deadline, and at least 1/8 of its share; a
+//! batch's first request plans for the joiners its function's mean
+//! inter-arrival predicts; alone on its GPU it takes its whole share) and squeezed (started on the free compute when its share is
 //! not free but the slower service still meets the deadline); see
 //! `squeeze`. A request served on its copy later than alone on its share
 //! spreads the function: another copy is loaded onto free memory and
@@ -68,8 +69,10 @@ pub struct ExecutorRules {
     pub squeeze: bool,
     /// A request served on a resident copy later than alone on its full
     /// share (it waits, is squeezed or joins a batch) loads another copy of
-    /// its function, for its next requests, on a GPU with that memory and
-    /// share free and nothing queued: without evicting, one load at a time,
+    /// its function, for its next requests, on a GPU with that share free
+    /// and nothing queued, and that memory free or held by idle spare
+    /// copies (their function has another copy) predicted to be used later
+    /// than this function: never evicting a sole copy, one load at a time,
     /// not for pinned functions, and only while the node's free memory
     /// stays at least the memory of the functions with requests and no copy.
     /// Making room then evicts an idle copy whose function has another

@@ -670,6 +670,72 @@ fn under_spread_a_copy_whose_function_has_another_is_evicted_first() {
 }
 
 #[test]
+fn spreading_onto_a_full_gpu_evicts_an_idle_spare_copy_never_a_sole_one() {
+    // Function 0 (4 000 MiB) and 2 (4 000 MiB) on GPU 0, function 1
+    // (8 000 MiB) on GPU 1.
+    let mut n = NodeExecutor::new(config(2, ExecutorRules::gshare()));
+    for (f, mem) in [(0, 4_000), (1, 8_000), (2, 4_000)] {
+        let function = FunctionId(f);
+        let profile = FunctionProfile {
+            memory_mib: mem,
+            ..profile(Tier::Oversubscribed)
+        };
+        n.handle(0, Event::InstanceAdded { function, profile });
+        n.handle(0, Event::Prefetch { function });
+    }
+    assert_eq!(
+        n.take_commands(),
+        vec![cold(0, 0, COLD), cold(1, 1, 8_500 * MS), cold(2, 0, 9 * S)]
+    );
+    for (t, f, g) in [(COLD, 0, 0), (8_500 * MS, 1, 1), (9 * S, 2, 0)] {
+        assert_eq!(step(&mut n, t, loaded(f, g)), vec![]);
+    }
+    // Function 2 is delayed on GPU 0 and spreads onto GPU 1's free
+    // 4 000 MiB, which fills it.
+    let _ = step(&mut n, 10 * S, arrive(1, 2, 2 * S, FAR));
+    assert_eq!(
+        step(&mut n, 11 * S, arrive(2, 2, S, FAR)),
+        vec![Command::SwapIn {
+            function: FunctionId(2),
+            gpu: 1,
+            ready_at: 11 * S + SWAP_IN,
+        }]
+    );
+    let _ = step(&mut n, 11 * S + SWAP_IN, loaded(2, 1));
+    let _ = step(&mut n, 12 * S, finished(1, 0));
+    let _ = step(&mut n, 13 * S, finished(2, 0));
+    // A later request of function 2 (next use predicted at 48 s) runs on
+    // GPU 0; both its copies are idle after.
+    assert_eq!(
+        step(&mut n, 40 * S, arrive(3, 2, S, FAR)),
+        vec![run(3, 2, 0, 1000, 41 * S)]
+    );
+    let _ = step(&mut n, 41 * S, finished(3, 0));
+    // Function 0 (next use predicted at 45 s) is delayed on GPU 0: GPU 1
+    // has no free memory, but function 2's idle copy there is a spare, so
+    // it goes and function 0 is swapped in; function 1's sole copy stays.
+    let t = 45 * S;
+    assert_eq!(
+        step(&mut n, t, arrive(4, 0, 2 * S, FAR)),
+        vec![run(4, 0, 0, 1000, t + 2 * S)]
+    );
+    assert_eq!(
+        step(&mut n, t, arrive(5, 0, S, FAR)),
+        vec![
+            Command::SwapOut {
+                function: FunctionId(2),
+                gpu: 1,
+            },
+            Command::SwapIn {
+                function: FunctionId(0),
+                gpu: 1,
+                ready_at: t + SWAP_IN,
+            }
+        ]
+    );
+}
+
+#[test]
 fn remaps_an_idle_instance_to_another_gpu_when_memory_is_scarce() {
     let mut n = NodeExecutor::new(config(2, ExecutorRules::gshare()));
     for (f, mem) in [(0, 4_000), (1, 4_000), (2, 10_000)] {
@@ -1125,6 +1191,85 @@ fn beside_another_function_a_loose_request_is_right_sized_and_leaves_room() {
     assert_eq!(
         step(&mut n, t, arrive(2, 1, 100 * MS, t + 105 * MS)),
         vec![run(2, 1, 0, 600, t + 100 * MS)]
+    );
+}
+
+#[test]
+fn a_joiner_of_a_right_sized_batch_takes_its_extra_work_at_the_batchs_rate() {
+    // One GPU, functions 0 and 1 of saturation 600 batching at 5 % per
+    // extra sequence.
+    let mut n = NodeExecutor::new(config(1, ExecutorRules::gshare()));
+    for f in 0..2 {
+        let function = FunctionId(f);
+        let profile = FunctionProfile {
+            saturation_milli: 600,
+            batch_ppm: 50_000,
+            ..profile(Tier::Oversubscribed)
+        };
+        n.handle(0, Event::InstanceAdded { function, profile });
+        n.handle(0, Event::Prefetch { function });
+    }
+    let _ = n.take_commands();
+    let t = 2 * COLD;
+    for f in 0..2 {
+        let _ = step(&mut n, t, loaded(f, 0));
+    }
+    // Right-sized beside function 1: 127 milli (see above).
+    assert_eq!(
+        step(&mut n, t, arrive(1, 0, 200 * MS, t + S)),
+        vec![run(1, 0, 0, 127, t + 944_882)]
+    );
+    // A joiner: 210 ms batched, stepping at 127 of 600 milli, so
+    // ⌈210 000 × 600 / 127⌉ µs; its extra work takes 5 % of the batch's
+    // 127 milli (7), not 5 % of 600 (30).
+    assert_eq!(
+        step(&mut n, t, arrive(2, 0, 200 * MS, t + 2 * S)),
+        vec![run(2, 0, 0, 7, t + 992_126)]
+    );
+}
+
+#[test]
+fn a_batch_right_sizes_for_the_joiners_its_functions_arrivals_predict() {
+    // One GPU, functions 0 and 1 of saturation 600 batching at 5 %.
+    let mut n = NodeExecutor::new(config(1, ExecutorRules::gshare()));
+    for f in 0..2 {
+        let function = FunctionId(f);
+        let profile = FunctionProfile {
+            saturation_milli: 600,
+            batch_ppm: 50_000,
+            ..profile(Tier::Oversubscribed)
+        };
+        n.handle(0, Event::InstanceAdded { function, profile });
+        n.handle(0, Event::Prefetch { function });
+    }
+    let _ = n.take_commands();
+    let t = 2 * COLD;
+    for f in 0..2 {
+        let _ = step(&mut n, t, loaded(f, 0));
+    }
+    // No arrivals to go by: the floor, 127 milli (see above).
+    assert_eq!(
+        step(&mut n, t, arrive(1, 0, 200 * MS, t + S)),
+        vec![run(1, 0, 0, 127, t + 944_882)]
+    );
+    let _ = step(&mut n, t + 944_882, finished(1, 0));
+    // Requests every 200 ms (rejected at once: due on arrival).
+    for k in 1..5 {
+        let at = t + k * 200 * MS;
+        let out = step(&mut n, at, arrive(10 + k, 0, 200 * MS, at));
+        assert!(
+            matches!(out.as_slice(), [Command::Reject { .. }]),
+            "{out:?}"
+        );
+    }
+    // Function 0's requests come 200 ms apart on average: within
+    // 95 % of the 1 s left, 4 joiners are expected, a batch of 5 members
+    // (200 ms × 1.2) right-sized to 152 milli; capped where 7 batches of
+    // 127 milli, each with room for a 7-milli joiner, still fit: 135.
+    let t = t + S;
+    assert_eq!(
+        step(&mut n, t, arrive(2, 0, 200 * MS, t + S)),
+        vec![run(2, 0, 0, 135, t + 888_889)]
     );
 }
 

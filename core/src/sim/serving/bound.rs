@@ -37,8 +37,16 @@
 //! worth. The misses needed to fit, bounded from below per instant (the
 //! fractional optimum of dropping whole models) and summed over instants
 //! no interval covers two of (weighted interval scheduling), must fit the
-//! miss budget ([`memory_time_min_gpus`]). `bound` reports the larger of
-//! the two proven bounds.
+//! miss budget ([`memory_time_min_gpus`]).
+//!
+//! **The compute-time bound.** While a met request runs through its
+//! mandatory part, its model's instance holds at least the share of its
+//! GPU's compute that finishes it in its window, `σ·e / (d − a)` (its
+//! batch's share), less one batch member's own part: at every instant the
+//! distinct models with such a met request covering it hold, together, at
+//! most `m × 1000` milli-GPU; the misses needed to fit are bounded as for
+//! the memory-time bound ([`compute_time_min_gpus`]). `bound` reports the
+//! largest of the three proven bounds.
 //!
 //! **The EDF estimate is not a bound.** Maximising the number of requests
 //! that meet their deadlines is NP-hard even on one machine
@@ -65,6 +73,9 @@ pub enum BoundKind {
     /// Models whose weights cannot be loaded within a request's slack must
     /// be resident at once (see [`memory_time_min_gpus`]).
     MemoryTime,
+    /// Models with a met request in its mandatory part each hold a share
+    /// of a GPU's compute at once (see [`compute_time_min_gpus`]).
+    ComputeTime,
     /// No such overlap (e.g. slack ≥ 2): one GPU.
     Trivial,
 }
@@ -75,6 +86,7 @@ impl BoundKind {
         match self {
             BoundKind::MandatoryPart => "mandatory-part",
             BoundKind::MemoryTime => "memory-time",
+            BoundKind::ComputeTime => "compute-time",
             BoundKind::Trivial => "trivial",
         }
     }
@@ -221,15 +233,19 @@ fn forced_intervals(
 }
 
 impl Residency {
-    /// Sweep the forced intervals: at each distinct start, the models with
-    /// a forced interval covering it, their counts and memory.
-    fn new(trace: &ServingTrace, params: &ServingParams, slack: f64) -> Self {
-        let parts = forced_intervals(trace, params, slack);
+    /// Sweep the intervals `parts` (sorted by start, each with its
+    /// model): at each distinct start, the models with an interval covering
+    /// it, their counts and their weight (`weight(model)`: memory MiB for
+    /// the memory-time bound, milli-GPU for the compute-time bound).
+    fn new(
+        trace: &ServingTrace,
+        parts: &[(Micros, Micros, u32)],
+        weight: impl Fn(u32) -> u64,
+    ) -> Self {
         let mut active: BTreeSet<(Micros, usize)> = BTreeSet::new();
         let mut count: Vec<u64> = vec![0; trace.functions.len()];
         let mut present: Vec<u32> = Vec::new();
         let mut out = Residency::default();
-        let mem_of = |f: u32| trace.functions[f as usize].profile.memory_mib;
         for (i, &(start, end, f)) in parts.iter().enumerate() {
             while let Some(&(e, k)) = active.first() {
                 if e > start {
@@ -253,7 +269,7 @@ impl Residency {
             let from = out.models.len();
             let mut total: u128 = 0;
             for &g in &present {
-                let m = mem_of(g);
+                let m = weight(g);
                 total += u128::from(m);
                 out.models.push((count[g as usize], m));
             }
@@ -322,34 +338,97 @@ pub fn memory_time_min_gpus(
     slack: f64,
     target: f64,
 ) -> u32 {
-    let residency = Residency::new(trace, params, slack);
+    let parts = forced_intervals(trace, params, slack);
+    let residency = Residency::new(trace, &parts, |f| {
+        trace.functions[f as usize].profile.memory_mib
+    });
     let budget = miss_budget(trace.requests.len() as u64, target);
-    let gpu_mib = params.gpu_memory_mib.max(1);
-    // drops(m) is non-increasing in m and 0 once m GPUs hold every sum.
-    let most = residency
-        .instants
-        .iter()
-        .map(|x| x.3)
-        .max()
-        .unwrap_or(0)
-        .div_ceil(u128::from(gpu_mib));
-    if residency.drops(1, gpu_mib) <= budget {
-        return 1;
-    }
-    let (mut lo, mut hi) = (1u32, u32::try_from(most).unwrap_or(u32::MAX).max(2));
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if residency.drops(mid, gpu_mib) <= budget {
-            hi = mid;
-        } else {
-            lo = mid;
-        }
-    }
-    hi
+    residency.min_gpus(budget, params.gpu_memory_mib.max(1))
 }
 
-/// The proven lower bound: the larger of the mandatory-part and the
-/// memory-time bounds, and which gives it (the mandatory part on a tie).
+impl Residency {
+    /// The smallest GPU count, each of `per_gpu` weight, whose lower bound
+    /// on misses ([`Self::drops`]) fits `budget`.
+    fn min_gpus(&self, budget: u64, per_gpu: u64) -> u32 {
+        // drops(m) is non-increasing in m and 0 once m GPUs hold every sum.
+        let most = self
+            .instants
+            .iter()
+            .map(|x| x.3)
+            .max()
+            .unwrap_or(0)
+            .div_ceil(u128::from(per_gpu));
+        if self.drops(1, per_gpu) <= budget {
+            return 1;
+        }
+        let (mut lo, mut hi) = (1u32, u32::try_from(most).unwrap_or(u32::MAX).max(2));
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if self.drops(mid, per_gpu) <= budget {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        hi
+    }
+}
+
+/// The compute a model's instance certainly holds on its GPU while a met
+/// request of it runs, milli-GPU: `⌈σ·e / (d − a)⌉` (no share slower
+/// than that finishes it in its window), less one batch member's share
+/// `⌈σ·batch_ppm / 10⁶⌉` (the batch's first request may have left while
+/// this one still runs; see [`compute_time_min_gpus`]).
+fn held_share(saturation_milli: MilliGpu, batch_ppm: u32, e: Micros, window: Micros) -> u64 {
+    let sigma = u128::from(saturation_milli.clamp(1, WHOLE_GPU));
+    let need = (sigma * u128::from(e)).div_ceil(u128::from(window.max(1)));
+    let member = (sigma * u128::from(batch_ppm)).div_ceil(1_000_000);
+    u64::try_from(need.saturating_sub(member)).unwrap_or(u64::MAX)
+}
+
+/// The compute-time bound (proven; see docs/serving.md): a met request
+/// runs throughout its mandatory part `[d − e, a + e)` (non-empty at slack
+/// below 2), and all that time its model's instance holds at least
+/// [`held_share`] of its GPU's compute (its batch's share, which is what
+/// finishes it in time, less the first member's own part); the GPUs'
+/// compute is at most `m × 1000` milli. So at every instant the distinct
+/// models with a met request whose mandatory part covers it have weights
+/// (the least such share over the model's requests) summing to at most
+/// `m × 1000`; the misses needed to fit, summed over instants no mandatory
+/// part covers two of, must fit the miss budget, as for
+/// [`memory_time_min_gpus`].
+pub fn compute_time_min_gpus(trace: &ServingTrace, slack: f64, target: f64) -> u32 {
+    let mut weight: Vec<u64> = vec![u64::MAX; trace.functions.len()];
+    let mut parts: Vec<(Micros, Micros, u32)> = trace
+        .requests
+        .iter()
+        .filter_map(|r| {
+            let e = r.full_gpu_us;
+            let d = deadline(r.arrival_us, e, slack);
+            let (start, end) = (d.saturating_sub(e), r.arrival_us.saturating_add(e));
+            let profile = trace.functions[r.function as usize].profile;
+            let held = held_share(
+                profile.saturation_milli,
+                profile.batch_ppm,
+                e,
+                d.saturating_sub(r.arrival_us),
+            );
+            (start < end && held > 0).then(|| {
+                let w = &mut weight[r.function as usize];
+                *w = (*w).min(held);
+                (start, end, r.function)
+            })
+        })
+        .collect();
+    parts.sort_unstable();
+    let residency = Residency::new(trace, &parts, |f| weight[f as usize]);
+    let budget = miss_budget(trace.requests.len() as u64, target);
+    residency.min_gpus(budget, u64::from(WHOLE_GPU))
+}
+
+/// The proven lower bound: the largest of the mandatory-part, the
+/// memory-time and the compute-time bounds, and which gives it (on a tie
+/// the first of those).
 pub fn proven_min_gpus(
     trace: &ServingTrace,
     params: &ServingParams,
@@ -358,7 +437,10 @@ pub fn proven_min_gpus(
 ) -> (u32, BoundKind) {
     let mandatory = mandatory_min_gpus(trace, slack, target);
     let memory = memory_time_min_gpus(trace, params, slack, target);
-    if memory > mandatory.0 {
+    let compute = compute_time_min_gpus(trace, slack, target);
+    if compute > mandatory.0.max(memory) {
+        (compute, BoundKind::ComputeTime)
+    } else if memory > mandatory.0 {
         (memory, BoundKind::MemoryTime)
     } else {
         mandatory
@@ -633,6 +715,34 @@ mod tests {
         assert_eq!(memory_time_min_gpus(&t, &p, 301.0, 0.99), 1);
         // A miss budget of everything needs nothing resident.
         assert_eq!(memory_time_min_gpus(&t, &p, 1.5, 0.0), 1);
+    }
+
+    #[test]
+    fn models_running_in_their_mandatory_parts_at_once_each_hold_a_share() {
+        let p = params();
+        // k models of 1 MiB (memory never binds), a 200 ms request every
+        // 20 ms round-robin, S = 1.5: each runs throughout [a + 100 ms,
+        // a + 200 ms), covered by 5 requests at every instant, and holds
+        // ⌈693 / 1.5⌉ − ⌈693 × 3.839 %⌉ = 462 − 27 = 435 milli.
+        assert_eq!(held_share(693, 38_390, 200_000, 300_000), 435);
+        assert_eq!(held_share(693, 0, 200_000, 300_000), 462);
+        // Five models: 5 × 435 = 2 175 milli need 3 GPUs.
+        let t = models_trace(5, 1, 2_000, 20_000, 200_000);
+        assert_eq!(compute_time_min_gpus(&t, 1.5, 0.99), 3);
+        assert_eq!(
+            proven_min_gpus(&t, &p, 1.5, 0.99),
+            (3, BoundKind::ComputeTime)
+        );
+        // Four: 1 740 milli, 2 GPUs; one model: its batch on one GPU.
+        let t = models_trace(4, 1, 2_000, 20_000, 200_000);
+        assert_eq!(compute_time_min_gpus(&t, 1.5, 0.99), 2);
+        let t = models_trace(1, 1, 2_000, 20_000, 200_000);
+        assert_eq!(compute_time_min_gpus(&t, 1.5, 0.99), 1);
+        // No mandatory part at S = 2.
+        let t = models_trace(5, 1, 2_000, 20_000, 200_000);
+        assert_eq!(compute_time_min_gpus(&t, 2.0, 0.99), 1);
+        // A miss budget of everything needs nothing.
+        assert_eq!(compute_time_min_gpus(&t, 1.5, 0.0), 1);
     }
 
     #[test]

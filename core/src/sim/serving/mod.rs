@@ -8,7 +8,8 @@
 //!   ServingTrace ──┐
 //!   ServingParams ─┼─▶ evaluate(policy, gpus | min-gpus) ─▶ simulate (engine) ─▶ RunReport
 //!   RunSpec ───────┘          │ search_min_gpus: exponential + binary + verify
-//!                             └─ bound: mandatory-part lower bound + central EDF estimate
+//!                             └─ bound: proven lower bounds (mandatory-part, memory-time,
+//!                                compute-time) + central EDF estimate
 //! ```
 //!
 //! Rules fixed so that no policy is favoured: a request's deadline is its
@@ -26,8 +27,8 @@ mod synthetic;
 mod trace;
 
 pub use bound::{
-    edf_simulate, ffd_memory_gpus, mandatory_min_gpus, memory_time_min_gpus, miss_budget,
-    proven_min_gpus, BoundKind,
+    compute_time_min_gpus, edf_simulate, ffd_memory_gpus, mandatory_min_gpus, memory_time_min_gpus,
+    miss_budget, proven_min_gpus, BoundKind,
 };
 pub use engine::{deadline, simulate, RunSpec};
 pub use llm::{LlmModel, LlmSpec};
