@@ -50,6 +50,7 @@ use gshare_core::http_surface::{
     ErrorBody, ERROR_HEADER,
 };
 use gshare_core::model::TenantId;
+use gshare_core::net::http_client::announced_len;
 use gshare_core::protocol::{InvokeError, InvokeOutcome, DEFAULT_MAX_REQUEST_BYTES};
 use std::cell::Cell;
 use std::net::SocketAddr;
@@ -155,10 +156,13 @@ fn too_large(cap: usize, passed: u64) -> HttpResponse {
 /// The length the request's body announces (`Content-Length`; `None`:
 /// chunked, or none).
 fn announced(req: &HttpRequest) -> Option<u64> {
-    req.headers()
-        .get("content-length")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
+    announced_len(
+        req.headers()
+            .get("content-length")
+            .map(|v| v.to_str().unwrap_or("")),
+        req.headers().contains_key("transfer-encoding"),
+        req.version() < actix_web::http::Version::HTTP_2,
+    )
 }
 
 /// The request body as a stream the function reads as it arrives (with
@@ -173,6 +177,11 @@ fn stream_body(
     len: Option<u64>,
     cap: usize,
 ) -> (RequestBody, Rc<Cell<Upload>>) {
+    if len == Some(0) {
+        // No body (a GET, or an empty POST): sent whole, not as a stream
+        // of nothing.
+        return (RequestBody::default(), Rc::new(Cell::new(Upload::Whole)));
+    }
     let (tx, body) = RequestBody::channel(BODY_PARTS, len);
     let upload = Rc::new(Cell::new(Upload::Reading));
     actix_web::rt::spawn(pass_body_on(payload, tx, cap, upload.clone()));

@@ -137,6 +137,22 @@ stop_grace_s = 5
         assert!(raw.ends_with("0\r\n\r\n"), "{raw}");
         assert!(header_of(&raw, "idempotency-key").is_some(), "{raw}");
     }
+    // A request without a body (no length, not chunked) has none: it goes
+    // whole (so it could be retried on another node), not as a chunked
+    // stream of nothing, through the peer hand-over too.
+    let (status, _, body) = two_writes(
+        region.http(2),
+        &format!(
+            "DELETE {PATH} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {acme}\r\n\
+             Connection: close\r\n\r\n"
+        ),
+        "",
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("done 0\n") && !body.contains("framing chunked"),
+        "{body}"
+    );
     // A body larger than the replica would take whole in one frame goes in
     // chunk frames: 3 KiB then 1 KiB, the cap exactly.
     let (acked, raw) = upload_in_two_parts(http, PATH, &acme, &[b'a'; 3072], &[b'b'; 1024]);

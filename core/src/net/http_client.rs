@@ -39,7 +39,7 @@ mod request_body;
 
 pub use connect::ConnectError;
 pub use hyper::body::{Bytes, Incoming};
-pub use request_body::{BodyCut, BodyPart, CollectError, RequestBody};
+pub use request_body::{announced_len, BodyCut, BodyPart, CollectError, RequestBody};
 
 use connect::Connector;
 use http_body_util::{BodyExt, Full};

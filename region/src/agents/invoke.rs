@@ -48,7 +48,7 @@ use gshare_core::http_surface::{
     ForwardClaim, ForwardSecret, ERROR_HEADER, FORWARD_PROOF_HEADER,
 };
 use gshare_core::model::{NodeId, TenantId};
-use gshare_core::net::http_client::{next_data, Incoming};
+use gshare_core::net::http_client::{announced_len, next_data, Incoming};
 use gshare_core::net::{read_frame, write_frame, write_frame_more};
 use gshare_core::protocol::{
     key_order, token_digest, AgentMessage, AgentMessageV1, HttpCall, InvokeError, InvokeOutcome,
@@ -724,11 +724,20 @@ fn body_left() -> HttpResponse {
 /// `reply`, unless it is an error and `body` was cut: then why (`413
 /// body_too_large` over `cap`, saying how much had been passed on, or `400
 /// bad_request` when the client's body broke off).
-fn body_cut(reply: HttpResponse, body: &RequestBodySource, cap: usize) -> HttpResponse {
-    if reply.status().as_u16() < 400 {
+fn body_cut(reply: HttpResponse, upload: Upload, cap: usize) -> HttpResponse {
+    // Only gshare's own definite refusals: a function's own answer passes
+    // as it is, and an unknown outcome stays unknown (the client retries
+    // with its key).
+    let definite = reply.status().as_u16() >= 400
+        && reply
+            .headers()
+            .get("x-gshare-error")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|code| code != "outcome_unknown");
+    if !definite {
         return reply;
     }
-    match body.upload() {
+    match upload {
         Upload::OverCap { passed: 0 } => error(
             StatusCode::PAYLOAD_TOO_LARGE,
             "body_too_large",
@@ -1156,11 +1165,13 @@ async fn invoke(
     // another node after a try that ran nothing); any other streams to
     // the agent as it arrives, counted against `max_request_bytes`.
     let cap = ctx.max_request_bytes;
-    let len = req
-        .headers()
-        .get("content-length")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
+    let len = announced_len(
+        req.headers()
+            .get("content-length")
+            .map(|v| v.to_str().unwrap_or("")),
+        req.headers().contains_key("transfer-encoding"),
+        req.version() < actix_web::http::Version::HTTP_2,
+    );
     let body = match len {
         Some(n) if n <= WHOLE_BODY as u64 => match read_body_limited(&req, payload, cap).await {
             Ok(b) => RequestBodySource::whole(b),
@@ -1176,7 +1187,7 @@ async fn invoke(
         _ => RequestBodySource::streamed(payload, len, cap),
     };
     // Every answer: a call aborted because its streamed body was cut says why.
-    let keyed = |r: HttpResponse, key: &str| keyed(body_cut(r, &body, cap), key);
+    let keyed = |r: HttpResponse, key: &str| keyed(body_cut(r, body.upload(), cap), key);
     let start = NEXT_ID.fetch_add(1, Ordering::Relaxed) as usize;
     // The node a peer replica asks this one to send it to (and no other);
     // honoured on a forward only.
@@ -1280,7 +1291,7 @@ async fn invoke(
         if !strict && !forwarded {
             if let Step::Done(reply) = via_peers(&call, None, key.base()).await {
                 return if reply.headers().contains_key(KEY) {
-                    body_cut(reply, &body, cap)
+                    body_cut(reply, body.upload(), cap)
                 } else {
                     keyed(reply, key.base())
                 };
@@ -1341,6 +1352,44 @@ async fn invoke(
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[test]
+    fn a_cut_upload_replaces_only_gshares_definite_refusals() {
+        let code = |r: &HttpResponse| {
+            (
+                r.status().as_u16(),
+                r.headers()
+                    .get("x-gshare-error")
+                    .map(|v| v.to_str().unwrap().to_string()),
+            )
+        };
+        let over = Upload::OverCap { passed: 10 };
+        let failed = || error(StatusCode::BAD_GATEWAY, "instance_failed", "gone");
+        assert_eq!(
+            code(&body_cut(failed(), over, 64)),
+            (413, Some("body_too_large".into()))
+        );
+        assert_eq!(
+            code(&body_cut(failed(), Upload::Broken, 64)),
+            (400, Some("bad_request".into()))
+        );
+        assert_eq!(
+            code(&body_cut(failed(), Upload::Whole, 64)),
+            (502, Some("instance_failed".into()))
+        );
+        // An unknown outcome stays unknown: the function may have done the
+        // work, and the client retries with its key.
+        let unknown = error(StatusCode::BAD_GATEWAY, "outcome_unknown", "lost");
+        assert_eq!(
+            code(&body_cut(unknown, over, 64)),
+            (502, Some("outcome_unknown".into()))
+        );
+        // The function's own answer passes as it is.
+        let own = HttpResponse::build(StatusCode::UNPROCESSABLE_ENTITY).finish();
+        assert_eq!(code(&body_cut(own, over, 64)), (422, None));
+        let ok = HttpResponse::Ok().finish();
+        assert_eq!(code(&body_cut(ok, over, 64)), (200, None));
+    }
 
     #[test]
     fn resident_nodes_go_first_and_each_node_once() {

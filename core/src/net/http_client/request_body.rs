@@ -103,6 +103,25 @@ impl From<Vec<u8>> for RequestBody {
     }
 }
 
+/// The length of a request's body as its head announces it: its
+/// `Content-Length`; 0 where an HTTP/1 request has neither that nor a
+/// `Transfer-Encoding` (RFC 9112 §6.3: it has no body, e.g. most GETs);
+/// else unknown (`None`: chunked, or HTTP/2 without a length). A bodyless
+/// request is then sent on whole (and may be retried elsewhere), not as a
+/// stream of nothing.
+pub fn announced_len(
+    content_length: Option<&str>,
+    transfer_encoding: bool,
+    http1: bool,
+) -> Option<u64> {
+    match content_length.map(str::trim) {
+        Some(v) if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) => v.parse().ok(),
+        Some(_) => None,
+        None if http1 && !transfer_encoding => Some(0),
+        None => None,
+    }
+}
+
 impl RequestBody {
     /// A body known whole.
     pub fn whole(body: impl Into<Bytes>) -> Self {
@@ -251,6 +270,23 @@ impl Body for RequestBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_without_length_or_transfer_encoding_has_no_body_in_http1() {
+        assert_eq!(announced_len(Some("12"), false, true), Some(12));
+        assert_eq!(announced_len(Some(" 7 "), false, false), Some(7));
+        assert_eq!(announced_len(None, false, true), Some(0));
+        // Chunked, or HTTP/2 (which frames bodies without either header).
+        assert_eq!(announced_len(None, true, true), None);
+        assert_eq!(announced_len(None, false, false), None);
+        // Not a length.
+        assert_eq!(announced_len(Some("+5"), false, true), None);
+        assert_eq!(announced_len(Some(""), false, true), None);
+        assert_eq!(
+            announced_len(Some("99999999999999999999999"), false, true),
+            None
+        );
+    }
 
     #[tokio::test]
     async fn a_streamed_body_ends_with_its_end_or_is_cut() {
