@@ -40,7 +40,7 @@ use crate::agent::{
 };
 use crate::journal::UsageJournal;
 use crate::region_link::LinkHealth;
-use crate::runtime::{BodyPart, HttpCall, ReplyHead, RequestBody, StreamItem};
+use crate::runtime::{HttpCall, ReplyHead, RequestBody, StreamItem};
 use crate::token::token_digest;
 use actix::Addr;
 use actix_web::http::StatusCode;
@@ -50,7 +50,7 @@ use gshare_core::http_surface::{
     ErrorBody, ERROR_HEADER,
 };
 use gshare_core::model::TenantId;
-use gshare_core::net::http_client::announced_len;
+use gshare_core::net::http_client::{announced_len, pass_body_on, Upload};
 use gshare_core::protocol::{InvokeError, InvokeOutcome, DEFAULT_MAX_REQUEST_BYTES};
 use std::cell::Cell;
 use std::net::SocketAddr;
@@ -117,22 +117,6 @@ fn bearer(req: &HttpRequest) -> Result<&str, Box<HttpResponse>> {
 /// client is read only as fast as the function takes them).
 const BODY_PARTS: usize = 16;
 
-/// How reading a request body that streams to the function went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Upload {
-    /// Still reading (or the function stopped taking it).
-    Reading,
-    /// Passed on whole.
-    Whole,
-    /// Over the cap after `passed` bytes were passed on: cut there.
-    OverCap {
-        /// Bytes passed to the function before.
-        passed: u64,
-    },
-    /// The client's body broke off (its connection, a malformed chunk): cut.
-    Broken,
-}
-
 /// The ingress's request cap ([`RequestCap`]).
 fn request_cap(req: &HttpRequest) -> usize {
     req.app_data::<RequestCap>()
@@ -184,50 +168,13 @@ fn stream_body(
     }
     let (tx, body) = RequestBody::channel(BODY_PARTS, len);
     let upload = Rc::new(Cell::new(Upload::Reading));
-    actix_web::rt::spawn(pass_body_on(payload, tx, cap, upload.clone()));
-    (body, upload)
-}
-
-async fn pass_body_on(
-    mut payload: web::Payload,
-    tx: mpsc::Sender<BodyPart>,
-    cap: usize,
-    upload: Rc<Cell<Upload>>,
-) {
-    use futures_core::Stream;
-    let mut passed = 0usize;
-    loop {
-        let next = std::future::poll_fn(|cx| std::pin::Pin::new(&mut payload).poll_next(cx));
-        let item = tokio::select! {
-            item = next => item,
-            // The call ended: nobody reads the rest.
-            () = tx.closed() => return,
-        };
-        match item {
-            None => {
-                upload.set(Upload::Whole);
-                let _ = tx.send(BodyPart::End).await;
-                return;
-            }
-            Some(Err(e)) => {
-                tracing::debug!("request body broke off: {e}");
-                upload.set(Upload::Broken);
-                return;
-            }
-            Some(Ok(chunk)) => {
-                if chunk.len() > cap.saturating_sub(passed) {
-                    upload.set(Upload::OverCap {
-                        passed: passed as u64,
-                    });
-                    return;
-                }
-                passed = passed.saturating_add(chunk.len());
-                if tx.send(BodyPart::Data(chunk)).await.is_err() {
-                    return;
-                }
-            }
+    let passing = pass_body_on(payload, tx, cap, upload.clone());
+    actix_web::rt::spawn(async move {
+        if let Some(e) = passing.await {
+            tracing::debug!("request body broke off: {e}");
         }
-    }
+    });
+    (body, upload)
 }
 
 /// `POST /v1/invoke/{tenant}/{name}`: the body to the function's invoke

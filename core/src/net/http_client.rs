@@ -39,7 +39,9 @@ mod request_body;
 
 pub use connect::ConnectError;
 pub use hyper::body::{Bytes, Incoming};
-pub use request_body::{announced_len, BodyCut, BodyPart, CollectError, RequestBody};
+pub use request_body::{
+    announced_len, pass_body_on, BodyCut, BodyPart, CollectError, RequestBody, Upload,
+};
 
 use connect::Connector;
 use http_body_util::{BodyExt, Full};

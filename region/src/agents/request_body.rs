@@ -16,12 +16,12 @@
 //! another node ([`RequestBodySource::left`]).
 
 use actix_web::web;
-use gshare_core::net::http_client::{BodyCut, BodyPart, RequestBody};
+pub(crate) use gshare_core::net::http_client::Upload;
+use gshare_core::net::http_client::{pass_body_on, BodyCut, RequestBody};
 use gshare_core::net::write_frame_more;
 use gshare_core::protocol::{RegionMessage, RegionMessageV1, MAX_BODY_CHUNK};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
-use tokio::sync::mpsc;
 
 /// The largest announced body read whole before it is forwarded.
 pub(crate) const WHOLE_BODY: usize = 64 << 10;
@@ -30,22 +30,6 @@ const BODY_PARTS: usize = 16;
 /// QUIC reset code of a streamed body that was cut (the agent then aborts
 /// the call).
 pub(crate) const BODY_CUT: u32 = 0x11;
-
-/// How reading a streamed request body went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Upload {
-    /// Still reading (or nobody takes it any more).
-    Reading,
-    /// Passed on whole.
-    Whole,
-    /// Over the cap after `passed` bytes were passed on: cut there.
-    OverCap {
-        /// Bytes passed on before.
-        passed: u64,
-    },
-    /// The client's body broke off: cut.
-    Broken,
-}
 
 /// The request body of one invocation on this replica.
 pub(crate) struct RequestBodySource {
@@ -72,7 +56,12 @@ impl RequestBodySource {
     pub(crate) fn streamed(payload: web::Payload, len: Option<u64>, cap: usize) -> Self {
         let (tx, body) = RequestBody::channel(BODY_PARTS, len);
         let upload = Rc::new(Cell::new(Upload::Reading));
-        actix_web::rt::spawn(pass_on(payload, tx, cap, upload.clone()));
+        let passing = pass_body_on(payload, tx, cap, upload.clone());
+        actix_web::rt::spawn(async move {
+            if let Some(e) = passing.await {
+                tracing::debug!("request body broke off: {e}");
+            }
+        });
         Self {
             whole: None,
             streamed: RefCell::new(Some(body)),
@@ -108,48 +97,6 @@ impl RequestBodySource {
     /// How reading it went.
     pub(crate) fn upload(&self) -> Upload {
         self.upload.get()
-    }
-}
-
-/// Passes the client's body chunks on to `tx`, at most `cap` bytes.
-async fn pass_on(
-    mut payload: web::Payload,
-    tx: mpsc::Sender<BodyPart>,
-    cap: usize,
-    upload: Rc<Cell<Upload>>,
-) {
-    use futures_core::Stream;
-    let mut passed = 0usize;
-    loop {
-        let next = std::future::poll_fn(|cx| std::pin::Pin::new(&mut payload).poll_next(cx));
-        let item = tokio::select! {
-            item = next => item,
-            () = tx.closed() => return,
-        };
-        match item {
-            None => {
-                upload.set(Upload::Whole);
-                let _ = tx.send(BodyPart::End).await;
-                return;
-            }
-            Some(Err(e)) => {
-                tracing::debug!("request body broke off: {e}");
-                upload.set(Upload::Broken);
-                return;
-            }
-            Some(Ok(chunk)) => {
-                if chunk.len() > cap.saturating_sub(passed) {
-                    upload.set(Upload::OverCap {
-                        passed: passed as u64,
-                    });
-                    return;
-                }
-                passed = passed.saturating_add(chunk.len());
-                if tx.send(BodyPart::Data(chunk)).await.is_err() {
-                    return;
-                }
-            }
-        }
     }
 }
 

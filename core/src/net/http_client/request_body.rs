@@ -103,6 +103,70 @@ impl From<Vec<u8>> for RequestBody {
     }
 }
 
+/// How passing a request body on as it arrives went ([`pass_body_on`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Upload {
+    /// Still reading (or nobody takes it any more).
+    Reading,
+    /// Passed on whole.
+    Whole,
+    /// Over the cap after `passed` bytes were passed on: cut there.
+    OverCap {
+        /// Bytes passed on before.
+        passed: u64,
+    },
+    /// The client's body broke off (its connection, a malformed chunk): cut.
+    Broken,
+}
+
+/// Passes the chunks of a server's request body (`incoming`, e.g. actix's
+/// payload) on to `tx` as they come, at most `cap` bytes in all, keeping
+/// `upload` up to date; stops when nobody takes them any more (`tx`
+/// closed). A body over `cap` or one that broke off is cut: `tx` is dropped
+/// without [`BodyPart::End`]. Returns the error a broken body ended with.
+pub async fn pass_body_on<S, E>(
+    mut incoming: S,
+    tx: mpsc::Sender<BodyPart>,
+    cap: usize,
+    upload: std::rc::Rc<std::cell::Cell<Upload>>,
+) -> Option<E>
+where
+    S: futures_core::Stream<Item = Result<Bytes, E>> + Unpin,
+{
+    let mut passed = 0usize;
+    loop {
+        let next = std::future::poll_fn(|cx| Pin::new(&mut incoming).poll_next(cx));
+        let item = tokio::select! {
+            item = next => item,
+            // The call ended: nobody reads the rest.
+            () = tx.closed() => return None,
+        };
+        match item {
+            None => {
+                upload.set(Upload::Whole);
+                let _ = tx.send(BodyPart::End).await;
+                return None;
+            }
+            Some(Err(e)) => {
+                upload.set(Upload::Broken);
+                return Some(e);
+            }
+            Some(Ok(chunk)) => {
+                if chunk.len() > cap.saturating_sub(passed) {
+                    upload.set(Upload::OverCap {
+                        passed: passed as u64,
+                    });
+                    return None;
+                }
+                passed = passed.saturating_add(chunk.len());
+                if tx.send(BodyPart::Data(chunk)).await.is_err() {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
 /// The length of a request's body as its head announces it: its
 /// `Content-Length`; 0 where an HTTP/1 request has neither that nor a
 /// `Transfer-Encoding` (RFC 9112 §6.3: it has no body, e.g. most GETs);
