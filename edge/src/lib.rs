@@ -25,4 +25,5 @@ pub mod region_link;
 pub mod runtime;
 pub mod tls;
 pub mod token;
+pub mod wal;
 pub mod wire;

@@ -148,9 +148,10 @@ fn run(
     }
     drivers.set_ledger(ledger);
     let journal_dir = base.join(&config.data_dir).join("journal");
-    let journal = gshare_edge::journal::UsageJournal::open(
+    let journal = gshare_edge::journal::UsageJournal::open_with(
         &journal_dir,
         gshare_core::state::AgentId(config.node.0.clone()),
+        config.journal_sync,
     )
     .with_context(|| format!("opening the usage journal {}", journal_dir.display()))?;
     journal.set_key_window(std::time::Duration::from_secs(config.invoke_key_window_s));

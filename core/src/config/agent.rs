@@ -13,6 +13,24 @@ pub enum NvmlFallback {
     Simulated,
 }
 
+/// How the agent's usage journal makes an append durable
+/// (`[metering] journal_sync`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum JournalSync {
+    /// `"direct"` (default): through the journal's write-ahead log, one
+    /// `O_DIRECT` write per group commit; the write returns once the device
+    /// has it (the level of sled's own flush, `sync_file_range`: a device's
+    /// volatile write cache is not flushed).
+    #[default]
+    Direct,
+    /// `"dsync"`: the same log written `O_DIRECT | O_DSYNC`: each write also
+    /// flushes the device's volatile cache (disks without power-loss
+    /// protection).
+    Dsync,
+    /// `"sled"`: no log; each group commit flushes sled (as before the log).
+    Sled,
+}
+
 /// A group of identical simulated GPUs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SimulatedGpus {
@@ -113,6 +131,8 @@ pub struct AgentConfig {
     /// in the usage journal, s (`[metering] invoke_key_window_s`, 60 to
     /// 604,800, default 600).
     pub invoke_key_window_s: u64,
+    /// How a journal append is made durable (`[metering] journal_sync`).
+    pub journal_sync: JournalSync,
     /// `allow_fewer_gpus = true`: the region accepts fewer discovered GPUs
     /// than the topology gives the node and marks the missing ones
     /// unavailable (default false: any difference refuses registration).
@@ -187,6 +207,31 @@ key = "c.key"
                 "{bad}: {e}"
             );
         }
+    }
+
+    #[test]
+    fn the_journal_sync_defaults_to_direct_and_names_its_choices() {
+        let c = AgentConfig::from_toml("a.toml", GOOD).unwrap();
+        assert_eq!(c.journal_sync, JournalSync::Direct);
+        for (v, want) in [
+            ("direct", JournalSync::Direct),
+            ("dsync", JournalSync::Dsync),
+            ("sled", JournalSync::Sled),
+        ] {
+            let f = format!("{GOOD}[metering]\njournal_sync = \"{v}\"\n");
+            assert_eq!(
+                AgentConfig::from_toml("a.toml", &f).unwrap().journal_sync,
+                want
+            );
+        }
+        let f = format!("{GOOD}[metering]\njournal_sync = \"fsync\"\n");
+        let e = AgentConfig::from_toml("a.toml", &f)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("metering.journal_sync: expected \"direct\", \"dsync\" or \"sled\""),
+            "{e}"
+        );
     }
 
     #[test]

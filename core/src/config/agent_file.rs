@@ -2,7 +2,8 @@
 //! two passes as the topology file: shape and types, then meaning).
 
 use super::agent::{
-    AgentConfig, AgentLoadCosts, AgentTls, GpuSource, HttpTls, NvmlFallback, SimulatedGpus,
+    AgentConfig, AgentLoadCosts, AgentTls, GpuSource, HttpTls, JournalSync, NvmlFallback,
+    SimulatedGpus,
 };
 use super::error::{ConfigError, IssueKind};
 use super::file_ref::file_ref;
@@ -223,28 +224,45 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
         }),
     };
 
-    let (metering_interval, invoke_key_window) = match root.table(&mut is, "metering", false) {
-        Some(mut t) => {
-            let f = t.uint::<u64>(&mut is, "interval_ms", false);
-            let w = t.uint::<u64>(&mut is, "invoke_key_window_s", false);
-            t.finish(&mut is);
-            let interval = if f.v.is_some() {
-                check_range(&mut is, &f, 10, 3_600_000)
-            } else {
-                Some(DEFAULT_METERING_INTERVAL_MS)
-            };
-            let window = if w.v.is_some() {
-                check_range(&mut is, &w, 60, 7 * 86_400)
-            } else {
-                Some(DEFAULT_INVOKE_KEY_WINDOW_S)
-            };
-            (interval, window)
-        }
-        None => (
-            Some(DEFAULT_METERING_INTERVAL_MS),
-            Some(DEFAULT_INVOKE_KEY_WINDOW_S),
-        ),
-    };
+    let (metering_interval, invoke_key_window, journal_sync) =
+        match root.table(&mut is, "metering", false) {
+            Some(mut t) => {
+                let f = t.uint::<u64>(&mut is, "interval_ms", false);
+                let w = t.uint::<u64>(&mut is, "invoke_key_window_s", false);
+                let sync = t.string(&mut is, "journal_sync", false);
+                t.finish(&mut is);
+                let interval = if f.v.is_some() {
+                    check_range(&mut is, &f, 10, 3_600_000)
+                } else {
+                    Some(DEFAULT_METERING_INTERVAL_MS)
+                };
+                let window = if w.v.is_some() {
+                    check_range(&mut is, &w, 60, 7 * 86_400)
+                } else {
+                    Some(DEFAULT_INVOKE_KEY_WINDOW_S)
+                };
+                let sync = match sync.v.as_deref() {
+                    None | Some("direct") => Some(JournalSync::Direct),
+                    Some("dsync") => Some(JournalSync::Dsync),
+                    Some("sled") => Some(JournalSync::Sled),
+                    Some(other) => {
+                        is.report(
+                            &sync.at,
+                            IssueKind::Invalid,
+                            "expected \"direct\", \"dsync\" or \"sled\"".into(),
+                            Some(quote(other)),
+                        );
+                        None
+                    }
+                };
+                (interval, window, sync)
+            }
+            None => (
+                Some(DEFAULT_METERING_INTERVAL_MS),
+                Some(DEFAULT_INVOKE_KEY_WINDOW_S),
+                Some(JournalSync::Direct),
+            ),
+        };
 
     let gpus = root.table(&mut is, "gpus", true).and_then(|mut t| {
         let backend = t.string(&mut is, "backend", true);
@@ -378,8 +396,17 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
     if !is.is_empty() {
         return Err(is.into_error(file));
     }
-    let (Some(metering_interval_ms), Some(invoke_key_window_s), Some(max_request_bytes)) =
-        (metering_interval, invoke_key_window, max_request_bytes)
+    let (
+        Some(metering_interval_ms),
+        Some(invoke_key_window_s),
+        Some(journal_sync),
+        Some(max_request_bytes),
+    ) = (
+        metering_interval,
+        invoke_key_window,
+        journal_sync,
+        max_request_bytes,
+    )
     else {
         return Err(is.into_error(file));
     };
@@ -417,6 +444,7 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
             runtimes,
             metering_interval_ms,
             invoke_key_window_s,
+            journal_sync,
             allow_fewer_gpus: allow_fewer_gpus.v.unwrap_or(false),
             http_tls: match http_tls {
                 Some((Some(cert), Some(key))) => Some(HttpTls { cert, key }),

@@ -39,7 +39,8 @@ mod topology;
 mod topology_file;
 
 pub use agent::{
-    AgentConfig, AgentLoadCosts, AgentTls, GpuSource, HttpTls, NvmlFallback, SimulatedGpus,
+    AgentConfig, AgentLoadCosts, AgentTls, GpuSource, HttpTls, JournalSync, NvmlFallback,
+    SimulatedGpus,
 };
 pub use agent_file::{check_http_bind, DEFAULT_H2D_MIB_PER_S, DEFAULT_SWAP_SETUP_US};
 pub use error::{ConfigError, ConfigIssue, IssueKind};
