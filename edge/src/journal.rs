@@ -814,9 +814,27 @@ impl UsageJournal {
         keyed: Vec<KeyedOutcome>,
         now_ms: u64,
     ) -> Result<Range<u64>, JournalError> {
+        self.append_keyed_then(records, keyed, now_ms, |_| {})
+    }
+
+    /// [`UsageJournal::append_keyed`], calling `durable` with the number of
+    /// records as soon as they are durable: through the log, right after
+    /// its write and before the tree gets them (what waits only for
+    /// durability goes on meanwhile). If applying them to the tree then
+    /// fails, this returns `Err(Unapplied)` though `durable` was called:
+    /// they are durable, and the next open applies them.
+    pub fn append_keyed_then(
+        &self,
+        records: Vec<UsageRecord>,
+        keyed: Vec<KeyedOutcome>,
+        now_ms: u64,
+        durable: impl FnOnce(u64),
+    ) -> Result<Range<u64>, JournalError> {
         let Some(wal) = &self.wal else {
             let seqs = self.write_unflushed(records, keyed, now_ms)?;
-            return self.flush_to(seqs);
+            let seqs = self.flush_to(seqs)?;
+            durable(seqs.end - seqs.start);
+            return Ok(seqs);
         };
         // Appends are serialized by the log's lock, then the state's (the
         // numbers and the entry's place in the log go together).
@@ -827,6 +845,7 @@ impl UsageJournal {
         let mut st = self.state();
         let Some(p) = self.prepare(&st, records, keyed, now_ms)? else {
             let next = st.seqs.next();
+            durable(0);
             return Ok(next..next);
         };
         if logged.torn {
@@ -842,10 +861,13 @@ impl UsageJournal {
             Self::apply_ops(&self.tree, p.ops, None)?;
             Self::commit(&mut st, p.totals, p.seqs.end);
             drop(st);
-            return self.flush_to(p.seqs);
+            let seqs = self.flush_to(p.seqs)?;
+            durable(seqs.end - seqs.start);
+            return Ok(seqs);
         }
         match logged.wal.write() {
             Ok(end) => {
+                durable(p.seqs.end - p.seqs.start);
                 if let Err(e) = Self::apply_logged(&self.tree, p.ops, end) {
                     // Durable in the log, not in the tree: the numbers are
                     // taken (a restart replays them) and nothing more goes

@@ -14,6 +14,12 @@
 //!   Written{g, Err} ─▶ replies tagged ≤ g become `usage_not_recorded`
 //! ```
 //!
+//! A plain reply (no idempotency key, not streamed: nothing of the agent's
+//! state waits on it) is held here instead of in the actor
+//! ([`GroupCommit::hold_reply`]), and the writer thread sends it itself
+//! once its group's write returned, before it tells the actor: one thread
+//! hand-over less on the common path (the actor only counts it).
+//!
 //! A reply is tagged with the group that was open when its usage went into
 //! the meter, under the same lock the writer takes a group under, so the
 //! write of group `g` holds the usage of every reply tagged `g`. One group
@@ -29,9 +35,11 @@ use crate::journal::{KeyedOutcome, UsageJournal};
 use actix::WeakAddr;
 use gshare_core::clock::SharedClock;
 use gshare_core::metering::UsageMeter;
+use gshare_core::protocol::{InvokeError, InvokeOutcome};
 use gshare_core::state::UsageRecord;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
+use tokio::sync::oneshot;
 
 /// A journal write ended (the writer thread → NodeAgent).
 #[derive(actix::Message)]
@@ -42,6 +50,26 @@ pub(super) struct Written {
     pub(super) group: u64,
     /// Records journaled, or why the write failed.
     pub(super) result: Result<u64, String>,
+    /// The plain replies the writer sent.
+    pub(super) sent: Sent,
+}
+
+/// What the writer did with a write's plain replies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Sent {
+    /// Their usage was durable: their outcomes went out (even if applying
+    /// it to the journal's tree then failed: the next open applies it).
+    Released(u64),
+    /// The write failed: they were answered `usage_not_recorded`.
+    Failed(u64),
+}
+
+/// A plain reply waiting for its group's write (see the module's text).
+#[derive(Debug)]
+struct HeldPlain {
+    group: u64,
+    tx: oneshot::Sender<InvokeOutcome>,
+    outcome: InvokeOutcome,
 }
 
 /// One group taken for a write.
@@ -77,6 +105,8 @@ struct Gathering {
     idle: bool,
     /// The agent is gone: the writer ends.
     closed: bool,
+    /// Plain replies, in the order held.
+    plain: Vec<HeldPlain>,
 }
 
 /// The usage gathered for the journal, shared by the agent and its writer.
@@ -103,6 +133,7 @@ impl GroupCommit {
                 open: 1,
                 idle: false,
                 closed: false,
+                plain: Vec::new(),
             }),
             wake: Condvar::new(),
             clock,
@@ -144,6 +175,54 @@ impl GroupCommit {
             self.wake.notify_one();
         }
         g.open
+    }
+
+    /// [`GroupCommit::hold`] for a plain reply: `outcome` goes to `tx`
+    /// from the thread that ends its group's write ([`GroupCommit::send`]).
+    pub(super) fn hold_reply(
+        &self,
+        change: impl FnOnce(&mut UsageMeter),
+        tx: oneshot::Sender<InvokeOutcome>,
+        outcome: InvokeOutcome,
+    ) -> u64 {
+        let mut g = self.lock();
+        change(&mut g.meter);
+        let group = g.open;
+        g.plain.push(HeldPlain { group, tx, outcome });
+        g.due = true;
+        if g.idle {
+            self.wake.notify_one();
+        }
+        group
+    }
+
+    /// Sends the plain replies of the groups `covered` accepts, once their
+    /// write ended with `result`: their outcomes on `Ok`, `usage_not_recorded`
+    /// on `Err`. Returns how many.
+    pub(super) fn send(&self, covered: impl Fn(u64) -> bool, result: &Result<u64, String>) -> u64 {
+        let mut due = Vec::new();
+        {
+            let mut g = self.lock();
+            let mut i = 0;
+            while i < g.plain.len() {
+                if covered(g.plain[i].group) {
+                    due.push(g.plain.remove(i));
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        let sent = due.len() as u64;
+        for r in due {
+            let outcome = match result {
+                Ok(_) => r.outcome,
+                Err(e) => {
+                    InvokeOutcome::Failed(InvokeError::UsageNotRecorded { detail: e.clone() })
+                }
+            };
+            let _ = r.tx.send(outcome);
+        }
+        sent
     }
 
     /// Resident memory goes with the next write.
@@ -232,22 +311,34 @@ impl GroupCommit {
             .spawn(move || {
                 while let Some(group) = groups.next() {
                     let (records, keyed, now_ms) = (group.records, group.keyed, group.now_ms);
+                    let number = group.number;
+                    // Plain replies go out from this thread as soon as the
+                    // group is durable (before the journal's tree has it);
+                    // then the actor (the others, and the counts).
+                    let mut sent = None;
                     // A panic in the journal fails this group's replies
                     // (closed) instead of leaving them waiting forever.
                     let append = std::panic::AssertUnwindSafe(|| {
-                        journal.append_keyed(records, keyed, now_ms)
+                        journal.append_keyed_then(records, keyed, now_ms, |n| {
+                            sent = Some(groups.send(|tag| tag <= number, &Ok(n)));
+                        })
                     });
                     let result = match std::panic::catch_unwind(append) {
                         Ok(Ok(seqs)) => Ok(seqs.end - seqs.start),
                         Ok(Err(e)) => Err(e.to_string()),
                         Err(_) => Err("journal writer: the append panicked".to_string()),
                     };
+                    let sent = match sent {
+                        Some(n) => Sent::Released(n),
+                        None => Sent::Failed(groups.send(|tag| tag <= number, &result)),
+                    };
                     let Some(agent) = agent.upgrade() else {
                         return;
                     };
                     agent.do_send(Written {
-                        group: group.number,
+                        group: number,
                         result,
+                        sent,
                     });
                 }
             })
@@ -287,6 +378,40 @@ mod tests {
 
     fn invocations(g: &Group) -> u64 {
         g.records.iter().map(|r| r.invocations).sum()
+    }
+
+    fn reply(body: &[u8]) -> InvokeOutcome {
+        InvokeOutcome::Done {
+            body: body.to_vec(),
+            queued_us: 0,
+            service_us: 1,
+        }
+    }
+
+    #[test]
+    fn plain_replies_wait_for_their_groups_write_and_fail_closed_with_it() {
+        let (_, c) = commit();
+        let (tx1, mut rx1) = oneshot::channel();
+        let (tx2, mut rx2) = oneshot::channel();
+        assert_eq!(c.hold_reply(done(BASE_US + 2_000), tx1, reply(b"a")), 1);
+        let g1 = c.next().expect("due");
+        assert_eq!((g1.number, invocations(&g1)), (1, 1));
+        // Held while group 1 is written: it goes with group 2.
+        assert_eq!(c.hold_reply(done(BASE_US + 3_000), tx2, reply(b"b")), 2);
+        // Nothing is sent before its group's write ended.
+        assert!(rx1.try_recv().is_err());
+        assert_eq!(c.send(|tag| tag <= 1, &Ok(1)), 1);
+        assert_eq!(rx1.try_recv().unwrap(), reply(b"a"));
+        assert!(rx2.try_recv().is_err(), "group 2 is not written yet");
+        let g2 = c.next().expect("due");
+        assert_eq!((g2.number, invocations(&g2)), (2, 1));
+        // A failed write answers its replies usage_not_recorded.
+        assert_eq!(c.send(|tag| tag <= 2, &Err("disk full".into())), 1);
+        assert!(matches!(
+            rx2.try_recv().unwrap(),
+            InvokeOutcome::Failed(InvokeError::UsageNotRecorded { detail }) if detail == "disk full"
+        ));
+        assert_eq!(c.send(|_| true, &Ok(0)), 0);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The supervisor: owns the node's executor and carries out its commands.
 
-use super::group_commit::{GroupCommit, Written};
+use super::group_commit::{GroupCommit, Sent, Written};
 use super::metering::{HeldReply, HeldStream, InvocationKey, MeterState, Metering};
 use super::{
     Admission, AgentPlacement, ApplyAssignment, ApplyTokens, CheckToken, FlushUsage,
@@ -473,6 +473,17 @@ impl NodeAgent {
                     stored,
                 };
                 m.waiting.push((group, held));
+            }
+            // A plain reply (no key): the writer thread sends it itself.
+            (InvokeOutcome::Done { .. }, Some((started, _, compute)), Some(key), Some(m))
+                if p.key.is_none() =>
+            {
+                let (from, to) = (m.unix_base_us + started, m.unix_base_us + now);
+                m.groups.hold_reply(
+                    |meter| meter.invocation(&key, u64::from(compute), from, to),
+                    p.tx,
+                    outcome,
+                );
             }
             (InvokeOutcome::Done { .. }, Some((started, _, compute)), Some(key), Some(m)) => {
                 // Held until its usage is journaled.
@@ -1040,7 +1051,7 @@ impl Handler<Written> for NodeAgent {
     fn handle(&mut self, msg: Written, _: &mut Context<Self>) {
         // The writer writes one group at a time, in order: everything
         // tagged up to its group was in this write or an earlier one.
-        self.written(msg.result, |tag| tag <= msg.group);
+        self.written(msg.result, msg.sent, |tag| tag <= msg.group);
     }
 }
 
@@ -1062,14 +1073,19 @@ impl Handler<FlushUsage> for NodeAgent {
             .append_keyed(group.records, group.keyed, group.now_ms)
             .map(|seqs| seqs.end - seqs.start)
             .map_err(|e| e.to_string());
-        self.written(result, |tag| tag == group.number);
+        let sent = match m.groups.send(|tag| tag == group.number, &result) {
+            n if result.is_ok() => Sent::Released(n),
+            n => Sent::Failed(n),
+        };
+        self.written(result, sent, |tag| tag == group.number);
     }
 }
 
 impl NodeAgent {
     /// Releases (or, on a failed append, fails) the replies and stream
-    /// starts of a write: those whose tag `covered` accepts.
-    fn written(&mut self, result: Result<u64, String>, covered: impl Fn(u64) -> bool) {
+    /// starts of a write: those whose tag `covered` accepts; `sent` plain
+    /// replies of it were sent by the writer (counted here).
+    fn written(&mut self, result: Result<u64, String>, sent: Sent, covered: impl Fn(u64) -> bool) {
         let Some(m) = self.metering.as_mut() else {
             return;
         };
@@ -1081,10 +1097,17 @@ impl NodeAgent {
             .into_iter()
             .partition(|(tag, _)| covered(*tag));
         m.waiting = rest;
+        let (released, failed) = match sent {
+            Sent::Released(n) => (n, 0),
+            Sent::Failed(n) => (0, n),
+        };
+        self.status.served += released;
+        self.status.failed += failed;
+        self.status.usage_withheld += failed;
         match result {
             // A group with nothing in it (an interval tick with nothing
             // resident) wrote nothing: not counted as a write.
-            Ok(0) if replies.is_empty() && streams.is_empty() => {}
+            Ok(0) if replies.is_empty() && streams.is_empty() && released == 0 => {}
             Ok(records) => {
                 self.status.usage_writes += 1;
                 self.status.usage_records += records;
@@ -1102,7 +1125,7 @@ impl NodeAgent {
                 self.status.usage_write_failures += 1;
                 self.status.usage_withheld += replies.len() as u64;
                 tracing::error!(
-                    withheld = replies.len(),
+                    withheld = replies.len() as u64 + failed,
                     "usage journal append failed, results withheld: {e}"
                 );
                 for (_, held) in replies {
