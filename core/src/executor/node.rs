@@ -1312,8 +1312,10 @@ impl NodeExecutor {
         };
         if let Some(i) = g.find(function) {
             if !g.instances[i].loaded {
-                g.instances[i].loaded = true;
-                g.instances[i].last_used = now;
+                g.change_instance(i, |it| {
+                    it.loaded = true;
+                    it.last_used = now;
+                });
                 if let Some(f) = self.functions[function.0 as usize].as_mut() {
                     f.loading -= 1;
                 }
