@@ -138,7 +138,24 @@ pub struct GpuExecutor {
     pub(crate) compute_free: MilliGpu,
     /// When the host-to-device link is free for the next load.
     pub(crate) link_free_at: Micros,
+    /// Add and remove them with [`Self::add_instance`] and
+    /// [`Self::remove_instance`] only (`functions` mirrors their order),
+    /// and change `loaded`, `running` or `queued` only through
+    /// [`Self::change_instance`] (`idle_mib` follows them).
     pub(crate) instances: Vec<Instance>,
+    /// `instances[k].function` at `k`: [`Self::find`] scans 4-byte ids
+    /// instead of whole instances (the router asks every GPU on every
+    /// request).
+    functions: Vec<FunctionId>,
+    /// Bit `f % 64` of word `f / 64` set: some instance here is function
+    /// `f`'s. [`Self::find`] answers "no copy" without scanning, as it
+    /// does for most GPUs.
+    present: Vec<u64>,
+    /// Σ memory of the idle instances here, MiB: of any tier, and of
+    /// swappable tiers (what [`Self::evictable_mib`] returns without and
+    /// with a host cache), kept as instances change instead of summed on
+    /// every request.
+    idle_mib: [Mib; 2],
     /// Sorted by (deadline, request) descending: the last element is served first.
     pub(crate) queue: Vec<Queued>,
     pub(crate) running: Vec<Running>,
@@ -155,6 +172,9 @@ impl GpuExecutor {
             compute_free: WHOLE_GPU,
             link_free_at: 0,
             instances: Vec::new(),
+            functions: Vec::new(),
+            present: Vec::new(),
+            idle_mib: [0; 2],
             queue: Vec::new(),
             running: Vec::new(),
             queued_work: 0,
@@ -191,7 +211,12 @@ impl GpuExecutor {
     }
 
     pub(crate) fn find(&self, function: FunctionId) -> Option<usize> {
-        self.instances.iter().position(|i| i.function == function)
+        debug_assert_eq!(self.functions.len(), self.instances.len());
+        let (word, bit) = presence_bit(function);
+        if self.present.get(word).is_none_or(|w| w & bit == 0) {
+            return None;
+        }
+        self.functions.iter().position(|&f| f == function)
     }
 
     /// Fluid estimate of when `compute` frees up for a request behind
@@ -216,10 +241,31 @@ impl GpuExecutor {
 
     /// Memory that evicting idle instances could free under `rules`.
     pub(crate) fn evictable_mib(&self, rules: &ExecutorRules) -> Mib {
-        self.instances
-            .iter()
-            .filter(|i| evictable(i, rules))
-            .fold(0, |sum: Mib, i| sum.saturating_add(i.mem_mib))
+        let mib = self.idle_mib[usize::from(rules.host_cache)];
+        if cfg!(any(test, debug_assertions)) {
+            let summed = self
+                .instances
+                .iter()
+                .filter(|i| evictable(i, rules))
+                .fold(0, |sum: Mib, i| sum.saturating_add(i.mem_mib));
+            assert_eq!(mib, summed, "idle memory kept = summed");
+        }
+        mib
+    }
+
+    /// Change instance `k` with `change`, keeping the idle memory in step.
+    pub(crate) fn change_instance<R>(
+        &mut self,
+        k: usize,
+        change: impl FnOnce(&mut Instance) -> R,
+    ) -> R {
+        let before = idle_mib(&self.instances[k]);
+        let r = change(&mut self.instances[k]);
+        let after = idle_mib(&self.instances[k]);
+        for ((sum, b), a) in self.idle_mib.iter_mut().zip(before).zip(after) {
+            *sum = sum.saturating_sub(b).saturating_add(a);
+        }
+        r
     }
 
     /// Earliest predicted time at which free memory plus instances that
@@ -278,9 +324,10 @@ impl GpuExecutor {
         self.queue.insert(pos, q);
         self.queued_work += q.service_us * q.compute as u64;
         if let Some(i) = inst {
-            let inst = &mut self.instances[i];
-            inst.queued += 1;
-            inst.queued_us += q.service_us;
+            self.change_instance(i, |inst| {
+                inst.queued += 1;
+                inst.queued_us += q.service_us;
+            });
         }
     }
 
@@ -289,9 +336,10 @@ impl GpuExecutor {
         self.queued_work -= q.service_us * q.compute as u64;
         if !all_resident {
             if let Some(i) = self.find(q.function) {
-                let inst = &mut self.instances[i];
-                inst.queued -= 1;
-                inst.queued_us -= q.service_us;
+                self.change_instance(i, |inst| {
+                    inst.queued -= 1;
+                    inst.queued_us -= q.service_us;
+                });
             }
         }
         q
@@ -395,14 +443,15 @@ impl GpuExecutor {
                 finish_at,
             });
             if let Some(i) = inst {
-                let it = &mut self.instances[i];
-                if it.running == 0 {
-                    it.batch_share = compute + hold;
-                }
-                it.running += 1;
-                it.held += hold;
-                it.busy_until = it.busy_until.max(finish_at);
-                it.last_used = now;
+                self.change_instance(i, |it| {
+                    if it.running == 0 {
+                        it.batch_share = compute + hold;
+                    }
+                    it.running += 1;
+                    it.held += hold;
+                    it.busy_until = it.busy_until.max(finish_at);
+                    it.last_used = now;
+                });
             }
             out.push(Command::Run {
                 request: q.request,
@@ -428,13 +477,16 @@ impl GpuExecutor {
         let r = self.running.swap_remove(pos);
         self.compute_free += r.compute;
         if let Some(i) = self.find(r.function) {
-            let it = &mut self.instances[i];
-            it.running -= 1;
-            it.last_used = now;
-            if it.running == 0 {
-                self.compute_free += it.held;
-                it.held = 0;
-            }
+            let released = self.change_instance(i, |it| {
+                it.running -= 1;
+                it.last_used = now;
+                if it.running == 0 {
+                    std::mem::take(&mut it.held)
+                } else {
+                    0
+                }
+            });
+            self.compute_free += released;
         }
         Some(r.function)
     }
@@ -510,15 +562,47 @@ impl GpuExecutor {
     pub(crate) fn add_instance(&mut self, inst: Instance) -> usize {
         // Callers make room first (free ≥ mem_mib); never wrap if not.
         self.free_mib = self.free_mib.saturating_sub(inst.mem_mib);
+        self.functions.push(inst.function);
+        let (word, bit) = presence_bit(inst.function);
+        if self.present.len() <= word {
+            self.present.resize(word + 1, 0);
+        }
+        self.present[word] |= bit;
+        for (sum, mib) in self.idle_mib.iter_mut().zip(idle_mib(&inst)) {
+            *sum = sum.saturating_add(mib);
+        }
         self.instances.push(inst);
         self.instances.len() - 1
     }
 
     /// Remove instance `i`, releasing its memory.
     pub(crate) fn remove_instance(&mut self, i: usize) -> Instance {
+        let function = self.functions.swap_remove(i);
+        if !self.functions.contains(&function) {
+            let (word, bit) = presence_bit(function);
+            self.present[word] &= !bit;
+        }
         let inst = self.instances.swap_remove(i);
+        for (sum, mib) in self.idle_mib.iter_mut().zip(idle_mib(&inst)) {
+            *sum = sum.saturating_sub(mib);
+        }
         self.free_mib = self.free_mib.saturating_add(inst.mem_mib);
         inst
+    }
+}
+
+/// The word of [`GpuExecutor::present`] that holds `function`'s bit, and the bit.
+fn presence_bit(function: FunctionId) -> (usize, u64) {
+    ((function.0 / 64) as usize, 1 << (function.0 % 64))
+}
+
+/// The memory `inst` adds to [`GpuExecutor::idle_mib`]: all of it to both
+/// sums when idle, the second only for a swappable tier.
+fn idle_mib(inst: &Instance) -> [Mib; 2] {
+    match (inst.idle(), inst.tier.swappable()) {
+        (false, _) => [0, 0],
+        (true, false) => [inst.mem_mib, 0],
+        (true, true) => [inst.mem_mib, inst.mem_mib],
     }
 }
 

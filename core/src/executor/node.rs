@@ -839,17 +839,24 @@ impl NodeExecutor {
                     gpu: g.index,
                 }
             };
+            // Keep the smaller of the best so far and `choice`, the
+            // earlier on a tie (as `Ord::min`), without rewriting it.
+            let keep_min = |best: &mut Option<Choice>| {
+                if best.is_none_or(|b| choice < b) {
+                    *best = Some(choice);
+                }
+            };
             if !allowed {
-                best_other = Some(best_other.map_or(choice, |b| b.min(choice)));
+                keep_min(&mut best_other);
                 continue;
             }
             if choice.load {
-                best_load = Some(best_load.map_or(choice, |b| b.min(choice)));
+                keep_min(&mut best_load);
             }
             if prefer_resident && !choice.load && choice.finish <= deadline {
-                best_resident = Some(best_resident.map_or(choice, |b| b.min(choice)));
+                keep_min(&mut best_resident);
             }
-            best = Some(best.map_or(choice, |b| b.min(choice)));
+            keep_min(&mut best);
         }
         let chosen = best_resident.or(best);
         if let Some(other) = best_other {
@@ -1312,8 +1319,10 @@ impl NodeExecutor {
         };
         if let Some(i) = g.find(function) {
             if !g.instances[i].loaded {
-                g.instances[i].loaded = true;
-                g.instances[i].last_used = now;
+                g.change_instance(i, |it| {
+                    it.loaded = true;
+                    it.last_used = now;
+                });
                 if let Some(f) = self.functions[function.0 as usize].as_mut() {
                     f.loading -= 1;
                 }
