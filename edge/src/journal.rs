@@ -1,17 +1,22 @@
 //! The agent's usage journal: metered usage, durable before it is sent.
 //!
-//! Every usage record the agent meters is appended here and flushed to disk
-//! (sled `flush`: its log written and synced) before anything is sent to the region. Each
-//! record gets the agent's next sequence number; `(agent, seq)` is what the
-//! region's state machine dedupes on (`gshare_core::state`, "Usage: exactly
-//! once"), so a batch sent twice, or re-sent after a crash, is applied once.
+//! Every usage record the agent meters is appended here and is durable when
+//! the append returns: written through the journal's write-ahead log
+//! ([`crate::wal`]: one `O_DIRECT` write per append), then put into sled
+//! unflushed; or, without the log (`[metering] journal_sync = "sled"`, a
+//! file system without `O_DIRECT`, an append too large for the log), put
+//! into sled and flushed (its log written and synced). Each record gets the
+//! agent's next sequence number; `(agent, seq)` is what the region's state
+//! machine dedupes on (`gshare_core::state`, "Usage: exactly once"), so a
+//! batch sent twice, or re-sent after a crash, is applied once.
 //!
 //! ```text
-//!   meter ─▶ append(records) ─▶ seq = next_seq.. ─▶ one insert | atomic batch ─▶ flush ─▶ Ok(seqs)
-//!                                                                                     │
-//!   RegionLink ◀─ batch_after(sent, max) ◀─ records in seq order ◀────────────────────┘
+//!   meter ─▶ append(records) ─▶ seq = next_seq.. ─▶ log entry (O_DIRECT) ─▶ durable ─▶ sled (unflushed) ─▶ Ok(seqs)
+//!                                                                                                     │
+//!   RegionLink ◀─ batch_after(sent, max) ◀─ records in seq order ◀─────────────────────────────────────┘
 //!        │ UsageBatch { agent, records }  ──▶ region applies once per (agent, seq)
 //!        └ acknowledged ─▶ ack(&batch) ─▶ records removed, flushed
+//!   open ─▶ log entries sled lacks (after m:wal_applied) applied ─▶ checkpoint (sled flushed, new epoch)
 //! ```
 //!
 //! Layout: one sled tree `usage`. Keys `r` ‖ seq (u64 big-endian) hold a
@@ -21,9 +26,11 @@
 //! found applied on reconcile), and `m:next_seq` (u64 big-endian) a number
 //! above every one handed out when records were last removed.
 //!
-//! What an append writes is only its records (and keyed outcomes): a group
-//! of one record is a single sled insert (one log write), a larger group or
-//! one with keyed outcomes one atomic batch. Removals (ack, reconcile) take
+//! What an append writes is only its records (and keyed outcomes), and,
+//! through the log, `m:wal_epoch` / `m:wal_applied` (the log's epoch and
+//! where its entries applied to the tree end; see [`crate::wal`]). Without
+//! the log a group of one record is a single sled insert (one log write), a
+//! larger group or one with keyed outcomes one atomic batch. Removals (ack, reconcile) take
 //! records out, add them to `t` ‖ tenant and write `m:next_seq` in one
 //! atomic batch, so a record is counted in the stored totals exactly when it
 //! is no longer held. On open the journal sums the held records: the
@@ -41,7 +48,8 @@
 //! big-endian) ‖ tenant ‖ 0 ‖ key indexes it by age. Appends remove keys
 //! older than the key window (agent config `invoke_key_window_s`).
 //!
-//! Guarantees: a record whose `append` returned is on disk; records come
+//! Guarantees: a record whose `append` returned is on disk (on the device;
+//! with `journal_sync = "dsync"` past its volatile cache too); records come
 //! back from [`UsageJournal::batch_after`] in sequence order until they are
 //! acknowledged, across drops, restarts and `kill -9`, and only once they
 //! are on disk (an append still flushing is not sent: were it applied by

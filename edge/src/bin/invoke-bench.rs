@@ -64,6 +64,11 @@ struct Args {
     /// Where the metered agent's journal goes (default: a fresh temp dir).
     #[arg(long)]
     journal_dir: Option<std::path::PathBuf>,
+    /// With `--metering`: how the journal makes an append durable, as the
+    /// agent's `[metering] journal_sync`: `direct` (its log, O_DIRECT),
+    /// `dsync` (its log, O_DIRECT | O_DSYNC) or `sled` (no log: sled's flush).
+    #[arg(long, default_value = "direct", value_parser = ["direct", "dsync", "sled"])]
+    journal_sync: String,
     /// Also measure the ingress over HTTPS: the CA the clients trust.
     #[arg(long, requires_all = ["https_cert", "https_key"])]
     https_ca: Option<std::path::PathBuf>,
@@ -351,11 +356,21 @@ fn main() -> anyhow::Result<()> {
             true,
         ),
     };
+    let sync = match args.journal_sync.as_str() {
+        "dsync" => gshare_core::config::JournalSync::Dsync,
+        "sled" => gshare_core::config::JournalSync::Sled,
+        _ => gshare_core::config::JournalSync::Direct,
+    };
     let journal = Arc::new(
-        UsageJournal::open(&dir, gshare_core::state::AgentId("bench-node".into()))
+        UsageJournal::open_with(&dir, gshare_core::state::AgentId("bench-node".into()), sync)
             .with_context(|| format!("journal in {}", dir.display()))?,
     );
-    println!("with usage journal in {}:", dir.display());
+    println!(
+        "with usage journal in {} (journal_sync {}, write-ahead log: {}):",
+        dir.display(),
+        args.journal_sync,
+        if journal.logged() { "yes" } else { "no" }
+    );
     let metered = measure(&args, Some(journal.clone()), None)?;
     let s = journal.status();
     println!(
