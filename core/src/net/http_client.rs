@@ -40,7 +40,8 @@ mod request_body;
 pub use connect::ConnectError;
 pub use hyper::body::{Bytes, Incoming};
 pub use request_body::{
-    announced_len, pass_body_on, BodyCut, BodyPart, CollectError, RequestBody, Upload,
+    announced_len, pass_body_on, read_whole, BodyCut, BodyLimits, BodyPart, BodyStop, CollectError,
+    RequestBody, Upload, WHOLE_BODY,
 };
 
 use connect::Connector;
