@@ -28,6 +28,7 @@
 //! | 404 | `unknown_function` |
 //! | 404 | `unknown_route` (no route for this path and method) |
 //! | 413 | `body_too_large` (over the config's `max_request_bytes`, after the token check: an announced length at once; a chunked body once its running count passes it, when that aborted the call) |
+//! | 408 | `body_timeout` (no bytes of the request body for the config's `body_idle_timeout_ms`: the upload was cut, which aborted the call) |
 //! | 400 | `bad_request` (the request body broke off, which aborted the call) |
 //! | 429 | `over_capacity` |
 //! | 502 | `instance_failed` (the runtime failed, its reply was over the cap, or on the plain route the function answered non-2xx) |
@@ -50,8 +51,10 @@ use gshare_core::http_surface::{
     ErrorBody, ERROR_HEADER,
 };
 use gshare_core::model::TenantId;
-use gshare_core::net::http_client::{announced_len, pass_body_on, Upload};
-use gshare_core::protocol::{InvokeError, InvokeOutcome, DEFAULT_MAX_REQUEST_BYTES};
+use gshare_core::net::http_client::{
+    announced_len, pass_body_on, read_whole, BodyLimits, BodyStop, Upload, WHOLE_BODY,
+};
+use gshare_core::protocol::{InvokeError, InvokeOutcome};
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -64,10 +67,6 @@ pub const DEADLINE_HEADER: &str = "x-gshare-deadline-ms";
 pub const KEY_HEADER: &str = "idempotency-key";
 /// Header marking the stored answer of a repeated key (`1`, or `truncated`).
 pub use gshare_core::http_surface::REPLAYED_HEADER;
-/// The largest request body the ingress accepts (the config's
-/// `max_request_bytes`; [`DEFAULT_MAX_REQUEST_BYTES`] when not given).
-#[derive(Debug, Clone, Copy)]
-pub struct RequestCap(pub usize);
 
 /// An error answer in the one shape; `retryable` from the status.
 fn error(status: u16, code: &str, message: &str) -> HttpResponse {
@@ -117,24 +116,10 @@ fn bearer(req: &HttpRequest) -> Result<&str, Box<HttpResponse>> {
 /// client is read only as fast as the function takes them).
 const BODY_PARTS: usize = 16;
 
-/// The ingress's request cap ([`RequestCap`]).
-fn request_cap(req: &HttpRequest) -> usize {
-    req.app_data::<RequestCap>()
-        .map_or(DEFAULT_MAX_REQUEST_BYTES, |c| c.0)
-}
-
-/// The `413 body_too_large` answer (`passed`: bytes already passed to the
-/// function when the running count went over).
-fn too_large(cap: usize, passed: u64) -> HttpResponse {
-    let message = if passed == 0 {
-        format!("request body over {cap} bytes (max_request_bytes)")
-    } else {
-        format!(
-            "request body over {cap} bytes (max_request_bytes): the call was aborted \
-             after {passed} bytes of it had been passed to the function"
-        )
-    };
-    error(413, "body_too_large", &message)
+/// The ingress's request body limits (the config's `max_request_bytes`
+/// and `body_idle_timeout_ms`; their defaults when not given).
+fn body_limits(req: &HttpRequest) -> BodyLimits {
+    req.app_data::<BodyLimits>().copied().unwrap_or_default()
 }
 
 /// The length the request's body announces (`Content-Length`; `None`:
@@ -152,23 +137,18 @@ fn announced(req: &HttpRequest) -> Option<u64> {
 /// The request body as a stream the function reads as it arrives (with
 /// its announced length `len`, which the function gets as its
 /// `Content-Length`; a chunked upload reaches it chunked): a task on this
-/// worker passes the client's chunks on, counting them against `cap` (a
-/// body over it is cut there: the function's call is aborted), and stops
-/// when the function no longer takes them. Nothing is buffered beyond
-/// [`BODY_PARTS`] chunks.
+/// worker passes the client's chunks on within `limits` (a body over the
+/// cap, or one that pauses past the idle timeout, is cut there: the
+/// function's call is aborted), and stops when the function no longer
+/// takes them. Nothing is buffered beyond [`BODY_PARTS`] chunks.
 fn stream_body(
     payload: web::Payload,
     len: Option<u64>,
-    cap: usize,
+    limits: BodyLimits,
 ) -> (RequestBody, Rc<Cell<Upload>>) {
-    if len == Some(0) {
-        // No body (a GET, or an empty POST): sent whole, not as a stream
-        // of nothing.
-        return (RequestBody::default(), Rc::new(Cell::new(Upload::Whole)));
-    }
     let (tx, body) = RequestBody::channel(BODY_PARTS, len);
     let upload = Rc::new(Cell::new(Upload::Reading));
-    let passing = pass_body_on(payload, tx, cap, upload.clone());
+    let passing = pass_body_on(payload, tx, limits, upload.clone());
     actix_web::rt::spawn(async move {
         if let Some(e) = passing.await {
             tracing::debug!("request body broke off: {e}");
@@ -302,6 +282,33 @@ impl actix_web::body::MessageBody for StreamedBody {
     }
 }
 
+/// The answer to a call whose request body stopped so (core's
+/// [`BodyStop::refusal`], a replica's too), closing the connection: the
+/// rest of the client's body was not read, so its framing is lost (actix
+/// still discards the rest of a chunked one as it comes before it closes).
+fn body_stopped(stop: BodyStop, limits: &BodyLimits) -> HttpResponse {
+    let mut r = failed(&stop.refusal(limits));
+    r.head_mut()
+        .set_connection_type(actix_web::http::ConnectionType::Close);
+    r
+}
+
+/// The answer to a request whose body `stop`ped before any call,
+/// once `check` found its token valid: only a caller with a valid token
+/// learns more than that its token is refused.
+async fn refused(
+    agent: &Addr<NodeAgent>,
+    check: CheckToken,
+    stop: BodyStop,
+    limits: BodyLimits,
+) -> HttpResponse {
+    match agent.send(check).await {
+        Ok(true) => body_stopped(stop, &limits),
+        Ok(false) => error(401, "unauthorized", "token not valid for this tenant"),
+        Err(_) => failed(&InvokeError::ShuttingDown),
+    }
+}
+
 /// Checks the token and headers, reads the body and runs the invocation
 /// (`http`: the transparent route's request).
 async fn run(
@@ -347,24 +354,35 @@ async fn run(
         },
     };
     let (tenant, digest) = (TenantId(tenant), token_digest(token));
-    let cap = request_cap(&req);
+    let limits = body_limits(&req);
     let len = announced(&req);
-    if len.is_some_and(|n| usize::try_from(n).map_or(true, |n| n > cap)) {
-        // Only a caller with a valid token learns more than that its token
-        // is refused.
+    let refuse = |stop: BodyStop| {
         let check = CheckToken {
-            tenant,
+            tenant: tenant.clone(),
             digest: digest.clone(),
         };
-        return match agent.send(check).await {
-            Ok(true) => too_large(cap, 0),
-            Ok(false) => error(401, "unauthorized", "token not valid for this tenant"),
-            Err(_) => failed(&InvokeError::ShuttingDown),
-        };
-    }
-    // The body streams to the function as it arrives (read only once the
-    // agent admitted the call: it checks the token first).
-    let (body, upload) = stream_body(payload, len, cap);
+        refused(&agent, check, stop, limits)
+    };
+    let (body, upload) = match len {
+        Some(n) if usize::try_from(n).map_or(true, |n| n > limits.max_bytes) => {
+            return refuse(BodyStop::OverCap { passed: 0 }).await;
+        }
+        // No body (a GET, or an empty POST): sent whole, not as a stream
+        // of nothing.
+        Some(0) => (RequestBody::default(), None),
+        // A small body is read whole (no channel, no task): the common
+        // request.
+        Some(n) if n <= WHOLE_BODY as u64 => match read_whole(payload, limits).await {
+            Ok(b) => (RequestBody::whole(b), None),
+            Err(stop) => return refuse(stop).await,
+        },
+        // Any other streams to the function as it arrives (the token is
+        // checked when the agent admits the call).
+        _ => {
+            let (body, upload) = stream_body(payload, len, limits);
+            (body, Some(upload))
+        }
+    };
     let msg = Invoke {
         tenant,
         function,
@@ -377,16 +395,8 @@ async fn run(
     let answered = ask(&agent, msg, http).await;
     // A call that failed because its body was cut says why.
     if let Answered::Whole(_, InvokeOutcome::Failed(_)) = &answered {
-        match upload.get() {
-            Upload::OverCap { passed } => return too_large(cap, passed),
-            Upload::Broken => {
-                return error(
-                    400,
-                    "bad_request",
-                    "the request body broke off before its end; the call was aborted",
-                )
-            }
-            Upload::Reading | Upload::Whole => {}
+        if let Some(Upload::Stopped(stop)) = upload.map(|u| u.get()) {
+            return body_stopped(stop, &limits);
         }
     }
     match answered {
@@ -609,20 +619,20 @@ pub fn serve_tls(
         workers,
         journal,
         tls,
-        (LinkHealth::default(), RequestCap(DEFAULT_MAX_REQUEST_BYTES)),
+        (LinkHealth::default(), BodyLimits::default()),
     )
 }
 
 /// [`serve_tls`] on a listener already bound (so that a taken port is
 /// found before anything starts); `/healthz` and `/metrics` show `link`'s
-/// TLS handshake failures; request bodies over `cap` are refused.
+/// TLS handshake failures; request bodies are taken within `limits`.
 pub fn serve_listener(
     listener: std::net::TcpListener,
     agent: Addr<NodeAgent>,
     workers: usize,
     journal: Option<Arc<UsageJournal>>,
     tls: Option<rustls::ServerConfig>,
-    (link, cap): (LinkHealth, RequestCap),
+    (link, limits): (LinkHealth, BodyLimits),
 ) -> std::io::Result<actix_web::dev::Server> {
     let view = JournalView(journal);
     let server = HttpServer::new(move || {
@@ -630,7 +640,7 @@ pub fn serve_listener(
             .app_data(web::Data::new(agent.clone()))
             .app_data(web::Data::new(view.clone()))
             .app_data(web::Data::new(link.clone()))
-            .app_data(cap)
+            .app_data(limits)
             .route("/v1/invoke/{tenant}/{name}", web::post().to(invoke))
             .route(
                 "/v1/invoke/{tenant}/{name}/{path:.*}",

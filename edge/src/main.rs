@@ -193,7 +193,10 @@ fn run(
             ingress_tls,
             (
                 health.clone(),
-                ingress::RequestCap(config.max_request_bytes),
+                gshare_core::net::http_client::BodyLimits {
+                    max_bytes: config.max_request_bytes,
+                    idle: std::time::Duration::from_millis(config.body_idle_timeout_ms),
+                },
             ),
         )
         .with_context(|| format!("serving ingress {}", config.ingress_addr))?;

@@ -46,13 +46,16 @@ use crate::tls::client_config;
 use crate::wire::{read_frame, write_frame, write_frame_more, WireError, BAD_FRAME};
 use actix::{Actor, Addr, AsyncContext, Context, WrapFuture};
 use gshare_core::config::AgentConfig;
+use gshare_core::net::http_client::{BodyLimits, BodyStop};
 use gshare_core::protocol::{
     AgentCounters, AgentMessage, AgentMessageV1, Heartbeat, HostCopy, InvokeError, InvokeOutcome,
     InvokeReply, NodeGpu, RegionMessage, RegionMessageV1, Register, ReplyHead, MAX_BODY_CHUNK,
 };
 use gshare_core::state::AgentId;
+use std::cell::Cell;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -604,22 +607,31 @@ const BODY_PARTS: usize = 16;
 /// frame, another id, a chunk over [`MAX_BODY_CHUNK`] or a body over
 /// `cap` stops this stream; a stream that ends before `InvokeBodyEnd`
 /// cuts the body too (`tx` dropped without [`BodyPart::End`]: the call is
-/// aborted). Ends early when the function no longer takes the body.
+/// aborted). A body over `cap` is recorded in `over` (how much had been
+/// passed on), so the call's failure is answered `413 body_too_large`.
+/// Ends early when the function no longer takes the body.
 async fn receive_body(
     conn: quinn::Connection,
     mut recv: quinn::RecvStream,
     id: u64,
     (first, len, cap): (Vec<u8>, Option<u64>, usize),
-    tx: tokio::sync::mpsc::Sender<BodyPart>,
+    (tx, over): (
+        tokio::sync::mpsc::Sender<BodyPart>,
+        Rc<Cell<Option<BodyStop>>>,
+    ),
 ) {
     let mut total = first.len();
-    if !first.is_empty() && tx.send(BodyPart::Data(first.into())).await.is_err() {
-        return;
-    }
     let refuse = |recv: &mut quinn::RecvStream, why: String| {
         tracing::warn!(id, "streamed request body refused: {why}");
         let _ = recv.stop(BAD_FRAME.into());
     };
+    if first.len() > cap {
+        over.set(Some(BodyStop::OverCap { passed: 0 }));
+        return refuse(&mut recv, format!("over max_request_bytes ({cap})"));
+    }
+    if !first.is_empty() && tx.send(BodyPart::Data(first.into())).await.is_err() {
+        return;
+    }
     loop {
         let frame = tokio::select! {
             f = read_frame::<RegionMessage>(&mut recv) => f,
@@ -642,6 +654,9 @@ async fn receive_body(
                     return refuse(&mut recv, format!("a chunk of {} bytes", data.len()));
                 }
                 if data.len() > cap.saturating_sub(total) {
+                    over.set(Some(BodyStop::OverCap {
+                        passed: total as u64,
+                    }));
                     return refuse(&mut recv, format!("over max_request_bytes ({cap})"));
                 }
                 total = total.saturating_add(data.len());
@@ -724,12 +739,15 @@ async fn invokes(
                 continue;
             }
         };
+        // Set when a streamed body passes this agent's cap.
+        let over: Rc<Cell<Option<BodyStop>>> = Rc::new(Cell::new(None));
         let body = match streamed {
             None => RequestBody::from(std::mem::take(&mut req.body)),
             Some(len) => {
                 let (tx, body) = RequestBody::channel(BODY_PARTS, len);
                 let first = (std::mem::take(&mut req.body), len, max_request_bytes);
-                actix_rt::spawn(receive_body(conn.clone(), recv, req.id, first, tx));
+                let over = (tx, over.clone());
+                actix_rt::spawn(receive_body(conn.clone(), recv, req.id, first, over));
                 body
             }
         };
@@ -750,7 +768,19 @@ async fn invokes(
                     let _ = stream_reply(&mut send, id, head, chunks).await;
                     return;
                 }
-                Answered::Whole(head, outcome) => (head, outcome),
+                Answered::Whole(head, outcome) => match (outcome, over.get()) {
+                    // A call that failed because its body passed this
+                    // agent's cap says so: a definite refusal the replica
+                    // passes on (its own cap may be higher).
+                    (InvokeOutcome::Failed(_), Some(stop)) => {
+                        let limits = BodyLimits {
+                            max_bytes: max_request_bytes,
+                            ..BodyLimits::default()
+                        };
+                        (None, InvokeOutcome::Failed(stop.refusal(&limits)))
+                    }
+                    (outcome, _) => (head, outcome),
+                },
                 // Not asked: a forwarded invocation carries no token.
                 Answered::Unauthorized => (
                     None,

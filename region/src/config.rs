@@ -113,6 +113,9 @@ pub struct ReplicaConfig {
     pub autoscale: gshare_core::autoscale::Params,
     /// `max_request_bytes`: the largest invocation request body accepted.
     pub max_request_bytes: usize,
+    /// `body_idle_timeout_ms`: the longest pause of a request body before
+    /// its upload is cut.
+    pub body_idle_timeout_ms: u64,
 }
 
 pub use gshare_core::config::{ConfigError, DEFAULT_KEEP_LOGS, DEFAULT_SNAPSHOT_EVERY};
@@ -231,6 +234,7 @@ impl ReplicaConfig {
             liveness: f.liveness,
             autoscale: f.autoscale,
             max_request_bytes: f.max_request_bytes,
+            body_idle_timeout_ms: f.body_idle_timeout_ms,
         })
     }
 }

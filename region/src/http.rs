@@ -40,8 +40,9 @@ pub struct HttpContext {
     /// TLS for invocations forwarded to peer replicas: set when this
     /// replica serves HTTPS (`[http_tls]`), `None` for plain HTTP.
     pub forward_tls: Option<std::sync::Arc<rustls::ClientConfig>>,
-    /// The largest invocation request body accepted (`max_request_bytes`).
-    pub max_request_bytes: usize,
+    /// What an invocation's request body may be: its size
+    /// (`max_request_bytes`) and its pauses (`body_idle_timeout_ms`).
+    pub body_limits: gshare_core::net::http_client::BodyLimits,
 }
 
 /// One member in [`ClusterStatus`].

@@ -171,7 +171,10 @@ async fn run(config: ReplicaConfig, init: bool, format: LogFormat) -> anyhow::Re
             config.topology.clone(),
         ))),
         forward_tls,
-        max_request_bytes: config.max_request_bytes,
+        body_limits: gshare_core::net::http_client::BodyLimits {
+            max_bytes: config.max_request_bytes,
+            idle: std::time::Duration::from_millis(config.body_idle_timeout_ms),
+        },
     };
     let server = http::server(ctx, config.http_addr, 2, server_tls)?;
     let handle = server.handle();

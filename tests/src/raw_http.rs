@@ -35,8 +35,58 @@ pub fn raw_request(
         s.read_to_end(&mut raw)?;
         Ok(raw)
     };
-    let raw = answer().unwrap_or_default();
-    let text = String::from_utf8_lossy(&raw).into_owned();
+    reply_of(&answer().unwrap_or_default())
+}
+
+/// Sends `parts` to `addr` one after the other with `pause` between them
+/// (a request, head and body, that comes in pieces; a client that sends
+/// part of its body and then stalls when the last part is not its end)
+/// and reads the answer until the server closes the connection (or 30 s
+/// pass). Status 0 when no HTTP answer came.
+pub fn paced(addr: SocketAddr, parts: &[&[u8]], pause: Duration) -> HttpReply {
+    let answer = || -> std::io::Result<Vec<u8>> {
+        let mut s = TcpStream::connect(addr)?;
+        s.set_read_timeout(Some(Duration::from_secs(30)))?;
+        for (i, part) in parts.iter().enumerate() {
+            if i > 0 {
+                std::thread::sleep(pause);
+            }
+            // The server may answer (and close) before the last part.
+            if s.write_all(part).is_err() {
+                break;
+            }
+        }
+        let mut raw = Vec::new();
+        let mut chunk = [0u8; 4096];
+        // Until an answer with a length is complete (a server may keep
+        // reading, to discard it, the rest of a body it refused), or the
+        // server closes.
+        while !complete(&raw) {
+            match s.read(&mut chunk) {
+                Ok(n @ 1..) => raw.extend_from_slice(&chunk[..n]),
+                _ => break,
+            }
+        }
+        Ok(raw)
+    };
+    reply_of(&answer().unwrap_or_default())
+}
+
+/// Whether `raw` holds a whole answer whose head gives its length.
+fn complete(raw: &[u8]) -> bool {
+    let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return false;
+    };
+    let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+    head.lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .is_some_and(|len| raw.len() >= end + 4 + len)
+}
+
+/// An HTTP/1.1 answer as read off the wire (status 0 when none).
+fn reply_of(raw: &[u8]) -> HttpReply {
+    let text = String::from_utf8_lossy(raw).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let mut lines = head.split("\r\n");
     let status = lines

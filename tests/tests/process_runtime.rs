@@ -1027,3 +1027,98 @@ async fn a_request_body_streams_to_the_function_as_it_arrives() {
         "{raw}"
     );
 }
+
+/// Request bodies of every shape at the agent's ingress
+/// (`body_idle_timeout_ms = 1000` here):
+/// - a chunked upload on a GET reaches the function chunked, whole (hyper
+///   alone would send a GET of unknown length without its body);
+/// - a small body with a `Content-Length` is read whole before the call:
+///   sent in two writes 300 ms apart, the function reads it in one piece;
+/// - an upload that stalls is cut at the idle timeout: the call is aborted
+///   and the client gets `408 body_timeout` (the bound below is a hang
+///   guard, generous on purpose, not a timing assert).
+#[actix_rt::test]
+async fn a_chunked_get_arrives_a_small_body_comes_whole_and_a_stalled_upload_is_cut() {
+    use gshare_tests::raw_http::paced;
+    let ca = new_ca();
+    let mut region = fake_region(&ca);
+    let dir = tempfile::tempdir().unwrap();
+    let (_agent, ingress, conn) = start_edited(dir.path(), &ca, &mut region, |c| {
+        format!("body_idle_timeout_ms = 1000\n{c}")
+    })
+    .await;
+    assign(&conn, 1, &[echo_spec(), upload_spec()]).await;
+    first_echo(ingress).await;
+    let path = "/v1/invoke/acme/upload/in";
+    let send = |parts: Vec<String>, pause_ms: u64| {
+        tokio::task::spawn_blocking(move || {
+            let parts: Vec<&[u8]> = parts.iter().map(|p| p.as_bytes()).collect();
+            paced(ingress, &parts, Duration::from_millis(pause_ms))
+        })
+    };
+    let head = |method: &str, framing: &str| {
+        format!(
+            "{method} {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\
+             {framing}\r\nConnection: close\r\n\r\n"
+        )
+    };
+
+    // A chunked GET (the process may still be starting: the first answer
+    // may be a 5xx).
+    let until = Instant::now() + Duration::from_secs(30);
+    let get = loop {
+        let parts = vec![
+            head("GET", "Transfer-Encoding: chunked"),
+            "3\r\nhel\r\n".to_string(),
+            "2\r\nlo\r\n0\r\n\r\n".to_string(),
+        ];
+        let r = send(parts, 100).await.unwrap();
+        if r.status == 200 || Instant::now() > until {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(get.status, 200, "{get:?}");
+    assert!(
+        get.body.contains("framing chunked") && get.body.contains("done 5\n"),
+        "{get:?}"
+    );
+
+    // A small body with its length, in two writes: read whole first.
+    let parts = vec![
+        format!("{}hel", head("POST", "Content-Length: 5")),
+        "lo".to_string(),
+    ];
+    let small = send(parts, 300).await.unwrap();
+    assert_eq!(small.status, 200, "{small:?}");
+    assert!(
+        small.body.contains("framing length")
+            && small.body.contains("got 5\n")
+            && !small.body.contains("got 3\n")
+            && small.body.contains("done 5\n"),
+        "{small:?}"
+    );
+
+    // Part of a chunked body, then nothing: cut at the idle timeout.
+    let started = Instant::now();
+    let parts = vec![format!(
+        "{}3\r\nabc\r\n",
+        head(
+            "POST",
+            "X-Reply-After-Body: 1\r\nTransfer-Encoding: chunked"
+        )
+    )];
+    let stalled = send(parts, 0).await.unwrap();
+    let took = started.elapsed();
+    gshare_tests::raw_http::assert_error(&stalled, 408, "body_timeout", false);
+    assert!(
+        stalled.body.contains("1000 ms") && stalled.body.contains("after 3 bytes"),
+        "{stalled:?}"
+    );
+    assert!(took < Duration::from_secs(20), "answered after {took:?}");
+
+    // A small body that stalls is cut the same way (nothing ran).
+    let parts = vec![format!("{}hel", head("POST", "Content-Length: 5"))];
+    let stalled = send(parts, 0).await.unwrap();
+    gshare_tests::raw_http::assert_error(&stalled, 408, "body_timeout", false);
+}

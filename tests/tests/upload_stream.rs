@@ -11,6 +11,10 @@
 //!   announced over it is refused at once; a chunked body that passes it
 //!   aborts the call, and the answer (`413 body_too_large`) says how much
 //!   had been passed on.
+//! - An agent whose cap is below the replica's answers a body between the
+//!   two `413 body_too_large` too (its cap, how much it had passed on),
+//!   and the replica passes that on; an upload that stalls past the
+//!   replica's `body_idle_timeout_ms` is `408 body_timeout`.
 
 use gshare_tests::openai::header;
 use gshare_tests::raw_http::upload_in_two_parts;
@@ -52,15 +56,21 @@ fn two_writes(addr: SocketAddr, head: &str, rest: &str) -> (u16, Vec<(String, St
     (status, headers, body.to_string())
 }
 
-#[test]
-fn a_request_body_streams_through_a_replica_to_the_function() {
-    let cap = "max_request_bytes = 4096\n";
-    let mut region = TestRegion::with_config(3, cap).expect("region");
-    for id in 1..=3 {
+/// A region of `replicas` replicas (each with `replica_config`) and an
+/// agent (with `agent_config`) linked to replica 1, running the upload
+/// function as `acme/upload`: the region, the tenant's token and the agent.
+fn region_with_upload(
+    replicas: u64,
+    replica_config: &str,
+    agent_config: &str,
+) -> (TestRegion, String, AgentProcess) {
+    let mut region = TestRegion::with_config(replicas, replica_config).expect("region");
+    let ids: Vec<u64> = (1..=replicas).collect();
+    for &id in &ids {
         region.start(id, id == 1).expect("start");
     }
     region
-        .wait_leader(&[1, 2, 3], Duration::from_secs(15))
+        .wait_leader(&ids, Duration::from_secs(15))
         .expect("leader");
     let http = region.http(1);
     let r = until("token", 30, || {
@@ -110,8 +120,16 @@ stop_grace_s = 5
         .sim_agent_config_via(node, &quic, "center", "center", 2, &extra)
         .expect("agent config");
     let text = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(&config, format!("{cap}{text}")).unwrap();
-    let _agent = AgentProcess::start(&config);
+    std::fs::write(&config, format!("{agent_config}{text}")).unwrap();
+    let agent = AgentProcess::start(&config);
+    (region, acme, agent)
+}
+
+#[test]
+fn a_request_body_streams_through_a_replica_to_the_function() {
+    let cap = "max_request_bytes = 4096\n";
+    let (region, acme, _agent) = region_with_upload(3, cap, cap);
+    let http = region.http(1);
 
     // Through replica 1 (QUIC to the agent), then replica 2 (HTTP to
     // replica 1): part 1 is acknowledged before part 2 is sent.
@@ -190,6 +208,82 @@ stop_grace_s = 5
         message.contains("the call was aborted after") && message.contains("passed on"),
         "{message}"
     );
+}
+
+/// An agent whose `max_request_bytes` (4 KiB) is below the replica's (8
+/// KiB): a body streamed through the replica that passes the agent's cap
+/// but not the replica's is a definite `413 body_too_large` naming the
+/// agent's cap and how much had been passed on (it was `502
+/// instance_failed`). And a client that sends part of a chunked body
+/// through the replica and then stalls is cut at the replica's
+/// `body_idle_timeout_ms` (1 s here): `408 body_timeout` (the bound is a
+/// hang guard, not a timing assert).
+#[test]
+fn an_agent_cap_below_the_replicas_is_a_413_and_a_stalled_upload_a_408() {
+    let (region, acme, _agent) = region_with_upload(
+        1,
+        "max_request_bytes = 8192\nbody_idle_timeout_ms = 1000\n",
+        "max_request_bytes = 4096\n",
+    );
+    let http = region.http(1);
+    until("an upload through the replica", 60, || {
+        let (_, raw) = upload_in_two_parts(http, PATH, &acme, b"hello", b"world!!");
+        if !raw.starts_with("HTTP/1.1 200") {
+            eprintln!("not yet: {raw}");
+            std::thread::sleep(Duration::from_millis(200));
+            return None;
+        }
+        Some(())
+    });
+    let head = |framing: &str| {
+        format!(
+            "POST {PATH} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {acme}\r\n\
+             X-Reply-After-Body: 1\r\n{framing}\r\nConnection: close\r\n\r\n"
+        )
+    };
+    // 3 KiB, then 2 KiB: over the agent's cap, within the replica's.
+    let (status, headers, body) = two_writes(
+        http,
+        &format!(
+            "{}c00\r\n{}\r\n",
+            head("Transfer-Encoding: chunked"),
+            "a".repeat(3072)
+        ),
+        &format!("800\r\n{}\r\n0\r\n\r\n", "b".repeat(2048)),
+    );
+    assert_eq!(status, 413, "{headers:?} {body}");
+    assert_eq!(header(&headers, "x-gshare-error"), Some("body_too_large"));
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("over 4096 bytes")
+            && message.contains("the call was aborted after")
+            && message.contains("passed on to the function"),
+        "{message}"
+    );
+    // Within both caps, the same upload goes through.
+    let (status, _, body) = two_writes(
+        http,
+        &format!(
+            "{}c00\r\n{}\r\n",
+            head("Transfer-Encoding: chunked"),
+            "a".repeat(3072)
+        ),
+        &format!("400\r\n{}\r\n0\r\n\r\n", "b".repeat(1024)),
+    );
+    assert!(status == 200 && body.contains("done 4096\n"), "{body}");
+
+    // Part of a chunked body, then nothing.
+    let started = std::time::Instant::now();
+    let stalled = gshare_tests::raw_http::paced(
+        http,
+        &[format!("{}3\r\nabc\r\n", head("Transfer-Encoding: chunked")).as_bytes()],
+        Duration::ZERO,
+    );
+    let took = started.elapsed();
+    gshare_tests::raw_http::assert_error(&stalled, 408, "body_timeout", false);
+    assert!(stalled.body.contains("after 3 bytes"), "{stalled:?}");
+    assert!(took < Duration::from_secs(20), "answered after {took:?}");
 }
 
 /// A header of a raw answer (`name` lower-case).

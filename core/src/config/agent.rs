@@ -153,6 +153,12 @@ pub struct AgentConfig {
     /// ingress accepts (default
     /// [`crate::protocol::DEFAULT_MAX_REQUEST_BYTES`], 4 MiB; 1 KiB to 7 MiB).
     pub max_request_bytes: usize,
+    /// `body_idle_timeout_ms`: the longest a request body may pause (no
+    /// bytes arriving) before its upload is cut and the call aborted
+    /// (`408 body_timeout`; default
+    /// [`crate::protocol::DEFAULT_BODY_IDLE_TIMEOUT_MS`], 10 s; 100 ms to
+    /// 10 min).
+    pub body_idle_timeout_ms: u64,
 }
 
 impl AgentConfig {
@@ -232,6 +238,27 @@ key = "c.key"
             e.contains("metering.journal_sync: expected \"direct\", \"dsync\" or \"sled\""),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_body_idle_timeout_has_one_default_and_a_checked_range() {
+        let c = AgentConfig::from_toml("a.toml", GOOD).unwrap();
+        assert_eq!(c.body_idle_timeout_ms, 10_000);
+        let set = format!("body_idle_timeout_ms = 250\n{GOOD}");
+        let c = AgentConfig::from_toml("a.toml", &set).unwrap();
+        assert_eq!(c.body_idle_timeout_ms, 250);
+        for bad in [
+            "body_idle_timeout_ms = 99",
+            "body_idle_timeout_ms = 600_001",
+        ] {
+            let e = AgentConfig::from_toml("a.toml", &format!("{bad}\n{GOOD}"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("a.toml:1:24: body_idle_timeout_ms: must be from 100 to 600000"),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -124,6 +124,23 @@ pub(crate) fn max_request_bytes(is: &mut Issues<'_>, t: &mut TableReader<'_, '_>
     check_range(is, &f, lo, hi)
 }
 
+/// `body_idle_timeout_ms` of `t` (the agent's and the replica's config):
+/// the default when absent, else checked against
+/// [`crate::protocol::BODY_IDLE_TIMEOUT_MS_RANGE`].
+pub(crate) fn body_idle_timeout_ms(
+    is: &mut Issues<'_>,
+    t: &mut TableReader<'_, '_>,
+) -> Option<u64> {
+    use crate::protocol::{BODY_IDLE_TIMEOUT_MS_RANGE, DEFAULT_BODY_IDLE_TIMEOUT_MS};
+    let written = t.has("body_idle_timeout_ms");
+    let f: Field<u64> = t.uint(is, "body_idle_timeout_ms", false);
+    if !written {
+        return Some(DEFAULT_BODY_IDLE_TIMEOUT_MS);
+    }
+    let (lo, hi) = BODY_IDLE_TIMEOUT_MS_RANGE;
+    check_range(is, &f, lo, hi)
+}
+
 pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
     let mut is = Issues::new(src);
     let Some(doc) = parse_document(src, &mut is) else {
@@ -140,6 +157,7 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
     let allow_fewer_gpus = root.boolean(&mut is, "allow_fewer_gpus", false);
     let insecure_http = root.boolean(&mut is, "insecure_http", false);
     let max_request_bytes = max_request_bytes(&mut is, &mut root);
+    let body_idle_timeout_ms = body_idle_timeout_ms(&mut is, &mut root);
     // The certificate files the agent opens, for its start-up check.
     let mut files = Vec::new();
     let http_tls = root.table(&mut is, "http_tls", false).map(|mut t| {
@@ -401,11 +419,13 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
         Some(invoke_key_window_s),
         Some(journal_sync),
         Some(max_request_bytes),
+        Some(body_idle_timeout_ms),
     ) = (
         metering_interval,
         invoke_key_window,
         journal_sync,
         max_request_bytes,
+        body_idle_timeout_ms,
     )
     else {
         return Err(is.into_error(file));
@@ -454,6 +474,7 @@ pub fn parse_agent(file: &str, src: &str) -> Result<AgentConfig, ConfigError> {
             files: files.into_iter().filter(|f| !f.path.is_empty()).collect(),
             metrics_token_file,
             max_request_bytes,
+            body_idle_timeout_ms,
         }),
         _ => Err(is.into_error(file)),
     }

@@ -109,6 +109,10 @@ pub struct ReplicaFile {
     /// replica's invoke routes accept (the agent's key, same default and
     /// range: [`crate::protocol::DEFAULT_MAX_REQUEST_BYTES`]).
     pub max_request_bytes: usize,
+    /// `body_idle_timeout_ms`: the longest a request body may pause before
+    /// its upload is cut (the agent's key, same default and range:
+    /// [`crate::protocol::DEFAULT_BODY_IDLE_TIMEOUT_MS`]).
+    pub body_idle_timeout_ms: u64,
 }
 
 /// Longest `autoscale.stable_window_ms`: an autoscaler keeps at most
@@ -206,6 +210,7 @@ fn read(
     let snapshot_every = count(is, &mut root, "snapshot_every", DEFAULT_SNAPSHOT_EVERY, 1);
     let keep_logs = count(is, &mut root, "keep_logs", DEFAULT_KEEP_LOGS, 0);
     let max_request_bytes = super::agent_file::max_request_bytes(is, &mut root);
+    let body_idle_timeout_ms = super::agent_file::body_idle_timeout_ms(is, &mut root);
     let d = crate::state::LivenessRules::default();
     let join_grace_s = bounded(
         is,
@@ -376,6 +381,7 @@ fn read(
         liveness,
         autoscale,
         max_request_bytes: max_request_bytes?,
+        body_idle_timeout_ms: body_idle_timeout_ms?,
     })
 }
 
@@ -640,6 +646,23 @@ mod tests {
             .to_string();
         assert!(
             e.contains("r1.toml:1:21: max_request_bytes: must be from 1024 to 7340032 (got 100)"),
+            "{e}"
+        );
+        let f = ReplicaFile::from_toml("r1.toml", VALID).unwrap();
+        assert_eq!(f.body_idle_timeout_ms, 10_000);
+        let set = format!("body_idle_timeout_ms = 250\n{VALID}");
+        assert_eq!(
+            ReplicaFile::from_toml("r1.toml", &set)
+                .unwrap()
+                .body_idle_timeout_ms,
+            250
+        );
+        let bad = format!("body_idle_timeout_ms = 50\n{VALID}");
+        let e = ReplicaFile::from_toml("r1.toml", &bad)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("r1.toml:1:24: body_idle_timeout_ms: must be from 100 to 600000 (got 50)"),
             "{e}"
         );
     }

@@ -40,7 +40,8 @@ mod request_body;
 pub use connect::ConnectError;
 pub use hyper::body::{Bytes, Incoming};
 pub use request_body::{
-    announced_len, pass_body_on, BodyCut, BodyPart, CollectError, RequestBody, Upload,
+    announced_len, pass_body_on, read_whole, BodyCut, BodyLimits, BodyPart, BodyStop, CollectError,
+    RequestBody, Upload, WHOLE_BODY,
 };
 
 use connect::Connector;
@@ -302,6 +303,16 @@ impl HttpClient {
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
+        let framed = headers.iter().any(|(k, _)| {
+            k.eq_ignore_ascii_case("transfer-encoding") || k.eq_ignore_ascii_case("content-length")
+        });
+        if body.is_streamed() && body.known_len().is_none() && !framed {
+            // hyper sends a GET, HEAD or CONNECT whose body has no known
+            // length without it (`Content-Length: 0` framing) unless the
+            // request names its framing: a streamed body of unknown length
+            // goes chunked whatever the method.
+            req = req.header(hyper::header::TRANSFER_ENCODING, "chunked");
+        }
         let req = req.body(body).map_err(|e| bad(e.to_string()))?;
         let resp = self
             .client
@@ -553,6 +564,102 @@ mod tests {
         assert_eq!((r.status, r.body.as_slice()), (418, &b"no"[..]));
         let fns: Vec<_> = r.headers.iter().filter(|(k, _)| k == "x-fn").collect();
         assert_eq!(fns.len(), 2, "{:?}", r.headers);
+    }
+
+    /// A server that reads one request's head and then its body as its
+    /// framing says (`Content-Length`, chunked, or none) and answers with
+    /// the framing and the body it got.
+    async fn body_echo() -> u16 {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 1024];
+                    let head_end = loop {
+                        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break i + 4;
+                        }
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+                    let chunked = head.contains("transfer-encoding: chunked");
+                    let length = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse::<usize>().ok());
+                    let done = |b: &[u8]| {
+                        let rest = &b[head_end..];
+                        if chunked {
+                            rest.ends_with(b"0\r\n\r\n")
+                        } else {
+                            rest.len() >= length.unwrap_or(0)
+                        }
+                    };
+                    while !done(&buf) {
+                        match s.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let framing = if chunked {
+                        "chunked"
+                    } else if length.is_some() {
+                        "length"
+                    } else {
+                        "none"
+                    };
+                    let rest = String::from_utf8_lossy(&buf[head_end..]).into_owned();
+                    let answer = format!("{framing} {rest}");
+                    let reply = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                        answer.len()
+                    );
+                    let _ = s.write_all(reply.as_bytes()).await;
+                });
+            }
+        });
+        port
+    }
+
+    #[tokio::test]
+    async fn a_streamed_body_of_unknown_length_goes_chunked_whatever_the_method() {
+        // hyper alone sends a GET (HEAD, CONNECT) of unknown length with
+        // no body at all.
+        let port = body_echo().await;
+        let client = HttpClient::new("127.0.0.1", port, None);
+        for method in ["GET", "POST", "DELETE"] {
+            let (tx, body) = RequestBody::channel(4, None);
+            tx.send(BodyPart::Data(Bytes::from_static(b"hello")))
+                .await
+                .unwrap();
+            tx.send(BodyPart::End).await.unwrap();
+            let (_, reply) = tokio::time::timeout(GUARD, client.open_body(method, "/", &[], body))
+                .await
+                .unwrap()
+                .unwrap();
+            let got = read_body(reply, 1024).await.unwrap();
+            let got = String::from_utf8_lossy(&got).into_owned();
+            assert_eq!(got, "chunked 5\r\nhello\r\n0\r\n\r\n", "{method}");
+        }
+        // A known length is sent with it; a whole empty body has none.
+        let (tx, body) = RequestBody::channel(4, Some(5));
+        tx.send(BodyPart::Data(Bytes::from_static(b"hello")))
+            .await
+            .unwrap();
+        tx.send(BodyPart::End).await.unwrap();
+        let (_, reply) = client.open_body("GET", "/", &[], body).await.unwrap();
+        let got = read_body(reply, 1024).await.unwrap();
+        assert_eq!(got, b"length hello");
+        let r = client
+            .send("GET", "/", &[], Vec::new(), 1024)
+            .await
+            .unwrap();
+        assert_eq!(r.body, b"none ");
     }
 
     #[tokio::test]

@@ -11,6 +11,12 @@ pub const DEFAULT_MAX_REQUEST_BYTES: usize = 4 << 20;
 /// goes from a replica to its agent in one frame,
 /// [`super::AGENT_FRAME_BYTES`], with its headers).
 pub const MAX_REQUEST_BYTES_RANGE: (usize, usize) = (1 << 10, super::AGENT_FRAME_BYTES - (1 << 20));
+/// Default of `body_idle_timeout_ms` (the agent's and the replica's
+/// config): the longest a request body may pause (no bytes arriving)
+/// before the upload is cut (`408 body_timeout`), in ms.
+pub const DEFAULT_BODY_IDLE_TIMEOUT_MS: u64 = 10_000;
+/// The range of `body_idle_timeout_ms`: 100 ms to 10 minutes.
+pub const BODY_IDLE_TIMEOUT_MS_RANGE: (u64, u64) = (100, 600_000);
 
 /// Most bytes of a streamed request body in one
 /// [`super::RegionMessageV1::InvokeBodyChunk`] frame; an agent closes a
@@ -94,6 +100,31 @@ pub enum InvokeError {
         /// What the journal said.
         detail: String,
     },
+    // The variants below were appended (bincode numbers variants in
+    // order): only an agent that took an `InvokeStreamed` sends
+    // `BodyTooLarge` to a replica, and a replica that sends that is new
+    // enough to decode it. The other two are answered by the server that
+    // reads the client's body and never go on the wire.
+    /// The request body passed the reading side's `max_request_bytes`
+    /// while it streamed: the call was aborted.
+    BodyTooLarge {
+        /// The cap, bytes.
+        cap: u64,
+        /// Bytes of the body passed on to the function before it went
+        /// over (0: refused before anything was passed on).
+        passed: u64,
+    },
+    /// No bytes of the request body arrived for `body_idle_timeout_ms`:
+    /// the upload was cut (and the call, if it had started, aborted).
+    BodyTimeout {
+        /// The idle timeout, ms.
+        idle_ms: u64,
+        /// Bytes of the body that had arrived.
+        passed: u64,
+    },
+    /// The client's request body broke off (its connection, a malformed
+    /// chunk): the call was aborted.
+    BodyBroken,
 }
 
 impl InvokeError {
@@ -107,6 +138,9 @@ impl InvokeError {
             InvokeError::ShuttingDown => "shutting_down",
             InvokeError::FunctionCrashed { .. } => "function_crashed",
             InvokeError::UsageNotRecorded { .. } => "usage_not_recorded",
+            InvokeError::BodyTooLarge { .. } => "body_too_large",
+            InvokeError::BodyTimeout { .. } => "body_timeout",
+            InvokeError::BodyBroken => "bad_request",
         }
     }
 
@@ -122,7 +156,10 @@ impl InvokeError {
             | InvokeError::UsageNotRecorded { .. } => true,
             InvokeError::DeadlineUnreachable { .. }
             | InvokeError::InstanceFailed { .. }
-            | InvokeError::UnknownFunction => false,
+            | InvokeError::UnknownFunction
+            | InvokeError::BodyTooLarge { .. }
+            | InvokeError::BodyTimeout { .. }
+            | InvokeError::BodyBroken => false,
         }
     }
 
@@ -135,6 +172,9 @@ impl InvokeError {
             InvokeError::UnknownFunction => 404,
             InvokeError::FunctionCrashed { .. } => 502,
             InvokeError::ShuttingDown | InvokeError::UsageNotRecorded { .. } => 503,
+            InvokeError::BodyTooLarge { .. } => 413,
+            InvokeError::BodyTimeout { .. } => 408,
+            InvokeError::BodyBroken => 400,
         }
     }
 }
@@ -158,6 +198,22 @@ impl std::fmt::Display for InvokeError {
             }
             InvokeError::UsageNotRecorded { detail } => {
                 write!(f, "usage could not be journaled: {detail}")
+            }
+            InvokeError::BodyTooLarge { cap, passed: 0 } => {
+                write!(f, "request body over {cap} bytes (max_request_bytes)")
+            }
+            InvokeError::BodyTooLarge { cap, passed } => write!(
+                f,
+                "request body over {cap} bytes (max_request_bytes): the call was aborted \
+                 after {passed} bytes of it had been passed on to the function"
+            ),
+            InvokeError::BodyTimeout { idle_ms, passed } => write!(
+                f,
+                "no request body bytes arrived for {idle_ms} ms (body_idle_timeout_ms) after \
+                 {passed} bytes of it: the upload was cut and the call aborted"
+            ),
+            InvokeError::BodyBroken => {
+                f.write_str("the request body broke off before its end; the call was aborted")
             }
         }
     }
@@ -264,6 +320,41 @@ mod tests {
         let frame = super::super::encode_frame(&InvokeOutcome::Failed(e.clone())).unwrap();
         let back: InvokeOutcome = super::super::decode_payload(&frame[4..]).unwrap();
         assert_eq!(back, InvokeOutcome::Failed(e));
+    }
+
+    #[test]
+    fn a_cut_request_body_is_answered_by_its_cause_and_survives_the_codec() {
+        let over = InvokeError::BodyTooLarge {
+            cap: 4096,
+            passed: 3072,
+        };
+        assert_eq!((over.code(), over.http_status()), ("body_too_large", 413));
+        assert!(over.to_string().contains("after 3072 bytes"), "{over}");
+        let before = InvokeError::BodyTooLarge {
+            cap: 4096,
+            passed: 0,
+        };
+        assert!(!before.to_string().contains("aborted"), "{before}");
+        let idle = InvokeError::BodyTimeout {
+            idle_ms: 500,
+            passed: 3,
+        };
+        assert_eq!((idle.code(), idle.http_status()), ("body_timeout", 408));
+        let broken = InvokeError::BodyBroken;
+        assert_eq!((broken.code(), broken.http_status()), ("bad_request", 400));
+        for e in [over, idle, broken] {
+            assert!(!e.retryable());
+            let frame = super::super::encode_frame(&InvokeOutcome::Failed(e.clone())).unwrap();
+            let back: InvokeOutcome = super::super::decode_payload(&frame[4..]).unwrap();
+            assert_eq!(back, InvokeOutcome::Failed(e));
+        }
+        // Appended: every older variant keeps its number (`Failed`, then
+        // the error's variant).
+        let payload = |e: InvokeError| {
+            super::super::encode_frame(&InvokeOutcome::Failed(e)).unwrap()[4..].to_vec()
+        };
+        assert_eq!(payload(InvokeError::ShuttingDown)[..2], [1, 4]);
+        assert_eq!(payload(InvokeError::BodyBroken)[..2], [1, 9]);
     }
 
     fn nodes(names: &[&str]) -> Vec<NodeId> {

@@ -54,7 +54,8 @@ pub use instance_assignment::{
 pub use instance_report::{InstanceState, InstanceStatus};
 pub use invoke::{
     key_order, Headers, HttpCall, InvokeError, InvokeOutcome, InvokeReply, InvokeRequest,
-    ReplyHead, DEFAULT_MAX_REQUEST_BYTES, MAX_BODY_CHUNK, MAX_REPLAY_BODY, MAX_REQUEST_BYTES_RANGE,
+    ReplyHead, BODY_IDLE_TIMEOUT_MS_RANGE, DEFAULT_BODY_IDLE_TIMEOUT_MS, DEFAULT_MAX_REQUEST_BYTES,
+    MAX_BODY_CHUNK, MAX_REPLAY_BODY, MAX_REQUEST_BYTES_RANGE,
 };
 pub use region_message::{RegionMessage, RegionMessageV1};
 pub use swap_report::{SwapEvent, SwapKind};

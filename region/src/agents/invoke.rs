@@ -36,9 +36,9 @@
 //! replica's `max_request_bytes`).
 
 use super::forward::ForwardError;
-use super::request_body::{send_body, RequestBodySource, Upload, WHOLE_BODY};
+use super::request_body::{send_body, BodyLimits, BodyStop, RequestBodySource, Upload, WHOLE_BODY};
 use super::wake::Begin;
-use crate::api::{read_body_limited, ApiError};
+use crate::api::ApiError;
 use crate::http::HttpContext;
 use crate::scheduler::Evaluation;
 use actix_web::http::StatusCode;
@@ -48,7 +48,7 @@ use gshare_core::http_surface::{
     ForwardClaim, ForwardSecret, ERROR_HEADER, FORWARD_PROOF_HEADER,
 };
 use gshare_core::model::{NodeId, TenantId};
-use gshare_core::net::http_client::{announced_len, next_data, Incoming};
+use gshare_core::net::http_client::{announced_len, next_data, read_whole, Incoming};
 use gshare_core::net::{read_frame, write_frame, write_frame_more};
 use gshare_core::protocol::{
     key_order, token_digest, AgentMessage, AgentMessageV1, HttpCall, InvokeError, InvokeOutcome,
@@ -722,9 +722,10 @@ fn body_left() -> HttpResponse {
 }
 
 /// `reply`, unless it is an error and `body` was cut: then why (`413
-/// body_too_large` over `cap`, saying how much had been passed on, or `400
+/// body_too_large` over the cap, saying how much had been passed on, `408
+/// body_timeout` when it paused past the idle timeout, or `400
 /// bad_request` when the client's body broke off).
-fn body_cut(reply: HttpResponse, upload: Upload, cap: usize) -> HttpResponse {
+fn body_cut(reply: HttpResponse, upload: Upload, limits: &BodyLimits) -> HttpResponse {
     // Only gshare's own definite refusals: a function's own answer passes
     // as it is, and an unknown outcome stays unknown (the client retries
     // with its key).
@@ -738,26 +739,20 @@ fn body_cut(reply: HttpResponse, upload: Upload, cap: usize) -> HttpResponse {
         return reply;
     }
     match upload {
-        Upload::OverCap { passed: 0 } => error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
-            &format!("request body over {cap} bytes (max_request_bytes)"),
-        ),
-        Upload::OverCap { passed } => error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
-            &format!(
-                "request body over {cap} bytes (max_request_bytes): the call was aborted \
-                 after {passed} bytes of it had been passed on to the function"
-            ),
-        ),
-        Upload::Broken => error(
-            StatusCode::BAD_REQUEST,
-            "bad_request",
-            "the request body broke off before its end; the call was aborted",
-        ),
+        Upload::Stopped(stop) => refused(stop, limits),
         Upload::Reading | Upload::Whole => reply,
     }
+}
+
+/// The answer to a request whose body stopped so (core's
+/// [`BodyStop::refusal`], the agent's ingress too), closing the
+/// connection: the rest of the client's body was not read, so its framing
+/// is lost (actix still discards the rest of a chunked one as it comes).
+fn refused(stop: BodyStop, limits: &BodyLimits) -> HttpResponse {
+    let mut r = answer(ApiError::from_invoke(&stop.refusal(limits)));
+    r.head_mut()
+        .set_connection_type(actix_web::http::ConnectionType::Close);
+    r
 }
 
 fn no_instance(message: &str) -> HttpResponse {
@@ -1164,7 +1159,7 @@ async fn invoke(
     // A small body announced by its length is read whole (it can go to
     // another node after a try that ran nothing); any other streams to
     // the agent as it arrives, counted against `max_request_bytes`.
-    let cap = ctx.max_request_bytes;
+    let limits = ctx.body_limits;
     let len = announced_len(
         req.headers()
             .get("content-length")
@@ -1173,21 +1168,17 @@ async fn invoke(
         req.version() < actix_web::http::Version::HTTP_2,
     );
     let body = match len {
-        Some(n) if n <= WHOLE_BODY as u64 => match read_body_limited(&req, payload, cap).await {
-            Ok(b) => RequestBodySource::whole(b),
-            Err(e) => return answer(e),
-        },
-        Some(n) if usize::try_from(n).map_or(true, |n| n > cap) => {
-            return answer(ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
-                format!("request body over {cap} bytes (max_request_bytes)"),
-            ))
+        Some(n) if usize::try_from(n).map_or(true, |n| n > limits.max_bytes) => {
+            return refused(BodyStop::OverCap { passed: 0 }, &limits);
         }
-        _ => RequestBodySource::streamed(payload, len, cap),
+        Some(n) if n <= WHOLE_BODY as u64 => match read_whole(payload, limits).await {
+            Ok(b) => RequestBodySource::whole(b),
+            Err(stop) => return refused(stop, &limits),
+        },
+        _ => RequestBodySource::streamed(payload, len, limits),
     };
     // Every answer: a call aborted because its streamed body was cut says why.
-    let keyed = |r: HttpResponse, key: &str| keyed(body_cut(r, body.upload(), cap), key);
+    let keyed = |r: HttpResponse, key: &str| keyed(body_cut(r, body.upload(), &limits), key);
     let start = NEXT_ID.fetch_add(1, Ordering::Relaxed) as usize;
     // The node a peer replica asks this one to send it to (and no other);
     // honoured on a forward only.
@@ -1291,7 +1282,7 @@ async fn invoke(
         if !strict && !forwarded {
             if let Step::Done(reply) = via_peers(&call, None, key.base()).await {
                 return if reply.headers().contains_key(KEY) {
-                    body_cut(reply, body.upload(), cap)
+                    body_cut(reply, body.upload(), &limits)
                 } else {
                     keyed(reply, key.base())
                 };
@@ -1363,32 +1354,48 @@ mod tests {
                     .map(|v| v.to_str().unwrap().to_string()),
             )
         };
-        let over = Upload::OverCap { passed: 10 };
+        let over = Upload::Stopped(BodyStop::OverCap { passed: 10 });
+        let limits = BodyLimits {
+            max_bytes: 64,
+            idle: Duration::from_millis(500),
+        };
         let failed = || error(StatusCode::BAD_GATEWAY, "instance_failed", "gone");
         assert_eq!(
-            code(&body_cut(failed(), over, 64)),
+            code(&body_cut(failed(), over, &limits)),
             (413, Some("body_too_large".into()))
         );
         assert_eq!(
-            code(&body_cut(failed(), Upload::Broken, 64)),
+            code(&body_cut(
+                failed(),
+                Upload::Stopped(BodyStop::Broken),
+                &limits
+            )),
             (400, Some("bad_request".into()))
         );
         assert_eq!(
-            code(&body_cut(failed(), Upload::Whole, 64)),
+            code(&body_cut(
+                failed(),
+                Upload::Stopped(BodyStop::Stalled { passed: 3 }),
+                &limits
+            )),
+            (408, Some("body_timeout".into()))
+        );
+        assert_eq!(
+            code(&body_cut(failed(), Upload::Whole, &limits)),
             (502, Some("instance_failed".into()))
         );
         // An unknown outcome stays unknown: the function may have done the
         // work, and the client retries with its key.
         let unknown = error(StatusCode::BAD_GATEWAY, "outcome_unknown", "lost");
         assert_eq!(
-            code(&body_cut(unknown, over, 64)),
+            code(&body_cut(unknown, over, &limits)),
             (502, Some("outcome_unknown".into()))
         );
         // The function's own answer passes as it is.
         let own = HttpResponse::build(StatusCode::UNPROCESSABLE_ENTITY).finish();
-        assert_eq!(code(&body_cut(own, over, 64)), (422, None));
+        assert_eq!(code(&body_cut(own, over, &limits)), (422, None));
         let ok = HttpResponse::Ok().finish();
-        assert_eq!(code(&body_cut(ok, over, 64)), (200, None));
+        assert_eq!(code(&body_cut(ok, over, &limits)), (200, None));
     }
 
     #[test]

@@ -2,29 +2,29 @@
 //! the agent (or the peer replica) as the client sends it.
 //!
 //! ```text
-//!   client ─▶ actix payload ─▶ pass_on task (running count ≤ max_request_bytes)
+//!   client ─▶ actix payload ─▶ pass_on task (running count ≤ max_request_bytes,
+//!                                  no pause over body_idle_timeout_ms)
 //!                                  │ channel of BodyPart (BODY_PARTS held)
 //!                                  ▼
 //!        BodyStream::take ─▶ QUIC: InvokeStreamed, InvokeBodyChunk…, InvokeBodyEnd
 //!                        └─▶ HTTP to a peer: the body chunked (or with its length)
 //! ```
 //!
-//! A body whose `Content-Length` is at most [`WHOLE_BODY`] is read whole
+//! A body whose `Content-Length` is at most [`WHOLE_BODY`] (core's, the
+//! agent's ingress reads such a body whole too) is read whole
 //! first, as before: it can go to another node after a try that ran
 //! nothing. Any other (chunked, or longer) streams, and can be sent once:
 //! once it left for an agent or a peer, the invocation is not tried on
 //! another node ([`RequestBodySource::left`]).
 
 use actix_web::web;
-pub(crate) use gshare_core::net::http_client::Upload;
 use gshare_core::net::http_client::{pass_body_on, BodyCut, RequestBody};
+pub(crate) use gshare_core::net::http_client::{BodyLimits, BodyStop, Upload, WHOLE_BODY};
 use gshare_core::net::write_frame_more;
 use gshare_core::protocol::{RegionMessage, RegionMessageV1, MAX_BODY_CHUNK};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
-/// The largest announced body read whole before it is forwarded.
-pub(crate) const WHOLE_BODY: usize = 64 << 10;
 /// Parts of a streamed body held between the client and the agent.
 const BODY_PARTS: usize = 16;
 /// QUIC reset code of a streamed body that was cut (the agent then aborts
@@ -51,12 +51,12 @@ impl RequestBodySource {
         }
     }
 
-    /// The body as it arrives (`len`: its announced length), counted
-    /// against `cap` by a task on this worker.
-    pub(crate) fn streamed(payload: web::Payload, len: Option<u64>, cap: usize) -> Self {
+    /// The body as it arrives (`len`: its announced length), taken
+    /// within `limits` by a task on this worker.
+    pub(crate) fn streamed(payload: web::Payload, len: Option<u64>, limits: BodyLimits) -> Self {
         let (tx, body) = RequestBody::channel(BODY_PARTS, len);
         let upload = Rc::new(Cell::new(Upload::Reading));
-        let passing = pass_body_on(payload, tx, cap, upload.clone());
+        let passing = pass_body_on(payload, tx, limits, upload.clone());
         actix_web::rt::spawn(async move {
             if let Some(e) = passing.await {
                 tracing::debug!("request body broke off: {e}");

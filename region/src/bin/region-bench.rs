@@ -333,7 +333,7 @@ async fn start_region(dir: &std::path::Path, n: u64, over_tls: bool) -> anyhow::
                 metrics_token: None,
                 api: Default::default(),
                 forward_tls: None,
-                max_request_bytes: gshare_core::protocol::DEFAULT_MAX_REQUEST_BYTES,
+                body_limits: Default::default(),
             },
             http_addr,
             2,

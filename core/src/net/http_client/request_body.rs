@@ -7,15 +7,23 @@
 //!   sender dropped without End            BodyCut: hyper aborts the request
 //! ```
 //!
+//! A server reads a client's body into it with [`pass_body_on`] (or
+//! whole, when it is small, with [`read_whole`]) within [`BodyLimits`]:
+//! a body over the cap, one that pauses longer than the idle timeout and
+//! one that breaks off stop there ([`BodyStop`]), and the call answers
+//! with [`BodyStop::refusal`].
+//!
 //! A streamed body can be sent once. [`RequestBody::returnable`] gives it
 //! back when it is dropped before its first byte was taken (a connect
 //! that failed), so a caller may try elsewhere; once a byte was taken it
 //! cannot.
 
 use super::Bytes;
+use crate::protocol::{InvokeError, DEFAULT_BODY_IDLE_TIMEOUT_MS, DEFAULT_MAX_REQUEST_BYTES};
 use hyper::body::{Body, Frame, SizeHint};
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 /// One piece of a streamed request body.
@@ -103,6 +111,70 @@ impl From<Vec<u8>> for RequestBody {
     }
 }
 
+/// The largest body, announced by its `Content-Length`, that a server
+/// reads whole before it passes the request on ([`read_whole`]); a longer
+/// or chunked one streams ([`pass_body_on`]). Whole, it skips the channel
+/// and the task that pass a body on, and a replica can send it to another
+/// node after a try that ran nothing.
+pub const WHOLE_BODY: usize = 64 << 10;
+
+/// What a server takes of a client's request body: at most `max_bytes`,
+/// and no pause longer than `idle` between its bytes (the config's
+/// `max_request_bytes` and `body_idle_timeout_ms`, the agent's and the
+/// replica's alike).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyLimits {
+    /// Most bytes in all.
+    pub max_bytes: usize,
+    /// Longest wait for the body's next bytes.
+    pub idle: Duration,
+}
+
+impl Default for BodyLimits {
+    /// [`DEFAULT_MAX_REQUEST_BYTES`] and [`DEFAULT_BODY_IDLE_TIMEOUT_MS`].
+    fn default() -> Self {
+        Self {
+            max_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            idle: Duration::from_millis(DEFAULT_BODY_IDLE_TIMEOUT_MS),
+        }
+    }
+}
+
+/// Why a client's request body was cut before its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyStop {
+    /// Over [`BodyLimits::max_bytes`] after `passed` bytes were passed on.
+    OverCap {
+        /// Bytes passed on before.
+        passed: u64,
+    },
+    /// No bytes for [`BodyLimits::idle`] after `passed` bytes.
+    Stalled {
+        /// Bytes passed on before.
+        passed: u64,
+    },
+    /// The client's body broke off (its connection, a malformed chunk).
+    Broken,
+}
+
+impl BodyStop {
+    /// The error a call answers with when its body stopped so: `413
+    /// body_too_large`, `408 body_timeout` or `400 bad_request`.
+    pub fn refusal(self, limits: &BodyLimits) -> InvokeError {
+        match self {
+            BodyStop::OverCap { passed } => InvokeError::BodyTooLarge {
+                cap: limits.max_bytes as u64,
+                passed,
+            },
+            BodyStop::Stalled { passed } => InvokeError::BodyTimeout {
+                idle_ms: u64::try_from(limits.idle.as_millis()).unwrap_or(u64::MAX),
+                passed,
+            },
+            BodyStop::Broken => InvokeError::BodyBroken,
+        }
+    }
+}
+
 /// How passing a request body on as it arrives went ([`pass_body_on`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Upload {
@@ -110,24 +182,22 @@ pub enum Upload {
     Reading,
     /// Passed on whole.
     Whole,
-    /// Over the cap after `passed` bytes were passed on: cut there.
-    OverCap {
-        /// Bytes passed on before.
-        passed: u64,
-    },
-    /// The client's body broke off (its connection, a malformed chunk): cut.
-    Broken,
+    /// Cut before its end.
+    Stopped(BodyStop),
 }
 
 /// Passes the chunks of a server's request body (`incoming`, e.g. actix's
-/// payload) on to `tx` as they come, at most `cap` bytes in all, keeping
-/// `upload` up to date; stops when nobody takes them any more (`tx`
-/// closed). A body over `cap` or one that broke off is cut: `tx` is dropped
-/// without [`BodyPart::End`]. Returns the error a broken body ended with.
+/// payload) on to `tx` as they come, within `limits`, keeping `upload` up
+/// to date; stops when nobody takes them any more (`tx` closed). A body
+/// over the cap, one whose next bytes do not come within `limits.idle`
+/// (the time `tx` takes to accept a chunk is not counted: a slow function
+/// is not the client's pause) or one that broke off is cut: `tx` is
+/// dropped without [`BodyPart::End`]. Returns the error a broken body
+/// ended with.
 pub async fn pass_body_on<S, E>(
     mut incoming: S,
     tx: mpsc::Sender<BodyPart>,
-    cap: usize,
+    limits: BodyLimits,
     upload: std::rc::Rc<std::cell::Cell<Upload>>,
 ) -> Option<E>
 where
@@ -140,6 +210,10 @@ where
             item = next => item,
             // The call ended: nobody reads the rest.
             () = tx.closed() => return None,
+            () = tokio::time::sleep(limits.idle) => {
+                upload.set(Upload::Stopped(BodyStop::Stalled { passed: passed as u64 }));
+                return None;
+            }
         };
         match item {
             None => {
@@ -148,19 +222,65 @@ where
                 return None;
             }
             Some(Err(e)) => {
-                upload.set(Upload::Broken);
+                upload.set(Upload::Stopped(BodyStop::Broken));
                 return Some(e);
             }
             Some(Ok(chunk)) => {
-                if chunk.len() > cap.saturating_sub(passed) {
-                    upload.set(Upload::OverCap {
+                if chunk.len() > limits.max_bytes.saturating_sub(passed) {
+                    upload.set(Upload::Stopped(BodyStop::OverCap {
                         passed: passed as u64,
-                    });
+                    }));
                     return None;
                 }
                 passed = passed.saturating_add(chunk.len());
                 if tx.send(BodyPart::Data(chunk)).await.is_err() {
                     return None;
+                }
+            }
+        }
+    }
+}
+
+/// Reads a server's request body (`incoming`) whole within `limits`, for a
+/// body announced at most [`WHOLE_BODY`] long: no channel, no task. Over
+/// the cap is [`BodyStop::OverCap`] with nothing passed on (the call never
+/// started); a pause over `limits.idle` and a body that broke off stop it
+/// as in [`pass_body_on`] (the error of a broken body is logged by the
+/// caller's reading of [`BodyStop::Broken`]: it is not kept).
+pub async fn read_whole<S, E>(mut incoming: S, limits: BodyLimits) -> Result<Bytes, BodyStop>
+where
+    S: futures_core::Stream<Item = Result<Bytes, E>> + Unpin,
+{
+    let mut first: Option<Bytes> = None;
+    let mut more: Vec<u8> = Vec::new();
+    loop {
+        let next = std::future::poll_fn(|cx| Pin::new(&mut incoming).poll_next(cx));
+        let had = first.as_ref().map_or(0, Bytes::len) + more.len();
+        let item = match tokio::time::timeout(limits.idle, next).await {
+            Ok(item) => item,
+            Err(_) => return Err(BodyStop::Stalled { passed: had as u64 }),
+        };
+        match item {
+            None => {
+                return Ok(match first {
+                    None => Bytes::new(),
+                    Some(b) if more.is_empty() => b,
+                    Some(b) => {
+                        let mut all = b.to_vec();
+                        all.extend_from_slice(&more);
+                        Bytes::from(all)
+                    }
+                })
+            }
+            Some(Err(_)) => return Err(BodyStop::Broken),
+            Some(Ok(chunk)) => {
+                if chunk.len() > limits.max_bytes.saturating_sub(had) {
+                    return Err(BodyStop::OverCap { passed: 0 });
+                }
+                // The common body comes in one chunk: kept without a copy.
+                match &first {
+                    None => first = Some(chunk),
+                    Some(_) => more.extend_from_slice(&chunk),
                 }
             }
         }
@@ -375,6 +495,122 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(body.collect(3).await, Err(CollectError::TooLarge(3)));
+    }
+
+    /// A client's body: `parts` arrive as they are sent on the returned
+    /// sender; dropping it ends the body.
+    fn incoming() -> (
+        mpsc::UnboundedSender<Result<Bytes, &'static str>>,
+        impl futures_core::Stream<Item = Result<Bytes, &'static str>> + Unpin,
+    ) {
+        struct Rx(mpsc::UnboundedReceiver<Result<Bytes, &'static str>>);
+        impl futures_core::Stream for Rx {
+            type Item = Result<Bytes, &'static str>;
+            fn poll_next(
+                mut self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+            ) -> Poll<Option<Self::Item>> {
+                self.0.poll_recv(cx)
+            }
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        (tx, Rx(rx))
+    }
+
+    fn limits(max_bytes: usize, idle_ms: u64) -> BodyLimits {
+        BodyLimits {
+            max_bytes,
+            idle: Duration::from_millis(idle_ms),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_that_pauses_past_the_idle_timeout_is_cut() {
+        use std::cell::Cell;
+        use std::rc::Rc;
+        let (client, payload) = incoming();
+        let (tx, mut body) = RequestBody::channel(4, None);
+        let upload = Rc::new(Cell::new(Upload::Reading));
+        client.send(Ok(Bytes::from_static(b"abc"))).unwrap();
+        let passing = pass_body_on(payload, tx, limits(100, 100), upload.clone());
+        let reading = async {
+            assert_eq!(body.next().await, Some(Ok(Bytes::from_static(b"abc"))));
+            // The client sends nothing more: the body is cut.
+            assert_eq!(body.next().await, Some(Err(BodyCut)));
+        };
+        let (broke, ()) = tokio::join!(passing, reading);
+        assert_eq!(broke, None);
+        assert_eq!(
+            upload.get(),
+            Upload::Stopped(BodyStop::Stalled { passed: 3 })
+        );
+        assert_eq!(
+            BodyStop::Stalled { passed: 3 }.refusal(&limits(100, 100)),
+            InvokeError::BodyTimeout {
+                idle_ms: 100,
+                passed: 3
+            }
+        );
+        drop(client);
+    }
+
+    #[tokio::test]
+    async fn a_function_that_reads_slowly_is_not_the_clients_pause() {
+        use std::cell::Cell;
+        use std::rc::Rc;
+        let (client, payload) = incoming();
+        // One part held: the second waits for the function to take the first.
+        let (tx, mut body) = RequestBody::channel(1, None);
+        let upload = Rc::new(Cell::new(Upload::Reading));
+        for part in [&b"a"[..], b"b", b"c"] {
+            client.send(Ok(Bytes::from_static(part))).unwrap();
+        }
+        drop(client);
+        let passing = pass_body_on(payload, tx, limits(100, 100), upload.clone());
+        let reading = async {
+            let mut got = Vec::new();
+            while let Some(part) = body.next().await {
+                // Three times the idle timeout per part.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                got.extend_from_slice(&part.unwrap());
+            }
+            got
+        };
+        let (broke, got) = tokio::join!(passing, reading);
+        assert_eq!((broke, got.as_slice()), (None, &b"abc"[..]));
+        assert_eq!(upload.get(), Upload::Whole);
+    }
+
+    #[tokio::test]
+    async fn a_small_body_is_read_whole_within_the_limits() {
+        let (client, payload) = incoming();
+        for part in [&b"ab"[..], b"cd"] {
+            client.send(Ok(Bytes::from_static(part))).unwrap();
+        }
+        drop(client);
+        assert_eq!(
+            read_whole(payload, limits(4, 100)).await,
+            Ok(Bytes::from_static(b"abcd"))
+        );
+        let (client, payload) = incoming();
+        client.send(Ok(Bytes::from_static(b"abcde"))).unwrap();
+        assert_eq!(
+            read_whole(payload, limits(4, 100)).await,
+            Err(BodyStop::OverCap { passed: 0 })
+        );
+        let (client, payload) = incoming();
+        client.send(Ok(Bytes::from_static(b"ab"))).unwrap();
+        assert_eq!(
+            read_whole(payload, limits(4, 100)).await,
+            Err(BodyStop::Stalled { passed: 2 })
+        );
+        drop(client);
+        let (client, payload) = incoming();
+        client.send(Err("reset")).unwrap();
+        assert_eq!(
+            read_whole(payload, limits(4, 100)).await,
+            Err(BodyStop::Broken)
+        );
     }
 
     #[tokio::test]
