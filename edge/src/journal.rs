@@ -396,6 +396,8 @@ struct Appending {
 pub struct UsageJournal {
     db: sled::Db,
     tree: sled::Tree,
+    /// The journal's directory (sled's files and the log).
+    dir: std::path::PathBuf,
     agent: AgentId,
     /// The next sequence number and the totals (guarded: appends are serialized).
     state: Mutex<Appending>,
@@ -440,6 +442,35 @@ impl std::fmt::Debug for UsageJournal {
             .field("next_seq", &self.next_seq())
             .finish()
     }
+}
+
+/// Syncs (`fsync`) every file of the journal's directory `dir` but the
+/// write-ahead log, its subdirectories' files, and the directories.
+fn sync_files(dir: &Path) -> Result<(), WalError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| WalError::Io { path, source }
+    };
+    for entry in std::fs::read_dir(dir).map_err(io(dir))? {
+        let entry = entry.map_err(io(dir))?;
+        let path = entry.path();
+        let kind = entry.file_type().map_err(io(&path))?;
+        if kind.is_dir() {
+            sync_files(&path)?;
+        } else if kind.is_file()
+            && !entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with(crate::wal::FILE_NAME)
+        {
+            std::fs::File::open(&path)
+                .and_then(|f| f.sync_all())
+                .map_err(io(&path))?;
+        }
+    }
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io(dir))
 }
 
 fn record_key(seq: u64) -> [u8; 9] {
@@ -611,6 +642,7 @@ impl UsageJournal {
         Ok(Self {
             db,
             tree,
+            dir: path.to_path_buf(),
             agent,
             state: Mutex::new(Appending {
                 // What was found on disk is durable.
@@ -626,10 +658,12 @@ impl UsageJournal {
         })
     }
 
-    /// Opens the write-ahead log in `path`, applies its entries that are
-    /// not in the tree yet (those after `m:wal_applied` in `m:wal_epoch`),
-    /// and checkpoints, so appends start a new epoch at offset 0. `None`
-    /// where the file system takes no `O_DIRECT` (appends flush sled).
+    /// Applies the write-ahead log's entries in `path` that are not in the
+    /// tree yet (those after `m:wal_applied` in `m:wal_epoch`), checkpoints
+    /// (sled synced, a new epoch), and opens the log for appends at offset 0
+    /// of that epoch. `None` with `journal_sync = "sled"` (a log left
+    /// behind is removed once applied) or where the file system takes no
+    /// `O_DIRECT` (appends flush sled). With the number of entries applied.
     fn replay(
         db: &sled::Db,
         tree: &sled::Tree,
@@ -643,54 +677,70 @@ impl UsageJournal {
             }
         };
         let (epoch, applied) = (read(KEY_WAL_EPOCH)?, read(KEY_WAL_APPLIED)?);
-        if sync == WalSync::Sled {
-            // No log now; one left by an earlier run with a log is replayed
-            // first (it can hold appends that returned).
-            let file = path.join(crate::wal::FILE_NAME);
-            if !file.exists() {
-                return Ok((None, 0));
-            }
-            let (_, replayed) = Self::replay(db, tree, path, WalSync::Direct)?;
-            std::fs::remove_file(&file).map_err(|source| WalError::Io { path: file, source })?;
-            return Ok((None, replayed));
-        }
-        let (wal, found) = match Wal::open(path, epoch, applied, sync) {
-            Ok(opened) => opened,
-            Err(WalError::Io { path, source })
-                if source.kind() == std::io::ErrorKind::InvalidInput =>
-            {
-                tracing::warn!(
-                    "usage journal: {} does not take O_DIRECT ({source}); every append flushes sled instead",
-                    path.display()
-                );
-                // Nothing could have written an entry into it.
-                let _ = std::fs::remove_file(&path);
-                return Ok((None, 0));
-            }
-            Err(e) => return Err(e.into()),
-        };
+        let found = Wal::read(path, epoch, applied)?;
         let replayed = found.len();
         for (end, ops) in found {
             Self::apply_ops(tree, ops, Some(end))?;
         }
-        let mut logged = Logged {
-            wal,
-            torn: false,
-            unapplied: None,
-        };
-        Self::checkpoint(db, tree, &mut logged.wal)?;
+        let epoch = Self::checkpoint(db, tree, path, epoch)?;
         if replayed > 0 {
             tracing::info!(entries = replayed, "usage journal: replayed from its log");
         }
-        Ok((Some(Mutex::new(logged)), replayed))
+        let file = path.join(crate::wal::FILE_NAME);
+        let without = |why: &str| -> Result<(Option<Mutex<Logged>>, usize), JournalError> {
+            if why.is_empty() {
+                tracing::info!("usage journal: no write-ahead log (journal_sync = \"sled\")");
+            } else {
+                tracing::warn!("usage journal: {why}; every append flushes sled instead");
+            }
+            match std::fs::remove_file(&file) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(WalError::Io {
+                    path: file.clone(),
+                    source: e,
+                }
+                .into()),
+                _ => Ok((None, replayed)),
+            }
+        };
+        if sync == WalSync::Sled {
+            return without("");
+        }
+        match Wal::open(path, epoch, sync) {
+            Ok(wal) => Ok((
+                Some(Mutex::new(Logged {
+                    wal,
+                    torn: false,
+                    unapplied: None,
+                })),
+                replayed,
+            )),
+            Err(WalError::Io { path, source })
+                if source.kind() == std::io::ErrorKind::InvalidInput =>
+            {
+                without(&format!(
+                    "{} does not take O_DIRECT ({source})",
+                    path.display()
+                ))
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
-    /// Makes every change applied to the tree durable (sled's flush), then
-    /// starts the log over: a new epoch, stored and flushed, at offset 0.
-    fn checkpoint(db: &sled::Db, tree: &sled::Tree, wal: &mut Wal) -> Result<(), JournalError> {
+    /// Makes every change applied to the tree durable, then stores the log's
+    /// next epoch (from `epoch`) with nothing applied, durably; returns it.
+    /// sled's flush is `sync_file_range`, which commits no metadata (sled's
+    /// files grow as it writes): each of its files and directories is
+    /// synced after it, so the log's entries are durable elsewhere before
+    /// the log is written over.
+    fn checkpoint(
+        db: &sled::Db,
+        tree: &sled::Tree,
+        dir: &Path,
+        epoch: u64,
+    ) -> Result<u64, JournalError> {
         db.flush()?;
-        let next = wal
-            .epoch()
+        sync_files(dir)?;
+        let next = epoch
             .checked_add(1)
             .ok_or(JournalError::SequenceExhausted)?;
         let mut b = sled::Batch::default();
@@ -698,7 +748,15 @@ impl UsageJournal {
         b.insert(KEY_WAL_APPLIED, &0u64.to_be_bytes()[..]);
         tree.apply_batch(b)?;
         db.flush()?;
-        wal.restart(next);
+        sync_files(dir)?;
+        Ok(next)
+    }
+
+    /// [`UsageJournal::checkpoint`], then the log starts over in the new epoch.
+    fn restart_log(&self, logged: &mut Logged) -> Result<(), JournalError> {
+        let next = Self::checkpoint(&self.db, &self.tree, &self.dir, logged.wal.epoch())?;
+        logged.wal.restart(next);
+        logged.torn = false;
         Ok(())
     }
 
@@ -857,12 +915,11 @@ impl UsageJournal {
             return Ok(next..next);
         };
         if logged.torn {
-            Self::checkpoint(&self.db, &self.tree, &mut logged.wal)?;
-            logged.torn = false;
+            self.restart_log(&mut logged)?;
         }
         let mut place = logged.wal.prepare(&p.ops)?;
         if place == crate::wal::Prepared::CheckpointFirst {
-            Self::checkpoint(&self.db, &self.tree, &mut logged.wal)?;
+            self.restart_log(&mut logged)?;
             place = logged.wal.prepare(&p.ops)?;
         }
         if place != crate::wal::Prepared::Fits {
@@ -873,14 +930,18 @@ impl UsageJournal {
             durable(seqs.end - seqs.start);
             return Ok(seqs);
         }
+        // From here the entry may reach the disk: its numbers are never
+        // handed out again, and until its changes are in the tree the
+        // journal takes no other append (a panic in between, caught by the
+        // writer thread, leaves it so: a restart replays the entry).
+        st.seqs.taken(p.seqs.end);
+        logged.unapplied = Some("an append was interrupted after its log write".into());
         match logged.wal.write() {
             Ok(end) => {
                 durable(p.seqs.end - p.seqs.start);
                 if let Err(e) = Self::apply_logged(&self.tree, p.ops, end) {
-                    // Durable in the log, not in the tree: the numbers are
-                    // taken (a restart replays them) and nothing more goes
-                    // in until then.
-                    st.seqs.taken(p.seqs.end);
+                    // Durable in the log, not in the tree: nothing more goes
+                    // in until a restart replays it.
                     let why = e.to_string();
                     logged.unapplied = Some(why.clone());
                     tracing::error!(
@@ -888,16 +949,21 @@ impl UsageJournal {
                     );
                     return Err(JournalError::Unapplied(why));
                 }
+                logged.unapplied = None;
                 Self::commit(&mut st, p.totals, p.seqs.end);
                 st.seqs.flushed(p.seqs.end);
                 Ok(p.seqs)
             }
             Err(e) => {
-                // Part of it may be on disk, or all of it: its numbers are
-                // never handed out again, and the next entry starts a new
-                // epoch (so no later entry lies behind a torn one).
-                st.seqs.taken(p.seqs.end);
+                // Part of it may be on disk, or all of it: a new epoch at
+                // once, so it is never replayed (its answer was a definite
+                // error) and no later entry lies behind a torn one; if the
+                // checkpoint fails, the next append tries it first.
+                logged.unapplied = None;
                 logged.torn = true;
+                if let Err(c) = self.restart_log(&mut logged) {
+                    tracing::error!("usage journal: checkpoint after a failed log write: {c}");
+                }
                 Err(e.into())
             }
         }
@@ -1314,6 +1380,38 @@ mod tests {
         let r = UsageJournal::open(again.path(), agent()).unwrap();
         assert_eq!(r.replayed(), 0);
         assert_eq!(r.totals(&acme).unwrap(), want);
+    }
+
+    #[test]
+    fn an_append_interrupted_after_its_write_stops_the_journal_until_a_replay() {
+        let dir = disk_dir();
+        let acme = TenantId("acme".into());
+        let j = UsageJournal::open(dir.path(), agent()).unwrap();
+        if !j.logged() {
+            return;
+        }
+        let opened = crash_copy(dir.path());
+        // The writer thread catches a panic (here in the caller's callback,
+        // after the entry is durable): the journal must not hand the
+        // numbers out again, nor take appends the tree would be missing
+        // an entry before.
+        let interrupted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            j.append_keyed_then(vec![rec(10)], vec![], 0, |_| panic!("interrupted"))
+        }));
+        assert!(interrupted.is_err());
+        assert!(matches!(
+            j.append(vec![rec(20)]),
+            Err(JournalError::Unapplied(_))
+        ));
+        assert_eq!(j.next_seq(), 2);
+        // A power loss now: the interrupted entry is replayed, once.
+        let lost = power_loss(&opened, dir.path());
+        drop(j);
+        let r = UsageJournal::open(lost.path(), agent()).unwrap();
+        assert_eq!(r.replayed(), 1);
+        assert_eq!(seqs(&r), vec![1]);
+        assert_eq!(r.totals(&acme).unwrap().compute_milli_gpu_ms, 10);
+        assert_eq!(r.append(vec![rec(20)]).unwrap(), 2..3);
     }
 
     #[test]

@@ -197,6 +197,30 @@ impl std::fmt::Debug for Wal {
     }
 }
 
+/// Whether an `O_DIRECT` overwrite of the log's blocks is on the device
+/// when it returns, with no metadata to commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InPlace {
+    /// ext4: blocks written and synced are overwritten in place.
+    Yes,
+    /// XFS: in place too, unless the file shares extents (a reflink copy,
+    /// e.g. a restored backup): the log is made afresh at open.
+    Reflink,
+    /// Anything else (copy-on-write file systems, tmpfs, unknown): not
+    /// known; writes are `O_DSYNC`.
+    No,
+}
+
+fn direct_is_durable(dir: &Path) -> InPlace {
+    const EXT4_SUPER_MAGIC: u64 = 0xEF53;
+    const XFS_SUPER_MAGIC: u64 = 0x5846_5342;
+    match rustix::fs::statfs(dir).map(|s| s.f_type as u64) {
+        Ok(EXT4_SUPER_MAGIC) => InPlace::Yes,
+        Ok(XFS_SUPER_MAGIC) => InPlace::Reflink,
+        _ => InPlace::No,
+    }
+}
+
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WalError + '_ {
     move |source| WalError::Io {
         path: path.to_path_buf(),
@@ -221,62 +245,78 @@ fn make(dir: &Path, path: &Path) -> Result<(), WalError> {
 }
 
 impl Wal {
-    /// Opens the log in `dir` (made, full of zeros, when it is not there or
-    /// not `CAPACITY` long), and returns with it the entries of `epoch`
-    /// after offset `applied`, decoded, each with the offset it ends at.
-    ///
-    /// The log then still writes at `applied`'s epoch: the caller applies
-    /// the entries and checkpoints ([`Wal::restart`]) before appending.
-    /// `Err` with an `Io` error of kind `InvalidInput` when the file system
-    /// does not take `O_DIRECT` (e.g. tmpfs): the caller goes without.
-    /// (`sync` = `Sled` is the caller's not to open one.)
-    pub(crate) fn open(
-        dir: &Path,
-        epoch: u64,
-        applied: u64,
-        sync: WalSync,
-    ) -> Result<(Self, Vec<Replayed>), WalError> {
+    /// The entries of `epoch` after offset `applied` in the log in `dir`,
+    /// decoded, each with the offset it ends at (none when there is no log).
+    pub(crate) fn read(dir: &Path, epoch: u64, applied: u64) -> Result<Vec<Replayed>, WalError> {
         let path = dir.join(FILE_NAME);
-        let mut found = Vec::new();
-        match std::fs::metadata(&path) {
-            Ok(m) if m.len() == CAPACITY => {
-                let mut log = Vec::with_capacity(CAPACITY as usize);
-                File::open(&path)
-                    .and_then(|mut f| f.read_to_end(&mut log))
-                    .map_err(io(&path))?;
-                for (end, payload) in entries(&log, epoch, applied) {
-                    let offset = end.saturating_sub(payload.len().next_multiple_of(BLOCK) as u64);
-                    let ops = decode(payload).map_err(|reason| WalError::Corrupt {
-                        path: path.clone(),
-                        offset,
-                        reason,
-                    })?;
-                    found.push((end, ops));
-                }
+        let mut log = Vec::new();
+        match File::open(&path) {
+            Ok(mut f) => {
+                f.read_to_end(&mut log).map_err(io(&path))?;
             }
-            // None yet (a crash while it was made leaves none: it is
-            // renamed into place whole), or of another size, which no
-            // version writes: made afresh.
-            Ok(_) | Err(_) => make(dir, &path)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io(&path)(e)),
+        }
+        let mut found = Vec::new();
+        for (end, payload) in entries(&log, epoch, applied) {
+            let framed = (HEADER + payload.len()).next_multiple_of(BLOCK) as u64;
+            let ops = decode(payload).map_err(|reason| WalError::Corrupt {
+                path: path.clone(),
+                offset: end.saturating_sub(framed),
+                reason,
+            })?;
+            found.push((end, ops));
+        }
+        Ok(found)
+    }
+
+    /// Opens the log in `dir` for writing at offset 0 of `epoch` (after the
+    /// caller applied what [`Wal::read`] found and checkpointed): made, full
+    /// of zeros, when there is none or it is not `CAPACITY` long (a crash
+    /// while it was made leaves none: it is renamed into place whole; no
+    /// version writes another size), and made afresh on a file system
+    /// where an overwrite may need metadata (see [`direct_is_durable`]).
+    /// `Err` with an `Io` error of kind `InvalidInput` when the file system
+    /// does not take `O_DIRECT`: the caller goes without.
+    ///
+    /// `sync` = `Direct` writes `O_DIRECT` only where the file system
+    /// overwrites allocated blocks in place (ext4, XFS); elsewhere (btrfs,
+    /// ZFS, tmpfs, …) it writes as `Dsync`, whose writes are durable on any
+    /// file system. (`Sled` is the caller's not to open one.)
+    pub(crate) fn open(dir: &Path, epoch: u64, sync: WalSync) -> Result<Self, WalError> {
+        let path = dir.join(FILE_NAME);
+        let in_place = direct_is_durable(dir);
+        match std::fs::metadata(&path) {
+            Ok(m) if m.len() == CAPACITY && in_place != InPlace::Reflink => {}
+            Ok(_) => make(dir, &path)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => make(dir, &path)?,
+            Err(e) => return Err(io(&path)(e)),
+        }
+        let dsync = match (sync, in_place) {
+            (WalSync::Dsync, _) | (_, InPlace::No) => true,
+            (WalSync::Direct | WalSync::Sled, InPlace::Yes | InPlace::Reflink) => false,
+        };
+        if dsync && sync != WalSync::Dsync {
+            tracing::warn!(
+                "usage journal: {} is not on ext4 or XFS: its log is written O_DSYNC (journal_sync = \"dsync\")",
+                dir.display()
+            );
         }
         let mut options = OpenOptions::new();
-        options.write(true).custom_flags(match sync {
-            WalSync::Direct | WalSync::Sled => libc::O_DIRECT,
-            WalSync::Dsync => libc::O_DIRECT | libc::O_DSYNC,
+        options.write(true).custom_flags(if dsync {
+            libc::O_DIRECT | libc::O_DSYNC
+        } else {
+            libc::O_DIRECT
         });
         let file = options.open(&path).map_err(io(&path))?;
-        let offset = found.last().map_or(applied, |(end, _)| *end);
-        Ok((
-            Self {
-                file,
-                path,
-                epoch,
-                offset,
-                buf: Vec::new(),
-                framed: Vec::new(),
-            },
-            found,
-        ))
+        Ok(Self {
+            file,
+            path,
+            epoch,
+            offset: 0,
+            buf: Vec::new(),
+            framed: Vec::new(),
+        })
     }
 
     /// The epoch entries are written in.
@@ -374,7 +414,8 @@ mod tests {
     #[test]
     fn a_log_is_made_full_of_zeros_and_written_through_o_direct() {
         let dir = tempfile::tempdir_in(concat!(env!("CARGO_MANIFEST_DIR"), "/../target")).unwrap();
-        let (mut wal, found) = match Wal::open(dir.path(), 1, 0, WalSync::Direct) {
+        let found = Wal::read(dir.path(), 1, 0).unwrap();
+        let mut wal = match Wal::open(dir.path(), 1, WalSync::Direct) {
             Ok(w) => w,
             // A file system without O_DIRECT: nothing to test here.
             Err(WalError::Io { source, .. })
@@ -394,20 +435,13 @@ mod tests {
         assert_eq!(wal.prepare(&ops(50)).unwrap(), Prepared::Fits);
         assert_eq!(wal.write().unwrap(), 3 * BLOCK as u64);
         drop(wal);
-        let (wal, found) = Wal::open(dir.path(), 1, 0, WalSync::Direct).unwrap();
+        let found = Wal::read(dir.path(), 1, 0).unwrap();
         assert_eq!(found.len(), 2);
         assert_eq!(found[1], (3 * BLOCK as u64, ops(50)));
-        assert_eq!(wal.offset, 3 * BLOCK as u64);
         // From the first's end, only the second; another epoch, none.
-        assert_eq!(
-            Wal::open(dir.path(), 1, BLOCK as u64, WalSync::Direct)
-                .unwrap()
-                .1
-                .len(),
-            1
-        );
-        let (mut wal, found) = Wal::open(dir.path(), 2, 0, WalSync::Direct).unwrap();
-        assert!(found.is_empty());
+        assert_eq!(Wal::read(dir.path(), 1, BLOCK as u64).unwrap().len(), 1);
+        assert!(Wal::read(dir.path(), 2, 0).unwrap().is_empty());
+        let mut wal = Wal::open(dir.path(), 2, WalSync::Direct).unwrap();
         // An entry framed in one epoch is not written after a restart.
         assert_eq!(wal.prepare(&ops(1)).unwrap(), Prepared::Fits);
         wal.restart(3);
@@ -415,16 +449,10 @@ mod tests {
         assert_eq!(wal.prepare(&ops(1)).unwrap(), Prepared::Fits);
         wal.write().unwrap();
         drop(wal);
-        assert_eq!(
-            Wal::open(dir.path(), 3, 0, WalSync::Direct)
-                .unwrap()
-                .1
-                .len(),
-            1
-        );
+        assert_eq!(Wal::read(dir.path(), 3, 0).unwrap().len(), 1);
         // Near the mark: a checkpoint first; too large for any log:
         // written another way.
-        let mut wal = Wal::open(dir.path(), 4, 0, WalSync::Direct).unwrap().0;
+        let mut wal = Wal::open(dir.path(), 4, WalSync::Direct).unwrap();
         let big = vec![WalOp::Insert(
             vec![1],
             vec![0; (CHECKPOINT_AT / 2) as usize],

@@ -18,9 +18,10 @@ pub enum NvmlFallback {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum JournalSync {
     /// `"direct"` (default): through the journal's write-ahead log, one
-    /// `O_DIRECT` write per group commit; the write returns once the device
-    /// has it (the level of sled's own flush, `sync_file_range`: a device's
-    /// volatile write cache is not flushed).
+    /// `O_DIRECT` write per group commit on ext4 and XFS (elsewhere written
+    /// as `Dsync`); the write returns once the device has it (the level of
+    /// sled's own flush, `sync_file_range`: a device's volatile write cache
+    /// is not flushed).
     #[default]
     Direct,
     /// `"dsync"`: the same log written `O_DIRECT | O_DSYNC`: each write also

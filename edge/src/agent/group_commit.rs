@@ -52,6 +52,9 @@ pub(super) struct Written {
     pub(super) result: Result<u64, String>,
     /// The plain replies the writer sent.
     pub(super) sent: Sent,
+    /// The group is durable but the journal takes no more appends (its
+    /// tree lacks an entry of its log): the agent must restart.
+    pub(super) fatal: Option<String>,
 }
 
 /// What the writer did with a write's plain replies.
@@ -316,17 +319,29 @@ impl GroupCommit {
                     // group is durable (before the journal's tree has it);
                     // then the actor (the others, and the counts).
                     let mut sent = None;
+                    let mut durable = None;
                     // A panic in the journal fails this group's replies
                     // (closed) instead of leaving them waiting forever.
                     let append = std::panic::AssertUnwindSafe(|| {
                         journal.append_keyed_then(records, keyed, now_ms, |n| {
+                            durable = Some(n);
                             sent = Some(groups.send(|tag| tag <= number, &Ok(n)));
                         })
                     });
-                    let result = match std::panic::catch_unwind(append) {
-                        Ok(Ok(seqs)) => Ok(seqs.end - seqs.start),
-                        Ok(Err(e)) => Err(e.to_string()),
-                        Err(_) => Err("journal writer: the append panicked".to_string()),
+                    let (result, fatal) = match (std::panic::catch_unwind(append), durable) {
+                        (Ok(Ok(seqs)), _) => (Ok(seqs.end - seqs.start), None),
+                        // Durable, but the journal cannot go on (its tree
+                        // lacks the entry): the group is released, and the
+                        // agent stops so that a restart replays it.
+                        (Ok(Err(e)), Some(n)) => (Ok(n), Some(e.to_string())),
+                        (Err(_), Some(n)) => (
+                            Ok(n),
+                            Some("journal writer: the append panicked after its write".to_string()),
+                        ),
+                        (Ok(Err(e)), None) => (Err(e.to_string()), None),
+                        (Err(_), None) => {
+                            (Err("journal writer: the append panicked".to_string()), None)
+                        }
                     };
                     let sent = match sent {
                         Some(n) => Sent::Released(n),
@@ -335,11 +350,16 @@ impl GroupCommit {
                     let Some(agent) = agent.upgrade() else {
                         return;
                     };
+                    let stop = fatal.is_some();
                     agent.do_send(Written {
                         group: number,
                         result,
                         sent,
+                        fatal,
                     });
+                    if stop {
+                        return;
+                    }
                 }
             })
             .map(|_| ())

@@ -1048,10 +1048,24 @@ impl Actor for NodeAgent {
 impl Handler<Written> for NodeAgent {
     type Result = ();
 
-    fn handle(&mut self, msg: Written, _: &mut Context<Self>) {
+    fn handle(&mut self, msg: Written, ctx: &mut Context<Self>) {
         // The writer writes one group at a time, in order: everything
         // tagged up to its group was in this write or an earlier one.
         self.written(msg.result, msg.sent, |tag| tag <= msg.group);
+        if let Some(why) = msg.fatal {
+            // Its usage is durable and released; nothing more can be
+            // journaled until a restart replays the log's entry into the
+            // journal's tree: exit (code 70) once the released answers
+            // are out, for the supervisor to restart the agent
+            // (systemd `Restart=on-failure`).
+            tracing::error!(
+                "usage journal stopped taking appends ({why}); the agent exits to replay it"
+            );
+            self.status.usage_write_failures += 1;
+            ctx.run_later(std::time::Duration::from_millis(500), |_, _| {
+                std::process::exit(70);
+            });
+        }
     }
 }
 
