@@ -1301,6 +1301,20 @@ mod tests {
         to
     }
 
+    /// A journal on disk that writes through its log, and a copy of its
+    /// directory taken right after the open (sled's files as flushed);
+    /// `None` on a file system that refuses `O_DIRECT`.
+    fn logged_journal() -> Option<(tempfile::TempDir, UsageJournal, tempfile::TempDir)> {
+        let dir = disk_dir();
+        let j = UsageJournal::open(dir.path(), agent()).unwrap();
+        if !j.logged() {
+            eprintln!("no O_DIRECT on this file system: nothing to test");
+            return None;
+        }
+        let opened = crash_copy(dir.path());
+        Some((dir, j, opened))
+    }
+
     fn held(j: &UsageJournal) -> Vec<UsageRecord> {
         let mut held = Vec::new();
         let mut after = 0;
@@ -1317,15 +1331,11 @@ mod tests {
 
     #[test]
     fn appends_through_the_log_survive_a_crash_and_are_replayed_once() {
-        let dir = disk_dir();
+        let Some((dir, j, opened)) = logged_journal() else {
+            return;
+        };
         let acme = TenantId("acme".into());
         let t0 = 1_700_000_000_000;
-        let j = UsageJournal::open(dir.path(), agent()).unwrap();
-        if !j.logged() {
-            eprintln!("no O_DIRECT on this file system: nothing to test");
-            return;
-        }
-        let opened = crash_copy(dir.path());
         assert_eq!(j.append(vec![rec(1)]).unwrap(), 1..2);
         assert_eq!(j.append(vec![rec(2), rec(3)]).unwrap(), 2..4);
         let k = KeyedOutcome::new(acme.clone(), "k1".into(), t0, b"hello");
@@ -1384,13 +1394,10 @@ mod tests {
 
     #[test]
     fn an_append_interrupted_after_its_write_stops_the_journal_until_a_replay() {
-        let dir = disk_dir();
-        let acme = TenantId("acme".into());
-        let j = UsageJournal::open(dir.path(), agent()).unwrap();
-        if !j.logged() {
+        let Some((dir, j, opened)) = logged_journal() else {
             return;
-        }
-        let opened = crash_copy(dir.path());
+        };
+        let acme = TenantId("acme".into());
         // The writer thread catches a panic (here in the caller's callback,
         // after the entry is durable): the journal must not hand the
         // numbers out again, nor take appends the tree would be missing
@@ -1416,13 +1423,10 @@ mod tests {
 
     #[test]
     fn a_torn_entry_ends_the_log_and_checkpoints_keep_everything() {
-        let dir = disk_dir();
-        let acme = TenantId("acme".into());
-        let j = UsageJournal::open(dir.path(), agent()).unwrap();
-        if !j.logged() {
+        let Some((dir, j, opened)) = logged_journal() else {
             return;
-        }
-        let opened = crash_copy(dir.path());
+        };
+        let acme = TenantId("acme".into());
         for c in 1..=3 {
             j.append(vec![rec(c)]).unwrap();
         }
