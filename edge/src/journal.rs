@@ -451,10 +451,17 @@ fn sync_files(dir: &Path) -> Result<(), WalError> {
         let path = path.to_path_buf();
         move |source| WalError::Io { path, source }
     };
+    // sled removes files of its own (blobs, old snapshots) while this runs:
+    // one gone since it was listed has nothing to sync.
+    let gone = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
     for entry in std::fs::read_dir(dir).map_err(io(dir))? {
         let entry = entry.map_err(io(dir))?;
         let path = entry.path();
-        let kind = entry.file_type().map_err(io(&path))?;
+        let kind = match entry.file_type() {
+            Ok(kind) => kind,
+            Err(e) if gone(&e) => continue,
+            Err(e) => return Err(io(&path)(e)),
+        };
         if kind.is_dir() {
             sync_files(&path)?;
         } else if kind.is_file()
@@ -463,9 +470,10 @@ fn sync_files(dir: &Path) -> Result<(), WalError> {
                 .to_string_lossy()
                 .starts_with(crate::wal::FILE_NAME)
         {
-            std::fs::File::open(&path)
-                .and_then(|f| f.sync_all())
-                .map_err(io(&path))?;
+            match std::fs::File::open(&path).and_then(|f| f.sync_all()) {
+                Err(e) if !gone(&e) => return Err(io(&path)(e)),
+                _ => {}
+            }
         }
     }
     std::fs::File::open(dir)
@@ -683,6 +691,15 @@ impl UsageJournal {
             Self::apply_ops(tree, ops, Some(end))?;
         }
         let epoch = Self::checkpoint(db, tree, path, epoch)?;
+        // The journal's own directory entry (a new journal's).
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::File::open(parent)
+                .and_then(|d| d.sync_all())
+                .map_err(|source| WalError::Io {
+                    path: parent.to_path_buf(),
+                    source,
+                })?;
+        }
         if replayed > 0 {
             tracing::info!(entries = replayed, "usage journal: replayed from its log");
         }
@@ -752,12 +769,27 @@ impl UsageJournal {
         Ok(next)
     }
 
-    /// [`UsageJournal::checkpoint`], then the log starts over in the new epoch.
+    /// [`UsageJournal::checkpoint`], then the log starts over in the new
+    /// epoch. A checkpoint that fails leaves the journal refusing appends
+    /// (`Unapplied`): the tree may already name the new epoch while the log
+    /// writes the old one, and a retried `fsync` can report success for
+    /// pages whose write was lost; a restart replays the log (its entries
+    /// are all still there) and checkpoints afresh.
     fn restart_log(&self, logged: &mut Logged) -> Result<(), JournalError> {
-        let next = Self::checkpoint(&self.db, &self.tree, &self.dir, logged.wal.epoch())?;
-        logged.wal.restart(next);
-        logged.torn = false;
-        Ok(())
+        logged.torn = true;
+        match Self::checkpoint(&self.db, &self.tree, &self.dir, logged.wal.epoch()) {
+            Ok(next) => {
+                logged.wal.restart(next);
+                logged.torn = false;
+                Ok(())
+            }
+            Err(e) => {
+                let why = format!("a checkpoint of the log failed: {e}");
+                tracing::error!("usage journal: {why}");
+                logged.unapplied = Some(why.clone());
+                Err(JournalError::Unapplied(why))
+            }
+        }
     }
 
     /// Applies `ops` to the tree in one atomic batch, with the log offset
@@ -960,10 +992,8 @@ impl UsageJournal {
                 // error) and no later entry lies behind a torn one; if the
                 // checkpoint fails, the next append tries it first.
                 logged.unapplied = None;
-                logged.torn = true;
-                if let Err(c) = self.restart_log(&mut logged) {
-                    tracing::error!("usage journal: checkpoint after a failed log write: {c}");
-                }
+                // (A failed checkpoint leaves the journal refusing appends.)
+                let _ = self.restart_log(&mut logged);
                 Err(e.into())
             }
         }

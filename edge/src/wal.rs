@@ -287,7 +287,13 @@ impl Wal {
         let path = dir.join(FILE_NAME);
         let in_place = direct_is_durable(dir);
         match std::fs::metadata(&path) {
-            Ok(m) if m.len() == CAPACITY && in_place != InPlace::Reflink => {}
+            // Whole and allocated (a copy made sparse, e.g. by a restore,
+            // has holes, whose first write needs metadata).
+            Ok(m)
+                if m.len() == CAPACITY
+                    && std::os::unix::fs::MetadataExt::blocks(&m).saturating_mul(512)
+                        >= CAPACITY
+                    && in_place != InPlace::Reflink => {}
             Ok(_) => make(dir, &path)?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => make(dir, &path)?,
             Err(e) => return Err(io(&path)(e)),

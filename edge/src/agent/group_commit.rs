@@ -338,14 +338,21 @@ impl GroupCommit {
                             Ok(n),
                             Some("journal writer: the append panicked after its write".to_string()),
                         ),
+                        // The journal refuses appends until a restart
+                        // replays its log: stop too.
+                        (Ok(Err(e @ crate::journal::JournalError::Unapplied(_))), None) => {
+                            (Err(e.to_string()), Some(e.to_string()))
+                        }
                         (Ok(Err(e)), None) => (Err(e.to_string()), None),
                         (Err(_), None) => {
                             (Err("journal writer: the append panicked".to_string()), None)
                         }
                     };
-                    let sent = match sent {
-                        Some(n) => Sent::Released(n),
-                        None => Sent::Failed(groups.send(|tag| tag <= number, &result)),
+                    let sent = match (sent, durable) {
+                        (Some(n), _) => Sent::Released(n),
+                        // Durable, but the callback did not finish.
+                        (None, Some(n)) => Sent::Released(groups.send(|tag| tag <= number, &Ok(n))),
+                        (None, None) => Sent::Failed(groups.send(|tag| tag <= number, &result)),
                     };
                     let Some(agent) = agent.upgrade() else {
                         return;

@@ -1081,17 +1081,28 @@ impl Handler<FlushUsage> for NodeAgent {
         // writing wait for that write (this one may not cover it).
         let group = m.groups.take_all();
         m.flushed = true;
-        let result = m
-            .setup
-            .journal
-            .append_keyed(group.records, group.keyed, group.now_ms)
-            .map(|seqs| seqs.end - seqs.start)
-            .map_err(|e| e.to_string());
-        let sent = match m.groups.send(|tag| tag == group.number, &result) {
+        let number = group.number;
+        let mut durable = None;
+        let appended =
+            m.setup
+                .journal
+                .append_keyed_then(group.records, group.keyed, group.now_ms, |n| {
+                    durable = Some(n)
+                });
+        let result = match (appended, durable) {
+            (Ok(seqs), _) => Ok(seqs.end - seqs.start),
+            // Durable (a restart replays what the journal's tree lacks).
+            (Err(e), Some(n)) => {
+                tracing::error!("usage journal: the final flush is durable but not applied: {e}");
+                Ok(n)
+            }
+            (Err(e), None) => Err(e.to_string()),
+        };
+        let sent = match m.groups.send(|tag| tag == number, &result) {
             n if result.is_ok() => Sent::Released(n),
             n => Sent::Failed(n),
         };
-        self.written(result, sent, |tag| tag == group.number);
+        self.written(result, sent, |tag| tag == number);
     }
 }
 
