@@ -52,12 +52,10 @@ use gshare_core::http_surface::{
 };
 use gshare_core::model::TenantId;
 use gshare_core::net::http_client::{
-    announced_len, pass_body_on, read_whole, BodyLimits, BodyStop, Upload, WHOLE_BODY,
+    announced_len, read_whole, stream_body, BodyLimits, BodyStop, Upload, WHOLE_BODY,
 };
 use gshare_core::protocol::{InvokeError, InvokeOutcome};
-use std::cell::Cell;
 use std::net::SocketAddr;
-use std::rc::Rc;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
@@ -112,10 +110,6 @@ fn bearer(req: &HttpRequest) -> Result<&str, Box<HttpResponse>> {
     bearer_token(header).map_err(|e| unauthorized(&e.to_string()))
 }
 
-/// Parts of a request body held between the client and the function (the
-/// client is read only as fast as the function takes them).
-const BODY_PARTS: usize = 16;
-
 /// The ingress's request body limits (the config's `max_request_bytes`
 /// and `body_idle_timeout_ms`; their defaults when not given).
 fn body_limits(req: &HttpRequest) -> BodyLimits {
@@ -132,29 +126,6 @@ fn announced(req: &HttpRequest) -> Option<u64> {
         req.headers().contains_key("transfer-encoding"),
         req.version() < actix_web::http::Version::HTTP_2,
     )
-}
-
-/// The request body as a stream the function reads as it arrives (with
-/// its announced length `len`, which the function gets as its
-/// `Content-Length`; a chunked upload reaches it chunked): a task on this
-/// worker passes the client's chunks on within `limits` (a body over the
-/// cap, or one that pauses past the idle timeout, is cut there: the
-/// function's call is aborted), and stops when the function no longer
-/// takes them. Nothing is buffered beyond [`BODY_PARTS`] chunks.
-fn stream_body(
-    payload: web::Payload,
-    len: Option<u64>,
-    limits: BodyLimits,
-) -> (RequestBody, Rc<Cell<Upload>>) {
-    let (tx, body) = RequestBody::channel(BODY_PARTS, len);
-    let upload = Rc::new(Cell::new(Upload::Reading));
-    let passing = pass_body_on(payload, tx, limits, upload.clone());
-    actix_web::rt::spawn(async move {
-        if let Some(e) = passing.await {
-            tracing::debug!("request body broke off: {e}");
-        }
-    });
-    (body, upload)
 }
 
 /// `POST /v1/invoke/{tenant}/{name}`: the body to the function's invoke

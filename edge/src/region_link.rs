@@ -595,10 +595,6 @@ async fn pushes(conn: quinn::Connection, agent: Addr<NodeAgent>) -> Result<(), S
     }
 }
 
-/// Parts of a streamed request body held between the region and the
-/// function (the stream is read only as fast as the function takes them).
-const BODY_PARTS: usize = 16;
-
 /// Passes a streamed request body's frames ([`RegionMessageV1::InvokeBodyChunk`]
 /// then [`RegionMessageV1::InvokeBodyEnd`], for invocation `id`) from
 /// `recv` to `tx`, its first bytes `first` before them; at most `cap`
@@ -744,7 +740,8 @@ async fn invokes(
         let body = match streamed {
             None => RequestBody::from(std::mem::take(&mut req.body)),
             Some(len) => {
-                let (tx, body) = RequestBody::channel(BODY_PARTS, len);
+                let (tx, body) =
+                    RequestBody::channel(gshare_core::net::http_client::BODY_PARTS, len);
                 let first = (std::mem::take(&mut req.body), len, max_request_bytes);
                 let over = (tx, over.clone());
                 actix_rt::spawn(receive_body(conn.clone(), recv, req.id, first, over));

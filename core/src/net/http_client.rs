@@ -40,8 +40,8 @@ mod request_body;
 pub use connect::ConnectError;
 pub use hyper::body::{Bytes, Incoming};
 pub use request_body::{
-    announced_len, pass_body_on, read_whole, BodyCut, BodyLimits, BodyPart, BodyStop, CollectError,
-    RequestBody, Upload, WHOLE_BODY,
+    announced_len, pass_body_on, read_whole, stream_body, BodyCut, BodyLimits, BodyPart, BodyStop,
+    CollectError, RequestBody, Upload, BODY_PARTS, WHOLE_BODY,
 };
 
 use connect::Connector;

@@ -18,15 +18,13 @@
 //! another node ([`RequestBodySource::left`]).
 
 use actix_web::web;
-use gshare_core::net::http_client::{pass_body_on, BodyCut, RequestBody};
+use gshare_core::net::http_client::{stream_body, BodyCut, RequestBody};
 pub(crate) use gshare_core::net::http_client::{BodyLimits, BodyStop, Upload, WHOLE_BODY};
 use gshare_core::net::write_frame_more;
 use gshare_core::protocol::{RegionMessage, RegionMessageV1, MAX_BODY_CHUNK};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
-/// Parts of a streamed body held between the client and the agent.
-const BODY_PARTS: usize = 16;
 /// QUIC reset code of a streamed body that was cut (the agent then aborts
 /// the call).
 pub(crate) const BODY_CUT: u32 = 0x11;
@@ -54,14 +52,7 @@ impl RequestBodySource {
     /// The body as it arrives (`len`: its announced length), taken
     /// within `limits` by a task on this worker.
     pub(crate) fn streamed(payload: web::Payload, len: Option<u64>, limits: BodyLimits) -> Self {
-        let (tx, body) = RequestBody::channel(BODY_PARTS, len);
-        let upload = Rc::new(Cell::new(Upload::Reading));
-        let passing = pass_body_on(payload, tx, limits, upload.clone());
-        actix_web::rt::spawn(async move {
-            if let Some(e) = passing.await {
-                tracing::debug!("request body broke off: {e}");
-            }
-        });
+        let (body, upload) = stream_body(payload, len, limits);
         Self {
             whole: None,
             streamed: RefCell::new(Some(body)),

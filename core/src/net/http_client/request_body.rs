@@ -186,6 +186,34 @@ pub enum Upload {
     Stopped(BodyStop),
 }
 
+/// Parts of a request body held between its sender and the function (the
+/// sender is read only as fast as the function takes them).
+pub const BODY_PARTS: usize = 16;
+
+/// A server's request body (`incoming`; `len`: its announced length) as a
+/// [`RequestBody`] channel, passed on by [`pass_body_on`] in a task of
+/// the current thread's local set (an actix worker's), with the upload's
+/// state. Nothing is buffered beyond [`BODY_PARTS`] chunks.
+pub fn stream_body<S, E>(
+    incoming: S,
+    len: Option<u64>,
+    limits: BodyLimits,
+) -> (RequestBody, std::rc::Rc<std::cell::Cell<Upload>>)
+where
+    S: futures_core::Stream<Item = Result<Bytes, E>> + Unpin + 'static,
+    E: std::fmt::Display + 'static,
+{
+    let (tx, body) = RequestBody::channel(BODY_PARTS, len);
+    let upload = std::rc::Rc::new(std::cell::Cell::new(Upload::Reading));
+    let passing = pass_body_on(incoming, tx, limits, upload.clone());
+    tokio::task::spawn_local(async move {
+        if let Some(e) = passing.await {
+            tracing::debug!("request body broke off: {e}");
+        }
+    });
+    (body, upload)
+}
+
 /// Passes the chunks of a server's request body (`incoming`, e.g. actix's
 /// payload) on to `tx` as they come, within `limits`, keeping `upload` up
 /// to date; stops when nobody takes them any more (`tx` closed). A body
