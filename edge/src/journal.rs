@@ -96,6 +96,101 @@ const KEYED_LIMIT: usize = 4 * gshare_core::protocol::MAX_REPLAY_BODY;
 /// Largest encoded record accepted when decoding (a record is ~100 bytes).
 const RECORD_LIMIT: usize = 64 * 1024;
 
+/// How long the journal's durable writes took (the log's `O_DIRECT`
+/// write, or sled's flush without the log): what one metered reply waits
+/// for at least. Buckets of 5 µs up to 1 ms, then of 1 ms up to 100 ms,
+/// then one for the rest.
+#[derive(Debug)]
+pub struct WriteTimes {
+    buckets: Vec<AtomicU64>,
+}
+
+/// A copy of [`WriteTimes`] at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteHistogram {
+    counts: Vec<u64>,
+}
+
+const FINE_US: u64 = 5;
+const FINE_BUCKETS: u64 = 200;
+const COARSE_US: u64 = 1_000;
+const COARSE_BUCKETS: u64 = 99;
+
+impl WriteTimes {
+    fn new() -> Self {
+        let n = (FINE_BUCKETS + COARSE_BUCKETS + 1) as usize;
+        Self {
+            buckets: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn record(&self, took: std::time::Duration) {
+        let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        let fine_end = FINE_US * FINE_BUCKETS;
+        let i = if us < fine_end {
+            us / FINE_US
+        } else {
+            (FINE_BUCKETS + (us - fine_end) / COARSE_US).min(FINE_BUCKETS + COARSE_BUCKETS)
+        };
+        self.buckets[i as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counts now.
+    pub fn snapshot(&self) -> WriteHistogram {
+        WriteHistogram {
+            counts: self
+                .buckets
+                .iter()
+                .map(|b| b.load(Ordering::Relaxed))
+                .collect(),
+        }
+    }
+}
+
+impl WriteHistogram {
+    /// The writes since `earlier` (a snapshot of the same journal).
+    pub fn since(&self, earlier: &WriteHistogram) -> WriteHistogram {
+        WriteHistogram {
+            counts: self
+                .counts
+                .iter()
+                .zip(&earlier.counts)
+                .map(|(now, then)| now.saturating_sub(*then))
+                .collect(),
+        }
+    }
+
+    /// Number of writes.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// The upper edge of the bucket holding quantile `q` (0–1) of the
+    /// writes, in µs (`None` without writes; `u64::MAX` past 100 ms).
+    pub fn quantile_us(&self, q: f64) -> Option<u64> {
+        let n = self.count();
+        if n == 0 {
+            return None;
+        }
+        let rank = ((q.clamp(0.0, 1.0) * n as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (i, c) in self.counts.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                let i = i as u64;
+                return Some(if i < FINE_BUCKETS {
+                    (i + 1) * FINE_US
+                } else if i < FINE_BUCKETS + COARSE_BUCKETS {
+                    FINE_US * FINE_BUCKETS + (i - FINE_BUCKETS + 1) * COARSE_US
+                } else {
+                    u64::MAX
+                });
+            }
+        }
+        None
+    }
+}
+
 /// Errors of the journal.
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
@@ -413,6 +508,8 @@ pub struct UsageJournal {
     /// Entries of the log applied at open (appends that had returned but
     /// were not yet in sled's files: a crash, or a kill -9).
     replayed: usize,
+    /// How long the durable writes of appends took.
+    write_times: WriteTimes,
 }
 
 /// The write-ahead log and what its last writes left.
@@ -663,6 +760,7 @@ impl UsageJournal {
             key_window_ms: AtomicU64::new(DEFAULT_KEY_WINDOW_MS),
             wal,
             replayed,
+            write_times: WriteTimes::new(),
         })
     }
 
@@ -968,7 +1066,10 @@ impl UsageJournal {
         // writer thread, leaves it so: a restart replays the entry).
         st.seqs.taken(p.seqs.end);
         logged.unapplied = Some("an append was interrupted after its log write".into());
-        match logged.wal.write() {
+        let began = std::time::Instant::now();
+        let wrote = logged.wal.write();
+        self.write_times.record(began.elapsed());
+        match wrote {
             Ok(end) => {
                 durable(p.seqs.end - p.seqs.start);
                 if let Err(e) = Self::apply_logged(&self.tree, p.ops, end) {
@@ -1005,7 +1106,10 @@ impl UsageJournal {
         // order (a flush returns once everything written before it is on
         // disk), so when it returns these records, and every one with a
         // lower number, are durable.
-        self.db.flush()?;
+        let began = std::time::Instant::now();
+        let flushed = self.db.flush();
+        self.write_times.record(began.elapsed());
+        flushed?;
         self.state().seqs.flushed(seqs.end);
         Ok(seqs)
     }
@@ -1153,6 +1257,11 @@ impl UsageJournal {
             batch.insert(totals_key(&tenant), encode_totals(&t)?);
         }
         Ok(())
+    }
+
+    /// How long the durable writes of appends took so far.
+    pub fn write_times(&self) -> WriteHistogram {
+        self.write_times.snapshot()
     }
 
     /// Where the journal stands.
@@ -1449,6 +1558,39 @@ mod tests {
         assert_eq!(seqs(&r), vec![1]);
         assert_eq!(r.totals(&acme).unwrap().compute_milli_gpu_ms, 10);
         assert_eq!(r.append(vec![rec(20)]).unwrap(), 2..3);
+    }
+
+    #[test]
+    fn write_times_count_each_durable_write_and_place_quantiles_in_buckets() {
+        let t = WriteTimes::new();
+        assert_eq!(t.snapshot().quantile_us(0.5), None);
+        for us in [3, 42, 44, 47, 120, 999, 1_000, 2_500, 250_000] {
+            t.record(std::time::Duration::from_micros(us));
+        }
+        let h = t.snapshot();
+        assert_eq!(h.count(), 9);
+        assert_eq!(h.quantile_us(0.0), Some(5));
+        assert_eq!(h.quantile_us(0.3), Some(45));
+        assert_eq!(h.quantile_us(0.5), Some(125));
+        assert_eq!(h.quantile_us(0.7), Some(2_000));
+        assert_eq!(h.quantile_us(0.8), Some(3_000));
+        assert_eq!(h.quantile_us(1.0), Some(u64::MAX));
+        t.record(std::time::Duration::from_micros(10));
+        let later = t.snapshot().since(&h);
+        assert_eq!((later.count(), later.quantile_us(0.99)), (1, Some(15)));
+    }
+
+    #[test]
+    fn every_append_times_its_durable_write_through_the_log_or_sleds_flush() {
+        for sync in [WalSync::default(), WalSync::Sled] {
+            let dir = disk_dir();
+            let j = UsageJournal::open_with(dir.path(), agent(), sync).unwrap();
+            j.append(vec![rec(1)]).unwrap();
+            j.append(vec![rec(2), rec(3)]).unwrap();
+            let times = j.write_times();
+            assert_eq!(times.count(), 2, "{sync:?}");
+            assert!(times.quantile_us(1.0).is_some());
+        }
     }
 
     #[test]

@@ -395,13 +395,64 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The journal's durable writes during one phase: how many, how many
+/// invocations each billed (the group commit's group: a group's usage is
+/// one record per function), and how long they took (the device's write
+/// latency, which a metered reply waits for at least).
+struct Writes<'a> {
+    journal: &'a UsageJournal,
+    times: gshare_edge::journal::WriteHistogram,
+    invocations: u64,
+    began: Instant,
+}
+
+/// Invocations journaled so far, every tenant.
+fn journaled(journal: &UsageJournal) -> u64 {
+    journal
+        .all_totals()
+        .map(|t| t.values().map(|t| t.invocations).sum())
+        .unwrap_or(0)
+}
+
+impl<'a> Writes<'a> {
+    /// Counts from `began` (the snapshot is taken now: a phase's
+    /// writes are those after it).
+    fn start(journal: &'a UsageJournal, began: Instant) -> Self {
+        Self {
+            journal,
+            times: journal.write_times(),
+            invocations: journaled(journal),
+            began,
+        }
+    }
+
+    fn report(&mut self, phase: &str) {
+        let times = self.journal.write_times().since(&self.times);
+        let invocations = journaled(self.journal).saturating_sub(self.invocations);
+        let writes = times.count();
+        let secs = self.began.elapsed().as_secs_f64().max(1e-9);
+        let us = |q| {
+            times
+                .quantile_us(q)
+                .map_or("-".to_string(), |u| format!("{u}"))
+        };
+        println!(
+            "journal writes ({phase}): writes={writes} writes_per_sec={:.0} invocations_per_write={:.2} write_p50_us<={} write_p99_us<={}",
+            writes as f64 / secs,
+            invocations as f64 / writes.max(1) as f64,
+            us(0.5),
+            us(0.99),
+        );
+    }
+}
+
 fn measure(
     args: &Args,
     journal: Option<Arc<UsageJournal>>,
     https: Option<Https>,
 ) -> anyhow::Result<Measured> {
     let client_tls = https.as_ref().map(|h| h.client.clone());
-    let addr = start_agent(args.workers, journal, https.map(|h| h.server))?;
+    let addr = start_agent(args.workers, journal.clone(), https.map(|h| h.server))?;
     // Warm-up: the first request cold-starts the instance.
     let mut c = Client::connect(addr, client_tls.as_ref())?;
     let warm = Instant::now();
@@ -418,6 +469,7 @@ fn measure(
 
     let mut lat = Vec::new();
     let begin = Instant::now();
+    let mut writes = journal.as_deref().map(|j| Writes::start(j, begin));
     let mut errors = 0u64;
     while begin.elapsed().as_secs_f64() < args.latency_secs {
         let t = Instant::now();
@@ -432,6 +484,9 @@ fn measure(
         "agent ingress (1 in flight): invocations={} p50_us={p50:.1} p99_us={p99:.1} errors={errors}",
         lat.len()
     );
+    if let Some(w) = writes.as_mut() {
+        w.report("1 in flight");
+    }
 
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
@@ -452,9 +507,15 @@ fn measure(
     std::thread::sleep(Duration::from_millis(500));
     let d0 = done.load(Ordering::Relaxed);
     let t0 = Instant::now();
+    if let (Some(w), Some(j)) = (writes.as_mut(), journal.as_deref()) {
+        *w = Writes::start(j, t0);
+    }
     std::thread::sleep(Duration::from_secs_f64(args.throughput_secs));
     let d1 = done.load(Ordering::Relaxed);
     let elapsed = t0.elapsed().as_secs_f64();
+    if let Some(w) = writes.as_mut() {
+        w.report(&format!("{} connections", args.connections));
+    }
     stop.store(true, Ordering::Relaxed);
     for t in threads {
         let _ = t.join();
