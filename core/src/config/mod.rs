@@ -58,4 +58,4 @@ pub use replica_file::{
 };
 pub use runtime_drivers::{DriverKind, RuntimeDriverConfig, RuntimeDrivers, TemplateRef};
 pub use tenants::{Tenant, Tenants};
-pub use topology::{LegacyTopology, Topology};
+pub use topology::{LegacyTopology, PoolCapacity, Topology};

@@ -32,6 +32,57 @@ pub struct Topology {
     placement: RegionPolicy,
     /// Node name -> (pool index, node index in the pool).
     node_index: HashMap<String, (usize, usize)>,
+    /// Per pool (same order), its largest GPUs ([`PoolCapacity`]).
+    capacity: Vec<PoolCapacity>,
+}
+
+/// What the largest GPUs of one pool hold: what a spec is checked against
+/// before it is planned (no load could take a spec larger than every GPU),
+/// kept so that the check costs a step per pool, not per node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolCapacity {
+    /// The pool's largest GPU by memory, the first in file order:
+    /// (node index in the pool, its GPU index on the node, its group index
+    /// in the node's `gpus`); `None` when no node has a GPU.
+    pub largest: Option<(usize, u32, usize)>,
+    /// `whole[k]`: the most memory `k` GPUs of one node hold together,
+    /// over the pool's nodes with at least `k` GPUs (`whole[0]` = 0; the
+    /// vector ends at the largest GPU count of a node).
+    pub whole: Vec<Mib>,
+}
+
+impl PoolCapacity {
+    fn of(pool: &Pool) -> Self {
+        let mut largest: Option<(usize, u32, usize, Mib)> = None;
+        let mut whole: Vec<Mib> = Vec::new();
+        let mut sizes: Vec<Mib> = Vec::new();
+        for (n, node) in pool.nodes.iter().enumerate() {
+            let mut index = 0u32;
+            sizes.clear();
+            for (g, group) in node.gpus.iter().enumerate() {
+                if largest.is_none_or(|l| group.memory_mib > l.3) {
+                    largest = Some((n, index, g, group.memory_mib));
+                }
+                index = index.saturating_add(group.count);
+                sizes.extend(std::iter::repeat_n(group.memory_mib, group.count as usize));
+            }
+            sizes.sort_unstable_by(|a, b| b.cmp(a));
+            let mut sum: Mib = 0;
+            for k in 0..=sizes.len() {
+                if k > 0 {
+                    sum = sum.saturating_add(sizes[k - 1]);
+                }
+                match whole.get_mut(k) {
+                    Some(best) => *best = (*best).max(sum),
+                    None => whole.push(sum),
+                }
+            }
+        }
+        Self {
+            largest: largest.map(|(n, i, g, _)| (n, i, g)),
+            whole,
+        }
+    }
 }
 
 impl Topology {
@@ -54,6 +105,7 @@ impl Topology {
                 node_index.insert(node.name.0.clone(), (p, n));
             }
         }
+        let capacity = pools.iter().map(PoolCapacity::of).collect();
         Self {
             gpu_models,
             cold_start,
@@ -62,7 +114,14 @@ impl Topology {
             pricing,
             placement: RegionPolicy::default(),
             node_index,
+            capacity,
         }
+    }
+
+    /// What the largest GPUs of each pool hold, in the order of
+    /// [`Topology::pools`].
+    pub fn pool_capacity(&self) -> &[PoolCapacity] {
+        &self.capacity
     }
 
     /// This topology with the placement ranking `placement`.
@@ -356,6 +415,21 @@ memory_gib_hour = 0
             node: NodeId(node.into()),
             index,
         }
+    }
+
+    #[test]
+    fn each_pool_keeps_its_first_largest_gpu_and_the_most_k_gpus_of_a_node_hold() {
+        let t = small();
+        let c = t.pool_capacity();
+        assert_eq!(c.len(), t.pools().len());
+        // dc: c0's first 80 GB GPU (the second is no larger); c1 has none.
+        assert_eq!(c[0].largest, Some((0, 0, 0)));
+        assert_eq!(c[0].whole, vec![0, 80_000, 160_000, 176_000]);
+        assert_eq!(c[1].largest, Some((0, 0, 0)));
+        assert_eq!(c[1].whole, vec![0, 16_000]);
+        // Rebuilt when read back (a snapshot).
+        let back: Topology = serde_json::from_str(&serde_json::to_string(&t).unwrap()).unwrap();
+        assert_eq!(back.pool_capacity(), c);
     }
 
     #[test]

@@ -195,40 +195,30 @@ pub fn plan_spec_with(
 /// with the `k` largest GPUs of one node. `None` too when the allowed
 /// pools hold no GPU at all ([`no_allowed_pool`] names a missing pool).
 pub fn unsatisfiable(topology: &Topology, spec: &FunctionSpec) -> Option<(GpuId, String, Mib)> {
-    // (node, index on it, group) of the largest GPU; ids are built once, at the end.
-    let mut largest: Option<(&crate::config::Node, u32, &crate::config::GpuGroup)> = None;
-    let mut fits = false;
+    // Per pool, from the topology's summary of its largest GPUs (a step
+    // per pool, not per node: this runs before every plan).
     let exclusive = spec.tier == Tier::Exclusive;
     let k = (spec.compute_milli / WHOLE_GPU) as usize;
-    let mut sizes: Vec<Mib> = Vec::new();
-    let allowed = topology
-        .pools()
-        .iter()
-        .filter(|p| spec.pool.allows(&p.name, p.kind))
-        .flat_map(|p| p.nodes.iter());
-    for n in allowed {
-        let mut index = 0u32;
-        for g in &n.gpus {
-            if largest.is_none_or(|l| g.memory_mib > l.2.memory_mib) {
-                largest = Some((n, index, g));
-            }
-            index = index.saturating_add(g.count);
+    // (pool, node index in it, GPU index on the node, group index) of the
+    // largest GPU, the first in file order.
+    let mut largest: Option<(&crate::config::Pool, usize, u32, usize)> = None;
+    let mut fits = false;
+    for (pool, capacity) in topology.pools().iter().zip(topology.pool_capacity()) {
+        if !spec.pool.allows(&pool.name, pool.kind) {
+            continue;
         }
-        if exclusive && !fits {
-            sizes.clear();
-            for g in &n.gpus {
-                sizes.extend(std::iter::repeat_n(g.memory_mib, g.count as usize));
+        if let Some((n, index, g)) = capacity.largest {
+            let memory = pool.nodes[n].gpus[g].memory_mib;
+            if largest.is_none_or(|(p, n, _, g)| memory > p.nodes[n].gpus[g].memory_mib) {
+                largest = Some((pool, n, index, g));
             }
-            sizes.sort_unstable_by(|a, b| b.cmp(a));
-            fits = sizes.len() >= k
-                && sizes
-                    .iter()
-                    .take(k)
-                    .fold(0, |m: Mib, s| m.saturating_add(*s))
-                    >= spec.memory_mib;
+        }
+        if exclusive {
+            fits |= capacity.whole.get(k).is_some_and(|m| *m >= spec.memory_mib);
         }
     }
-    let (node, index, group) = largest?;
+    let (pool, n, index, g) = largest?;
+    let (node, group) = (&pool.nodes[n], &pool.nodes[n].gpus[g]);
     if !exclusive {
         fits = spec.memory_mib <= group.memory_mib;
     }
