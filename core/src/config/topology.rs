@@ -30,6 +30,14 @@ pub struct Topology {
     pricing: PriceList,
     /// The region's placement ranking (`[placement] policy`).
     placement: RegionPolicy,
+    /// Look-ups built from the pools (boxed: a topology travels inside
+    /// Raft commands, whose size is their largest variant's).
+    derived: Box<Derived>,
+}
+
+/// What [`Topology::new`] builds from the pools.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Derived {
     /// Node name -> (pool index, node index in the pool).
     node_index: HashMap<String, (usize, usize)>,
     /// Per pool (same order), its largest GPUs ([`PoolCapacity`]).
@@ -113,15 +121,17 @@ impl Topology {
             pools,
             pricing,
             placement: RegionPolicy::default(),
-            node_index,
-            capacity,
+            derived: Box::new(Derived {
+                node_index,
+                capacity,
+            }),
         }
     }
 
     /// What the largest GPUs of each pool hold, in the order of
     /// [`Topology::pools`].
     pub fn pool_capacity(&self) -> &[PoolCapacity] {
-        &self.capacity
+        &self.derived.capacity
     }
 
     /// This topology with the placement ranking `placement`.
@@ -175,13 +185,13 @@ impl Topology {
 
     /// A node by name.
     pub fn node(&self, name: &str) -> Option<&Node> {
-        let &(p, n) = self.node_index.get(name)?;
+        let &(p, n) = self.derived.node_index.get(name)?;
         Some(&self.pools[p].nodes[n])
     }
 
     /// The pool a node belongs to.
     pub fn pool_of(&self, node: &str) -> Option<&Pool> {
-        let &(p, _) = self.node_index.get(node)?;
+        let &(p, _) = self.derived.node_index.get(node)?;
         Some(&self.pools[p])
     }
 
