@@ -1259,6 +1259,15 @@ impl UsageJournal {
         Ok(())
     }
 
+    /// Why the journal takes no more appends (an entry is in its log but
+    /// not in its tree, or a checkpoint failed), if so: only a restart,
+    /// which replays the log, clears it.
+    pub fn refusing(&self) -> Option<String> {
+        let logged = self.wal.as_ref()?;
+        let logged = logged.lock().unwrap_or_else(|p| p.into_inner());
+        logged.unapplied.clone()
+    }
+
     /// How long the durable writes of appends took so far.
     pub fn write_times(&self) -> WriteHistogram {
         self.write_times.snapshot()
@@ -1549,6 +1558,7 @@ mod tests {
             j.append(vec![rec(20)]),
             Err(JournalError::Unapplied(_))
         ));
+        assert!(j.refusing().is_some());
         assert_eq!(j.next_seq(), 2);
         // A power loss now: the interrupted entry is replayed, once.
         let lost = power_loss(&opened, dir.path());
@@ -1558,6 +1568,7 @@ mod tests {
         assert_eq!(seqs(&r), vec![1]);
         assert_eq!(r.totals(&acme).unwrap().compute_milli_gpu_ms, 10);
         assert_eq!(r.append(vec![rec(20)]).unwrap(), 2..3);
+        assert_eq!(r.refusing(), None);
     }
 
     #[test]

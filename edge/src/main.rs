@@ -170,6 +170,7 @@ fn run(
     })?;
     let health = region_link::LinkHealth::default();
     let system = actix_rt::System::new();
+    let journal = metering.journal.clone();
     let result = system.block_on(async move {
         let agent = actix::Actor::start(
             NodeAgent::new(NodeSetup {
@@ -243,6 +244,14 @@ fn run(
         std::mem::forget(system);
     }
     result?;
+    // The journal stopped taking appends (its log holds an entry its tree
+    // lacks) and the agent is stopping before its own exit: exit 70 all the
+    // same, so that the supervisor restarts it and the restart replays the
+    // log (`Restart=on-failure`; a clean exit would leave it stopped).
+    if let Some(why) = journal.refusing() {
+        tracing::error!("usage journal stopped taking appends ({why}); exiting 70 to replay it");
+        std::process::exit(70);
+    }
     tracing::info!("stopped");
     Ok(())
 }
