@@ -348,10 +348,17 @@ impl RegionState {
 
     /// Every outgoing instance of every function, oldest first per function.
     pub fn all_outgoing(&self) -> impl Iterator<Item = &Instance> + '_ {
-        self.data.instances.values().filter(|i| {
-            self.function(&i.tenant, &i.function)
-                .is_ok_and(|f| f.version != i.version)
-        })
+        // An outgoing instance runs a version its function keeps in
+        // `older` (every instance's spec is kept: `check_invariants`), so
+        // only the functions keeping one are looked at, not every instance
+        // (the leader asks this twice a second, under the state's lock).
+        let mut out: Vec<&Instance> = self
+            .functions()
+            .filter(|f| !f.older.is_empty())
+            .flat_map(|f| self.outgoing(&f.spec.tenant, &f.spec.name))
+            .collect();
+        out.sort_unstable_by_key(|i| i.id);
+        out.into_iter()
     }
 
     /// The spec instance `id` runs (its version's; see

@@ -48,6 +48,22 @@ fn reshaped(s: &mut RegionState, n: u32, max: u32) -> (FunctionSpec, Vec<Instanc
     (f, old)
 }
 
+/// `all_outgoing`, checked against its definition: every instance whose
+/// version is not its function's, in id order.
+fn all_outgoing(s: &RegionState) -> Vec<InstanceId> {
+    let got: Vec<InstanceId> = s.all_outgoing().map(|i| i.id).collect();
+    let want: Vec<InstanceId> = s
+        .instances()
+        .filter(|i| {
+            s.function(&i.tenant, &i.function)
+                .is_ok_and(|f| f.version != i.version)
+        })
+        .map(|i| i.id)
+        .collect();
+    assert_eq!(got, want);
+    got
+}
+
 #[test]
 fn outgoing_instances_keep_their_slices_and_spec_until_replaced_one_by_one() {
     let mut s = region();
@@ -62,6 +78,7 @@ fn outgoing_instances_keep_their_slices_and_spec_until_replaced_one_by_one() {
         old
     );
     assert!(s.underplaced().is_empty(), "outgoing ones count for min");
+    assert_eq!(all_outgoing(&s), old);
     assert_eq!(
         s.instance_spec(a).map(|(f, v)| (f.memory_mib, v)),
         Some((1_000, 1))
@@ -83,6 +100,7 @@ fn outgoing_instances_keep_their_slices_and_spec_until_replaced_one_by_one() {
     assert_eq!(s.instance_count(&t("acme"), "f"), 1);
     ok(&mut s, DomainCommand::InstanceRelease { instance: a });
     assert!(s.function(&t("acme"), "f").unwrap().older.contains_key(&1));
+    assert_eq!(all_outgoing(&s), vec![b]);
 
     let r = replacement(&s, b);
     let d = carry_out(&mut s, b, &r).unwrap();
@@ -91,6 +109,7 @@ fn outgoing_instances_keep_their_slices_and_spec_until_replaced_one_by_one() {
     assert!(rec.older.is_empty(), "the last old one took its spec along");
     assert_eq!(s.instance_count(&t("acme"), "f"), 2);
     assert_eq!(s.outgoing(&t("acme"), "f").count(), 0);
+    assert!(all_outgoing(&s).is_empty());
     assert_eq!(s.held(&t("acme"), PoolKind::Center), quota(200, 4_000, 2));
     assert_eq!(replacement(&s, c), Replacement::Nothing);
     assert_eq!(replacement(&s, d), Replacement::Nothing);
