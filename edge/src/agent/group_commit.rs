@@ -20,6 +20,16 @@
 //! once its group's write returned, before it tells the actor: one thread
 //! hand-over less on the common path (the actor only counts it).
 //!
+//! Between writes the writer sleeps on a condition variable, but on a
+//! quiet agent (about one plain reply per write, and the last group due
+//! within [`POLL`] of the write before) it first polls for up to [`POLL`]:
+//! there the next group is one round trip away, and waking a sleeping
+//! thread, often a halted virtual CPU, was a large part of that round trip
+//! (`invoke-bench --metering`, docs/edge.md). A busy agent never polls (its
+//! next group is mostly due already; a core spent polling is taken from
+//! its requests), and a poll that runs out stops polling until a short
+//! wait is seen again, so a slow stream of requests costs no spinning.
+//!
 //! A reply is tagged with the group that was open when its usage went into
 //! the meter, under the same lock the writer takes a group under, so the
 //! write of group `g` holds the usage of every reply tagged `g`. One group
@@ -37,9 +47,13 @@ use gshare_core::clock::SharedClock;
 use gshare_core::metering::UsageMeter;
 use gshare_core::protocol::{InvokeError, InvokeOutcome};
 use gshare_core::state::UsageRecord;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
+
+/// How long the writer polls for the next group before it sleeps.
+const POLL: Duration = Duration::from_micros(200);
 
 /// A journal write ended (the writer thread → NodeAgent).
 #[derive(actix::Message)]
@@ -117,6 +131,9 @@ struct Gathering {
 pub(super) struct GroupCommit {
     gathering: Mutex<Gathering>,
     wake: Condvar,
+    /// Something is due (a hint read without the lock: the writer polls
+    /// it for [`POLL`] before it sleeps on `wake`).
+    due_hint: AtomicBool,
     clock: SharedClock,
     /// The agent's clock zero and the Unix µs at it (the meter's time).
     epoch: Instant,
@@ -139,6 +156,7 @@ impl GroupCommit {
                 plain: Vec::new(),
             }),
             wake: Condvar::new(),
+            due_hint: AtomicBool::new(false),
             clock,
             epoch,
             unix_base_us,
@@ -174,6 +192,7 @@ impl GroupCommit {
         change(&mut g.meter);
         g.keyed.extend(keyed);
         g.due = true;
+        self.due_hint.store(true, Ordering::Release);
         if g.idle {
             self.wake.notify_one();
         }
@@ -193,6 +212,7 @@ impl GroupCommit {
         let group = g.open;
         g.plain.push(HeldPlain { group, tx, outcome });
         g.due = true;
+        self.due_hint.store(true, Ordering::Release);
         if g.idle {
             self.wake.notify_one();
         }
@@ -233,6 +253,7 @@ impl GroupCommit {
         let mut g = self.lock();
         g.memory_due = true;
         g.due = true;
+        self.due_hint.store(true, Ordering::Release);
         if g.idle {
             self.wake.notify_one();
         }
@@ -272,15 +293,18 @@ impl GroupCommit {
     }
 
     /// The writer's next group: waits until something is due; `None` once
-    /// the agent is gone.
-    fn next(&self) -> Option<Group> {
+    /// the agent is gone. With `poll`, it first polls for up to [`POLL`]
+    /// before it sleeps.
+    fn next(&self, poll: bool) -> Option<Group> {
         let mut g = self.lock();
+        let mut spun = !poll;
         loop {
             if g.closed {
                 return None;
             }
             if g.due {
                 g.idle = false;
+                self.due_hint.store(false, Ordering::Relaxed);
                 let drafts = if g.memory_due {
                     g.meter.take_all(self.now_us())
                 } else {
@@ -288,6 +312,20 @@ impl GroupCommit {
                 };
                 let now_ms = self.clock.unix_ms();
                 return Some(Self::take(&mut g, drafts, now_ms));
+            }
+            if !spun {
+                // Poll a while before sleeping: with one request in flight
+                // the next group is due one round trip after this write,
+                // and waking a sleeping thread (often a halted virtual
+                // CPU) is a large part of that round trip.
+                spun = true;
+                drop(g);
+                let until = Instant::now() + POLL;
+                while !self.due_hint.load(Ordering::Acquire) && Instant::now() < until {
+                    std::hint::spin_loop();
+                }
+                g = self.lock();
+                continue;
             }
             g.idle = true;
             g = self.wake.wait(g).unwrap_or_else(|p| p.into_inner());
@@ -297,6 +335,7 @@ impl GroupCommit {
     /// The agent is gone: the writer ends after its write in flight (if any).
     pub(super) fn close(&self) {
         self.lock().closed = true;
+        self.due_hint.store(true, Ordering::Release);
         self.wake.notify_all();
     }
 
@@ -312,7 +351,22 @@ impl GroupCommit {
         std::thread::Builder::new()
             .name("usage-journal".into())
             .spawn(move || {
-                while let Some(group) = groups.next() {
+                // Whether the writer polls before it sleeps: only while
+                // its writes release about one plain reply each (a quiet
+                // agent: the next group is a round trip away and a core is
+                // free; a busy agent's next group is mostly due already,
+                // and polling would take a core from its requests), and
+                // while the last group came within [`POLL`] (a poll that
+                // ran out stops polling until a short wait is seen again).
+                let mut poll = false;
+                // The plain replies per write, averaged (×16, weight 1/8).
+                let mut per_write_x16: u64 = 0;
+                loop {
+                    let waiting = Instant::now();
+                    let Some(group) = groups.next(poll) else {
+                        break;
+                    };
+                    let soon = waiting.elapsed() <= POLL;
                     let (records, keyed, now_ms) = (group.records, group.keyed, group.now_ms);
                     let number = group.number;
                     // Plain replies go out from this thread as soon as the
@@ -354,6 +408,11 @@ impl GroupCommit {
                         (None, Some(n)) => Sent::Released(groups.send(|tag| tag <= number, &Ok(n))),
                         (None, None) => Sent::Failed(groups.send(|tag| tag <= number, &result)),
                     };
+                    let n = match sent {
+                        Sent::Released(n) | Sent::Failed(n) => n,
+                    };
+                    per_write_x16 = (per_write_x16 * 7 + n.min(1 << 20) * 16) / 8;
+                    poll = soon && per_write_x16 < 2 * 16;
                     let Some(agent) = agent.upgrade() else {
                         return;
                     };
@@ -421,7 +480,7 @@ mod tests {
         let (tx1, mut rx1) = oneshot::channel();
         let (tx2, mut rx2) = oneshot::channel();
         assert_eq!(c.hold_reply(done(BASE_US + 2_000), tx1, reply(b"a")), 1);
-        let g1 = c.next().expect("due");
+        let g1 = c.next(false).expect("due");
         assert_eq!((g1.number, invocations(&g1)), (1, 1));
         // Held while group 1 is written: it goes with group 2.
         assert_eq!(c.hold_reply(done(BASE_US + 3_000), tx2, reply(b"b")), 2);
@@ -430,7 +489,7 @@ mod tests {
         assert_eq!(c.send(|tag| tag <= 1, &Ok(1)), 1);
         assert_eq!(rx1.try_recv().unwrap(), reply(b"a"));
         assert!(rx2.try_recv().is_err(), "group 2 is not written yet");
-        let g2 = c.next().expect("due");
+        let g2 = c.next(false).expect("due");
         assert_eq!((g2.number, invocations(&g2)), (2, 1));
         // A failed write answers its replies usage_not_recorded.
         assert_eq!(c.send(|tag| tag <= 2, &Err("disk full".into())), 1);
@@ -447,7 +506,7 @@ mod tests {
         let k = KeyedOutcome::new(TenantId("acme".into()), "k1".into(), 1, b"ok");
         assert_eq!(c.hold(done(BASE_US + 2_000), Some(k.clone())), 1);
         assert_eq!(c.hold(done(BASE_US + 3_000), None), 1);
-        let g = c.next().expect("due");
+        let g = c.next(false).expect("due");
         assert_eq!(g.number, 1);
         assert_eq!(invocations(&g), 2);
         // Stamped with the write's time.
@@ -458,7 +517,7 @@ mod tests {
         assert_eq!(g.keyed, vec![k]);
         // Usage held after the writer took group 1 goes with group 2.
         assert_eq!(c.hold(done(BASE_US + 4_000), None), 2);
-        let g = c.next().expect("due");
+        let g = c.next(false).expect("due");
         assert_eq!((g.number, invocations(&g)), (2, 1));
         assert!(g.keyed.is_empty());
     }
@@ -478,7 +537,7 @@ mod tests {
         c.hold(done(BASE_US + 2_000), Some(start));
         c.hold(done(BASE_US + 3_000), Some(end));
         clock.advance(Duration::from_millis(7));
-        let g = c.next().expect("due");
+        let g = c.next(false).expect("due");
         let now_ms = BASE_US / 1_000 + 7;
         assert_eq!(g.now_ms, now_ms);
         assert_eq!(
@@ -497,10 +556,10 @@ mod tests {
         clock.advance(Duration::from_millis(10));
         // A residency alone is not due.
         c.hold(done(BASE_US + 5_000), None);
-        let g = c.next().expect("due");
+        let g = c.next(false).expect("due");
         assert!(g.records.iter().all(|r| r.memory_mib_ms == 0));
         c.memory_due();
-        let g = c.next().expect("due");
+        let g = c.next(false).expect("due");
         assert_eq!(g.number, 2);
         assert_eq!(
             g.records.iter().map(|r| r.memory_mib_ms).sum::<u64>(),
@@ -522,13 +581,22 @@ mod tests {
 
     #[test]
     fn an_idle_writer_wakes_on_usage_and_ends_when_closed() {
+        // Sleeping at once, and polling first (what is held during the
+        // poll, after it, and the close are each seen).
+        for poll in [false, true] {
+            an_idle_writer_takes_every_hold(poll, Duration::ZERO);
+            an_idle_writer_takes_every_hold(poll, POLL * 3);
+        }
+    }
+
+    fn an_idle_writer_takes_every_hold(poll: bool, pause: Duration) {
         let (_, c) = commit();
         let c = Arc::new(c);
         let writer = {
             let c = c.clone();
             std::thread::spawn(move || {
                 let mut taken = Vec::new();
-                while let Some(g) = c.next() {
+                while let Some(g) = c.next(poll) {
                     taken.push((g.number, invocations(&g)));
                 }
                 taken
@@ -537,12 +605,16 @@ mod tests {
         // Whether the writer already waits or not, each hold is taken by
         // a group at or after its tag.
         let tags: Vec<u64> = (1..=3)
-            .map(|i| c.hold(done(BASE_US + i * 2_000), None))
+            .map(|i| {
+                std::thread::sleep(pause);
+                c.hold(done(BASE_US + i * 2_000), None)
+            })
             .collect();
         // Wait until everything held was taken, then close.
         while c.lock().due {
-            std::thread::yield_now();
+            std::hint::spin_loop();
         }
+        std::thread::sleep(pause);
         c.close();
         let taken = writer.join().expect("writer");
         assert_eq!(taken.iter().map(|t| t.1).sum::<u64>(), 3);
