@@ -23,13 +23,13 @@
 //! Between writes the writer sleeps on a condition variable, but on a
 //! quiet agent (fewer than 1.5 requests per write on average, the last
 //! wait for a group within [`POLL`], more than one CPU) it first polls for
-//! up to [`POLL`]:
-//! there the next group is one round trip away, and waking a sleeping
-//! thread, often a halted virtual CPU, was a large part of that round trip
-//! (`invoke-bench --metering`, docs/edge.md). A busy agent never polls (its
-//! next group is mostly due already; a core spent polling is taken from
-//! its requests), and a poll that runs out stops polling until a short
-//! wait is seen again, so a slow stream of requests costs no spinning.
+//! up to [`POLL`]: there the next group is one round trip away, and waking
+//! a sleeping thread, often a halted virtual CPU, was a large part of that
+//! round trip (`invoke-bench --metering`, docs/edge.md). A busy agent does
+//! not poll (its next group is mostly due already; a core spent polling is
+//! taken from its requests), and a poll that runs out stops polling until
+//! a short wait is seen again, so a slow stream of requests spins at most
+//! once.
 //!
 //! A reply is tagged with the group that was open when its usage went into
 //! the meter, under the same lock the writer takes a group under, so the
@@ -369,14 +369,8 @@ impl GroupCommit {
         std::thread::Builder::new()
             .name("usage-journal".into())
             .spawn(move || {
-                // Whether the writer polls before it sleeps: only on a
-                // node with more than one CPU, while its writes carry about
-                // one request each (a quiet agent: the next group is a
-                // round trip away and a core is free; a busy agent's next
-                // group is mostly due already, and polling would take a
-                // core from its requests), and while the last wait for a
-                // group was within [`POLL`] (a poll that ran out stops
-                // polling until a short wait is seen again).
+                // Whether the writer polls before it sleeps (the rule in
+                // the module's text).
                 let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
                 let mut poll = false;
                 // The holds per write (replies, stream heads and ends),
