@@ -17,6 +17,7 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
@@ -288,6 +289,99 @@ struct Truth {
     bills: BTreeMap<String, u64>,
 }
 
+/// Per GPU (node, index) → (compute held, memory held), and per function
+/// (tenant, function) → instances, from one `/v1/cluster/state`.
+type Holdings = (
+    BTreeMap<(String, u64), (u64, u64)>,
+    BTreeMap<(String, String), u64>,
+);
+
+fn holdings(state: &Value) -> Holdings {
+    let mut gpus = BTreeMap::<_, (u64, u64)>::new();
+    let mut functions = BTreeMap::new();
+    for inst in state["instances"].as_object().expect("instances").values() {
+        let key = (
+            inst["tenant"].as_str().unwrap().to_string(),
+            inst["function"].as_str().unwrap().to_string(),
+        );
+        *functions.entry(key).or_insert(0) += 1;
+        for s in inst["slices"].as_array().expect("slices") {
+            let g = (
+                s["gpu"]["node"].as_str().unwrap().to_string(),
+                s["gpu"]["index"].as_u64().unwrap(),
+            );
+            let e = gpus.entry(g).or_default();
+            e.0 += s["compute_milli"].as_u64().unwrap();
+            e.1 += s["memory_mib"].as_u64().unwrap();
+        }
+    }
+    (gpus, functions)
+}
+
+/// Every holding the API showed while the page loaded. The demo moves an
+/// instance and its autoscaler adds and releases some while the page
+/// loads, so a GPU can pass through more than one state between the reads
+/// before and after; the page must show one the API showed.
+#[derive(Default)]
+struct Seen {
+    gpus: BTreeMap<(String, u64), BTreeSet<(u64, u64)>>,
+    functions: BTreeMap<(String, String), BTreeSet<u64>>,
+    /// How many reads the sets come from.
+    reads: u32,
+}
+
+impl Seen {
+    /// Adds one read. `topology` names every GPU and function, so one that
+    /// held nothing is seen holding (0, 0) and one with no instance as 0.
+    fn add(&mut self, topology: &Truth, (held, functions): Holdings) {
+        for g in topology.gpus.keys() {
+            let h = held.get(g).copied().unwrap_or_default();
+            self.gpus.entry(g.clone()).or_default().insert(h);
+        }
+        for f in topology.functions.keys() {
+            let n = functions.get(f).copied().unwrap_or_default();
+            self.functions.entry(f.clone()).or_default().insert(n);
+        }
+    }
+}
+
+/// Prints the page's DOM while another thread reads `/v1/cluster/state`
+/// as fast as it answers, and returns the DOM with every holding seen.
+fn dump_dom_watching(
+    bin: &Path,
+    url: &str,
+    addr: SocketAddr,
+    operator: &str,
+    before: &Truth,
+) -> (String, Seen) {
+    let done = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let watcher = scope.spawn(|| {
+            let mut seen = Seen::default();
+            // At least one read, and on until the DOM is out.
+            while seen.reads == 0 || !done.load(Ordering::SeqCst) {
+                let state = get(addr, "/v1/cluster/state", operator);
+                seen.add(before, holdings(&state));
+                seen.reads += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            seen
+        });
+        // Stops the watcher even when printing the DOM panics.
+        struct Done<'a>(&'a AtomicBool);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let dom = {
+            let _done = Done(&done);
+            dump_dom(bin, url)
+        };
+        (dom, watcher.join().expect("the state watcher"))
+    })
+}
+
 fn truth(addr: SocketAddr, operator: &str) -> Truth {
     let state = get(addr, "/v1/cluster/state", operator);
     let mut gpus = BTreeMap::new();
@@ -313,21 +407,14 @@ fn truth(addr: SocketAddr, operator: &str) -> Truth {
             functions.insert((tenant.clone(), name.clone()), (min, 0));
         }
     }
-    for inst in state["instances"].as_object().expect("instances").values() {
-        let key = (
-            inst["tenant"].as_str().unwrap().to_string(),
-            inst["function"].as_str().unwrap().to_string(),
-        );
-        functions.get_mut(&key).expect("function of an instance").1 += 1;
-        for s in inst["slices"].as_array().expect("slices") {
-            let g = (
-                s["gpu"]["node"].as_str().unwrap().to_string(),
-                s["gpu"]["index"].as_u64().unwrap(),
-            );
-            let e = gpus.get_mut(&g).expect("GPU of a slice");
-            e.1 += s["compute_milli"].as_u64().unwrap();
-            e.2 += s["memory_mib"].as_u64().unwrap();
-        }
+    let (held, current) = holdings(&state);
+    for (g, (compute, memory)) in held {
+        let e = gpus.get_mut(&g).expect("GPU of a slice");
+        e.1 = compute;
+        e.2 = memory;
+    }
+    for (key, n) in current {
+        functions.get_mut(&key).expect("function of an instance").1 = n;
     }
     let activity = get(addr, "/v1/activity", operator);
     let invocations = activity["functions"]
@@ -366,7 +453,7 @@ struct Look {
     bills: BTreeMap<String, u64>,
 }
 
-fn check_operator_page(dom: &str, before: &Truth, after: &Truth) -> Look {
+fn check_operator_page(dom: &str, before: &Truth, seen: &Seen, after: &Truth) -> Look {
     assert!(
         dom.contains("data-mode=\"operator\""),
         "the page did not load as the operator:\n{dom}"
@@ -400,9 +487,10 @@ fn check_operator_page(dom: &str, before: &Truth, after: &Truth) -> Look {
             num(g, "data-memory-held-mib"),
         );
         let b = before.gpus[&key];
+        let during = seen.gpus.get(&key).cloned().unwrap_or_default();
         assert!(
-            page == (compute, held) || page == (b.1, b.2),
-            "{key:?}: page holds {page:?}, the API {:?} (before {:?})",
+            page == (compute, held) || page == (b.1, b.2) || during.contains(&page),
+            "{key:?}: page holds {page:?}, the API {:?} (before {:?}, while the page loaded {during:?})",
             (compute, held),
             (b.1, b.2)
         );
@@ -444,9 +532,11 @@ fn check_operator_page(dom: &str, before: &Truth, after: &Truth) -> Look {
         assert_eq!(num(r, "data-desired"), min, "{key:?}");
         let was = before.functions.get(&key).map_or(current, |(_, c)| *c);
         let shown = num(r, "data-current");
+        let during = seen.functions.get(&key).cloned().unwrap_or_default();
         assert!(
-            (was.min(current)..=was.max(current)).contains(&shown),
-            "{key:?}: page shows {shown} instances, the API {was} before and {current} after"
+            (was.min(current)..=was.max(current)).contains(&shown) || during.contains(&shown),
+            "{key:?}: page shows {shown} instances, the API {was} before and {current} after \
+             ({during:?} while the page loaded)"
         );
         let n = num(r, "data-invocations");
         let lo = before.invocations.get(&key).copied().unwrap_or(0);
@@ -539,25 +629,31 @@ fn the_dashboard_shows_the_region_live_in_a_browser() {
     {
         assert!(!plain.body.contains(name.as_str()), "GET / names {name}");
     }
-    let dom1 = dump_dom(&browser, &url);
+    let (dom1, seen) = dump_dom_watching(&browser, &url, addr, operator, &before);
     std::fs::write(artifact_dir().join("look-1.html"), &dom1).expect("save the DOM");
     let after = truth(addr, operator);
-    let first = check_operator_page(&dom1, &before, &after);
+    let first = check_operator_page(&dom1, &before, &seen, &after);
     println!(
-        "first look: {} nodes, {} GPUs, {} functions; invocations via replicas {:?}; bills {:?}",
+        "first look: {} nodes, {} GPUs, {} functions ({} reads of the state while the page \
+         loaded); invocations via replicas {:?}; bills {:?}",
         after.nodes.len(),
         after.gpus.len(),
         after.functions.len(),
+        seen.reads,
         first.invocations,
         first.bills
     );
 
     std::thread::sleep(Duration::from_secs(4));
     let before = truth(addr, operator);
-    let dom2 = dump_dom(&browser, &url);
+    let (dom2, seen) = dump_dom_watching(&browser, &url, addr, operator, &before);
     std::fs::write(artifact_dir().join("look-2.html"), &dom2).expect("save the DOM");
     let after = truth(addr, operator);
-    let second = check_operator_page(&dom2, &before, &after);
+    let second = check_operator_page(&dom2, &before, &seen, &after);
+    println!(
+        "second look: {} reads of the state while the page loaded",
+        seen.reads
+    );
     let sum = |l: &Look| l.invocations.values().sum::<u64>();
     assert!(
         sum(&second) > sum(&first),
