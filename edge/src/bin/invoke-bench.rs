@@ -69,6 +69,12 @@ struct Args {
     /// `dsync` (its log, O_DIRECT | O_DSYNC) or `sled` (no log: sled's flush).
     #[arg(long, default_value = "direct", value_parser = ["direct", "dsync", "sled"])]
     journal_sync: String,
+    /// With `--metering`: measure both agents this many times, alternating
+    /// (without, with, without, …), and print each round's ratios and
+    /// their medians. One round compares two phases run seconds apart, so
+    /// on a shared machine one ratio says little.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    rounds: u32,
     /// Also measure the ingress over HTTPS: the CA the clients trust.
     #[arg(long, requires_all = ["https_cert", "https_key"])]
     https_ca: Option<std::path::PathBuf>,
@@ -315,7 +321,7 @@ fn main() -> anyhow::Result<()> {
         percentile(&base_lat, 0.99)
     );
 
-    let plain = measure(&args, None, None)?;
+    let mut plain = measure(&args, None, None)?;
     let Measured { p50, p99, rate } = plain;
     let p50_added = (p50 - percentile(&base_lat, 0.5)).max(0.0);
     let p99_added = (p99 - percentile(&base_lat, 0.99)).max(0.0);
@@ -349,49 +355,84 @@ fn main() -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let (dir, made) = match &args.journal_dir {
-        Some(d) => (d.clone(), false),
-        None => (
-            std::env::temp_dir().join(format!("invoke-bench-journal-{}", std::process::id())),
-            true,
-        ),
-    };
     let sync = match args.journal_sync.as_str() {
         "dsync" => gshare_core::config::JournalSync::Dsync,
         "sled" => gshare_core::config::JournalSync::Sled,
         _ => gshare_core::config::JournalSync::Direct,
     };
-    let journal = Arc::new(
-        UsageJournal::open_with(&dir, gshare_core::state::AgentId("bench-node".into()), sync)
-            .with_context(|| format!("journal in {}", dir.display()))?,
-    );
-    println!(
-        "with usage journal in {} (journal_sync {}, write-ahead log: {}):",
-        dir.display(),
-        args.journal_sync,
-        if journal.logged() { "yes" } else { "no" }
-    );
-    let metered = measure(&args, Some(journal.clone()), None)?;
-    let s = journal.status();
-    println!(
-        "journal: records={} pending={}",
-        s.next_seq.saturating_sub(1),
-        s.pending_records
-    );
-    if made {
-        drop(journal);
-        let _ = std::fs::remove_dir_all(&dir);
+    // (throughput ratio, p99 ratio, p99 added) of each round.
+    let mut rounds = Vec::new();
+    for round in 1..=args.rounds {
+        if round > 1 {
+            println!("round {round} of {}:", args.rounds);
+            plain = measure(&args, None, None)?;
+        }
+        // A fresh journal each round: one that kept every round's records
+        // (nothing ships them here) would slow the later rounds.
+        let (dir, made) = match &args.journal_dir {
+            Some(d) if args.rounds == 1 => (d.clone(), false),
+            Some(d) => (d.join(format!("round-{round}")), false),
+            None => (
+                std::env::temp_dir().join(format!(
+                    "invoke-bench-journal-{}-{round}",
+                    std::process::id()
+                )),
+                true,
+            ),
+        };
+        let journal = Arc::new(
+            UsageJournal::open_with(&dir, gshare_core::state::AgentId("bench-node".into()), sync)
+                .with_context(|| format!("journal in {}", dir.display()))?,
+        );
+        println!(
+            "with usage journal in {} (journal_sync {}, write-ahead log: {}):",
+            dir.display(),
+            args.journal_sync,
+            if journal.logged() { "yes" } else { "no" }
+        );
+        let metered = measure(&args, Some(journal.clone()), None)?;
+        let s = journal.status();
+        println!(
+            "journal: records={} pending={}",
+            s.next_seq.saturating_sub(1),
+            s.pending_records
+        );
+        if made {
+            drop(journal);
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        let r = (
+            metered.rate / plain.rate.max(1.0),
+            metered.p99 / plain.p99.max(1e-3),
+            metered.p99 - plain.p99,
+        );
+        println!(
+            "metering: throughput_ratio={:.3} p99_ratio={:.3} p99_added_us={:.1} (without: {:.0}/s p99 {:.1} us; with: {:.0}/s p99 {:.1} us)",
+            r.0, r.1, r.2, plain.rate, plain.p99, metered.rate, metered.p99
+        );
+        rounds.push(r);
     }
-    println!(
-        "metering: throughput_ratio={:.3} p99_ratio={:.3} p99_added_us={:.1} (without: {:.0}/s p99 {:.1} us; with: {:.0}/s p99 {:.1} us)",
-        metered.rate / plain.rate.max(1.0),
-        metered.p99 / plain.p99.max(1e-3),
-        metered.p99 - plain.p99,
-        plain.rate,
-        plain.p99,
-        metered.rate,
-        metered.p99
-    );
+    if rounds.len() > 1 {
+        let median = |f: fn(&(f64, f64, f64)) -> f64| {
+            let mut v: Vec<f64> = rounds.iter().map(f).collect();
+            v.sort_by(f64::total_cmp);
+            let (lo, hi) = (v[0], v[v.len() - 1]);
+            let m = v.len() / 2;
+            let mid = if v.len() % 2 == 0 {
+                (v[m - 1] + v[m]) / 2.0
+            } else {
+                v[m]
+            };
+            (mid, lo, hi)
+        };
+        let (t, t_lo, t_hi) = median(|r| r.0);
+        let (p, _, _) = median(|r| r.1);
+        let (a, a_lo, a_hi) = median(|r| r.2);
+        println!(
+            "metering over {} rounds (medians): throughput_ratio={t:.3} (range {t_lo:.3}..{t_hi:.3}) p99_ratio={p:.3} p99_added_us={a:.1} (range {a_lo:.1}..{a_hi:.1})",
+            rounds.len()
+        );
+    }
     Ok(())
 }
 
