@@ -115,9 +115,13 @@ mod tests {
     fn finds_processes_by_a_directory_in_their_command_line() {
         let dir = tempfile::tempdir().unwrap();
         // `sh -c <script> <$0>`: the directory is in sh's command line.
+        // The script waits on a builtin (`read` on a pipe nobody writes
+        // to), so sh forks no child: a child forked for `sleep` carries
+        // sh's command line until its exec and was found beside it once.
         let mut sleeper = Command::new("sh")
-            .args(["-c", "sleep 30; true"])
+            .args(["-c", "read line"])
             .arg(dir.path().join("x"))
+            .stdin(std::process::Stdio::piped())
             .spawn()
             .unwrap();
         // A process just spawned may not show its new command line in
