@@ -45,8 +45,16 @@
 //! batch's share), less one batch member's own part: at every instant the
 //! distinct models with such a met request covering it hold, together, at
 //! most `m × 1000` milli-GPU; the misses needed to fit are bounded as for
-//! the memory-time bound ([`compute_time_min_gpus`]). `bound` reports the
-//! largest of the three proven bounds.
+//! the memory-time bound ([`compute_time_min_gpus`]).
+//!
+//! **The demand bound.** A met request of a function that does not batch
+//! holds its own share `c` for `e·max(1, σ/c)` between its arrival and its
+//! deadline: at least `σ·e` of compute × time that no other request
+//! shares. In any interval `[t1, t2]` the met requests whose whole window
+//! lies in it need at most `m × 1000 × (t2 − t1)`; the misses needed to
+//! fit, summed over disjoint intervals, must fit the miss budget
+//! ([`demand_min_gpus`]). `bound` reports the largest of the four proven
+//! bounds.
 //!
 //! **The EDF estimate is not a bound.** Maximising the number of requests
 //! that meet their deadlines is NP-hard even on one machine
@@ -76,6 +84,10 @@ pub enum BoundKind {
     /// Models with a met request in its mandatory part each hold a share
     /// of a GPU's compute at once (see [`compute_time_min_gpus`]).
     ComputeTime,
+    /// The compute work of the met requests whose whole window lies in
+    /// one interval exceeds what the GPUs do in it (see
+    /// [`demand_min_gpus`]).
+    Demand,
     /// No such overlap (e.g. slack ≥ 2): one GPU.
     Trivial,
 }
@@ -87,6 +99,7 @@ impl BoundKind {
             BoundKind::MandatoryPart => "mandatory-part",
             BoundKind::MemoryTime => "memory-time",
             BoundKind::ComputeTime => "compute-time",
+            BoundKind::Demand => "demand",
             BoundKind::Trivial => "trivial",
         }
     }
@@ -426,6 +439,140 @@ pub fn compute_time_min_gpus(trace: &ServingTrace, slack: f64, target: f64) -> u
     residency.min_gpus(budget, u64::from(WHOLE_GPU))
 }
 
+/// The least compute work a met request costs, milli-GPU × µs, that no
+/// other request shares: `σ·e` for a function that does not batch (its
+/// own share `c` runs it for `e·σ/c` when `c < σ`, no faster than `e`
+/// when larger, squeezed or not). 0 for a batching function: under the
+/// slotted rules a batch joiner runs on the slot's hold and takes no
+/// compute of its own.
+fn least_work(saturation_milli: MilliGpu, batch_ppm: u32, e: Micros) -> u128 {
+    if batch_ppm == 0 {
+        u128::from(saturation_milli.clamp(1, WHOLE_GPU)) * u128::from(e)
+    } else {
+        0
+    }
+}
+
+/// Per request with a [`least_work`], by arrival: (arrival, deadline, work).
+fn demands(trace: &ServingTrace, slack: f64) -> Vec<(Micros, Micros, u128)> {
+    let mut v: Vec<(Micros, Micros, u128)> = trace
+        .requests
+        .iter()
+        .filter_map(|r| {
+            let e = r.full_gpu_us;
+            let profile = trace.functions[r.function as usize].profile;
+            let work = least_work(profile.saturation_milli, profile.batch_ppm, e);
+            (work > 0).then(|| (r.arrival_us, deadline(r.arrival_us, e, slack), work))
+        })
+        .collect();
+    v.sort_unstable_by_key(|&(a, d, _)| (a, d));
+    v
+}
+
+/// A lower bound on the misses any schedule on `m` GPUs needs (see
+/// [`demand_min_gpus`]): per arrival `t1`, the interval `[t1, t2]` (`t2` a
+/// deadline) whose excess work needs the most drops, each drop removing at
+/// most the largest work inside; summed over intervals no two of which
+/// overlap (weighted interval scheduling, exact over these candidates).
+fn demand_drops(jobs: &[(Micros, Micros, u128)], m: u32) -> u64 {
+    let n = jobs.len();
+    let capacity = u128::from(m) * u128::from(WHOLE_GPU);
+    // Ranks by deadline; `work[r]` is the work of the job of rank r once
+    // its arrival is at or after the current t1 (jobs are added from the
+    // last arrival back), else 0.
+    let mut by_deadline: Vec<usize> = (0..n).collect();
+    by_deadline.sort_unstable_by_key(|&k| jobs[k].1);
+    let mut rank = vec![0usize; n];
+    for (r, &k) in by_deadline.iter().enumerate() {
+        rank[k] = r;
+    }
+    let deadlines: Vec<Micros> = by_deadline.iter().map(|&k| jobs[k].1).collect();
+    let mut work = vec![0u128; n];
+    // Per arrival index i: (most drops of an interval starting at a_i, its end).
+    let mut best: Vec<(u64, Micros)> = vec![(0, 0); n];
+    for i in (0..n).rev() {
+        work[rank[i]] = jobs[i].2;
+        let t1 = jobs[i].0;
+        if i > 0 && jobs[i - 1].0 == t1 {
+            // The same t1 with more jobs comes next: it dominates.
+            continue;
+        }
+        let (mut sum, mut largest) = (0u128, 0u128);
+        let mut top = (0u64, t1);
+        let from = deadlines.partition_point(|&d| d < t1);
+        for r in from..n {
+            let w = work[r];
+            if w == 0 {
+                continue;
+            }
+            sum += w;
+            largest = largest.max(w);
+            let t2 = deadlines[r];
+            // The next rank with the same deadline adds more: look there.
+            if deadlines.get(r + 1) == Some(&t2) {
+                continue;
+            }
+            let room = capacity * u128::from(t2 - t1);
+            if sum > room {
+                let excess = sum - room;
+                let drops = u64::try_from(excess.div_ceil(largest)).unwrap_or(u64::MAX);
+                if drops > top.0 {
+                    top = (drops, t2);
+                }
+            }
+        }
+        best[i] = top;
+    }
+    // Disjoint intervals hold disjoint jobs (a job inside [t1, t2] has
+    // t1 ≤ a < d ≤ t2), so their drops add up.
+    let mut total: Vec<u64> = vec![0; n + 1];
+    for i in (0..n).rev() {
+        let (drops, end) = best[i];
+        let next = i + jobs[i..].partition_point(|j| j.0 < end);
+        let take = if drops > 0 {
+            drops.saturating_add(total[next.max(i + 1)])
+        } else {
+            0
+        };
+        total[i] = total[i + 1].max(take);
+    }
+    total[0]
+}
+
+/// The demand bound (proven; see docs/serving.md): a met request runs
+/// only between its arrival and its deadline and costs at least
+/// [`least_work`] of a GPU's compute there; `m` GPUs do at most
+/// `m × 1000` milli-GPU × µs per µs. So in every interval `[t1, t2]` the
+/// met requests whose whole window lies in it need at most
+/// `m × 1000 × (t2 − t1)`; the misses needed to fit (at least the excess
+/// over the largest work inside), summed over disjoint intervals, must
+/// fit the miss budget. Unlike the mandatory-part and compute-time bounds
+/// this counts requests at any slack. It looks at intervals that start at
+/// an arrival and end at a deadline (any subset of intervals gives a
+/// valid bound).
+pub fn demand_min_gpus(trace: &ServingTrace, slack: f64, target: f64) -> u32 {
+    let jobs = demands(trace, slack);
+    let budget = miss_budget(trace.requests.len() as u64, target);
+    if demand_drops(&jobs, 1) <= budget {
+        return 1;
+    }
+    // drops(m) is non-increasing in m: double, then bisect.
+    let mut hi = 2u32;
+    while demand_drops(&jobs, hi) > budget {
+        hi = hi.saturating_mul(2);
+    }
+    let mut lo = hi / 2;
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if demand_drops(&jobs, mid) <= budget {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    hi
+}
+
 /// The proven lower bound: the largest of the mandatory-part, the
 /// memory-time and the compute-time bounds, and which gives it (on a tie
 /// the first of those).
@@ -438,7 +585,10 @@ pub fn proven_min_gpus(
     let mandatory = mandatory_min_gpus(trace, slack, target);
     let memory = memory_time_min_gpus(trace, params, slack, target);
     let compute = compute_time_min_gpus(trace, slack, target);
-    if compute > mandatory.0.max(memory) {
+    let demand = demand_min_gpus(trace, slack, target);
+    if demand > mandatory.0.max(memory).max(compute) {
+        (demand, BoundKind::Demand)
+    } else if compute > mandatory.0.max(memory) {
         (compute, BoundKind::ComputeTime)
     } else if memory > mandatory.0 {
         (memory, BoundKind::MemoryTime)
@@ -649,6 +799,37 @@ mod tests {
         // Half-GPU models can share a GPU: no bound from them.
         let t = trace(500, &[(0, 10 * S); 100]);
         assert_eq!(mandatory_min_gpus(&t, 1.5, 0.99), (1, BoundKind::Trivial));
+    }
+
+    #[test]
+    fn work_inside_an_interval_must_fit_the_gpus_at_any_slack() {
+        // 100 whole-GPU requests of 10 s at once, slack 4: together 1,000
+        // GPU-seconds inside [0, 40 s], so 25 GPUs; one may miss (99 %):
+        // 990 GPU-seconds, still 25 (24 do 960).
+        let t = trace(1000, &[(0, 10 * S); 100]);
+        assert_eq!(demand_min_gpus(&t, 4.0, 0.99), 25);
+        assert_eq!(demand_min_gpus(&t, 4.0, 1.0), 25);
+        // At slack 2 the window is 20 s: 50 GPUs (49.5 with one missed).
+        assert_eq!(demand_min_gpus(&t, 2.0, 0.99), 50);
+        // Half-GPU requests cost half the work each.
+        let t = trace(500, &[(0, 10 * S); 100]);
+        assert_eq!(demand_min_gpus(&t, 4.0, 1.0), 13);
+        // Spread out (one every 10 s), one GPU does them all.
+        let spread: Vec<(Micros, Micros)> = (0..100).map(|i| (i * 10 * S, 10 * S)).collect();
+        assert_eq!(demand_min_gpus(&trace(1000, &spread), 1.5, 1.0), 1);
+        // Two bursts far apart count their misses together: 60 requests at
+        // 0 and 60 at 1,000 s, slack 1 (window = e) on 50 GPUs: each burst
+        // misses 10, 20 in all, over a budget of 1 % of 120 (1): 60 GPUs.
+        let mut two: Vec<(Micros, Micros)> = vec![(0, 10 * S); 60];
+        two.extend(vec![(1_000 * S, 10 * S); 60]);
+        let t = trace(1000, &two);
+        let jobs = demands(&t, 1.0);
+        assert_eq!(demand_drops(&jobs, 50), 20);
+        assert_eq!(demand_min_gpus(&t, 1.0, 0.99), 60);
+        // A batching function's joiner may take no compute of its own.
+        let mut t = trace(1000, &[(0, 10 * S); 100]);
+        t.functions[0].profile.batch_ppm = 100_000;
+        assert_eq!(demand_min_gpus(&t, 4.0, 1.0), 1);
     }
 
     #[test]

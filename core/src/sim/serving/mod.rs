@@ -27,8 +27,8 @@ mod synthetic;
 mod trace;
 
 pub use bound::{
-    compute_time_min_gpus, edf_simulate, ffd_memory_gpus, mandatory_min_gpus, memory_time_min_gpus,
-    miss_budget, proven_min_gpus, BoundKind,
+    compute_time_min_gpus, demand_min_gpus, edf_simulate, ffd_memory_gpus, mandatory_min_gpus,
+    memory_time_min_gpus, miss_budget, proven_min_gpus, BoundKind,
 };
 pub use engine::{deadline, simulate, RunSpec};
 pub use llm::{LlmModel, LlmSpec};

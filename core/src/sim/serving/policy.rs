@@ -24,8 +24,8 @@ pub enum ServingPolicy {
     /// Slices + oversubscription + swap to host + remap + deadline-aware
     /// waiting + right-sized and squeezed shares.
     Gshare,
-    /// The proven lower bound on GPUs (mandatory parts, see
-    /// [`super::mandatory_min_gpus`]); its runs are the central-queue EDF
+    /// The proven lower bound on GPUs (the largest of four, see
+    /// [`super::proven_min_gpus`]); its runs are the central-queue EDF
     /// estimate with every model resident at no cost, which is not a bound.
     Bound,
 }
