@@ -462,7 +462,9 @@ fn demands(trace: &ServingTrace, slack: f64) -> Vec<(Micros, Micros, u128)> {
             let e = r.full_gpu_us;
             let profile = trace.functions[r.function as usize].profile;
             let work = least_work(profile.saturation_milli, profile.batch_ppm, e);
-            (work > 0).then(|| (r.arrival_us, deadline(r.arrival_us, e, slack), work))
+            let d = deadline(r.arrival_us, e, slack);
+            // A window of no length is never met: it needs no room.
+            (work > 0 && d > r.arrival_us).then_some((r.arrival_us, d, work))
         })
         .collect();
     v.sort_unstable_by_key(|&(a, d, _)| (a, d));
@@ -470,71 +472,59 @@ fn demands(trace: &ServingTrace, slack: f64) -> Vec<(Micros, Micros, u128)> {
 }
 
 /// A lower bound on the misses any schedule on `m` GPUs needs (see
-/// [`demand_min_gpus`]): per arrival `t1`, the interval `[t1, t2]` (`t2` a
-/// deadline) whose excess work needs the most drops, each drop removing at
-/// most the largest work inside; summed over intervals no two of which
-/// overlap (weighted interval scheduling, exact over these candidates).
+/// [`demand_min_gpus`]): the largest sum, over intervals `[t1, t2]` (`t1`
+/// an arrival, `t2` a deadline) no two of which overlap, of the drops each
+/// needs, the excess work inside over the largest work inside (weighted
+/// interval scheduling, exact over these intervals). Each interval's drops
+/// only shrink as `m` grows, so the sum does too.
 fn demand_drops(jobs: &[(Micros, Micros, u128)], m: u32) -> u64 {
     let n = jobs.len();
     let capacity = u128::from(m) * u128::from(WHOLE_GPU);
-    // Ranks by deadline; `work[r]` is the work of the job of rank r once
-    // its arrival is at or after the current t1 (jobs are added from the
-    // last arrival back), else 0.
+    // Ranks by deadline (ties by index); `work[r]` is the work of the job
+    // of rank r once its arrival is at or after the current t1 (jobs are
+    // added from the last arrival back), else 0.
     let mut by_deadline: Vec<usize> = (0..n).collect();
-    by_deadline.sort_unstable_by_key(|&k| jobs[k].1);
+    by_deadline.sort_unstable_by_key(|&k| (jobs[k].1, k));
     let mut rank = vec![0usize; n];
     for (r, &k) in by_deadline.iter().enumerate() {
         rank[k] = r;
     }
     let deadlines: Vec<Micros> = by_deadline.iter().map(|&k| jobs[k].1).collect();
     let mut work = vec![0u128; n];
-    // Per arrival index i: (most drops of an interval starting at a_i, its end).
-    let mut best: Vec<(u64, Micros)> = vec![(0, 0); n];
+    // total[i]: the most drops over disjoint intervals starting at or after
+    // the arrival of job i (jobs by arrival); final for every j > i when
+    // job i is reached.
+    let mut total: Vec<u64> = vec![0; n + 1];
     for i in (0..n).rev() {
         work[rank[i]] = jobs[i].2;
+        total[i] = total[i + 1];
         let t1 = jobs[i].0;
         if i > 0 && jobs[i - 1].0 == t1 {
             // The same t1 with more jobs comes next: it dominates.
             continue;
         }
         let (mut sum, mut largest) = (0u128, 0u128);
-        let mut top = (0u64, t1);
-        let from = deadlines.partition_point(|&d| d < t1);
-        for r in from..n {
+        // The first job arriving at or after t2, for the intervals after
+        // [t1, t2]: t2 only grows in this sweep.
+        let mut next = i + 1;
+        for r in deadlines.partition_point(|&d| d <= t1)..n {
             let w = work[r];
-            if w == 0 {
-                continue;
-            }
             sum += w;
             largest = largest.max(w);
             let t2 = deadlines[r];
             // The next rank with the same deadline adds more: look there.
-            if deadlines.get(r + 1) == Some(&t2) {
+            if sum == 0 || deadlines.get(r + 1) == Some(&t2) {
                 continue;
             }
             let room = capacity * u128::from(t2 - t1);
             if sum > room {
-                let excess = sum - room;
-                let drops = u64::try_from(excess.div_ceil(largest)).unwrap_or(u64::MAX);
-                if drops > top.0 {
-                    top = (drops, t2);
+                while next < n && jobs[next].0 < t2 {
+                    next += 1;
                 }
+                let drops = u64::try_from((sum - room).div_ceil(largest)).unwrap_or(u64::MAX);
+                total[i] = total[i].max(drops.saturating_add(total[next]));
             }
         }
-        best[i] = top;
-    }
-    // Disjoint intervals hold disjoint jobs (a job inside [t1, t2] has
-    // t1 ≤ a < d ≤ t2), so their drops add up.
-    let mut total: Vec<u64> = vec![0; n + 1];
-    for i in (0..n).rev() {
-        let (drops, end) = best[i];
-        let next = i + jobs[i..].partition_point(|j| j.0 < end);
-        let take = if drops > 0 {
-            drops.saturating_add(total[next.max(i + 1)])
-        } else {
-            0
-        };
-        total[i] = total[i + 1].max(take);
     }
     total[0]
 }
@@ -556,9 +546,11 @@ pub fn demand_min_gpus(trace: &ServingTrace, slack: f64, target: f64) -> u32 {
     if demand_drops(&jobs, 1) <= budget {
         return 1;
     }
-    // drops(m) is non-increasing in m: double, then bisect.
+    // drops(m) is non-increasing in m (see demand_drops) and 0 once one
+    // GPU's worth of room per µs holds every request's work: double, then
+    // bisect.
     let mut hi = 2u32;
-    while demand_drops(&jobs, hi) > budget {
+    while demand_drops(&jobs, hi) > budget && hi < u32::MAX / 2 {
         hi = hi.saturating_mul(2);
     }
     let mut lo = hi / 2;
@@ -826,6 +818,22 @@ mod tests {
         let jobs = demands(&t, 1.0);
         assert_eq!(demand_drops(&jobs, 50), 20);
         assert_eq!(demand_min_gpus(&t, 1.0, 0.99), 60);
+        // Misses only shrink as GPUs are added, even where the interval
+        // that needs the most misses alone changes with m: 10 requests of
+        // 10 µs at 0 and 22 of 1 µs at 20 (slack 1) need 32 − 2m misses on
+        // m GPUs (apart, not as one interval); 2,090 spread 1 µs requests
+        // make the budget 21, so 6 GPUs.
+        let mut burst: Vec<(Micros, Micros)> = vec![(0, 10); 10];
+        burst.extend(vec![(20, 1); 22]);
+        burst.extend((0..2_090).map(|i| (1_000 + 100 * i, 1)));
+        let t = trace(1000, &burst);
+        let jobs = demands(&t, 1.0);
+        let drops: Vec<u64> = (1..=6).map(|m| demand_drops(&jobs, m)).collect();
+        assert_eq!(drops, [30, 28, 26, 24, 22, 20]);
+        assert_eq!(demand_min_gpus(&t, 1.0, 0.99), 6);
+        // A window of no length (slack 0 here) is never met and needs no
+        // room: the search ends.
+        assert_eq!(demand_min_gpus(&trace(1000, &[(0, 10); 5]), 0.0, 0.99), 1);
         // A batching function's joiner may take no compute of its own.
         let mut t = trace(1000, &[(0, 10 * S); 100]);
         t.functions[0].profile.batch_ppm = 100_000;
