@@ -86,6 +86,35 @@ fn long_requests(seed: u64) -> ServingTrace {
     t
 }
 
+/// No policy of the simulator reaches the target on fewer GPUs than
+/// `bound` (a proven lower bound) on `trace` at `slack`; `what` names the
+/// case in a failure.
+fn no_policy_reaches_the_target_below(
+    trace: &ServingTrace,
+    p: &ServingParams,
+    slack: f64,
+    bound: u32,
+    what: &str,
+) {
+    for gpus in 1..bound {
+        for policy in ServingPolicy::ALL {
+            let r = simulate(
+                trace,
+                p,
+                RunSpec {
+                    slack,
+                    ..spec(policy, gpus)
+                },
+            );
+            assert!(
+                r.attainment() < TARGET_ATTAINMENT,
+                "{what}: {policy} reaches {} on {gpus} GPUs, below the bound {bound}",
+                r.attainment()
+            );
+        }
+    }
+}
+
 #[test]
 fn no_policy_reaches_the_target_below_the_mandatory_part_bound() {
     let p = params();
@@ -96,23 +125,7 @@ fn no_policy_reaches_the_target_below_the_mandatory_part_bound() {
         if bound > 1 {
             binding += 1;
         }
-        for gpus in 1..bound {
-            for policy in ServingPolicy::ALL {
-                let r = simulate(
-                    &trace,
-                    &p,
-                    RunSpec {
-                        slack: 1.5,
-                        ..spec(policy, gpus)
-                    },
-                );
-                assert!(
-                    r.attainment() < TARGET_ATTAINMENT,
-                    "seed {seed}: {policy} reaches {} on {gpus} GPUs, below the bound {bound}",
-                    r.attainment()
-                );
-            }
-        }
+        no_policy_reaches_the_target_below(&trace, &p, 1.5, bound, &format!("seed {seed}"));
     }
     assert!(binding > 0, "the traces never make the bound bind");
 }
@@ -334,25 +347,8 @@ fn no_policy_reaches_the_target_below_the_memory_time_bound() {
             if bound > 1 {
                 binding += 1;
             }
-            for gpus in 1..bound {
-                for policy in ServingPolicy::ALL {
-                    let r = simulate(
-                        &trace,
-                        &p,
-                        RunSpec {
-                            policy,
-                            static_slices: 2,
-                            gpus,
-                            slack,
-                        },
-                    );
-                    assert!(
-                        r.attainment() < TARGET_ATTAINMENT,
-                        "M {models} S {slack}: {policy} reaches {} on {gpus} GPUs, below the bound {bound}",
-                        r.attainment()
-                    );
-                }
-            }
+            let what = format!("M {models} S {slack}");
+            no_policy_reaches_the_target_below(&trace, &p, slack, bound, &what);
         }
     }
     assert!(binding > 0, "the memory-time bound never binds");
@@ -379,32 +375,14 @@ fn no_policy_reaches_the_target_below_the_compute_time_bound() {
             (3, BoundKind::ComputeTime),
             "M {models}"
         );
-        for gpus in 1..bound {
-            for policy in ServingPolicy::ALL {
-                let r = simulate(
-                    &trace,
-                    &p,
-                    RunSpec {
-                        policy,
-                        static_slices: 2,
-                        gpus,
-                        slack: 1.5,
-                    },
-                );
-                assert!(
-                    r.attainment() < TARGET_ATTAINMENT,
-                    "M {models}: {policy} reaches {} on {gpus} GPUs, below the bound {bound}",
-                    r.attainment()
-                );
-            }
-        }
+        no_policy_reaches_the_target_below(&trace, &p, 1.5, bound, &format!("M {models}"));
     }
 }
 
 /// The demand bound on the GenAI trace (S = 2 and 4, where no mandatory
 /// part exists), pinned as in docs/serving.md: 3 GPUs, and no policy
-/// reaches the target on fewer. On the LLM workload a batch joiner's work
-/// is small and the bound is the trivial 1.
+/// reaches the target on fewer. On the LLM workload the bound is the
+/// trivial 1: a batch joiner may take no compute of its own.
 #[test]
 #[cfg_attr(
     debug_assertions,
@@ -422,25 +400,7 @@ fn no_policy_reaches_the_target_below_the_demand_bound() {
             (3, BoundKind::Demand),
             "S {slack}"
         );
-        for gpus in 1..bound {
-            for policy in ServingPolicy::ALL {
-                let r = simulate(
-                    &trace,
-                    &p,
-                    RunSpec {
-                        policy,
-                        static_slices: 2,
-                        gpus,
-                        slack,
-                    },
-                );
-                assert!(
-                    r.attainment() < TARGET_ATTAINMENT,
-                    "S {slack}: {policy} reaches {} on {gpus} GPUs, below the bound {bound}",
-                    r.attainment()
-                );
-            }
-        }
+        no_policy_reaches_the_target_below(&trace, &p, slack, bound, &format!("S {slack}"));
     }
     assert_eq!(
         demand_min_gpus(&llm_trace(&p, 50), 1.5, TARGET_ATTAINMENT),

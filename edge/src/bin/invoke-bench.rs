@@ -13,6 +13,12 @@
 //! commit, in `--journal-dir` or a fresh directory under the system temp
 //! dir), and the last line compares them:
 //! `metering: throughput_ratio=<with/without> p99_ratio=<with/without> p99_added_us=<with − without>`.
+//! With `--rounds N` (N > 1) both agents are measured N times, alternating,
+//! each round with a fresh journal (under `--journal-dir`, `round-<k>`,
+//! removed first), and the last line gives the medians and ranges:
+//! `metering over N rounds (medians): throughput_ratio=… (range …) …`.
+//! Each agent is stopped after its phases, so no earlier one runs beside
+//! a later round.
 //!
 //! `--https-ca <ca.pem> --https-cert <c.pem> --https-key <c.key>` (files from
 //! `gsharectl certs init` / `certs issue`; the certificate must be valid for
@@ -73,7 +79,13 @@ struct Args {
     /// (without, with, without, …), and print each round's ratios and
     /// their medians. One round compares two phases run seconds apart, so
     /// on a shared machine one ratio says little.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    #[arg(
+        long,
+        default_value_t = 1,
+        requires = "metering",
+        conflicts_with = "https_ca",
+        value_parser = clap::value_parser!(u32).range(1..=100)
+    )]
     rounds: u32,
     /// Also measure the ingress over HTTPS: the CA the clients trust.
     #[arg(long, requires_all = ["https_cert", "https_key"])]
@@ -226,16 +238,34 @@ impl Client {
     }
 }
 
+/// An agent started by [`start_agent`], on its own thread and actix system.
+struct Agent {
+    addr: SocketAddr,
+    server: actix_web::dev::ServerHandle,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Agent {
+    /// Stops its ingress; its system ends with it, and with the system its
+    /// actors and their timers (no more of its journal's writes beside the
+    /// next round).
+    fn stop(self) {
+        // The stop is sent at once; the future only waits for it.
+        drop(self.server.stop(false));
+        let _ = self.thread.join();
+    }
+}
+
 fn start_agent(
     workers: usize,
     journal: Option<Arc<UsageJournal>>,
     tls: Option<rustls::ServerConfig>,
-) -> anyhow::Result<SocketAddr> {
+) -> anyhow::Result<Agent> {
     let probe = std::net::TcpListener::bind("127.0.0.1:0")?;
     let addr = probe.local_addr()?;
     drop(probe);
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
+    let thread = std::thread::spawn(move || {
         let system = actix_rt::System::new();
         system.block_on(async move {
             let node = NodeId("bench-node".into());
@@ -291,7 +321,7 @@ fn start_agent(
             }));
             match ingress::serve_tls(addr, agent, workers, journal, tls) {
                 Ok(server) => {
-                    let _ = tx.send(Ok(()));
+                    let _ = tx.send(Ok(server.handle()));
                     let _ = server.await;
                 }
                 Err(e) => {
@@ -300,8 +330,12 @@ fn start_agent(
             }
         });
     });
-    rx.recv()??;
-    Ok(addr)
+    let server = rx.recv()??;
+    Ok(Agent {
+        addr,
+        server,
+        thread,
+    })
 }
 
 /// What one agent's ingress phases measured.
@@ -371,7 +405,17 @@ fn main() -> anyhow::Result<()> {
         // (nothing ships them here) would slow the later rounds.
         let (dir, made) = match &args.journal_dir {
             Some(d) if args.rounds == 1 => (d.clone(), false),
-            Some(d) => (d.join(format!("round-{round}")), false),
+            // Made afresh: a journal left by an earlier run holds records.
+            Some(d) => {
+                let dir = d.join(format!("round-{round}"));
+                match std::fs::remove_dir_all(&dir) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(e).with_context(|| format!("removing {}", dir.display()));
+                    }
+                    _ => {}
+                }
+                (dir, false)
+            }
             None => (
                 std::env::temp_dir().join(format!(
                     "invoke-bench-journal-{}-{round}",
@@ -493,7 +537,8 @@ fn measure(
     https: Option<Https>,
 ) -> anyhow::Result<Measured> {
     let client_tls = https.as_ref().map(|h| h.client.clone());
-    let addr = start_agent(args.workers, journal.clone(), https.map(|h| h.server))?;
+    let agent = start_agent(args.workers, journal.clone(), https.map(|h| h.server))?;
+    let addr = agent.addr;
     // Warm-up: the first request cold-starts the instance.
     let mut c = Client::connect(addr, client_tls.as_ref())?;
     let warm = Instant::now();
@@ -562,6 +607,7 @@ fn measure(
         let _ = t.join();
     }
     let rate = (d1 - d0) as f64 / elapsed;
+    agent.stop();
     println!(
         "agent ingress ({} keep-alive connections): invocations_per_sec={rate:.0} errors={}",
         args.connections,
