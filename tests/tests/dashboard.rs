@@ -328,6 +328,8 @@ struct Seen {
     functions: BTreeMap<(String, String), BTreeSet<u64>>,
     /// How many reads the sets come from.
     reads: u32,
+    /// Reads that failed (left out).
+    failed: u32,
 }
 
 impl Seen {
@@ -358,11 +360,28 @@ fn dump_dom_watching(
     std::thread::scope(|scope| {
         let watcher = scope.spawn(|| {
             let mut seen = Seen::default();
-            // At least one read, and on until the DOM is out.
-            while seen.reads == 0 || !done.load(Ordering::SeqCst) {
-                let state = get(addr, "/v1/cluster/state", operator);
-                seen.add(before, holdings(&state));
-                seen.reads += 1;
+            while !done.load(Ordering::SeqCst) {
+                // A read that fails only leaves out what it would have
+                // seen (the page is then held to fewer states): it does
+                // not fail the test.
+                let state = request(
+                    addr,
+                    "GET",
+                    "/v1/cluster/state",
+                    Some(operator),
+                    None,
+                    Duration::from_secs(10),
+                )
+                .ok()
+                .filter(|r| r.status == 200)
+                .and_then(|r| serde_json::from_str::<Value>(&r.body).ok());
+                match state {
+                    Some(state) => {
+                        seen.add(before, holdings(&state));
+                        seen.reads += 1;
+                    }
+                    None => seen.failed += 1,
+                }
                 std::thread::sleep(Duration::from_millis(10));
             }
             seen
@@ -635,11 +654,12 @@ fn the_dashboard_shows_the_region_live_in_a_browser() {
     let first = check_operator_page(&dom1, &before, &seen, &after);
     println!(
         "first look: {} nodes, {} GPUs, {} functions ({} reads of the state while the page \
-         loaded); invocations via replicas {:?}; bills {:?}",
+         loaded, {} failed); invocations via replicas {:?}; bills {:?}",
         after.nodes.len(),
         after.gpus.len(),
         after.functions.len(),
         seen.reads,
+        seen.failed,
         first.invocations,
         first.bills
     );
@@ -651,8 +671,8 @@ fn the_dashboard_shows_the_region_live_in_a_browser() {
     let after = truth(addr, operator);
     let second = check_operator_page(&dom2, &before, &seen, &after);
     println!(
-        "second look: {} reads of the state while the page loaded",
-        seen.reads
+        "second look: {} reads of the state while the page loaded, {} failed",
+        seen.reads, seen.failed
     );
     let sum = |l: &Look| l.invocations.values().sum::<u64>();
     assert!(
