@@ -566,8 +566,8 @@ pub fn demand_min_gpus(trace: &ServingTrace, slack: f64, target: f64) -> u32 {
 }
 
 /// The proven lower bound: the largest of the mandatory-part, the
-/// memory-time and the compute-time bounds, and which gives it (on a tie
-/// the first of those).
+/// memory-time, the compute-time and the demand bounds, and which gives it
+/// (on a tie the first of those).
 pub fn proven_min_gpus(
     trace: &ServingTrace,
     params: &ServingParams,
