@@ -401,8 +401,8 @@ fn main() -> anyhow::Result<()> {
             println!("round {round} of {}:", args.rounds);
             plain = measure(&args, None, None)?;
         }
-        // A fresh journal each round: one that kept every round's records
-        // (nothing ships them here) would slow the later rounds.
+        // A fresh journal each round, so that every round starts alike
+        // (nothing ships the records here).
         let (dir, made) = match &args.journal_dir {
             Some(d) if args.rounds == 1 => (d.clone(), false),
             // Made afresh: a journal left by an earlier run holds records.
