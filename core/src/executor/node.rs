@@ -26,6 +26,8 @@ use super::{
     Command, Event, FunctionId, FunctionProfile, GpuExecutor, NodeConfig, RejectReason, RequestId,
 };
 use crate::model::{Mib, Micros, MilliGpu, Tier, WHOLE_GPU};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 /// Host memory is shrunk to this percentage of its capacity when it overflows.
 const HOST_LOW_WATER_PCT: u64 = 95;
@@ -89,11 +91,52 @@ struct Choice {
     gpu: u32,
 }
 
+/// The best candidates of a route, each the least [`Choice`] of its kind.
+#[derive(Debug, Clone, Copy, Default)]
+struct Bests {
+    /// Of the GPUs the function may use.
+    all: Option<Choice>,
+    /// Of those, the loads.
+    load: Option<Choice>,
+    /// Of those, the resident copies that meet the deadline (a delayable
+    /// request prefers them).
+    resident: Option<Choice>,
+    /// Of the GPUs it is not pinned to (a remap's comparison only).
+    other: Option<Choice>,
+}
+
+impl Bests {
+    /// Counts `choice` in (on an allowed GPU or not; `resident`: it is a
+    /// resident copy preferred within its deadline).
+    fn keep(&mut self, choice: Choice, allowed: bool, resident: bool) {
+        let keep_min = |best: &mut Option<Choice>| {
+            if best.is_none_or(|b| choice < b) {
+                *best = Some(choice);
+            }
+        };
+        if !allowed {
+            keep_min(&mut self.other);
+            return;
+        }
+        if choice.load {
+            keep_min(&mut self.load);
+        }
+        if resident && !choice.load {
+            keep_min(&mut self.resident);
+        }
+        keep_min(&mut self.all);
+    }
+}
+
 /// Eviction order of an idle instance, smallest first: weakest tier (under
 /// `spread`, within a tier a copy whose function has another first),
 /// farthest predicted next use, longest idle (host cache); least recently
 /// used (no host cache).
 type VictimKey = (u8, Micros, Micros);
+
+/// An eviction candidate of [`NodeExecutor::write_back_us`]: its key, its
+/// index on the GPU, its memory and its write-back µs.
+type Victim = (VictimKey, usize, Mib, Micros);
 
 /// A request that waits on the node for GPU memory to become evictable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,12 +161,18 @@ pub struct NodeExecutor {
     functions: Vec<Option<FunctionState>>,
     host_used_mib: Mib,
     output: Vec<Command>,
-    /// Reused buffer of host-eviction candidates (last arrival, function).
-    host_scratch: Vec<(Option<Micros>, u32)>,
+    /// Reused buffer of host-eviction candidates (order key, function).
+    host_scratch: Vec<Reverse<((u8, Micros), u32)>>,
     /// Requests waiting for memory, by (deadline, request) ascending.
     waiting: Vec<Waiting>,
     /// Reused buffer of (predicted idle time, memory) of eviction candidates.
     memory_scratch: Vec<(Micros, Mib)>,
+    /// Reused buffer of the eviction candidates of a write-back (filled
+    /// while the GPUs are borrowed).
+    victim_scratch: std::cell::RefCell<Vec<Victim>>,
+    /// Reused buffer of a load's function and the weights written back
+    /// for it.
+    written_scratch: Vec<FunctionId>,
     /// Per function: the GPUs the region reserved for it (`None`: any GPU,
     /// as in the simulator, which has no region).
     pins: Vec<Option<Vec<u32>>>,
@@ -146,6 +195,8 @@ impl NodeExecutor {
             host_scratch: Vec::new(),
             waiting: Vec::new(),
             memory_scratch: Vec::new(),
+            victim_scratch: std::cell::RefCell::new(Vec::new()),
+            written_scratch: Vec::new(),
             pins: Vec::new(),
             open_reservations: 0,
         }
@@ -324,7 +375,7 @@ impl NodeExecutor {
         });
         match target {
             Some(t) => self.move_copy(now, function, gpu, t),
-            None => self.drop_copy(function, gpu, k),
+            None => self.drop_copy(now, function, gpu, k),
         }
         self.output.push(Command::Release { function, gpu });
     }
@@ -365,27 +416,113 @@ impl NodeExecutor {
         });
     }
 
-    /// Drops the function's idle copy `k` on GPU `gpu` (its weights stay in
-    /// host memory with a host cache).
-    fn drop_copy(&mut self, function: FunctionId, gpu: u32, k: usize) {
+    /// Drops the function's idle copy `k` on GPU `gpu` (its weights go to
+    /// host memory with a host cache, see [`NodeExecutor::swap_out`]).
+    fn drop_copy(&mut self, now: Micros, function: FunctionId, gpu: u32, k: usize) {
         self.gpus[gpu as usize].remove_instance(k);
         if let Some(f) = self.functions[function.0 as usize].as_mut() {
             f.copies = f.copies.saturating_sub(1);
         }
-        self.output.push(if self.config.rules.host_cache {
-            Command::SwapOut { function, gpu }
+        if self.config.rules.host_cache {
+            let us = self.swap_out(function, gpu, &[]);
+            let g = &mut self.gpus[gpu as usize];
+            if us > 0 {
+                g.link_free_at = g.link_free_at.max(now).saturating_add(us);
+            }
         } else {
-            Command::Unload { function, gpu }
-        });
+            self.output.push(Command::Unload { function, gpu });
+        }
+    }
+
+    /// A host cache's swap-out of `function`'s copy just removed from GPU
+    /// `gpu` (its `copies` already counted down): [`Command::SwapOut`], and
+    /// the µs its weights take to reach host memory over that GPU's link.
+    /// That is zero while the host keeps their copy or another GPU holds
+    /// one; else (the host dropped its copy to make room, see
+    /// [`NodeExecutor::shrink_host`]) they are copied back to host memory,
+    /// which may drop other host copies in turn (never those of `keep`: the
+    /// function a load is being made of, and weights written back for it).
+    fn swap_out(&mut self, function: FunctionId, gpu: u32, keep: &[FunctionId]) -> Micros {
+        self.output.push(Command::SwapOut { function, gpu });
+        let Some(f) = self.functions[function.0 as usize].as_mut() else {
+            return 0;
+        };
+        if f.in_host || f.copies > 0 {
+            return 0;
+        }
+        f.in_host = true;
+        let mem = f.profile.memory_mib;
+        self.host_used_mib = self.host_used_mib.saturating_add(mem);
+        if self.host_used_mib > self.config.host_memory_mib {
+            self.shrink_host(function, keep);
+        }
+        self.config.load.swap_in_us(mem)
+    }
+
+    /// The µs evicting `inst` spends copying its function's weights back to
+    /// host memory ([`NodeExecutor::swap_out`]): nonzero under a host cache
+    /// when the host has no copy, no other GPU has one, and the copy is not
+    /// being removed (that is an unload). `fs`: its function's state.
+    fn write_back_of(&self, inst: &Instance, fs: Option<&FunctionState>) -> Micros {
+        match fs {
+            Some(f)
+                if self.config.rules.host_cache
+                    && !inst.removing
+                    && !f.in_host
+                    && f.copies <= 1 =>
+            {
+                self.config.load.swap_in_us(f.profile.memory_mib)
+            }
+            _ => 0,
+        }
+    }
+
+    /// The µs a load of `need` MiB onto `g` first spends copying its
+    /// victims' weights back to host memory: those of the victims
+    /// [`Self::load`] evicts, in its order.
+    fn write_back_us(&self, g: &GpuExecutor, need: Mib) -> Micros {
+        let rules = self.config.rules;
+        if g.free_mib >= need || !rules.host_cache {
+            return 0;
+        }
+        let mut scratch = self.victim_scratch.borrow_mut();
+        scratch.clear();
+        let mut any = false;
+        for (k, i) in g.instances.iter().enumerate() {
+            if !evictable(i, &rules) {
+                continue;
+            }
+            let fs = self.functions[i.function.0 as usize].as_ref();
+            let write_back = self.write_back_of(i, fs);
+            any |= write_back > 0;
+            scratch.push((self.victim_key_of(i, fs), k, i.mem_mib, write_back));
+        }
+        if !any {
+            return 0;
+        }
+        // Usually one or two victims: picked smallest first, not sorted.
+        let mut free = g.free_mib;
+        let mut us: Micros = 0;
+        while free < need && !scratch.is_empty() {
+            let (k, &(_, _, mib, write_back)) = scratch
+                .iter()
+                .enumerate()
+                .min_by_key(|&(_, e)| e)
+                .expect("not empty");
+            free = free.saturating_add(mib);
+            us = us.saturating_add(write_back);
+            scratch.swap_remove(k);
+        }
+        us
     }
 
     /// A copy marked to leave its GPU ([`Instance::unpinned`]) is dropped
     /// once idle, and the GPU's slice may then be released.
-    fn leave_if_unpinned(&mut self, function: FunctionId, gpu: u32) {
+    fn leave_if_unpinned(&mut self, now: Micros, function: FunctionId, gpu: u32) {
         let g = &self.gpus[gpu as usize];
         if let Some(k) = g.find(function) {
             if g.instances[k].unpinned && g.instances[k].idle() {
-                self.drop_copy(function, gpu, k);
+                self.drop_copy(now, function, gpu, k);
                 self.output.push(Command::Release { function, gpu });
             }
         }
@@ -575,6 +712,13 @@ impl NodeExecutor {
             None if self.config.rules.host_cache && fs.in_host => {
                 self.config.load.swap_in_us(fs.profile.memory_mib)
             }
+            // Its host copy was dropped while a GPU copy stayed
+            // (`shrink_host`): back to host memory, then in.
+            None if self.config.rules.host_cache && fs.copies > 0 => self
+                .config
+                .load
+                .swap_in_us(fs.profile.memory_mib)
+                .saturating_mul(2),
             None => self.config.load.cold_start_us(fs.profile.memory_mib),
         }
     }
@@ -589,6 +733,18 @@ impl NodeExecutor {
         else {
             return;
         };
+        if park && self.config.rules.host_cache && !fs.in_host && fs.copies > 0 {
+            // Its host copy was dropped while it had a GPU copy: the copy
+            // parked goes back to host memory first (over the link of one
+            // GPU holding it).
+            let mem = fs.profile.memory_mib;
+            let us = self.config.load.swap_in_us(mem);
+            if let Some(g) = self.gpus.iter_mut().find(|g| g.find(function).is_some()) {
+                g.link_free_at = g.link_free_at.max(now).saturating_add(us);
+            }
+            fs.in_host = true;
+            self.host_used_mib = self.host_used_mib.saturating_add(mem);
+        }
         let park = park && self.config.rules.host_cache && fs.in_host;
         if fs.in_host && !park {
             self.host_used_mib = self.host_used_mib.saturating_sub(fs.profile.memory_mib);
@@ -736,9 +892,7 @@ impl NodeExecutor {
         let prefer_resident = rules.wait_within_deadline && profile.tier.delayable();
         let load_us = self.load_us(&fs);
 
-        let mut best: Option<Choice> = None;
-        let mut best_resident: Option<Choice> = None;
-        let mut best_load: Option<Choice> = None;
+        let mut bests = Bests::default();
         // A pinned function may ask to be remapped onto a GPU it is not
         // pinned to: the best such load, for comparison only.
         let pins = self.pins(function);
@@ -748,7 +902,6 @@ impl NodeExecutor {
             && profile.tier.remappable()
             && fs.reserving.is_none()
             && now >= fs.reserve_after;
-        let mut best_other: Option<Choice> = None;
         // All pristine GPUs (nothing loaded, queued or running, link idle)
         // give the same prediction: only the first one is evaluated (of
         // those pinned, and of the others).
@@ -813,13 +966,15 @@ impl NodeExecutor {
                 {
                     continue;
                 }
-                let ready = g.link_free_at.max(now) + load_us;
-                let start = if slotted {
-                    ready
-                } else {
-                    ready.max(g.compute_start(now, compute))
-                };
                 let evicts = g.free_mib < mem_cost;
+                let ready = g.link_free_at.max(now) + load_us;
+                let start_at = |ready: Micros| {
+                    if slotted {
+                        ready
+                    } else {
+                        ready.max(g.compute_start(now, compute))
+                    }
+                };
                 let victim = if evicts && slotted {
                     g.instances
                         .iter()
@@ -830,34 +985,41 @@ impl NodeExecutor {
                 } else {
                     (0, 0, 0)
                 };
-                Choice {
-                    finish: start + service,
+                let mut choice = Choice {
+                    finish: start_at(ready) + service,
                     load: true,
                     evicts,
                     victim,
                     used_mib: self.config.gpu_memory_mib.saturating_sub(g.free_mib),
                     gpu: g.index,
+                };
+                if evicts && rules.host_cache {
+                    // A write-back of the victims only delays this load:
+                    // skip its (costlier) sum when the load is beaten
+                    // without it (a later finish keeps it beaten).
+                    let beaten = if allowed { bests.load } else { bests.other };
+                    if beaten.is_some_and(|b| choice >= b) {
+                        continue;
+                    }
+                    let write_back = self.write_back_us(g, mem_cost);
+                    if write_back > 0 {
+                        choice.finish = start_at(ready + write_back) + service;
+                    }
                 }
+                choice
             };
-            // Keep the smaller of the best so far and `choice`, the
-            // earlier on a tie (as `Ord::min`), without rewriting it.
-            let keep_min = |best: &mut Option<Choice>| {
-                if best.is_none_or(|b| choice < b) {
-                    *best = Some(choice);
-                }
-            };
-            if !allowed {
-                keep_min(&mut best_other);
-                continue;
-            }
-            if choice.load {
-                keep_min(&mut best_load);
-            }
-            if prefer_resident && !choice.load && choice.finish <= deadline {
-                keep_min(&mut best_resident);
-            }
-            keep_min(&mut best);
+            bests.keep(
+                choice,
+                allowed,
+                prefer_resident && choice.finish <= deadline,
+            );
         }
+        let Bests {
+            all: best,
+            load: best_load,
+            resident: best_resident,
+            other: best_other,
+        } = bests;
         let chosen = best_resident.or(best);
         if let Some(other) = best_other {
             // Another GPU would serve it sooner: ask the region for a slice
@@ -1087,6 +1249,27 @@ impl NodeExecutor {
             } else {
                 ready.max(g.compute_start(now, compute))
             };
+            if best.is_some_and(|b| start + service >= b) {
+                // A write-back only adds to it.
+                continue;
+            }
+            // The write-back of every candidate that needs one (an upper
+            // bound on that of the victims the load will take).
+            let write_back = if rules.host_cache {
+                g.instances
+                    .iter()
+                    .filter(|i| i.tier.swappable())
+                    .map(|i| self.write_back_of(i, self.functions[i.function.0 as usize].as_ref()))
+                    .fold(0, Micros::saturating_add)
+            } else {
+                0
+            };
+            let ready = ready + write_back;
+            let start = if slotted {
+                ready
+            } else {
+                ready.max(g.compute_start(now, compute))
+            };
             let finish = start + service;
             best = Some(best.map_or(finish, |b| b.min(finish)));
         }
@@ -1096,8 +1279,12 @@ impl NodeExecutor {
 
     /// Where an idle instance comes in the eviction order (see [`VictimKey`]).
     fn victim_key(&self, i: &Instance) -> VictimKey {
+        self.victim_key_of(i, self.functions[i.function.0 as usize].as_ref())
+    }
+
+    /// [`Self::victim_key`] given its function's state `fs`.
+    fn victim_key_of(&self, i: &Instance, fs: Option<&FunctionState>) -> VictimKey {
         if self.config.rules.host_cache {
-            let fs = self.functions[i.function.0 as usize].as_ref();
             let next = fs.map_or(Micros::MAX, |f| f.next_use());
             // Under `spread`, a copy whose function has another goes first.
             let sole = self.config.rules.spread && fs.is_some_and(|f| f.copies <= 1);
@@ -1125,6 +1312,11 @@ impl NodeExecutor {
         let rules = self.config.rules;
         // Memory is scarce here: keep one copy per function (remap below).
         let scarce = self.gpus[g].free_mib < mem_cost;
+        let mut write_back: Micros = 0;
+        // This load's function, then the victims written back for it.
+        let mut written = std::mem::take(&mut self.written_scratch);
+        written.clear();
+        written.push(function);
         // Evict victims: weakest tier, farthest predicted next use, longest idle
         // (gshare); least recently used (baselines).
         while self.gpus[g].free_mib < mem_cost {
@@ -1142,19 +1334,22 @@ impl NodeExecutor {
                 f.copies -= 1;
             }
             let gpu = g as u32;
-            self.output.push(if rules.host_cache {
-                Command::SwapOut {
-                    function: gone.function,
-                    gpu,
+            if rules.host_cache {
+                let us = self.swap_out(gone.function, gpu, &written);
+                if us > 0 {
+                    written.push(gone.function);
+                    write_back = write_back.saturating_add(us);
                 }
             } else {
-                Command::Unload {
+                self.output.push(Command::Unload {
                     function: gone.function,
                     gpu,
-                }
-            });
+                });
+            }
         }
-        let ready_at = self.gpus[g].link_free_at.max(now) + load_us;
+        // The victims' weights that go back to host memory cross the link
+        // before this load's.
+        let ready_at = self.gpus[g].link_free_at.max(now) + write_back + load_us;
         self.gpus[g].link_free_at = ready_at;
         let moved_from = if rules.remap && scarce {
             self.gpus.iter().position(|o| {
@@ -1178,7 +1373,14 @@ impl NodeExecutor {
                 to: g as u32,
                 ready_at,
             });
-        } else if rules.host_cache && fs.in_host {
+        } else if rules.host_cache && (fs.in_host || fs.copies > 0) {
+            if !fs.in_host {
+                // Its host copy was dropped while a GPU copy stayed: that
+                // copy's weights go back to host memory first (`load_us`
+                // counts both crossings).
+                fs.in_host = true;
+                self.host_used_mib = self.host_used_mib.saturating_add(fs.profile.memory_mib);
+            }
             self.output.push(Command::SwapIn {
                 function,
                 gpu: g as u32,
@@ -1200,8 +1402,11 @@ impl NodeExecutor {
         let tier = fs.profile.tier;
         let batch_ppm = fs.profile.batch_ppm;
         if self.host_used_mib > self.config.host_memory_mib {
-            self.shrink_host(function);
+            // Not the weights just written back for this load (that would
+            // waste the write-back).
+            self.shrink_host(function, &written);
         }
+        self.written_scratch = written;
         self.gpus[g].add_instance(Instance {
             function,
             tier,
@@ -1222,10 +1427,16 @@ impl NodeExecutor {
         })
     }
 
-    /// Drop host copies of functions with no GPU instance, least recently
-    /// invoked first (never `keep`'s), down to [`HOST_LOW_WATER_PCT`] % of
-    /// host memory so that the scan over all functions is amortized.
-    fn shrink_host(&mut self, keep: FunctionId) {
+    /// Drop host copies (never those of `keep` and `also`): first those of functions
+    /// with a loaded GPU copy (nothing is lost: the weights go back to host
+    /// memory when the last GPU copy is evicted, [`NodeExecutor::swap_out`]),
+    /// the soonest used first (the least likely to be evicted); then those
+    /// of functions with no GPU copy, least recently invoked first (their
+    /// next load is a cold start); down to [`HOST_LOW_WATER_PCT`] % of host
+    /// memory, so that the scan over all functions is amortized. Host memory
+    /// so holds weights that are on no GPU before duplicates of ones that
+    /// are.
+    fn shrink_host(&mut self, keep: FunctionId, also: &[FunctionId]) {
         let target = self.config.host_memory_mib / 100 * HOST_LOW_WATER_PCT;
         let mut candidates = std::mem::take(&mut self.host_scratch);
         candidates.clear();
@@ -1234,14 +1445,27 @@ impl NodeExecutor {
                 .iter()
                 .enumerate()
                 .filter_map(|(k, f)| f.as_ref().map(|f| (k, f)))
-                .filter(|(k, f)| *k != keep.0 as usize && f.in_host && f.copies == 0)
-                .map(|(k, f)| (f.last_arrival, k as u32)),
+                .filter(|(k, f)| {
+                    f.in_host && *k != keep.0 as usize && also.iter().all(|c| c.0 as usize != *k)
+                })
+                .filter_map(|(k, f)| {
+                    let key = if f.copies == 0 {
+                        (1, f.last_arrival.unwrap_or(0))
+                    } else if f.loading == 0 && !f.parked {
+                        (0, f.next_use())
+                    } else {
+                        // A load reads the host copy now.
+                        return None;
+                    };
+                    Some(Reverse((key, k as u32)))
+                }),
         );
-        candidates.sort_unstable();
-        for &(_, k) in candidates.iter() {
-            if self.host_used_mib <= target {
+        // A few are dropped out of many: a heap, not a sort.
+        let mut heap = BinaryHeap::from(candidates);
+        while self.host_used_mib > target {
+            let Some(Reverse((_, k))) = heap.pop() else {
                 break;
-            }
+            };
             let slot = &mut self.functions[k as usize];
             let f = slot.as_mut().expect("listed above");
             f.in_host = false;
@@ -1251,7 +1475,7 @@ impl NodeExecutor {
                 *slot = None;
             }
         }
-        self.host_scratch = candidates;
+        self.host_scratch = heap.into_vec();
     }
 
     fn prefetch(&mut self, now: Micros, function: FunctionId) {
@@ -1307,7 +1531,7 @@ impl NodeExecutor {
         }
         g.dispatch(now, &rules, &mut self.output);
         if let Some(function) = done {
-            self.leave_if_unpinned(function, gpu);
+            self.leave_if_unpinned(now, function, gpu);
         }
         self.retry_waiting(now);
     }
@@ -1329,7 +1553,7 @@ impl NodeExecutor {
             }
         }
         g.dispatch(now, &rules, &mut self.output);
-        self.leave_if_unpinned(function, gpu);
+        self.leave_if_unpinned(now, function, gpu);
         self.retry_waiting(now);
     }
 }

@@ -296,6 +296,190 @@ fn swap_in_from_host_is_cheaper_than_a_cold_start_and_guaranteed_is_never_swappe
     assert!(n.gpu(0).resident().any(|f| f == FunctionId(2)));
 }
 
+/// One GPU (three functions of 4 000 MiB) and host memory for two: functions
+/// 0, 1 and 2 cold-started and idle at 3 × COLD + 400 ms; functions 0 and 2
+/// had two requests each, function 1 one (its next use is the farthest).
+/// The third cold start overflowed the host: the host copies of the loaded
+/// functions 0 and 1 were dropped (down to 95 %), not function 2's, which
+/// was loading from it.
+fn small_host() -> NodeExecutor {
+    let mut n = NodeExecutor::new(NodeConfig {
+        host_memory_mib: 8_000,
+        ..config(1, ExecutorRules::gshare())
+    });
+    for f in 0..4 {
+        n.handle(
+            0,
+            Event::InstanceAdded {
+                function: FunctionId(f),
+                profile: profile(Tier::Oversubscribed),
+            },
+        );
+    }
+    for (r, f) in [(1, 0), (2, 1)] {
+        let t = (r - 1) * COLD;
+        assert_eq!(
+            step(&mut n, t, arrive(r, f, 100 * MS, FAR)),
+            vec![cold(f, 0, t + COLD)]
+        );
+        assert_eq!(
+            step(&mut n, t + COLD, loaded(f, 0)),
+            vec![run(r, f, 0, 1000, t + COLD + 100 * MS)]
+        );
+        assert_eq!(step(&mut n, t + COLD + 100 * MS, finished(r, 0)), vec![]);
+    }
+    // A second request of function 0: its next use is predicted soonest.
+    let t = 2 * COLD;
+    step(&mut n, t, arrive(3, 0, 100 * MS, FAR));
+    step(&mut n, t + 100 * MS, finished(3, 0));
+    assert_eq!(n.host_used_mib(), 8_000);
+    assert_eq!(
+        step(&mut n, t + 200 * MS, arrive(4, 2, 100 * MS, FAR)),
+        vec![cold(2, 0, t + 200 * MS + COLD)]
+    );
+    assert_eq!(
+        (0..3).map(|f| n.in_host(FunctionId(f))).collect::<Vec<_>>(),
+        vec![false, false, true]
+    );
+    assert_eq!(n.host_used_mib(), 4_000);
+    let t = t + 200 * MS + COLD;
+    step(&mut n, t, loaded(2, 0));
+    step(&mut n, t + 100 * MS, finished(4, 0));
+    step(&mut n, t + 100 * MS, arrive(5, 2, 100 * MS, FAR));
+    step(&mut n, t + 200 * MS, finished(5, 0));
+    assert_eq!(n.gpu(0).free_mib(), 0);
+    n
+}
+
+#[test]
+fn host_memory_drops_copies_of_loaded_weights_first_and_an_eviction_writes_them_back() {
+    let mut n = small_host();
+    let t = 3 * COLD + 400 * MS;
+    // Function 3 needs room: function 1 (no next use predicted) goes. The
+    // host has no copy of it, so its weights are written back over the
+    // link before function 3's cold start crosses it.
+    assert_eq!(
+        step(&mut n, t, arrive(6, 3, 100 * MS, FAR)),
+        vec![
+            Command::SwapOut {
+                function: FunctionId(1),
+                gpu: 0
+            },
+            cold(3, 0, t + SWAP_IN + COLD),
+        ]
+    );
+    // Host memory: functions 1 (written back) and 3 (fetched) overflowed it;
+    // the loaded function 2's copy was dropped, and function 1's kept.
+    assert_eq!(
+        (0..4).map(|f| n.in_host(FunctionId(f))).collect::<Vec<_>>(),
+        vec![false, true, false, true]
+    );
+    assert_eq!(n.host_used_mib(), 8_000);
+    let t = t + SWAP_IN + COLD;
+    step(&mut n, t, loaded(3, 0));
+    step(&mut n, t + 100 * MS, finished(6, 0));
+    // Function 1 comes back by a swap-in, not a cold start; function 3 (one
+    // request, no next use predicted, its host copy kept) makes room
+    // without a write-back.
+    let t = t + 200 * MS;
+    assert_eq!(
+        step(&mut n, t, arrive(7, 1, 100 * MS, FAR)),
+        vec![
+            Command::SwapOut {
+                function: FunctionId(3),
+                gpu: 0
+            },
+            Command::SwapIn {
+                function: FunctionId(1),
+                gpu: 0,
+                ready_at: t + SWAP_IN,
+            },
+        ]
+    );
+}
+
+#[test]
+fn a_write_back_counts_in_the_predicted_finish() {
+    let mut n = small_host();
+    let t = 3 * COLD + 400 * MS;
+    // Without the write-back the cold start would finish the request at
+    // t + COLD + 100 ms; with it, not by this deadline: rejected. A copy is
+    // still warmed for the next requests (function 3 has none), timed the
+    // same way.
+    let deadline = t + COLD + 100 * MS + SWAP_IN / 2;
+    assert_eq!(
+        step(&mut n, t, arrive(6, 3, 100 * MS, deadline)),
+        vec![
+            Command::Reject {
+                request: RequestId(6),
+                reason: RejectReason::DeadlineUnreachable {
+                    predicted_finish: t + SWAP_IN + COLD + 100 * MS,
+                    deadline,
+                },
+            },
+            Command::SwapOut {
+                function: FunctionId(1),
+                gpu: 0
+            },
+            cold(3, 0, t + SWAP_IN + COLD),
+        ]
+    );
+}
+
+#[test]
+fn a_second_copy_of_weights_the_host_dropped_is_a_swap_in_by_way_of_host_memory() {
+    // Two GPUs: function 0's host copy is dropped while it stays loaded on
+    // GPU 0; a copy on GPU 1 then comes from host memory after a write-back
+    // (two link crossings), not from storage.
+    let mut n = NodeExecutor::new(NodeConfig {
+        host_memory_mib: 4_000,
+        ..config(2, ExecutorRules::gshare())
+    });
+    for f in 0..2 {
+        n.handle(
+            0,
+            Event::InstanceAdded {
+                function: FunctionId(f),
+                profile: profile(Tier::Oversubscribed),
+            },
+        );
+    }
+    assert_eq!(
+        step(&mut n, 0, arrive(1, 0, 100 * MS, FAR)),
+        vec![cold(0, 0, COLD)]
+    );
+    step(&mut n, COLD, loaded(0, 0));
+    step(&mut n, COLD + 100 * MS, finished(1, 0));
+    // Function 1's cold start overflows the host: function 0's copy goes.
+    let t = COLD + 200 * MS;
+    assert_eq!(
+        step(&mut n, t, arrive(2, 1, 100 * MS, FAR)),
+        vec![cold(1, 1, t + COLD)]
+    );
+    assert!(!n.in_host(FunctionId(0)));
+    assert_eq!(n.host_used_mib(), 4_000);
+    // Function 0 busy on GPU 0 for 10 s: its next request would wait, so
+    // a second copy is loaded on GPU 1, which has room (`spread`), by way
+    // of host memory.
+    step(&mut n, t + COLD, loaded(1, 1));
+    step(&mut n, t + COLD + 100 * MS, finished(2, 1));
+    let t = t + COLD + 100 * MS;
+    assert_eq!(
+        step(&mut n, t, arrive(3, 0, 10 * S, FAR)),
+        vec![run(3, 0, 0, 1000, t + 10 * S)]
+    );
+    let out = step(&mut n, t + MS, arrive(4, 0, 100 * MS, FAR));
+    assert!(
+        out.contains(&Command::SwapIn {
+            function: FunctionId(0),
+            gpu: 1,
+            ready_at: t + MS + 2 * SWAP_IN,
+        }),
+        "{out:?}"
+    );
+    assert!(n.in_host(FunctionId(0)));
+}
+
 /// Functions 0, 1 and 2 (4 000 MiB each) cold-started one after another and
 /// idle at 13.6 s: the 12 000 MiB GPU is full. Function 3 is not loaded.
 fn three_loaded(tiers: &[Tier]) -> NodeExecutor {
