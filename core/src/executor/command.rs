@@ -20,7 +20,10 @@ pub enum Command {
         /// Predicted finish (the latency model's service time from now), µs.
         finish_at: Micros,
     },
-    /// Drop an idle instance's GPU copy; its weights stay in host memory.
+    /// Drop an idle instance's GPU copy; its weights stay in host memory (or,
+    /// when host memory dropped its copy to make room and no other GPU holds
+    /// one, are copied back there first: the executor counts that copy on
+    /// the GPU's link before its next load).
     SwapOut {
         /// The function.
         function: FunctionId,

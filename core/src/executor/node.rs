@@ -170,8 +170,7 @@ pub struct NodeExecutor {
     /// Reused buffer of the eviction candidates of a write-back (filled
     /// while the GPUs are borrowed).
     victim_scratch: std::cell::RefCell<Vec<Victim>>,
-    /// Reused buffer of a load's function and the weights written back
-    /// for it.
+    /// Reused buffer of a load's function and its victims.
     written_scratch: Vec<FunctionId>,
     /// Per function: the GPUs the region reserved for it (`None`: any GPU,
     /// as in the simulator, which has no region).
@@ -387,10 +386,15 @@ impl NodeExecutor {
             return;
         };
         let inst = self.gpus[from as usize].remove_instance(k);
-        let (memory, start_us) = self
-            .state(function)
-            .map_or((inst.mem_mib, None), |f| (f.profile.memory_mib, f.start_us));
-        let load_us = start_us.unwrap_or_else(|| self.config.load.swap_in_us(memory));
+        // From host memory: a copy whose host copy was dropped is written
+        // back first (`load_us` counts both crossings).
+        let load_us = self.state(function).map_or_else(
+            || self.config.load.swap_in_us(inst.mem_mib),
+            |f| self.load_us(f),
+        );
+        if self.restore_host_copy(function) {
+            self.shrink_host(function, &[]);
+        }
         let t = &mut self.gpus[to as usize];
         let ready_at = t.link_free_at.max(now).saturating_add(load_us);
         t.link_free_at = ready_at;
@@ -441,22 +445,35 @@ impl NodeExecutor {
     /// one; else (the host dropped its copy to make room, see
     /// [`NodeExecutor::shrink_host`]) they are copied back to host memory,
     /// which may drop other host copies in turn (never those of `keep`: the
-    /// function a load is being made of, and weights written back for it).
+    /// function a load is being made of, and its victims).
     fn swap_out(&mut self, function: FunctionId, gpu: u32, keep: &[FunctionId]) -> Micros {
         self.output.push(Command::SwapOut { function, gpu });
-        let Some(f) = self.functions[function.0 as usize].as_mut() else {
+        let Some(f) = self.functions[function.0 as usize].as_ref() else {
             return 0;
         };
         if f.in_host || f.copies > 0 {
             return 0;
         }
-        f.in_host = true;
         let mem = f.profile.memory_mib;
-        self.host_used_mib = self.host_used_mib.saturating_add(mem);
-        if self.host_used_mib > self.config.host_memory_mib {
+        if self.restore_host_copy(function) {
             self.shrink_host(function, keep);
         }
         self.config.load.swap_in_us(mem)
+    }
+
+    /// The host copy of `function`, dropped while a GPU copy stayed, is
+    /// made again (its weights written back to host memory): `true` when
+    /// host memory then holds more than its capacity.
+    fn restore_host_copy(&mut self, function: FunctionId) -> bool {
+        let Some(f) = self.functions[function.0 as usize].as_mut() else {
+            return false;
+        };
+        if !self.config.rules.host_cache || f.in_host {
+            return false;
+        }
+        f.in_host = true;
+        self.host_used_mib = self.host_used_mib.saturating_add(f.profile.memory_mib);
+        self.host_used_mib > self.config.host_memory_mib
     }
 
     /// The µs evicting `inst` spends copying its function's weights back to
@@ -793,6 +810,10 @@ impl NodeExecutor {
             fs.loading = 0;
             fs.reserving = None;
             self.functions[function.0 as usize] = Some(fs);
+        }
+        if self.host_used_mib > self.config.host_memory_mib {
+            // A parked copy written back may overflow host memory.
+            self.shrink_host(function, &[]);
         }
         self.retry_waiting(now);
     }
@@ -1313,40 +1334,59 @@ impl NodeExecutor {
         // Memory is scarce here: keep one copy per function (remap below).
         let scarce = self.gpus[g].free_mib < mem_cost;
         let mut write_back: Micros = 0;
-        // This load's function, then the victims written back for it.
-        let mut written = std::mem::take(&mut self.written_scratch);
-        written.clear();
-        written.push(function);
-        // Evict victims: weakest tier, farthest predicted next use, longest idle
-        // (gshare); least recently used (baselines).
-        while self.gpus[g].free_mib < mem_cost {
-            let gpu = &self.gpus[g];
-            let victim = gpu
-                .instances
+        // Victims: weakest tier, farthest predicted next use, longest idle
+        // (gshare); least recently used (baselines); ties by their place on
+        // the GPU (as `write_back_us` predicts them). All are chosen first,
+        // so that a write-back making room in host memory never drops the
+        // host copy of a later victim of the same load.
+        let mut victims = std::mem::take(self.victim_scratch.get_mut());
+        victims.clear();
+        if self.gpus[g].free_mib < mem_cost {
+            victims.extend(
+                self.gpus[g]
+                    .instances
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, i)| evictable(i, &rules))
+                    .map(|(k, i)| (self.victim_key(i), k, i.mem_mib, 0)),
+            );
+            victims.sort_unstable();
+            let mut free = self.gpus[g].free_mib;
+            let taken = victims
                 .iter()
-                .enumerate()
-                .filter(|(_, i)| evictable(i, &rules))
-                .min_by_key(|(_, i)| self.victim_key(i))
-                .map(|(k, _)| k);
-            let Some(k) = victim else { break };
-            let gone = self.gpus[g].remove_instance(k);
-            if let Some(f) = self.functions[gone.function.0 as usize].as_mut() {
+                .take_while(|v| {
+                    let short = free < mem_cost;
+                    free = free.saturating_add(v.2);
+                    short
+                })
+                .count();
+            victims.truncate(taken);
+        }
+        // This load's function and its victims: no host copy of theirs is
+        // dropped to make room for its write-backs.
+        let mut keep = std::mem::take(&mut self.written_scratch);
+        keep.clear();
+        keep.push(function);
+        keep.extend(victims.iter().map(|v| self.gpus[g].instances[v.1].function));
+        for &victim in &keep[1..] {
+            let Some(k) = self.gpus[g].find(victim) else {
+                continue;
+            };
+            self.gpus[g].remove_instance(k);
+            if let Some(f) = self.functions[victim.0 as usize].as_mut() {
                 f.copies -= 1;
             }
             let gpu = g as u32;
             if rules.host_cache {
-                let us = self.swap_out(gone.function, gpu, &written);
-                if us > 0 {
-                    written.push(gone.function);
-                    write_back = write_back.saturating_add(us);
-                }
+                write_back = write_back.saturating_add(self.swap_out(victim, gpu, &keep));
             } else {
                 self.output.push(Command::Unload {
-                    function: gone.function,
+                    function: victim,
                     gpu,
                 });
             }
         }
+        *self.victim_scratch.get_mut() = victims;
         // The victims' weights that go back to host memory cross the link
         // before this load's.
         let ready_at = self.gpus[g].link_free_at.max(now) + write_back + load_us;
@@ -1363,6 +1403,13 @@ impl NodeExecutor {
         let fs = self.functions[function.0 as usize]
             .as_mut()
             .expect("routed function is placed");
+        // A copy whose host copy was dropped: its weights go back to host
+        // memory first (`load_us` counts both crossings), for a move too.
+        let orphan = rules.host_cache && !fs.in_host && fs.copies > 0;
+        if orphan {
+            fs.in_host = true;
+            self.host_used_mib = self.host_used_mib.saturating_add(fs.profile.memory_mib);
+        }
         if let Some(a) = moved_from {
             let i = self.gpus[a].find(function).expect("found above");
             self.gpus[a].remove_instance(i);
@@ -1373,14 +1420,7 @@ impl NodeExecutor {
                 to: g as u32,
                 ready_at,
             });
-        } else if rules.host_cache && (fs.in_host || fs.copies > 0) {
-            if !fs.in_host {
-                // Its host copy was dropped while a GPU copy stayed: that
-                // copy's weights go back to host memory first (`load_us`
-                // counts both crossings).
-                fs.in_host = true;
-                self.host_used_mib = self.host_used_mib.saturating_add(fs.profile.memory_mib);
-            }
+        } else if rules.host_cache && fs.in_host {
             self.output.push(Command::SwapIn {
                 function,
                 gpu: g as u32,
@@ -1402,11 +1442,14 @@ impl NodeExecutor {
         let tier = fs.profile.tier;
         let batch_ppm = fs.profile.batch_ppm;
         if self.host_used_mib > self.config.host_memory_mib {
-            // Not the weights just written back for this load (that would
-            // waste the write-back).
-            self.shrink_host(function, &written);
+            // Not the victims' copies (a write-back just paid for), unless
+            // host memory's capacity needs them.
+            self.shrink_host(function, &keep);
+            if self.host_used_mib > self.config.host_memory_mib {
+                self.shrink_host_to(self.config.host_memory_mib, function, &[]);
+            }
         }
-        self.written_scratch = written;
+        self.written_scratch = keep;
         self.gpus[g].add_instance(Instance {
             function,
             tier,
@@ -1438,6 +1481,11 @@ impl NodeExecutor {
     /// are.
     fn shrink_host(&mut self, keep: FunctionId, also: &[FunctionId]) {
         let target = self.config.host_memory_mib / 100 * HOST_LOW_WATER_PCT;
+        self.shrink_host_to(target, keep, also);
+    }
+
+    /// [`Self::shrink_host`] down to `target` MiB.
+    fn shrink_host_to(&mut self, target: Mib, keep: FunctionId, also: &[FunctionId]) {
         let mut candidates = std::mem::take(&mut self.host_scratch);
         candidates.clear();
         candidates.extend(

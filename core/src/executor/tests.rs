@@ -399,6 +399,72 @@ fn host_memory_drops_copies_of_loaded_weights_first_and_an_eviction_writes_them_
 }
 
 #[test]
+fn a_write_back_never_drops_the_host_copy_of_another_victim_of_the_same_load() {
+    // One GPU of 8 000 MiB, host memory for 6 000: A (4 000) loses its host
+    // copy when B's cold start overflows it; F (8 000) then evicts both.
+    // A's write-back overflows host memory again, but B's copy, about to be
+    // evicted too, is not dropped for it (which would cost B a write-back
+    // the route did not predict): F's load waits for one write-back only,
+    // and its request runs by the deadline the route accepted it for.
+    let mut n = NodeExecutor::new(NodeConfig {
+        gpu_memory_mib: 8_000,
+        host_memory_mib: 6_000,
+        ..config(1, ExecutorRules::gshare())
+    });
+    for (f, memory_mib) in [(0, 4_000), (1, 4_000), (2, 8_000)] {
+        n.handle(
+            0,
+            Event::InstanceAdded {
+                function: FunctionId(f),
+                profile: FunctionProfile {
+                    memory_mib,
+                    ..profile(Tier::Oversubscribed)
+                },
+            },
+        );
+    }
+    step(&mut n, 0, arrive(1, 0, 100 * MS, FAR));
+    step(&mut n, COLD, loaded(0, 0));
+    step(&mut n, COLD + 100 * MS, finished(1, 0));
+    let t = COLD + 100 * MS;
+    assert_eq!(
+        step(&mut n, t, arrive(2, 1, 100 * MS, FAR)),
+        vec![cold(1, 0, t + COLD)]
+    );
+    assert!(!n.in_host(FunctionId(0)) && n.in_host(FunctionId(1)));
+    step(&mut n, t + COLD, loaded(1, 0));
+    step(&mut n, t + COLD + 100 * MS, finished(2, 0));
+    let t = t + COLD + 100 * MS;
+    step(&mut n, t, arrive(3, 1, 100 * MS, FAR));
+    step(&mut n, t + 100 * MS, finished(3, 0));
+    // F: 500 ms setup + 8 000 MiB at 1 000 MiB/s.
+    let cold_f = 8 * S + 500 * MS;
+    let t = t + 200 * MS;
+    let deadline = t + SWAP_IN + cold_f + 100 * MS + SWAP_IN / 2;
+    assert_eq!(
+        step(&mut n, t, arrive(4, 2, 100 * MS, deadline)),
+        vec![
+            Command::SwapOut {
+                function: FunctionId(0),
+                gpu: 0
+            },
+            Command::SwapOut {
+                function: FunctionId(1),
+                gpu: 0
+            },
+            cold(2, 0, t + SWAP_IN + cold_f),
+        ]
+    );
+    assert_eq!(
+        step(&mut n, t + SWAP_IN + cold_f, loaded(2, 0)),
+        vec![run(4, 2, 0, 1000, t + SWAP_IN + cold_f + 100 * MS)]
+    );
+    // Host memory is back within its capacity as far as it can be: F's
+    // own 8 000 MiB are more than it holds, so A's and B's copies went.
+    assert_eq!(n.host_used_mib(), 8_000);
+}
+
+#[test]
 fn a_write_back_counts_in_the_predicted_finish() {
     let mut n = small_host();
     let t = 3 * COLD + 400 * MS;
