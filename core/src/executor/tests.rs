@@ -55,6 +55,25 @@ fn node(gpus: u32, rules: ExecutorRules, tiers: &[Tier]) -> NodeExecutor {
     n
 }
 
+/// A node of `config` with one `oversubscribed` function per entry of
+/// `memory_mib` (function `i` holds `memory_mib[i]`).
+fn gshare_node(config: NodeConfig, memory_mib: &[Mib]) -> NodeExecutor {
+    let mut n = NodeExecutor::new(config);
+    for (f, &memory_mib) in memory_mib.iter().enumerate() {
+        n.handle(
+            0,
+            Event::InstanceAdded {
+                function: FunctionId(f as u32),
+                profile: FunctionProfile {
+                    memory_mib,
+                    ..profile(Tier::Oversubscribed)
+                },
+            },
+        );
+    }
+    n
+}
+
 fn step(n: &mut NodeExecutor, now: Micros, e: Event) -> Vec<Command> {
     n.handle(now, e);
     n.take_commands()
@@ -95,6 +114,21 @@ fn run(r: u64, f: u32, gpu: u32, compute: u32, finish_at: Micros) -> Command {
 
 fn cold(f: u32, gpu: u32, ready_at: Micros) -> Command {
     Command::ColdStart {
+        function: FunctionId(f),
+        gpu,
+        ready_at,
+    }
+}
+
+fn swap_out(f: u32, gpu: u32) -> Command {
+    Command::SwapOut {
+        function: FunctionId(f),
+        gpu,
+    }
+}
+
+fn swap_in(f: u32, gpu: u32, ready_at: Micros) -> Command {
+    Command::SwapIn {
         function: FunctionId(f),
         gpu,
         ready_at,
@@ -303,19 +337,13 @@ fn swap_in_from_host_is_cheaper_than_a_cold_start_and_guaranteed_is_never_swappe
 /// functions 0 and 1 were dropped (down to 95 %), not function 2's, which
 /// was loading from it.
 fn small_host() -> NodeExecutor {
-    let mut n = NodeExecutor::new(NodeConfig {
-        host_memory_mib: 8_000,
-        ..config(1, ExecutorRules::gshare())
-    });
-    for f in 0..4 {
-        n.handle(
-            0,
-            Event::InstanceAdded {
-                function: FunctionId(f),
-                profile: profile(Tier::Oversubscribed),
-            },
-        );
-    }
+    let mut n = gshare_node(
+        NodeConfig {
+            host_memory_mib: 8_000,
+            ..config(1, ExecutorRules::gshare())
+        },
+        &[4_000; 4],
+    );
     for (r, f) in [(1, 0), (2, 1)] {
         let t = (r - 1) * COLD;
         assert_eq!(
@@ -360,13 +388,7 @@ fn host_memory_drops_copies_of_loaded_weights_first_and_an_eviction_writes_them_
     // link before function 3's cold start crosses it.
     assert_eq!(
         step(&mut n, t, arrive(6, 3, 100 * MS, FAR)),
-        vec![
-            Command::SwapOut {
-                function: FunctionId(1),
-                gpu: 0
-            },
-            cold(3, 0, t + SWAP_IN + COLD),
-        ]
+        vec![swap_out(1, 0), cold(3, 0, t + SWAP_IN + COLD),]
     );
     // Host memory: functions 1 (written back) and 3 (fetched) overflowed it;
     // the loaded function 2's copy was dropped, and function 1's kept.
@@ -384,17 +406,7 @@ fn host_memory_drops_copies_of_loaded_weights_first_and_an_eviction_writes_them_
     let t = t + 200 * MS;
     assert_eq!(
         step(&mut n, t, arrive(7, 1, 100 * MS, FAR)),
-        vec![
-            Command::SwapOut {
-                function: FunctionId(3),
-                gpu: 0
-            },
-            Command::SwapIn {
-                function: FunctionId(1),
-                gpu: 0,
-                ready_at: t + SWAP_IN,
-            },
-        ]
+        vec![swap_out(3, 0), swap_in(1, 0, t + SWAP_IN),]
     );
 }
 
@@ -406,23 +418,14 @@ fn a_write_back_never_drops_the_host_copy_of_another_victim_of_the_same_load() {
     // evicted too, is not dropped for it (which would cost B a write-back
     // the route did not predict): F's load waits for one write-back only,
     // and its request runs by the deadline the route accepted it for.
-    let mut n = NodeExecutor::new(NodeConfig {
-        gpu_memory_mib: 8_000,
-        host_memory_mib: 6_000,
-        ..config(1, ExecutorRules::gshare())
-    });
-    for (f, memory_mib) in [(0, 4_000), (1, 4_000), (2, 8_000)] {
-        n.handle(
-            0,
-            Event::InstanceAdded {
-                function: FunctionId(f),
-                profile: FunctionProfile {
-                    memory_mib,
-                    ..profile(Tier::Oversubscribed)
-                },
-            },
-        );
-    }
+    let mut n = gshare_node(
+        NodeConfig {
+            gpu_memory_mib: 8_000,
+            host_memory_mib: 6_000,
+            ..config(1, ExecutorRules::gshare())
+        },
+        &[4_000, 4_000, 8_000],
+    );
     step(&mut n, 0, arrive(1, 0, 100 * MS, FAR));
     step(&mut n, COLD, loaded(0, 0));
     step(&mut n, COLD + 100 * MS, finished(1, 0));
@@ -444,14 +447,8 @@ fn a_write_back_never_drops_the_host_copy_of_another_victim_of_the_same_load() {
     assert_eq!(
         step(&mut n, t, arrive(4, 2, 100 * MS, deadline)),
         vec![
-            Command::SwapOut {
-                function: FunctionId(0),
-                gpu: 0
-            },
-            Command::SwapOut {
-                function: FunctionId(1),
-                gpu: 0
-            },
+            swap_out(0, 0),
+            swap_out(1, 0),
             cold(2, 0, t + SWAP_IN + cold_f),
         ]
     );
@@ -483,10 +480,7 @@ fn a_write_back_counts_in_the_predicted_finish() {
                     deadline,
                 },
             },
-            Command::SwapOut {
-                function: FunctionId(1),
-                gpu: 0
-            },
+            swap_out(1, 0),
             cold(3, 0, t + SWAP_IN + COLD),
         ]
     );
@@ -497,19 +491,13 @@ fn a_second_copy_of_weights_the_host_dropped_is_a_swap_in_by_way_of_host_memory(
     // Two GPUs: function 0's host copy is dropped while it stays loaded on
     // GPU 0; a copy on GPU 1 then comes from host memory after a write-back
     // (two link crossings), not from storage.
-    let mut n = NodeExecutor::new(NodeConfig {
-        host_memory_mib: 4_000,
-        ..config(2, ExecutorRules::gshare())
-    });
-    for f in 0..2 {
-        n.handle(
-            0,
-            Event::InstanceAdded {
-                function: FunctionId(f),
-                profile: profile(Tier::Oversubscribed),
-            },
-        );
-    }
+    let mut n = gshare_node(
+        NodeConfig {
+            host_memory_mib: 4_000,
+            ..config(2, ExecutorRules::gshare())
+        },
+        &[4_000, 4_000],
+    );
     assert_eq!(
         step(&mut n, 0, arrive(1, 0, 100 * MS, FAR)),
         vec![cold(0, 0, COLD)]
@@ -536,11 +524,7 @@ fn a_second_copy_of_weights_the_host_dropped_is_a_swap_in_by_way_of_host_memory(
     );
     let out = step(&mut n, t + MS, arrive(4, 0, 100 * MS, FAR));
     assert!(
-        out.contains(&Command::SwapIn {
-            function: FunctionId(0),
-            gpu: 1,
-            ready_at: t + MS + 2 * SWAP_IN,
-        }),
+        out.contains(&swap_in(0, 1, t + MS + 2 * SWAP_IN)),
         "{out:?}"
     );
     assert!(n.in_host(FunctionId(0)));

@@ -7,13 +7,6 @@
 
 use super::*;
 
-fn swap_out(f: u32, gpu: u32) -> Command {
-    Command::SwapOut {
-        function: FunctionId(f),
-        gpu,
-    }
-}
-
 fn reserve(f: u32, from: u32, to: u32) -> Command {
     Command::Reserve {
         function: FunctionId(f),
