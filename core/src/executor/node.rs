@@ -461,9 +461,10 @@ impl NodeExecutor {
         self.config.load.swap_in_us(mem)
     }
 
-    /// The host copy of `function`, dropped while a GPU copy stayed, is
-    /// made again (its weights written back to host memory): `true` when
-    /// host memory then holds more than its capacity.
+    /// Under a host cache, `function`'s weights are put in host memory if
+    /// they are not there (fetched from storage, or written back from a GPU
+    /// copy whose host copy was dropped): `true` when host memory then holds
+    /// more than its capacity.
     fn restore_host_copy(&mut self, function: FunctionId) -> bool {
         let Some(f) = self.functions[function.0 as usize].as_mut() else {
             return false;
@@ -1400,16 +1401,17 @@ impl NodeExecutor {
         } else {
             None
         };
+        // From storage (nothing of it on the node) or from host memory.
+        let cold = self
+            .state(function)
+            .is_none_or(|f| !rules.host_cache || (!f.in_host && f.copies == 0));
+        // Its weights reach host memory first: fetched from storage, or
+        // written back from a GPU copy whose host copy was dropped
+        // (`load_us` counts both crossings; a move too).
+        self.restore_host_copy(function);
         let fs = self.functions[function.0 as usize]
             .as_mut()
             .expect("routed function is placed");
-        // A copy whose host copy was dropped: its weights go back to host
-        // memory first (`load_us` counts both crossings), for a move too.
-        let orphan = rules.host_cache && !fs.in_host && fs.copies > 0;
-        if orphan {
-            fs.in_host = true;
-            self.host_used_mib = self.host_used_mib.saturating_add(fs.profile.memory_mib);
-        }
         if let Some(a) = moved_from {
             let i = self.gpus[a].find(function).expect("found above");
             self.gpus[a].remove_instance(i);
@@ -1420,22 +1422,18 @@ impl NodeExecutor {
                 to: g as u32,
                 ready_at,
             });
-        } else if rules.host_cache && fs.in_host {
-            self.output.push(Command::SwapIn {
-                function,
-                gpu: g as u32,
-                ready_at,
-            });
-        } else {
+        } else if cold {
             self.output.push(Command::ColdStart {
                 function,
                 gpu: g as u32,
                 ready_at,
             });
-            if rules.host_cache && !fs.in_host {
-                fs.in_host = true;
-                self.host_used_mib = self.host_used_mib.saturating_add(fs.profile.memory_mib);
-            }
+        } else {
+            self.output.push(Command::SwapIn {
+                function,
+                gpu: g as u32,
+                ready_at,
+            });
         }
         fs.copies += 1;
         fs.loading += 1;
