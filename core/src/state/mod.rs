@@ -107,6 +107,6 @@ pub use ranking::{
 pub use region_state::{
     RegionState, RegionStateV1, UnixMillis, MAX_GPUS_PER_INSTANCE, MAX_LABEL_LEN,
 };
-pub use replacement::{plan_replacement, Replacement};
+pub use replacement::{plan_evacuation, plan_replacement, Replacement};
 pub use sequence::{SequenceCursor, MAX_SEQUENCE_AHEAD};
 pub use tenant_record::{TenantRecord, TokenRecord};

@@ -1,6 +1,8 @@
 //! The roll of a reshaping update, one outgoing instance at a time:
 //! [`plan_replacement`] decides, on a read-only view, how the instance is
-//! replaced by one of its function's current version.
+//! replaced by one of its function's current version. [`plan_evacuation`]
+//! decides the same for an instance on a node that is not ready or
+//! drained (make-first only for a drain).
 //!
 //! ```text
 //!   outgoing instance ─▶ plan_replacement ─▶ MakeFirst(slices)  InstancePlace; the leader waits
@@ -15,7 +17,7 @@
 use super::command::DomainCommand;
 use super::instance::InstanceId;
 use super::placement_plan::{plan_placements, PlacementPolicy};
-use super::plan_rejection::PlanRejection;
+use super::plan_rejection::{PlanRejection, RejectReason};
 use super::region_state::{RegionState, UnixMillis};
 use crate::model::Slice;
 use serde::{Deserialize, Serialize};
@@ -95,6 +97,75 @@ pub fn plan_replacement(
             return Ok(Replacement::MakeFirst(slices));
         }
     }
+    let alone = PlacementPolicy {
+        pending: None,
+        prefer: &[],
+        ..*policy
+    };
+    move_without(view, instance, &f.spec, &alone, now)
+}
+
+/// Decides where `instance`, on a node that is not ready or drained, goes
+/// (the leader's answer to such a node). With `make_first` (a drain, its
+/// function below `max_instances`) a new instance is placed beside it
+/// first where capacity and the tenant's quota have room for both;
+/// otherwise it moves in one step ([`Replacement::Move`]). The view still
+/// counts the old instance against the tenant's quota while apply's
+/// `InstanceReplace` releases it first, so a move that the quota (or
+/// `max_instances`) refuses on the view is planned again on a copy of the
+/// view without it: a tenant at its quota still has its instances moved
+/// off a lost node. Any other rejection (no GPU has room) is the answer.
+pub fn plan_evacuation(
+    view: &RegionState,
+    instance: InstanceId,
+    make_first: bool,
+    policy: &PlacementPolicy<'_>,
+    now: UnixMillis,
+) -> Result<Replacement, Box<PlanRejection>> {
+    let Some(inst) = view.instance(instance) else {
+        return Ok(Replacement::Nothing);
+    };
+    let Ok(f) = view.function(&inst.tenant, &inst.function) else {
+        return Ok(Replacement::Nothing);
+    };
+    let mut spec = f.spec.clone();
+    if !make_first {
+        // A move keeps the count.
+        spec.max_instances = spec.max_instances.saturating_add(1);
+    }
+    match plan_placements(view, &spec, 1, policy, now) {
+        Ok(plan) => Ok(plan
+            .placements()
+            .pop()
+            .map_or(Replacement::Nothing, |slices| {
+                if make_first {
+                    Replacement::MakeFirst(slices)
+                } else {
+                    Replacement::Move(slices)
+                }
+            })),
+        Err(r)
+            if matches!(
+                r.reason,
+                RejectReason::Quota { .. } | RejectReason::MaxInstances { .. }
+            ) =>
+        {
+            move_without(view, instance, &f.spec, policy, now)
+        }
+        Err(r) => Err(r),
+    }
+}
+
+/// A one-step move of `instance` planned on a copy of `view` without it
+/// (its slices and its share of the quota free), as apply checks an
+/// `InstanceReplace`.
+fn move_without(
+    view: &RegionState,
+    instance: InstanceId,
+    spec: &crate::model::FunctionSpec,
+    policy: &PlacementPolicy<'_>,
+    now: UnixMillis,
+) -> Result<Replacement, Box<PlanRejection>> {
     let mut without = view.clone();
     if without
         .apply(DomainCommand::InstanceRelease { instance }, now)
@@ -102,12 +173,7 @@ pub fn plan_replacement(
     {
         return Ok(Replacement::Nothing);
     }
-    let alone = PlacementPolicy {
-        pending: None,
-        prefer: &[],
-        ..*policy
-    };
-    let plan = plan_placements(&without, &f.spec, 1, &alone, now)?;
+    let plan = plan_placements(&without, spec, 1, policy, now)?;
     Ok(plan
         .placements()
         .pop()

@@ -23,9 +23,9 @@ use gshare_core::command::{CommandOutcome, RegionCommand};
 use gshare_core::model::PoolPreference;
 use gshare_core::model::TenantId;
 use gshare_core::state::{
-    plan_defragment, plan_move, plan_placements, plan_replacement, ApplyError, Defragment,
-    DomainCommand, KeyLookup, MigrationCause, MoveError, ObjectKind, PendingPlans, PlacementPolicy,
-    PlanTicket, RegionRanking, RegionState, RejectReason,
+    plan_defragment, plan_evacuation, plan_move, plan_placements, plan_replacement, ApplyError,
+    Defragment, DomainCommand, KeyLookup, MigrationCause, MoveError, ObjectKind, PendingPlans,
+    PlacementPolicy, PlanTicket, RegionRanking, RegionState, RejectReason,
 };
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
@@ -325,28 +325,11 @@ fn decide(
             let count = view.instance_count(&inst.tenant, &inst.function);
             let make_first =
                 matches!(eval, Evaluation::Drain { .. }) && count < f.spec.max_instances;
-            let mut spec = f.spec.clone();
-            if !make_first {
-                // A move keeps the count: plan as if the old one were gone.
-                spec.max_instances = spec.max_instances.saturating_add(1);
-            }
-            match plan_placements(view, &spec, 1, policy, now) {
+            match plan_evacuation(view, *instance, make_first, policy, now) {
                 Err(r) => Decision::Answer(Err(EvalError::Rejected(r))),
-                Ok(plan) => {
-                    let slices = plan.placements().pop().unwrap_or_default();
-                    Decision::Propose(if make_first {
-                        DomainCommand::InstancePlace {
-                            tenant: inst.tenant.clone(),
-                            function: inst.function.clone(),
-                            slices,
-                        }
-                    } else {
-                        DomainCommand::InstanceReplace {
-                            instance: *instance,
-                            slices,
-                        }
-                    })
-                }
+                Ok(r) => r
+                    .command(view, *instance)
+                    .map_or(nothing, Decision::Propose),
             }
         }
     }

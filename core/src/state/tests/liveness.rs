@@ -231,3 +231,77 @@ fn a_drained_node_takes_nothing_until_undrained() {
     assert_eq!(back, s);
     assert!(!back.takes_placements(&n("c2")));
 }
+
+/// A tenant at its quota: the view still counts the instance on the lost
+/// node, but its one-step move (apply releases it first) fits the quota.
+#[test]
+fn a_tenant_at_its_quota_still_has_its_instances_moved_off_a_lost_or_drained_node() {
+    let policy = PlacementPolicy {
+        ranking: &BestFit,
+        options: PlanOptions::default(),
+        pending: None,
+        prefer: &[],
+        avoid: &[],
+    };
+    // globex: 2 000 milli of center compute; its edge quota (500) takes
+    // none of these.
+    let at_quota = || {
+        let mut s = region();
+        deploy(
+            &mut s,
+            spec("globex", "chat", Tier::Guaranteed, 1_000, 4_000),
+        );
+        let ids = [
+            place(&mut s, "globex", "chat"),
+            place(&mut s, "globex", "chat"),
+        ];
+        let node = s.instance(ids[0]).unwrap().slices[0].gpu.node.clone();
+        (s, ids[0], node)
+    };
+    for drain in [false, true] {
+        let (mut s, id, node) = at_quota();
+        // At its quota: one more instance is refused.
+        let r = plan(&s, &t("globex"), "chat", &BestFit).unwrap_err();
+        assert_eq!(r.code(), "quota_exceeded", "{r}");
+        if drain {
+            ok(
+                &mut s,
+                DomainCommand::NodeDrainSet {
+                    node: node.clone(),
+                    drain: true,
+                },
+            );
+        } else {
+            mark(&mut s, &node.0, false, T0);
+        }
+        // A drain would place first (2 < max_instances) but the quota has
+        // no room for both: it moves in one step too.
+        let decided = plan_evacuation(&s, id, drain, &policy, T0).unwrap_or_else(|r| panic!("{r}"));
+        let Replacement::Move(slices) = decided.clone() else {
+            panic!("drain {drain}: {decided:?}");
+        };
+        assert_ne!(slices[0].gpu.node, node);
+        let command = decided.command(&s, id).expect("a command");
+        let r = ok(&mut s, command);
+        assert!(
+            matches!(r, Applied::InstanceReplaced { released, .. } if released == id),
+            "{r:?}"
+        );
+        assert_eq!(s.instance_count(&t("globex"), "chat"), 2);
+        assert!(s.instances_on(&node).all(|i| i.id != id));
+    }
+    // With room in the quota, a drain still places first.
+    let mut s = region();
+    deploy(&mut s, spec("globex", "chat", Tier::Guaranteed, 500, 4_000));
+    let id = place(&mut s, "globex", "chat");
+    let node = s.instance(id).unwrap().slices[0].gpu.node.clone();
+    ok(
+        &mut s,
+        DomainCommand::NodeDrainSet {
+            node: node.clone(),
+            drain: true,
+        },
+    );
+    let decided = plan_evacuation(&s, id, true, &policy, T0).unwrap_or_else(|r| panic!("{r}"));
+    assert!(matches!(decided, Replacement::MakeFirst(_)), "{decided:?}");
+}
