@@ -4,7 +4,8 @@
 //! ```text
 //!  agent ─heartbeat─▶ the replica holding its link: AgentHub::heard_from(node)
 //!  leader, every LIVENESS_TICK:
-//!     heard = own links ∪ PeerRequest::Heard to every peer (ages, not clocks)
+//!     heard = own links ∪ PeerRequest::Heard to every peer (ages, not clocks),
+//!             merged into the newest times heard since it took office
 //!     liveness_changes(view, heard, watching_since, now, rules)   (core, pure)
 //!        Ready / NotReady ─▶ NodeReadySet entries (only on a change)
 //!        Replace(node)    ─▶ Evaluation::NodeNotReady per instance on it
@@ -153,8 +154,37 @@ pub fn watch_plan(
 /// Instances a drain or replacement is working on (one task each).
 type InFlight = Arc<Mutex<BTreeSet<InstanceId>>>;
 
+/// The newest time each node was heard, kept across the leader's ticks
+/// while it leads: a tick's gathering ([`Scheduler::heard`]) misses the
+/// nodes of a peer that answers late or not at all, and a node missing
+/// from it would fall back to its registration time, hours old, and be
+/// marked not ready on that very tick. Merged, such a node keeps its last
+/// time and goes not ready only once it is really older than the grace.
+#[derive(Debug, Default)]
+pub struct HeardTimes(BTreeMap<NodeId, u64>);
+
+impl HeardTimes {
+    /// Merges one tick's gathering (the newer time of each node wins) and
+    /// forgets nodes `view`'s topology no longer has; returns the times.
+    pub fn merge(
+        &mut self,
+        fresh: BTreeMap<NodeId, u64>,
+        view: &RegionState,
+    ) -> &BTreeMap<NodeId, u64> {
+        for (node, at) in fresh {
+            let e = self.0.entry(node).or_insert(at);
+            *e = (*e).max(at);
+        }
+        if let Some(t) = view.topology() {
+            self.0.retain(|node, _| t.node(&node.0).is_some());
+        }
+        &self.0
+    }
+}
+
 async fn watch(inner: Weak<Inner>, hub: AgentHub, rules: LivenessRules) {
     let mut watching_since: Option<u64> = None;
+    let mut heard_times = HeardTimes::default();
     let in_flight: InFlight = Arc::default();
     loop {
         tokio::time::sleep(LIVENESS_TICK).await;
@@ -166,6 +196,7 @@ async fn watch(inner: Weak<Inner>, hub: AgentHub, rules: LivenessRules) {
         }
         if !inner.leads() {
             watching_since = None;
+            heard_times = HeardTimes::default();
             continue;
         }
         let now = hub.clock.unix_ms();
@@ -175,7 +206,9 @@ async fn watch(inner: Weak<Inner>, hub: AgentHub, rules: LivenessRules) {
         let now = hub.clock.unix_ms();
         let (marks, work) = {
             let st = scheduler.inner.state.read();
-            watch_plan(st.region.domain(), &heard, since, now, &rules)
+            let view = st.region.domain();
+            let heard = heard_times.merge(heard, view);
+            watch_plan(view, heard, since, now, &rules)
         };
         if !marks.is_empty() {
             let commands = marks
@@ -290,5 +323,101 @@ async fn carry_out(s: &Scheduler, hub: &AgentHub, eval: Evaluation, old: Instanc
         }) => tracing::info!("{what}: {a:?}"),
         Ok(_) => {}
         Err(e) => tracing::debug!("{what}: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gshare_core::config::Topology;
+    use gshare_core::state::AgentId;
+
+    const RULES: LivenessRules = LivenessRules {
+        join_grace_ms: 60_000,
+        ready_grace_ms: 3_000,
+        replace_grace_ms: 2_000,
+    };
+
+    fn n(name: &str) -> NodeId {
+        NodeId(name.into())
+    }
+
+    /// The local demo's topology, its two center nodes registered an hour
+    /// before `t0` and ready.
+    fn registered(t0: u64) -> RegionState {
+        let topology = Topology::from_toml(
+            "topology.toml",
+            include_str!("../../../configs/local/topology.toml"),
+        )
+        .expect("configs/local/topology.toml");
+        let mut s = RegionState::default();
+        let before = t0 - 3_600_000;
+        s.apply(DomainCommand::TopologyLoad { topology }, before)
+            .expect("topology");
+        for node in ["local-c1", "local-c2"] {
+            s.apply(
+                DomainCommand::AgentRegister {
+                    agent: AgentId(node.into()),
+                    node: n(node),
+                    version: "0.1.0".into(),
+                },
+                before,
+            )
+            .expect("register");
+            s.apply(
+                DomainCommand::NodeReadySet {
+                    node: n(node),
+                    ready: true,
+                },
+                before,
+            )
+            .expect("ready");
+        }
+        s
+    }
+
+    /// The marks of the two center nodes (the edge nodes were never heard).
+    fn centre(marks: Vec<(NodeId, bool)>) -> Vec<(NodeId, bool)> {
+        marks
+            .into_iter()
+            .filter(|(node, _)| node.0.starts_with("local-c"))
+            .collect()
+    }
+
+    /// A tick whose gathering misses a node (its replica's answer came
+    /// late) keeps that node's last time: it is not marked not ready
+    /// until it is really silent past the grace.
+    #[test]
+    fn a_peer_that_answers_late_leaves_its_nodes_ready() {
+        let t0: u64 = 1_800_000_000_000;
+        let s = registered(t0);
+        let watching_since = t0 - 60_000;
+        let mut times = HeardTimes::default();
+        let tick = |times: &mut HeardTimes, heard: &[&str], at: u64, now: u64| {
+            let fresh = heard.iter().map(|node| (n(node), at)).collect();
+            let merged = times.merge(fresh, &s).clone();
+            centre(watch_plan(&s, &merged, watching_since, now, &RULES).0)
+        };
+        // Both heard just now.
+        assert_eq!(tick(&mut times, &["local-c1", "local-c2"], t0, t0), vec![]);
+        // Next tick, local-c2's replica answers late: nothing changes.
+        let t1 = t0 + 500;
+        assert_eq!(tick(&mut times, &["local-c1"], t1, t1), vec![]);
+        // What the tick alone says: local-c2 silent since it registered.
+        let alone = BTreeMap::from([(n("local-c1"), t1)]);
+        assert_eq!(
+            centre(watch_plan(&s, &alone, watching_since, t1, &RULES).0),
+            vec![(n("local-c2"), false)]
+        );
+        // Really silent past the grace: not ready.
+        let t2 = t0 + RULES.ready_grace_ms + 1;
+        assert_eq!(
+            tick(&mut times, &["local-c1"], t2, t2),
+            vec![(n("local-c2"), false)]
+        );
+        // A node the topology no longer has is forgotten.
+        times.0.insert(n("gone"), t2);
+        times.merge(BTreeMap::new(), &s);
+        assert!(!times.0.contains_key(&n("gone")));
     }
 }

@@ -42,7 +42,7 @@ mod worker;
 pub use autoscale::AUTOSCALE_TICK;
 pub use decision::{DecisionLookup, LatestDecision};
 pub use evaluation::{EvalDone, EvalError, EvalResult, Evaluation};
-pub use liveness::{watch_plan, LIVENESS_TICK};
+pub use liveness::{watch_plan, HeardTimes, LIVENESS_TICK};
 pub use migrate::{MIGRATE_TICK, MIGRATION_WAIT};
 pub use worker::{decide_on, IN_FLIGHT_BATCHES};
 

@@ -44,7 +44,7 @@ use gshare_raft_store::mem::MemDisk;
 use gshare_raft_store::{seed_thread_rng, CommandBatch, ReplicaNode, StateReader, TypeConfig};
 use gshare_region::network::RaftPeers;
 use gshare_region::proposer::{commit_via, WriteError};
-use gshare_region::scheduler::{decide_on, watch_plan, Evaluation};
+use gshare_region::scheduler::{decide_on, watch_plan, Evaluation, HeardTimes};
 use openraft::Raft;
 
 use crate::nemesis::checker::{self, Violation};
@@ -945,6 +945,7 @@ impl World {
     /// function below its `min_instances`, each decided by `decide_on`.
     async fn leader_ticks(self: Arc<Self>) {
         let mut watching: Option<(u64, u64)> = None;
+        let mut heard_times = HeardTimes::default();
         while !self.frozen() {
             tokio::time::sleep(Duration::from_millis(500)).await;
             let Some(l) = self.leader() else {
@@ -960,6 +961,7 @@ impl World {
                 _ => {
                     let now = self.net.unix_ms(0);
                     watching = Some((lid, now));
+                    heard_times = HeardTimes::default();
                     now
                 }
             };
@@ -986,7 +988,8 @@ impl World {
                 continue;
             };
             let view = view.domain();
-            let (marks, mut evals) = watch_plan(view, &heard, since, now, &LIVENESS);
+            let heard = heard_times.merge(heard, view);
+            let (marks, mut evals) = watch_plan(view, heard, since, now, &LIVENESS);
             let commands: Vec<DomainCommand> = marks
                 .into_iter()
                 .map(|(node, ready)| DomainCommand::NodeReadySet { node, ready })
