@@ -183,6 +183,22 @@ fn deploys_are_planned_by_the_leader_and_explain_themselves() {
         (json!(false), json!("unsatisfiable")),
         "{dry}"
     );
+    // A spec the deploy refuses as invalid (an exclusive function takes
+    // whole GPUs): the dry run refuses it the same way, it does not plan it.
+    let odd = json!({
+        "name": "odd", "runtime": "vllm", "memory_mib": 4_000, "compute_milli": 1_500,
+        "tier": "exclusive", "deadline_ms": 800,
+    })
+    .to_string();
+    for path in ["/v1/functions?dry_run=true", "/v1/functions"] {
+        let r = call(via, "POST", path, &acme, Some(&odd));
+        assert_eq!(r.status, 422, "{path}: {r:?}");
+        assert_eq!(
+            json_of(&r)["error"]["code"],
+            json!("invalid_spec"),
+            "{path}: {r:?}"
+        );
+    }
     // A function that fits a GPU but not the free room: 409 with the counts.
     let wide = json!({
         "name": "wide", "runtime": "vllm", "memory_mib": 15_000, "compute_milli": 500,

@@ -449,6 +449,14 @@ async fn deploy(
     // The same bounds apply re-checks: refused here before anything is planned.
     bounds::check_spec(&spec).map_err(|e| ApiError::from_bounds(e).with_key(&key.key))?;
     if query.dry_run {
+        // An invalid spec is refused as its deploy would refuse it, not
+        // planned (the planner may take it, e.g. 1 500 milli exclusive as
+        // one whole GPU, or refuse it for another reason).
+        let invalid = {
+            let st = ctx.replica.state.read();
+            st.region.domain().check_function_spec(&spec)
+        };
+        invalid.map_err(|e| ApiError::from_apply(&e).with_key(&key.key))?;
         return Ok(HttpResponse::Ok().json(dry_run(&ctx, spec)));
     }
     let eval = Evaluation::Deploy {
