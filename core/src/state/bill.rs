@@ -4,7 +4,8 @@
 //!   meter lines of the hours starting in [from, to)
 //!     ─▶ summed per (price epoch, GPU model, pool kind, tier)      (exact u64 sums)
 //!     ─▶ charge = PriceList(epoch).quote(model, kind, tier, sum)   (one rounding per part)
-//!     ─▶ total  = Σ charges
+//!     ─▶ total  = Σ charges      (every list of the period in one currency and unit,
+//!                                 else refused: `mixed_units`)
 //! ```
 //!
 //! The pricing rule itself is [`crate::config::pricing`]'s.
@@ -52,7 +53,8 @@ pub struct Bill {
     pub from_ms: u64,
     /// Period end (Unix ms, exclusive).
     pub to_ms: u64,
-    /// Currency of the newest price list (e.g. `USD`).
+    /// Currency of the lines' price lists (e.g. `USD`; with no lines, the
+    /// newest list's).
     pub currency: String,
     /// The unit all amounts are in (e.g. `micro-USD`).
     pub unit: String,
@@ -94,6 +96,9 @@ impl Bill {
         }
         let mut lines = Vec::with_capacity(sums.len());
         let mut total: Money = 0;
+        // The first line's list: every other must count in its currency
+        // and unit for the total to mean anything.
+        let mut money: Option<(u32, &str, &str, u64)> = None;
         for ((price_epoch, gpu_model, pool_kind, tier), usage) in sums {
             let list = prices.list(price_epoch).ok_or_else(|| {
                 pricing(PricingError::NoPrice {
@@ -101,6 +106,25 @@ impl Bill {
                     pool_kind,
                 })
             })?;
+            let this = (
+                price_epoch,
+                list.currency.as_str(),
+                list.unit.as_str(),
+                list.units_per_currency,
+            );
+            let first = *money.get_or_insert(this);
+            if (first.1, first.2, first.3) != (this.1, this.2, this.3) {
+                let words = |(_, currency, unit, per): (u32, &str, &str, u64)| {
+                    format!("{currency} ({unit}, {per} per {currency})")
+                };
+                return Err(QueryError::MixedUnits {
+                    tenant: tenant.clone(),
+                    first_epoch: first.0,
+                    first: words(first),
+                    other_epoch: this.0,
+                    other: words(this),
+                });
+            }
             let charge = list
                 .quote(&gpu_model, pool_kind, tier, &usage)
                 .map_err(pricing)?;
@@ -116,10 +140,13 @@ impl Bill {
                 charge,
             });
         }
-        let (currency, unit) = prices
-            .current()
-            .map(|l| (l.currency.clone(), l.unit.clone()))
-            .unwrap_or_default();
+        let (currency, unit) = match money {
+            Some((_, currency, unit, _)) => (currency.to_string(), unit.to_string()),
+            None => prices
+                .current()
+                .map(|l| (l.currency.clone(), l.unit.clone()))
+                .unwrap_or_default(),
+        };
         Ok(Bill {
             tenant: tenant.clone(),
             from_ms,

@@ -23,6 +23,25 @@ pub enum QueryError {
         /// Why.
         source: PricingError,
     },
+    /// The period's usage was priced with lists in different currencies
+    /// or units, whose amounts do not add up to one total.
+    #[error(
+        "bill of tenant {tenant}: its usage was priced in {first} (price epoch {first_epoch}) and \
+         in {other} (price epoch {other_epoch}), which do not add up; ask for the periods before \
+         and after the change of price list separately"
+    )]
+    MixedUnits {
+        /// The tenant.
+        tenant: TenantId,
+        /// The first list's epoch in the period.
+        first_epoch: u32,
+        /// Its currency and unit, e.g. `USD (micro-USD, 1000000 per USD)`.
+        first: String,
+        /// The first epoch in the period with another currency or unit.
+        other_epoch: u32,
+        /// Its currency and unit.
+        other: String,
+    },
 }
 
 impl QueryError {
@@ -36,6 +55,7 @@ impl QueryError {
                 ObjectKind::Agent => "unknown_agent",
             },
             QueryError::Pricing { .. } => "no_price",
+            QueryError::MixedUnits { .. } => "mixed_units",
         }
     }
 }

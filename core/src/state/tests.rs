@@ -416,6 +416,25 @@ fn usage_is_priced_with_the_list_in_force_when_it_ended() {
         .collect();
     assert_eq!(compute, [(0, 625_000), (1, 125_000)]);
     assert_eq!(bill.total, 625_000 + 125_000 + 2 * 12_500);
+    // A list in another unit: a period priced in both has no total (the
+    // amounts do not add up); each side alone is billed in its own unit.
+    let mut cents: PriceList = s.price_list().unwrap().clone();
+    cents.unit = "cent".into();
+    cents.units_per_currency = 100;
+    ok(&mut s, DomainCommand::PriceListSet { list: cents });
+    let mut cent_record = hour_record(3, "acme", Tier::Exclusive, PoolKind::Edge);
+    cent_record.end_ms = T0 + 3_600_000 + 10;
+    ok(&mut s, batch("a1", vec![cent_record]));
+    let e = s.bill(&t("acme"), T0, T0 + 86_400_000).unwrap_err();
+    assert_eq!(e.code(), "mixed_units", "{e}");
+    assert!(e.to_string().contains("price epoch 2"), "{e}");
+    let before = s.bill(&t("acme"), T0, T0 + 3_600_000).unwrap();
+    assert_eq!(
+        (before.unit.as_str(), before.total),
+        ("micro-USD", 625_000 + 125_000 + 2 * 12_500)
+    );
+    let after = s.bill(&t("acme"), T0 + 3_600_000, T0 + 86_400_000).unwrap();
+    assert_eq!((after.unit.as_str(), after.lines.len()), ("cent", 1));
     // A list that does not price the topology is refused.
     let mut partial = s.price_list().unwrap().clone();
     partial.prices.retain(|p| p.pool_kind == PoolKind::Center);
