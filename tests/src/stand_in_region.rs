@@ -6,9 +6,11 @@
 //! counts), and hands each registered connection to the test, which pushes
 //! assignments and tokens or forwards invocations on it.
 
+use gshare_core::model::GpuId;
 use gshare_core::protocol::{
     AgentMessage, AgentMessageV1, FunctionLoad, RegionMessage, RegionMessageV1, AGENT_ALPN,
 };
+use gshare_core::state::InstanceId;
 use gshare_edge::wire::{read_frame, write_frame};
 use gshare_region::agents::AgentReports;
 use rcgen::{CertificateParams, DnType, IsCa, Issuer, KeyPair};
@@ -66,6 +68,9 @@ pub struct FakeRegion {
     /// Every load entry the agents sent, in order (the replica keeps only
     /// the latest report; a test sums these to check the agent's counts).
     pub loads: Arc<Mutex<Vec<FunctionLoad>>>,
+    /// Every slice release the agents asked for (instance, GPU), in
+    /// order; each is acknowledged as committed.
+    pub slice_releases: Arc<Mutex<Vec<(InstanceId, GpuId)>>>,
 }
 
 /// Starts a stand-in replica on a free loopback port (call inside an actix or tokio runtime).
@@ -102,12 +107,15 @@ pub fn fake_region(ca: &Ca) -> FakeRegion {
     let loads = Arc::new(Mutex::new(Vec::new()));
     let (ep, refused2, reports2) = (endpoint.clone(), refused.clone(), reports.clone());
     let loads2 = loads.clone();
+    let slice_releases = Arc::new(Mutex::new(Vec::new()));
+    let releases2 = slice_releases.clone();
     tokio::spawn(async move {
         while let Some(incoming) = ep.accept().await {
             let tx = tx.clone();
             let refused = refused2.clone();
             let reports = reports2.clone();
             let all_loads = loads2.clone();
+            let releases = releases2.clone();
             tokio::spawn(async move {
                 let Ok(conn) = incoming.await else {
                     refused.fetch_add(1, Ordering::SeqCst);
@@ -149,6 +157,13 @@ pub fn fake_region(ca: &Ca) -> FakeRegion {
                             reports.loads(&agent, at_ms, loads, dropped);
                             RegionMessageV1::Ack
                         }
+                        AgentMessageV1::SliceRelease { instance, gpu, .. } => {
+                            releases
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .push((instance, gpu));
+                            RegionMessageV1::Ack
+                        }
                         AgentMessageV1::Swaps { agent, events } => {
                             reports.swaps(&agent, &events);
                             RegionMessageV1::Ack
@@ -172,5 +187,6 @@ pub fn fake_region(ca: &Ca) -> FakeRegion {
         refused,
         reports,
         loads,
+        slice_releases,
     }
 }

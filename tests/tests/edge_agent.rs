@@ -859,3 +859,58 @@ async fn a_released_function_stays_parked_in_host_memory_and_resumes_with_a_swap
     );
     println!("warm resume: first request after a cold start {cold:?}, after a swap-in {warm:?}");
 }
+
+/// An assignment whose instance holds two slices with no remap asked by
+/// this agent (it restarted mid-move, or the reserve's answer was lost):
+/// it serves on the last one, the target, and asks the region to release
+/// the first, where it has no copy. Before, the source slice stayed
+/// reserved for good (only a copy leaving a GPU asked for a release).
+#[actix_rt::test]
+async fn a_second_slice_left_by_an_interrupted_move_is_released() {
+    let ca = new_ca();
+    let mut region = fake_region(&ca);
+    let agent = start_agent(&ca, &ca.pem, &[region.addr], 2, 16_384);
+    let conn = next_registration(&mut region).await;
+    // Tokens first (the assignment's functions are acme's).
+    assign(&conn, &[]).await;
+    let f = spec("moving", Tier::Oversubscribed, 2_048, 1_000);
+    let slice = |index| Slice {
+        gpu: GpuId {
+            node: NodeId("n1".into()),
+            index,
+        },
+        compute_milli: 500,
+        memory_mib: f.memory_mib,
+    };
+    push(
+        &conn,
+        RegionMessageV1::Assignment(Assignment {
+            applied_index: 2,
+            instances: vec![AssignedInstance {
+                instance: InstanceId(1),
+                spec: f.clone(),
+                version: 1,
+                slices: vec![slice(0), slice(1)],
+            }],
+        }),
+    )
+    .await;
+    wait_until_served(agent.ingress, "moving").await;
+    let source = (InstanceId(1), slice(0).gpu);
+    let mut released = Vec::new();
+    for _ in 0..200 {
+        released = region
+            .slice_releases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if released.contains(&source) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(released, vec![source], "the slices released");
+    // It serves on the target GPU only.
+    let st = agent.addr.send(StatusQuery).await.unwrap();
+    assert_eq!(invoke(agent.ingress, "moving").await.0, 200, "{st:?}");
+}

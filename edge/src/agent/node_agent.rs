@@ -834,14 +834,19 @@ impl NodeAgent {
     /// Pins every hosted function to its instances' slices. An instance
     /// holding two slices with no remap asked for it (an answer lost, or an
     /// agent restarted mid-move) keeps its last one, the target: its source
-    /// is left and released.
+    /// is left and released, by the executor once its copy there is idle
+    /// ([`Command::Release`]), or at once where it has no copy there (the
+    /// copy went meanwhile, or the agent restarted): the slice would
+    /// otherwise stay reserved, and the instance unable to move again.
     fn pin_all(&mut self, now: Micros) {
-        let mut pins: Vec<(FunctionId, Vec<u32>)> = Vec::new();
+        let mut pins: Vec<(FunctionId, Vec<u32>, Vec<u32>)> = Vec::new();
         for (id, h) in &self.functions {
             let asked = self.executor.reserving(*id).is_some();
             let mut gpus = Vec::new();
+            let mut left = Vec::new();
             for (inst, s) in &h.slices {
                 let keep = if s.len() > 1 && !asked && h.spec.tier.remappable() {
+                    left.extend(s[..s.len() - 1].iter().map(|s| s.gpu.index));
                     &s[s.len() - 1..]
                 } else {
                     &s[..]
@@ -852,12 +857,19 @@ impl NodeAgent {
                         .filter(|g| !self.releasing.contains(&(*inst, *g))),
                 );
             }
-            pins.push((*id, gpus));
+            pins.push((*id, gpus, left));
         }
-        for (id, gpus) in pins {
+        for (id, gpus, left) in pins {
             self.executor.pin(now, id, &gpus);
             for command in self.executor.take_commands() {
                 self.carry_out(now, command);
+            }
+            for gpu in left {
+                let copy = gpu < self.executor.config().gpus
+                    && self.executor.gpu(gpu).resident().any(|f| f == id);
+                if !copy {
+                    self.ask_release(id, gpu);
+                }
             }
         }
     }
