@@ -120,26 +120,34 @@ async fn move_function(
                 return Err(err);
             }
         };
-        let Some(Applied::InstanceMigrating {
-            instance: new,
-            slices,
-            ..
-        }) = done.applied
-        else {
-            continue; // gone meanwhile, or there already
+        let (new, node) = match done.applied {
+            Some(Applied::InstanceMigrating {
+                instance: new,
+                slices,
+                ..
+            }) => {
+                let node = slices
+                    .first()
+                    .map(|s| s.gpu.node.clone())
+                    .unwrap_or_else(|| NodeId(String::new()));
+                ctx.replica.agents.activity.migrated(
+                    ctx.replica.proposer.now_ms(),
+                    "migrate_start",
+                    &node.0,
+                    new,
+                    &tenant.0,
+                    &name,
+                );
+                (new, node)
+            }
+            // Nothing started: gone meanwhile, there already, or moving
+            // already (a retry of an attempt whose answer was lost found
+            // its migration: that is the move, reported as such).
+            _ => match moving(&ctx, instance).await {
+                Some(found) => found,
+                None => continue,
+            },
         };
-        let node = slices
-            .first()
-            .map(|s| s.gpu.node.clone())
-            .unwrap_or_else(|| NodeId(String::new()));
-        ctx.replica.agents.activity.migrated(
-            ctx.replica.proposer.now_ms(),
-            "migrate_start",
-            &node.0,
-            new,
-            &tenant.0,
-            &name,
-        );
         let outcome = wait_for_end(&ctx, instance, new).await;
         moves.push(MoveView {
             from: instance,
@@ -153,6 +161,22 @@ async fn move_function(
         moves,
         already_there,
     }))
+}
+
+/// The migration `from` is the old side of on this replica's applied state,
+/// once it caught up with the leader's commit (the leader's entry may not
+/// be applied here yet): its new instance and that instance's node.
+async fn moving(ctx: &HttpContext, from: InstanceId) -> Option<(InstanceId, NodeId)> {
+    let _ = ctx.replica.proposer.read_barrier().await;
+    let st = ctx.replica.state.read();
+    let d = st.region.domain();
+    let m = d.migration_of(from).filter(|m| m.from == from)?;
+    let node = d
+        .instance(m.to)
+        .and_then(|i| i.slices.first())
+        .map(|s| s.gpu.node.clone())
+        .unwrap_or_else(|| NodeId(String::new()));
+    Some((m.to, node))
 }
 
 /// Waits until the migration `from` → `to` ends on this replica's applied

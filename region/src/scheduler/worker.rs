@@ -238,6 +238,15 @@ fn decide(
                 instance: *instance,
             })
         }
+        // A side of a migration already: a retry whose first attempt
+        // committed (its answer lost), or another move of it; none is
+        // started beside it (apply would refuse it as a conflict).
+        Evaluation::Migrate { instance, .. } if view.migration_of(*instance).is_some() => {
+            Decision::Answer(Ok(EvalDone {
+                applied: None,
+                replans: 0,
+            }))
+        }
         Evaluation::Migrate {
             instance,
             target,
@@ -604,5 +613,112 @@ async fn commit(
         for q in again {
             let _ = shared.again.send(q);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gshare_core::config::Topology;
+    use gshare_core::model::{
+        FunctionSpec, LatencyProfile, NodeId, PoolKind, Quota, Runtime, TenantId, Tier,
+    };
+    use gshare_core::state::{Applied, MoveTarget};
+    use std::collections::BTreeMap;
+
+    const T0: u64 = 1_800_000_000_000;
+
+    /// The local demo's topology, acme's burstable function with one
+    /// instance, and a move of it to the other center node.
+    fn one_instance() -> (RegionState, gshare_core::state::InstanceId, MoveTarget) {
+        let topology = Topology::from_toml(
+            "topology.toml",
+            include_str!("../../../configs/local/topology.toml"),
+        )
+        .expect("configs/local/topology.toml");
+        let mut s = RegionState::default();
+        s.apply(DomainCommand::TopologyLoad { topology }, T0)
+            .expect("topology");
+        let quota = Quota {
+            compute_milli: 4_000,
+            memory_mib: 65_536,
+            instances: 8,
+        };
+        s.apply(
+            DomainCommand::TenantCreate {
+                tenant: TenantId("acme".into()),
+                display_name: None,
+                quotas: BTreeMap::from([(PoolKind::Center, quota)]),
+            },
+            T0,
+        )
+        .expect("tenant");
+        let spec = FunctionSpec {
+            model: None,
+            args: Vec::new(),
+            env: Default::default(),
+            tenant: TenantId("acme".into()),
+            name: "chat".into(),
+            runtime: Runtime::Custom,
+            memory_mib: 1_024,
+            compute_milli: 250,
+            tier: Tier::Burstable,
+            deadline_ms: 100,
+            pool: PoolPreference::Center,
+            min_instances: 1,
+            max_instances: 2,
+            idle_timeout_s: 60,
+            latency: LatencyProfile {
+                full_gpu_us: 1_000,
+                saturation_milli: 1_000,
+            },
+        };
+        s.apply(DomainCommand::FunctionDeploy { spec }, T0)
+            .expect("deploy");
+        let eval = Evaluation::Underplaced {
+            tenant: TenantId("acme".into()),
+            function: "chat".into(),
+        };
+        let place = decide_on(&s, &eval, T0).expect("a placement");
+        let Ok(Applied::InstancePlaced {
+            instance, slices, ..
+        }) = s.apply(place, T0)
+        else {
+            panic!("not placed");
+        };
+        let other = if slices[0].gpu.node.0 == "local-c1" {
+            "local-c2"
+        } else {
+            "local-c1"
+        };
+        (s, instance, MoveTarget::Node(NodeId(other.into())))
+    }
+
+    /// An operator's move retried after its first attempt committed (the
+    /// answer lost) finds the instance migrating: nothing new is started,
+    /// where a second `InstanceMigrate` was planned and refused as a
+    /// conflict (or on quota, the new side holding it already).
+    #[test]
+    fn a_move_of_an_instance_migrating_already_starts_nothing() {
+        let (mut s, instance, target) = one_instance();
+        let eval = Evaluation::Migrate {
+            instance,
+            target,
+            cause: MigrationCause::Operator,
+        };
+        let first = decide_on(&s, &eval, T0).expect("a migration");
+        assert!(
+            matches!(first, DomainCommand::InstanceMigrate { .. }),
+            "{first:?}"
+        );
+        s.apply(first, T0).expect("migrating");
+        assert!(s.migration_of(instance).is_some());
+        assert_eq!(
+            decide_on(&s, &eval, T0),
+            Err(Ok(EvalDone {
+                applied: None,
+                replans: 0,
+            }))
+        );
     }
 }
