@@ -58,6 +58,8 @@ pub struct Bill {
     pub currency: String,
     /// The unit all amounts are in (e.g. `micro-USD`).
     pub unit: String,
+    /// How many units make one currency unit (e.g. `1000000`).
+    pub units_per_currency: u64,
     /// Priced lines, sorted by epoch, GPU model, pool kind, tier.
     pub lines: Vec<BillLine>,
     /// Usage per function.
@@ -140,11 +142,11 @@ impl Bill {
                 charge,
             });
         }
-        let (currency, unit) = match money {
-            Some((_, currency, unit, _)) => (currency.to_string(), unit.to_string()),
+        let (currency, unit, units_per_currency) = match money {
+            Some((_, currency, unit, per)) => (currency.to_string(), unit.to_string(), per),
             None => prices
                 .current()
-                .map(|l| (l.currency.clone(), l.unit.clone()))
+                .map(|l| (l.currency.clone(), l.unit.clone(), l.units_per_currency))
                 .unwrap_or_default(),
         };
         Ok(Bill {
@@ -153,6 +155,7 @@ impl Bill {
             to_ms,
             currency,
             unit,
+            units_per_currency,
             lines,
             functions: by_function
                 .into_iter()

@@ -114,7 +114,11 @@ pub fn plan_replacement(
 /// `InstanceReplace` releases it first, so a move that the quota (or
 /// `max_instances`) refuses on the view is planned again on a copy of the
 /// view without it: a tenant at its quota still has its instances moved
-/// off a lost node. Any other rejection (no GPU has room) is the answer.
+/// off a lost node. On a drained node, where the tenant's other instances
+/// may be holding quota for their make-first replacement, only the
+/// lowest-numbered one does so; the others get the refusal and are planned
+/// again on the next tick. Any other rejection (no GPU has room) is the
+/// answer.
 pub fn plan_evacuation(
     view: &RegionState,
     instance: InstanceId,
@@ -150,6 +154,19 @@ pub fn plan_evacuation(
                 RejectReason::Quota { .. } | RejectReason::MaxInstances { .. }
             ) =>
         {
+            // A drain's other instances of this tenant on the same node
+            // may be making their replacement first right now, holding
+            // quota for a few seconds: only the lowest-numbered of them
+            // moves in one step, the others wait their turn (a refusal,
+            // planned again on the next tick) and may then make first.
+            let waits = make_first
+                && inst.slices.iter().any(|s| {
+                    view.instances_on(&s.gpu.node)
+                        .any(|o| o.tenant == inst.tenant && o.id < instance)
+                });
+            if waits {
+                return Err(r);
+            }
             move_without(view, instance, &f.spec, policy, now)
         }
         Err(r) => Err(r),

@@ -434,7 +434,14 @@ fn usage_is_priced_with_the_list_in_force_when_it_ended() {
         ("micro-USD", 625_000 + 125_000 + 2 * 12_500)
     );
     let after = s.bill(&t("acme"), T0 + 3_600_000, T0 + 86_400_000).unwrap();
-    assert_eq!((after.unit.as_str(), after.lines.len()), ("cent", 1));
+    assert_eq!(
+        (
+            after.unit.as_str(),
+            after.units_per_currency,
+            after.lines.len()
+        ),
+        ("cent", 100, 1)
+    );
     // A list that does not price the topology is refused.
     let mut partial = s.price_list().unwrap().clone();
     partial.prices.retain(|p| p.pool_kind == PoolKind::Center);

@@ -143,9 +143,16 @@ async fn move_function(
             // Nothing started: gone meanwhile, there already, or moving
             // already (a retry of an attempt whose answer was lost found
             // its migration: that is the move, reported as such).
-            _ => match moving(&ctx, instance).await {
-                Some(found) => found,
-                None => continue,
+            _ => match moving(&ctx, instance, &target).await {
+                Ok(Some(found)) => found,
+                Ok(None) => continue,
+                Err(mut err) => {
+                    if !moves.is_empty() {
+                        let made = serde_json::to_string(&moves).unwrap_or_default();
+                        err.message = format!("{}; the moves before it stand: {made}", err.message);
+                    }
+                    return Err(err);
+                }
             },
         };
         let outcome = wait_for_end(&ctx, instance, new).await;
@@ -165,18 +172,37 @@ async fn move_function(
 
 /// The migration `from` is the old side of on this replica's applied state,
 /// once it caught up with the leader's commit (the leader's entry may not
-/// be applied here yet): its new instance and that instance's node.
-async fn moving(ctx: &HttpContext, from: InstanceId) -> Option<(InstanceId, NodeId)> {
+/// be applied here yet): its new instance and that instance's node when it
+/// is an operator's move into `target` (this move's first attempt, whose
+/// answer was lost); a migration of another cause or elsewhere is a
+/// conflict, as before.
+async fn moving(
+    ctx: &HttpContext,
+    from: InstanceId,
+    target: &MoveTarget,
+) -> Result<Option<(InstanceId, NodeId)>, ApiError> {
     let _ = ctx.replica.proposer.read_barrier().await;
     let st = ctx.replica.state.read();
     let d = st.region.domain();
-    let m = d.migration_of(from).filter(|m| m.from == from)?;
-    let node = d
-        .instance(m.to)
+    let Some(m) = d.migration_of(from).filter(|m| m.from == from) else {
+        return Ok(None);
+    };
+    let new = d.instance(m.to);
+    if m.cause != MigrationCause::Operator || !new.is_some_and(|i| target.holds(i)) {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "migration_conflict",
+            format!(
+                "instance {from} is migrating already ({:?}, to instance {}), not by this move",
+                m.cause, m.to
+            ),
+        ));
+    }
+    let node = new
         .and_then(|i| i.slices.first())
         .map(|s| s.gpu.node.clone())
         .unwrap_or_else(|| NodeId(String::new()));
-    Some((m.to, node))
+    Ok(Some((m.to, node)))
 }
 
 /// Waits until the migration `from` → `to` ends on this replica's applied

@@ -34,10 +34,16 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         path.push_str(&format!("&to={to}"));
     }
     let v = a.region.call("GET", &path, None)?;
+    // Amounts are in the bill's own unit (its price lists'), which may not
+    // be the current list's; a region older than `units_per_currency` in
+    // bills is asked for its price list.
     let currency = if a.region.json {
         None
     } else {
-        a.region.currency()
+        match (v["currency"].as_str(), v["units_per_currency"].as_u64()) {
+            (Some(c), Some(per)) if !c.is_empty() && per > 0 => Some((c.to_string(), per)),
+            _ => a.region.currency(),
+        }
     };
     a.region.show(&v, |v| table(v, currency));
     Ok(())

@@ -290,6 +290,32 @@ fn a_tenant_at_its_quota_still_has_its_instances_moved_off_a_lost_or_drained_nod
         assert_eq!(s.instance_count(&t("globex"), "chat"), 2);
         assert!(s.instances_on(&node).all(|i| i.id != id));
     }
+    // Two of the tenant's instances on a drained node, quota room for one
+    // more (600 milli each of 2 000): the first places first; the second waits (its quota is held
+    // by that replacement for a moment) instead of moving in one step.
+    let mut s = region();
+    deploy(&mut s, spec("globex", "a", Tier::Guaranteed, 600, 4_000));
+    deploy(&mut s, spec("globex", "b", Tier::Guaranteed, 600, 4_000));
+    let (a, b) = (place(&mut s, "globex", "a"), place(&mut s, "globex", "b"));
+    let node = s.instance(a).unwrap().slices[0].gpu.node.clone();
+    assert_eq!(s.instance(b).unwrap().slices[0].gpu.node, node);
+    ok(
+        &mut s,
+        DomainCommand::NodeDrainSet {
+            node: node.clone(),
+            drain: true,
+        },
+    );
+    let first = plan_evacuation(&s, a, true, &policy, T0).unwrap_or_else(|r| panic!("{r}"));
+    assert!(matches!(first, Replacement::MakeFirst(_)), "{first:?}");
+    let command = first.command(&s, a).unwrap();
+    ok(&mut s, command);
+    let second = plan_evacuation(&s, b, true, &policy, T0).unwrap_err();
+    assert_eq!(second.code(), "quota_exceeded", "{second}");
+    // Once the first's old instance is released, the second places first.
+    ok(&mut s, DomainCommand::InstanceRelease { instance: a });
+    let second = plan_evacuation(&s, b, true, &policy, T0).unwrap_or_else(|r| panic!("{r}"));
+    assert!(matches!(second, Replacement::MakeFirst(_)), "{second:?}");
     // With room in the quota, a drain still places first.
     let mut s = region();
     deploy(&mut s, spec("globex", "chat", Tier::Guaranteed, 500, 4_000));

@@ -230,11 +230,20 @@
     while (pageEvents.length > EVENTS_SHOWN) pageEvents.shift();
   }
 
+  // A tenant's all-time bill across price lists in different units has no
+  // total (422 mixed_units): its row says so, the rest of the page draws.
+  function unbilled(e, tenant) {
+    if (!(e instanceof ApiError && e.code === "mixed_units")) throw e;
+    return { tenant, total: "no total (price lists in different units)", unit: "", lines: [], functions: [] };
+  }
+
   async function operatorModel(cluster) {
     const [state, activity] = await Promise.all([api("/v1/cluster/state"), api("/v1/activity")]);
     const tenants = Object.keys(state.tenants || {});
     const bills = await Promise.all(
-      tenants.map((t) => api("/v1/tenants/" + encodeURIComponent(t) + "/bill")),
+      tenants.map((t) =>
+        api("/v1/tenants/" + encodeURIComponent(t) + "/bill").catch((e) => unbilled(e, t)),
+      ),
     );
     const drained = state.drained || {};
     const topo = state.topology || { pools: [] };
@@ -256,7 +265,7 @@
     const [views, activity, bill] = await Promise.all([
       api("/v1/functions"),
       api("/v1/activity"),
-      api("/v1/bill"),
+      api("/v1/bill").catch((e) => unbilled(e, "")),
     ]);
     const instances = [];
     const functions = [];
