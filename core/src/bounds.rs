@@ -21,6 +21,7 @@
 //!   price gpu_hour/memory_gib_hour 0 ..= 10^12 units
 //!   tier discount                  0 ..= 10_000 bp
 //!   units_per_currency             1 ..= 10^12
+//!   a tenant's stored specs        0 ..= 64 MiB               262,144 functions of 256 bytes
 //! ```
 //!
 //! Arithmetic on these values is still checked everywhere it is formed
@@ -59,6 +60,30 @@ pub const MAX_QUOTA: u64 = 1 << 48;
 pub const MAX_PRICE: u64 = 1_000_000_000_000;
 /// Largest `units_per_currency` of a price list.
 pub const MAX_UNITS_PER_CURRENCY: u64 = 1_000_000_000_000;
+
+/// Most bytes of function specs one tenant may keep in the replicated
+/// state (64 MiB): its functions' specs and the earlier versions their
+/// outgoing instances still run, each counted by [`spec_bytes`]. Quotas
+/// bound what a tenant runs; this bounds what it stores, since a function
+/// with `min_instances = 0` holds no quota (at least [`SPEC_RECORD_BYTES`]
+/// a function: at most 262,144 functions per tenant).
+pub const MAX_TENANT_SPEC_BYTES: u64 = 64 << 20;
+/// What one kept spec counts at least, bytes: its fixed fields and its
+/// share of the maps that hold it.
+pub const SPEC_RECORD_BYTES: u64 = 256;
+
+/// The bytes `spec` counts against [`MAX_TENANT_SPEC_BYTES`]:
+/// [`SPEC_RECORD_BYTES`] plus its strings (name, pool, model, arguments,
+/// environment names and values).
+pub fn spec_bytes(spec: &FunctionSpec) -> u64 {
+    let len = |s: &str| u64::try_from(s.len()).unwrap_or(u64::MAX);
+    let pool = spec.pool.edge_pool().map_or(0, len);
+    let strings = [len(&spec.name), pool, spec.model.as_deref().map_or(0, len)]
+        .into_iter()
+        .chain(spec.args.iter().map(|a| len(a)))
+        .chain(spec.env.iter().map(|(k, v)| len(k).saturating_add(len(v))));
+    strings.fold(SPEC_RECORD_BYTES, u64::saturating_add)
+}
 
 /// A value outside its range.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -287,6 +287,20 @@ pub enum ApplyError {
         /// Why.
         reason: String,
     },
+    /// The tenant's kept function specs would pass
+    /// [`crate::bounds::MAX_TENANT_SPEC_BYTES`]. Last, to keep the
+    /// encoding of the variants before it.
+    #[error("tenant {tenant} keeps {stored} bytes of function specs; {adding} more would pass the limit of {limit} (delete functions, or shorten their args and env)")]
+    SpecStorageExceeded {
+        /// The tenant.
+        tenant: TenantId,
+        /// Bytes it keeps now.
+        stored: u64,
+        /// Bytes the command would add.
+        adding: u64,
+        /// The limit.
+        limit: u64,
+    },
 }
 
 impl From<crate::serving::ServingError> for ApplyError {
@@ -328,6 +342,7 @@ impl ApplyError {
             ApplyError::SliceMismatch { .. } => "slice_mismatch",
             ApplyError::NoTopology => "no_topology",
             ApplyError::TenantHasFunctions { .. } => "tenant_has_functions",
+            ApplyError::SpecStorageExceeded { .. } => "spec_storage_exceeded",
             ApplyError::NodeDraining { .. } => "node_draining",
             ApplyError::NodeNotReady { .. } => "node_not_ready",
             ApplyError::GpuFull { .. } => "gpu_full",
@@ -369,6 +384,7 @@ impl ApplyError {
             ApplyError::DuplicateName { .. }
             | ApplyError::NoTopology
             | ApplyError::TenantHasFunctions { .. }
+            | ApplyError::SpecStorageExceeded { .. }
             | ApplyError::QuotaBelowHeld { .. }
             | ApplyError::NodeDraining { .. }
             | ApplyError::GpuMismatch { .. }

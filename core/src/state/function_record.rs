@@ -24,6 +24,16 @@ pub struct FunctionRecord {
 }
 
 impl FunctionRecord {
+    /// The bytes it counts against its tenant's
+    /// [`crate::bounds::MAX_TENANT_SPEC_BYTES`]: its spec and every kept
+    /// earlier one ([`crate::bounds::spec_bytes`]).
+    pub fn stored_bytes(&self) -> u64 {
+        self.older
+            .values()
+            .map(crate::bounds::spec_bytes)
+            .fold(crate::bounds::spec_bytes(&self.spec), u64::saturating_add)
+    }
+
     /// The spec an instance of `version` runs: the current one, or an
     /// earlier version's while instances of it remain (`None` otherwise).
     pub fn spec_for(&self, version: u64) -> Option<&FunctionSpec> {

@@ -6,6 +6,7 @@
 
 use super::fit::{GpuCapacity, GpuLoad, GpuSlot, NodeLoad};
 use super::free_index::{FreeIndex, GpuClass};
+use super::function_record::FunctionRecord;
 use super::instance::{Instance, InstanceId};
 use super::tenant_record::TenantRecord;
 use crate::config::Topology;
@@ -32,6 +33,9 @@ pub(crate) struct Index {
     pub digests: HashMap<String, (TenantId, String)>,
     /// Instances of each function.
     pub by_function: HashMap<(TenantId, String), BTreeSet<InstanceId>>,
+    /// Bytes of function specs each tenant with functions keeps
+    /// ([`FunctionRecord::stored_bytes`], summed).
+    pub stored: HashMap<TenantId, u64>,
 }
 
 impl Index {
@@ -115,9 +119,15 @@ impl Index {
         topology: Option<&Topology>,
         unavailable: &BTreeMap<NodeId, BTreeSet<u32>>,
         tenants: &BTreeMap<TenantId, TenantRecord>,
+        functions: &BTreeMap<TenantId, BTreeMap<String, FunctionRecord>>,
         instances: &BTreeMap<InstanceId, Instance>,
     ) -> Index {
         let mut index = Index::for_topology(topology, unavailable);
+        for (tenant, fs) in functions {
+            for f in fs.values() {
+                index.change_stored(tenant, 0, f.stored_bytes());
+            }
+        }
         for t in tenants.values() {
             for (token_id, rec) in &t.tokens {
                 index
@@ -129,6 +139,18 @@ impl Index {
             index.add_instance(inst);
         }
         index
+    }
+
+    /// Counts a function record of `tenant` whose stored bytes went from
+    /// `before` to `after` (0: absent).
+    pub fn change_stored(&mut self, tenant: &TenantId, before: u64, after: u64) {
+        let total = self.stored.get(tenant).copied().unwrap_or(0);
+        let total = total.saturating_sub(before).saturating_add(after);
+        if total == 0 {
+            self.stored.remove(tenant);
+        } else {
+            self.stored.insert(tenant.clone(), total);
+        }
     }
 
     /// Counts a newly placed instance.

@@ -122,14 +122,20 @@ impl Default for StateData {
     }
 }
 
+/// The look-up tables of `data`, built afresh.
+fn index_of(data: &StateData) -> Index {
+    Index::build(
+        data.topology.as_ref(),
+        &data.unavailable_gpus,
+        &data.tenants,
+        &data.functions,
+        &data.instances,
+    )
+}
+
 impl From<StateData> for RegionState {
     fn from(data: StateData) -> Self {
-        let index = Index::build(
-            data.topology.as_ref(),
-            &data.unavailable_gpus,
-            &data.tenants,
-            &data.instances,
-        );
+        let index = index_of(&data);
         Self { data, index }
     }
 }
@@ -518,6 +524,12 @@ impl RegionState {
         Bill::compute(&self.data.meter, &self.data.prices, tenant, from_ms, to_ms)
     }
 
+    /// Bytes of function specs `tenant` keeps, counted against
+    /// [`bounds::MAX_TENANT_SPEC_BYTES`] ([`FunctionRecord::stored_bytes`]).
+    pub fn stored_spec_bytes(&self, tenant: &TenantId) -> u64 {
+        self.index.stored.get(tenant).copied().unwrap_or(0)
+    }
+
     /// Functions with fewer instances than their `min_instances`, with how
     /// many are missing: what the leader should plan next (after deploys,
     /// drains and GPUs an agent no longer has). Outgoing instances count
@@ -613,12 +625,7 @@ impl RegionState {
             return Err(format!("operator-placed instance {id} is gone"));
         }
         self.data.idempotency.check()?;
-        let rebuilt = Index::build(
-            self.data.topology.as_ref(),
-            &self.data.unavailable_gpus,
-            &self.data.tenants,
-            &self.data.instances,
-        );
+        let rebuilt = index_of(&self.data);
         if rebuilt != self.index {
             return Err("look-up tables differ from a rebuild".into());
         }
@@ -933,12 +940,7 @@ impl RegionState {
                 }
                 self.data.instances.insert(old.id, old);
                 self.data.next_instance = next_instance;
-                self.index = Index::build(
-                    self.data.topology.as_ref(),
-                    &self.data.unavailable_gpus,
-                    &self.data.tenants,
-                    &self.data.instances,
-                );
+                self.index = index_of(&self.data);
                 match other {
                     Err(e) => Err(e),
                     Ok(a) => Err(ApplyError::InvalidSpec {
@@ -1298,12 +1300,7 @@ impl RegionState {
         }
         let nodes = topology.nodes().count() as u32;
         self.data.topology = Some(topology);
-        self.index = Index::build(
-            self.data.topology.as_ref(),
-            &self.data.unavailable_gpus,
-            &self.data.tenants,
-            &self.data.instances,
-        );
+        self.index = index_of(&self.data);
         self.forget_all_unused_versions();
         Applied::TopologyLoaded {
             nodes,
@@ -1337,10 +1334,12 @@ impl RegionState {
     }
 
     /// The checks a deploy's apply makes of `spec` alone (its fields,
-    /// bounds, pool and tenant), without planning: the scheduler refuses
-    /// an invalid spec before planning it, as apply would.
+    /// bounds, pool, and room for it in its tenant's stored specs),
+    /// without planning: the scheduler refuses such a spec before
+    /// planning it, as apply would.
     pub fn check_function_spec(&self, spec: &FunctionSpec) -> Result<(), ApplyError> {
-        self.validate_spec(spec)
+        self.validate_spec(spec)?;
+        self.check_stored(&spec.tenant, 0, bounds::spec_bytes(spec))
     }
 
     fn validate_spec(&self, spec: &FunctionSpec) -> Result<(), ApplyError> {
@@ -1414,6 +1413,8 @@ impl RegionState {
                 name: spec.name,
             });
         }
+        let bytes = bounds::spec_bytes(&spec);
+        self.check_stored(&spec.tenant, 0, bytes)?;
         let (tenant, name) = (spec.tenant.clone(), spec.name.clone());
         self.data
             .functions
@@ -1429,6 +1430,7 @@ impl RegionState {
                     older: BTreeMap::new(),
                 },
             );
+        self.index.change_stored(&tenant, 0, bytes);
         Ok(Applied::FunctionDeployed {
             tenant,
             name,
@@ -1480,6 +1482,21 @@ impl RegionState {
             .filter(|i| i.version == old.version)
             .map(|i| i.id)
             .collect();
+        // What the record will keep: the new spec, the kept ones, and the
+        // old one while a reshape's outgoing instances run it (counted
+        // before any instance goes).
+        let keeps_old = if reshaped && !current.is_empty() {
+            bounds::spec_bytes(&old.spec)
+        } else {
+            0
+        };
+        let after = old
+            .older
+            .values()
+            .map(bounds::spec_bytes)
+            .fold(bounds::spec_bytes(&spec), u64::saturating_add)
+            .saturating_add(keeps_old);
+        self.check_stored(&tenant, old.stored_bytes(), after)?;
         let mut replacing = Vec::new();
         if reshaped {
             replacing = current;
@@ -1519,18 +1536,15 @@ impl RegionState {
                 }
             }
         }
-        let rec = self
-            .data
-            .functions
-            .get_mut(&tenant)
-            .and_then(|f| f.get_mut(&name))
-            .expect("checked above");
-        if !replacing.is_empty() {
-            rec.older.insert(old.version, old.spec);
-        }
-        rec.spec = spec;
-        rec.version = version;
-        rec.updated_at = now;
+        self.edit_function(&tenant, &name, |rec| {
+            if !replacing.is_empty() {
+                rec.older.insert(old.version, old.spec);
+            }
+            rec.spec = spec;
+            rec.version = version;
+            rec.updated_at = now;
+        })
+        .expect("checked above");
         Ok(Applied::FunctionUpdated {
             tenant,
             name,
@@ -1584,7 +1598,9 @@ impl RegionState {
             self.release(*id);
         }
         if let Some(f) = self.data.functions.get_mut(&tenant) {
-            f.remove(&name);
+            if let Some(rec) = f.remove(&name) {
+                self.index.change_stored(&tenant, rec.stored_bytes(), 0);
+            }
             if f.is_empty() {
                 self.data.functions.remove(&tenant);
             }
@@ -1787,15 +1803,51 @@ impl RegionState {
     /// Drops the kept specs of `tenant`'s function `name` that no instance
     /// runs any more (its outgoing ones are all gone).
     fn forget_unused_versions(&mut self, tenant: &TenantId, name: &str) {
-        let used: BTreeSet<u64> = self.instances_of(tenant, name).map(|i| i.version).collect();
-        if let Some(rec) = self
-            .data
-            .functions
-            .get_mut(tenant)
-            .and_then(|f| f.get_mut(name))
-        {
-            rec.older.retain(|v, _| used.contains(v));
+        let keeps = self
+            .function(tenant, name)
+            .is_ok_and(|rec| !rec.older.is_empty());
+        if keeps {
+            let used: BTreeSet<u64> = self.instances_of(tenant, name).map(|i| i.version).collect();
+            self.edit_function(tenant, name, |rec| {
+                rec.older.retain(|v, _| used.contains(v))
+            });
         }
+    }
+
+    /// Edits `tenant`'s function `name` (`None`: there is none), keeping
+    /// the count of the tenant's stored spec bytes in step.
+    fn edit_function<R>(
+        &mut self,
+        tenant: &TenantId,
+        name: &str,
+        edit: impl FnOnce(&mut FunctionRecord) -> R,
+    ) -> Option<R> {
+        let rec = self.data.functions.get_mut(tenant)?.get_mut(name)?;
+        let before = rec.stored_bytes();
+        let r = edit(rec);
+        let after = rec.stored_bytes();
+        self.index.change_stored(tenant, before, after);
+        Some(r)
+    }
+
+    /// Refuses a change of one of `tenant`'s functions from `before` to
+    /// `after` stored spec bytes that grows the tenant's past
+    /// [`bounds::MAX_TENANT_SPEC_BYTES`] (a change that does not grow them
+    /// passes, even for a tenant above the limit).
+    fn check_stored(&self, tenant: &TenantId, before: u64, after: u64) -> Result<(), ApplyError> {
+        let Some(adding) = after.checked_sub(before).filter(|a| *a > 0) else {
+            return Ok(());
+        };
+        let stored = self.stored_spec_bytes(tenant);
+        if stored.saturating_add(adding) > bounds::MAX_TENANT_SPEC_BYTES {
+            return Err(ApplyError::SpecStorageExceeded {
+                tenant: tenant.clone(),
+                stored,
+                adding,
+                limit: bounds::MAX_TENANT_SPEC_BYTES,
+            });
+        }
+        Ok(())
     }
 
     /// [`RegionState::forget_unused_versions`] for every function that
@@ -2053,12 +2105,7 @@ impl RegionState {
             } else {
                 self.data.unavailable_gpus.insert(node.clone(), missing);
             }
-            self.index = Index::build(
-                self.data.topology.as_ref(),
-                &self.data.unavailable_gpus,
-                &self.data.tenants,
-                &self.data.instances,
-            );
+            self.index = index_of(&self.data);
             self.forget_all_unused_versions();
         }
         self.agent_register(agent, node, version, now)

@@ -103,6 +103,7 @@ mod migration;
 mod remap;
 mod rolling_update;
 mod scale_in;
+mod spec_storage;
 mod spread;
 mod strict_pool;
 mod tenant_delete;
