@@ -561,7 +561,8 @@ fn dry_run(ctx: &HttpContext, spec: FunctionSpec) -> DryRun {
 /// from this replica's state once it has applied that update (its key
 /// replays here). A replica behind (a follower a moment late, or one that
 /// had not even applied the deploy) catches up through a read barrier
-/// first, so a committed update is never answered with a stale
+/// first (after which the update is applied here, its key replaying or
+/// not), so a committed update is never answered with a stale
 /// `unknown_function`. `None`: applied here and the function is gone
 /// (deleted since; the update did happen). If this replica cannot catch up,
 /// the answer is `outcome_unknown` with the key to retry under (its replay
@@ -580,19 +581,21 @@ async fn updated_view(
         )
     };
     if !applied_here() {
-        let caught_up = ctx.replica.proposer.read_barrier().await;
-        if !applied_here() {
-            return Err(ApiError::outcome_unknown(format!(
-                "the update committed (version {version}) but this replica has not applied it{}; \
-                 the same request with {}: {} answers it again",
-                caught_up
-                    .err()
-                    .map(|e| format!(" (it did not catch up: {e})"))
-                    .unwrap_or_default(),
-                idempotency::HEADER,
-                key.key,
-            ))
-            .with_key(&key.key));
+        // A read barrier that passes has this replica apply every write
+        // acknowledged before it, this update among them: the view is then
+        // read even if the key is gone meanwhile (evicted by the tenant's
+        // key cap), where an `outcome_unknown` would have the client apply
+        // the update a second time under a key no longer recorded.
+        if let Err(e) = ctx.replica.proposer.read_barrier().await {
+            if !applied_here() {
+                return Err(ApiError::outcome_unknown(format!(
+                    "the update committed (version {version}) but this replica has not applied it \
+                     (it did not catch up: {e}); the same request with {}: {} answers it again",
+                    idempotency::HEADER,
+                    key.key,
+                ))
+                .with_key(&key.key));
+            }
         }
     }
     Ok(view(ctx, tenant, name).ok())
