@@ -21,7 +21,7 @@
 //!   price gpu_hour/memory_gib_hour 0 ..= 10^12 units
 //!   tier discount                  0 ..= 10_000 bp
 //!   units_per_currency             1 ..= 10^12
-//!   a tenant's stored specs        0 ..= 64 MiB               262,144 functions of 256 bytes
+//!   a tenant's stored specs        0 ..= 64 MiB               < 262,144 functions (256 bytes + name each)
 //! ```
 //!
 //! Arithmetic on these values is still checked everywhere it is formed
@@ -66,7 +66,7 @@ pub const MAX_UNITS_PER_CURRENCY: u64 = 1_000_000_000_000;
 /// outgoing instances still run, each counted by [`spec_bytes`]. Quotas
 /// bound what a tenant runs; this bounds what it stores, since a function
 /// with `min_instances = 0` holds no quota (at least [`SPEC_RECORD_BYTES`]
-/// a function: at most 262,144 functions per tenant).
+/// a function and its name: fewer than 262,144 functions per tenant).
 pub const MAX_TENANT_SPEC_BYTES: u64 = 64 << 20;
 /// What one kept spec counts at least, bytes: its fixed fields and its
 /// share of the maps that hold it.

@@ -290,7 +290,7 @@ pub enum ApplyError {
     /// The tenant's kept function specs would pass
     /// [`crate::bounds::MAX_TENANT_SPEC_BYTES`]. Last, to keep the
     /// encoding of the variants before it.
-    #[error("tenant {tenant} keeps {stored} bytes of function specs; {adding} more would pass the limit of {limit} (delete functions, or shorten their args and env)")]
+    #[error("tenant {tenant} keeps {stored} bytes of function specs; {adding} more would pass the limit of {limit} (delete functions to make room)")]
     SpecStorageExceeded {
         /// The tenant.
         tenant: TenantId,

@@ -1334,11 +1334,16 @@ impl RegionState {
     }
 
     /// The checks a deploy's apply makes of `spec` alone (its fields,
-    /// bounds, pool, and room for it in its tenant's stored specs),
-    /// without planning: the scheduler refuses such a spec before
-    /// planning it, as apply would.
+    /// bounds and pool), without planning: the scheduler refuses an
+    /// invalid spec before planning it, as apply would.
     pub fn check_function_spec(&self, spec: &FunctionSpec) -> Result<(), ApplyError> {
-        self.validate_spec(spec)?;
+        self.validate_spec(spec)
+    }
+
+    /// Whether a deploy of `spec` has room in its tenant's stored specs
+    /// ([`bounds::MAX_TENANT_SPEC_BYTES`]), as apply checks it after the
+    /// name: the scheduler and a dry run refuse it before planning.
+    pub fn check_spec_room(&self, spec: &FunctionSpec) -> Result<(), ApplyError> {
         self.check_stored(&spec.tenant, 0, bounds::spec_bytes(spec))
     }
 

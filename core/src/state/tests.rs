@@ -145,6 +145,8 @@ fn refused(state: &mut RegionState, cmd: DomainCommand) -> ApplyError {
     let before = state.clone();
     let e = state.apply(cmd, T0).expect_err("command should be refused");
     assert_eq!(*state, before, "a refused command changed the state");
+    // (`==` compares the replicated data; the look-up tables too:)
+    state.check_invariants().unwrap();
     e
 }
 

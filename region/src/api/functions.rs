@@ -539,6 +539,24 @@ fn dry_run(ctx: &HttpContext, spec: FunctionSpec) -> DryRun {
             rejection: None,
         };
     }
+    // No room in the tenant's stored specs: refused as the deploy's apply
+    // refuses it (after the name, as apply checks).
+    let room = ctx
+        .replica
+        .state
+        .read()
+        .region
+        .domain()
+        .check_spec_room(&spec);
+    if let Err(e) = room {
+        return DryRun {
+            spec,
+            placeable: false,
+            instances: Vec::new(),
+            code: Some(e.code().to_string()),
+            rejection: None,
+        };
+    }
     match ctx.replica.scheduler.dry_run(&spec) {
         Ok(plan) => DryRun {
             spec,

@@ -130,7 +130,10 @@ fn decide(
             }
             // An invalid spec is refused as apply would refuse it (not as
             // whatever the planner runs into first, e.g. min > max).
-            if let Err(e) = view.check_function_spec(spec) {
+            if let Err(e) = view
+                .check_function_spec(spec)
+                .and_then(|()| view.check_spec_room(spec))
+            {
                 return Decision::Answer(Err(EvalError::Refused(e)));
             }
             match plan_placements(view, spec, spec.min_instances, policy, now) {

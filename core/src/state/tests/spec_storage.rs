@@ -59,7 +59,7 @@ fn a_tenants_stored_specs_are_bounded_and_deletes_free_room() {
     assert_eq!(storage_refusal(&e), (fit * one, one));
     s.check_invariants().unwrap();
     // The scheduler's and the dry run's check says the same before planning.
-    let pre = s.check_function_spec(&big("acme", "extra")).unwrap_err();
+    let pre = s.check_spec_room(&big("acme", "extra")).unwrap_err();
     assert_eq!(pre, e);
     // A small function still fits in what is left, and another tenant is
     // not affected.
