@@ -7,6 +7,7 @@
 //!   both serve while the new one loads; every tick the leader looks at each migration:
 //!      migration_steps(view, ready, now, wait)      (pure)
 //!         the new one is ready (its agent reports it) ─▶ Complete: InstanceRelease(old)
+//!         a drain's, not ready within DRAIN_MIGRATION_WAIT_MS ─▶ Complete all the same
 //!         not ready within `wait`, or its node not ready ─▶ Abort: InstanceRelease(new)
 //!   a release of either side ends the record (completed, or given up)
 //! ```
@@ -37,7 +38,18 @@ pub enum MigrationCause {
     /// It made room for a placement that fitted the pool only in sum
     /// (defragmentation across nodes).
     Defragment,
+    /// Its node drains (`gsharectl node drain`, or a topology reload
+    /// without it): a drain's make-before-break is a migration, so a new
+    /// leader finds it in the state and ends it instead of placing a
+    /// second replacement. It completes when the new instance is ready, or
+    /// after [`DRAIN_MIGRATION_WAIT_MS`] even if not (the drain must end;
+    /// the new one loads on). Last, to keep the encoding of the others.
+    Drain,
 }
+
+/// How long a drain's migration waits for its new instance to be ready
+/// before it releases the old one anyway (ms).
+pub const DRAIN_MIGRATION_WAIT_MS: u64 = 10_000;
 
 impl MigrationCause {
     /// A short stable name (logs, metrics, the API).
@@ -46,14 +58,16 @@ impl MigrationCause {
             MigrationCause::Return => "return",
             MigrationCause::Operator => "operator",
             MigrationCause::Defragment => "defragment",
+            MigrationCause::Drain => "drain",
         }
     }
 
     /// Every cause, in order.
-    pub const ALL: [MigrationCause; 3] = [
+    pub const ALL: [MigrationCause; 4] = [
         MigrationCause::Return,
         MigrationCause::Operator,
         MigrationCause::Defragment,
+        MigrationCause::Drain,
     ];
 }
 
@@ -114,7 +128,10 @@ impl MigrationStep {
 /// ready for requests; one not ready after `wait_ms`, or whose node takes
 /// no placements (its agent went silent, or it drains), is given up. A
 /// migration whose old instance's node is not ready completes as soon as
-/// the new one is ready (nothing serves there anyway).
+/// the new one is ready (nothing serves there anyway). A drain's migration
+/// ([`MigrationCause::Drain`]) whose new instance is not ready after
+/// [`DRAIN_MIGRATION_WAIT_MS`] completes all the same, where its node
+/// takes placements: the old one's node is leaving.
 pub fn migration_steps(
     view: &RegionState,
     ready: &dyn Fn(&Instance) -> bool,
@@ -127,12 +144,14 @@ pub fn migration_steps(
             continue; // apply ends the record with either side
         };
         let node_ok = to.slices.iter().all(|s| view.takes_placements(&s.gpu.node));
-        if node_ok && ready(to) {
+        let age = now.saturating_sub(m.started_at);
+        let drained = m.cause == MigrationCause::Drain && age >= DRAIN_MIGRATION_WAIT_MS;
+        if node_ok && (drained || ready(to)) {
             out.push(MigrationStep::Complete {
                 from: m.from,
                 to: m.to,
             });
-        } else if !node_ok || now.saturating_sub(m.started_at) >= wait_ms {
+        } else if !node_ok || age >= wait_ms {
             out.push(MigrationStep::Abort {
                 from: m.from,
                 to: m.to,

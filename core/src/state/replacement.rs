@@ -2,7 +2,7 @@
 //! [`plan_replacement`] decides, on a read-only view, how the instance is
 //! replaced by one of its function's current version. [`plan_evacuation`]
 //! decides the same for an instance on a node that is not ready or
-//! drained (make-first only for a drain).
+//! drained (a drain makes first as a migration, [`Replacement::Migrate`]).
 //!
 //! ```text
 //!   outgoing instance ─▶ plan_replacement ─▶ MakeFirst(slices)  InstancePlace; the leader waits
@@ -16,6 +16,7 @@
 
 use super::command::DomainCommand;
 use super::instance::InstanceId;
+use super::migration::MigrationCause;
 use super::placement_plan::{plan_placements, PlacementPolicy};
 use super::plan_rejection::{PlanRejection, RejectReason};
 use super::region_state::{RegionState, UnixMillis};
@@ -39,6 +40,12 @@ pub enum Replacement {
     Release,
     /// The instance is gone or runs the current version: nothing to do.
     Nothing,
+    /// A drain's make-before-break: a new instance on these slices as a
+    /// migration (`InstanceMigrate`, cause `drain`), which the leader's
+    /// migration tick ends (the old one released once the new one is
+    /// ready). Recorded in the replicated state, so a new leader ends it
+    /// instead of placing a second replacement.
+    Migrate(Vec<Slice>),
 }
 
 impl Replacement {
@@ -57,6 +64,11 @@ impl Replacement {
                 slices: slices.clone(),
             }),
             Replacement::Release => Some(DomainCommand::InstanceRelease { instance }),
+            Replacement::Migrate(slices) => Some(DomainCommand::InstanceMigrate {
+                instance,
+                slices: slices.clone(),
+                cause: MigrationCause::Drain,
+            }),
             Replacement::Nothing => None,
         }
     }
@@ -106,10 +118,11 @@ pub fn plan_replacement(
 }
 
 /// Decides where `instance`, on a node that is not ready or drained, goes
-/// (the leader's answer to such a node). With `make_first` (a drain, its
-/// function below `max_instances`) a new instance is placed beside it
-/// first where capacity and the tenant's quota have room for both;
-/// otherwise it moves in one step ([`Replacement::Move`]). The view still
+/// (the leader's answer to such a node). With `make_first` (a drain) a
+/// new instance is placed beside it first as a migration
+/// ([`Replacement::Migrate`], counted once against `max_instances`) where
+/// capacity and the tenant's quota have room for both; otherwise it moves
+/// in one step ([`Replacement::Move`]). The view still
 /// counts the old instance against the tenant's quota while apply's
 /// `InstanceReplace` releases it first, so a move that the quota (or
 /// `max_instances`) refuses on the view is planned again on a copy of the
@@ -132,18 +145,16 @@ pub fn plan_evacuation(
     let Ok(f) = view.function(&inst.tenant, &inst.function) else {
         return Ok(Replacement::Nothing);
     };
+    // A move and a migration keep the count.
     let mut spec = f.spec.clone();
-    if !make_first {
-        // A move keeps the count.
-        spec.max_instances = spec.max_instances.saturating_add(1);
-    }
+    spec.max_instances = spec.max_instances.saturating_add(1);
     match plan_placements(view, &spec, 1, policy, now) {
         Ok(plan) => Ok(plan
             .placements()
             .pop()
             .map_or(Replacement::Nothing, |slices| {
                 if make_first {
-                    Replacement::MakeFirst(slices)
+                    Replacement::Migrate(slices)
                 } else {
                     Replacement::Move(slices)
                 }

@@ -10,6 +10,9 @@
 //!        Ready / NotReady ─▶ NodeReadySet entries (only on a change)
 //!        Replace(node)    ─▶ Evaluation::NodeNotReady per instance on it
 //!     draining nodes with instances ─▶ Evaluation::Drain per instance
+//!        a new one placed as a migration (cause drain, in the replicated
+//!        state) ─▶ the migration tick releases the old one once the new one
+//!        is ready, or after DRAIN_MIGRATION_WAIT_MS (scheduler/migrate.rs)
 //!     outgoing instances (a reshaping update) ─▶ Evaluation::Replace, the
 //!        oldest of each function (one at a time)
 //!        placed a new one (make) ─▶ wait until its agent reports it resident ─▶ InstanceRelease old
@@ -43,9 +46,9 @@ use crate::wire::{PeerReply, PeerRequest};
 pub const LIVENESS_TICK: Duration = Duration::from_millis(500);
 /// Longest wait for a peer's answer to [`PeerRequest::Heard`].
 const HEARD_TTL: Duration = Duration::from_secs(1);
-/// Longest a drain waits for a new instance to reach its agent before it
+/// Longest a roll waits for a new instance to reach its agent before it
 /// releases the old one anyway.
-const DRAIN_DELIVERY_WAIT: Duration = Duration::from_secs(10);
+const ROLL_DELIVERY_WAIT: Duration = Duration::from_secs(10);
 
 impl Scheduler {
     /// When each node's agent was last heard (Unix ms) by this replica or
@@ -256,9 +259,10 @@ async fn watch(inner: Weak<Inner>, hub: AgentHub, rules: LivenessRules) {
     }
 }
 
-/// Submits one replacement, drain or roll evaluation; one that placed a
-/// new instance first releases the old one once the new one's agent
-/// reports it loaded (make-before-break), or after [`DRAIN_DELIVERY_WAIT`].
+/// Submits one replacement, drain or roll evaluation; a roll's that placed
+/// a new instance first releases the old one once the new one's agent
+/// reports it loaded (make-before-break), or after [`ROLL_DELIVERY_WAIT`]
+/// (a drain's make-first is a migration, which the migration tick ends).
 async fn carry_out(s: &Scheduler, hub: &AgentHub, eval: Evaluation, old: InstanceId) {
     let what = format!("{eval:?}");
     let eval_kind = eval.kind();
@@ -269,7 +273,7 @@ async fn carry_out(s: &Scheduler, hub: &AgentHub, eval: Evaluation, old: Instanc
         }) => {
             tracing::info!("{what}: placed instance {instance}; releasing {old} once delivered");
             if let Some(target) = slices.first().map(|sl| sl.gpu.node.clone()) {
-                let deadline = tokio::time::Instant::now() + DRAIN_DELIVERY_WAIT;
+                let deadline = tokio::time::Instant::now() + ROLL_DELIVERY_WAIT;
                 while tokio::time::Instant::now() < deadline {
                     // Make-before-break: the new instance's agent reports
                     // it loaded (an on-demand tier's copy loads on its
@@ -303,6 +307,14 @@ async fn carry_out(s: &Scheduler, hub: &AgentHub, eval: Evaluation, old: Instanc
             if let Err(e) = s.inner.proposer.propose(cmd).await {
                 tracing::debug!("{what}: release of {old} not committed: {e}");
             }
+        }
+        Ok(EvalDone {
+            applied: Some(Applied::InstanceMigrating { instance, .. }),
+            ..
+        }) => {
+            // A drain: the migration tick releases the old one once the
+            // new one is ready (a new leader too: it is in the state).
+            tracing::info!("{what}: migrating {old} to {instance}");
         }
         Ok(EvalDone {
             applied: Some(Applied::InstanceReplaced { instance, .. }),

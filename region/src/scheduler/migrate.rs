@@ -5,7 +5,8 @@
 //!  leader, every MIGRATE_TICK (only when a migration runs or an instance spilled):
 //!     hub.gather() (every replica's agent reports)
 //!     migration_steps(view, ready, now, MIGRATION_WAIT)   (core, pure)
-//!        Complete ─▶ MigrationEnd(release old)   the new one is resident (on-demand tiers: hosted)
+//!        Complete ─▶ MigrationEnd(release old)   the new one is resident (on-demand tiers: hosted),
+//!                                                or a drain's ran past DRAIN_MIGRATION_WAIT_MS
 //!        Abort    ─▶ MigrationEnd(release new)   not ready in time, or its node went not_ready
 //!                    (refused if the migration ended meanwhile)
 //!     plan_returns(view, policy, calm)                    (core, pure)
@@ -170,7 +171,12 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub) {
                             .migrated(now, kind, node, to, &tenant.0, function);
                         match step {
                             MigrationStep::Complete { from, to } => tracing::info!(
-                                "migration ({cause}) of {tenant}/{function}: {to} on {node} is ready; released {from}"
+                                "migration ({cause}) of {tenant}/{function}: {to} on {node} is ready{}; released {from}",
+                                if *cause == MigrationCause::Drain {
+                                    " (or the drain's wait ran out)"
+                                } else {
+                                    ""
+                                }
                             ),
                             MigrationStep::Abort { from, to } => tracing::warn!(
                                 "migration ({cause}) of {tenant}/{function}: {to} on {node} not ready within {} s; released it, {from} stays",

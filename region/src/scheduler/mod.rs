@@ -120,6 +120,9 @@ impl Counters {
                 Evaluation::Defragment { .. } => {
                     self.migration(gshare_core::state::MigrationCause::Defragment, "started")
                 }
+                Evaluation::Drain { .. } => {
+                    self.migration(gshare_core::state::MigrationCause::Drain, "started")
+                }
                 _ => {}
             }
         }

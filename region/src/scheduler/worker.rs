@@ -331,12 +331,10 @@ fn decide(
             if view.migration_of(*instance).is_some() {
                 return nothing;
             }
-            let Ok(f) = view.function(&inst.tenant, &inst.function) else {
-                return nothing;
-            };
-            let count = view.instance_count(&inst.tenant, &inst.function);
-            let make_first =
-                matches!(eval, Evaluation::Drain { .. }) && count < f.spec.max_instances;
+            // A drain makes first, as a migration the migration tick ends
+            // (and a new leader finds); a lost node's instances move in
+            // one step.
+            let make_first = matches!(eval, Evaluation::Drain { .. });
             match plan_evacuation(view, *instance, make_first, policy, now) {
                 Err(r) => Decision::Answer(Err(EvalError::Rejected(r))),
                 Ok(r) => r

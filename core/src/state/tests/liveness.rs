@@ -307,7 +307,7 @@ fn a_tenant_at_its_quota_still_has_its_instances_moved_off_a_lost_or_drained_nod
         },
     );
     let first = plan_evacuation(&s, a, true, &policy, T0).unwrap_or_else(|r| panic!("{r}"));
-    assert!(matches!(first, Replacement::MakeFirst(_)), "{first:?}");
+    assert!(matches!(first, Replacement::Migrate(_)), "{first:?}");
     let command = first.command(&s, a).unwrap();
     ok(&mut s, command);
     let second = plan_evacuation(&s, b, true, &policy, T0).unwrap_err();
@@ -315,7 +315,7 @@ fn a_tenant_at_its_quota_still_has_its_instances_moved_off_a_lost_or_drained_nod
     // Once the first's old instance is released, the second places first.
     ok(&mut s, DomainCommand::InstanceRelease { instance: a });
     let second = plan_evacuation(&s, b, true, &policy, T0).unwrap_or_else(|r| panic!("{r}"));
-    assert!(matches!(second, Replacement::MakeFirst(_)), "{second:?}");
+    assert!(matches!(second, Replacement::Migrate(_)), "{second:?}");
     // With room in the quota, a drain still places first.
     let mut s = region();
     deploy(&mut s, spec("globex", "chat", Tier::Guaranteed, 500, 4_000));
@@ -329,5 +329,80 @@ fn a_tenant_at_its_quota_still_has_its_instances_moved_off_a_lost_or_drained_nod
         },
     );
     let decided = plan_evacuation(&s, id, true, &policy, T0).unwrap_or_else(|r| panic!("{r}"));
-    assert!(matches!(decided, Replacement::MakeFirst(_)), "{decided:?}");
+    assert!(matches!(decided, Replacement::Migrate(_)), "{decided:?}");
+}
+
+/// A drain makes its replacement first as a migration recorded in the
+/// replicated state: a leader elected mid-drain, planning on the same
+/// state, finds it and places no second replacement; the migration ends
+/// (the old instance released) once the new one is ready, or after the
+/// drain's wait even if not; `max_instances` counts the pair once.
+#[test]
+fn a_drains_replacement_is_a_migration_a_new_leader_finds() {
+    let policy = PlacementPolicy {
+        ranking: &BestFit,
+        options: PlanOptions::default(),
+        pending: None,
+        prefer: &[],
+        avoid: &[],
+    };
+    let mut s = region();
+    let mut f = spec("globex", "chat", Tier::Guaranteed, 500, 4_000);
+    f.max_instances = 1;
+    deploy(&mut s, f);
+    let id = place(&mut s, "globex", "chat");
+    let node = s.instance(id).unwrap().slices[0].gpu.node.clone();
+    ok(
+        &mut s,
+        DomainCommand::NodeDrainSet {
+            node: node.clone(),
+            drain: true,
+        },
+    );
+    // At max_instances: still made first (the pair counts once).
+    let decided = plan_evacuation(&s, id, true, &policy, T0).unwrap_or_else(|r| panic!("{r}"));
+    let command = decided.command(&s, id).expect("a command");
+    assert!(
+        matches!(
+            &command,
+            DomainCommand::InstanceMigrate { instance, cause: MigrationCause::Drain, .. }
+                if *instance == id
+        ),
+        "{command:?}"
+    );
+    let Applied::InstanceMigrating { instance: new, .. } = ok(&mut s, command) else {
+        panic!("not a migration");
+    };
+    assert_eq!(s.instance_count(&t("globex"), "chat"), 1);
+    // The old leader's task is gone; the new leader sees the migration:
+    // its drain of the old instance starts nothing, and a drain of the
+    // new one is refused by apply (it is a side of a migration).
+    let m = s.migration_of(id).expect("recorded");
+    assert_eq!((m.from, m.to, m.cause), (id, new, MigrationCause::Drain));
+    let again = plan_evacuation(&s, id, true, &policy, T0).unwrap_or_else(|r| panic!("{r}"));
+    if let Some(cmd) = again.command(&s, id) {
+        let e = refused(&mut s, cmd);
+        assert_eq!(e.code(), "migration_conflict", "{e}");
+    }
+    // Not ready: nothing before the drain's wait, then completed all the
+    // same; ready: completed at once.
+    let never = |_: &Instance| false;
+    let always = |_: &Instance| true;
+    let wait = 60_000;
+    assert_eq!(migration_steps(&s, &never, T0 + 1, wait), vec![]);
+    let done = MigrationStep::Complete { from: id, to: new };
+    assert_eq!(migration_steps(&s, &always, T0 + 1, wait), vec![done]);
+    assert_eq!(
+        migration_steps(&s, &never, T0 + DRAIN_MIGRATION_WAIT_MS, wait),
+        vec![done]
+    );
+    ok(
+        &mut s,
+        DomainCommand::InstanceRelease {
+            instance: done.releases(),
+        },
+    );
+    assert!(s.instances_on(&node).next().is_none());
+    assert_eq!(s.instance_count(&t("globex"), "chat"), 1);
+    assert!(s.migration_of(new).is_none());
 }
