@@ -235,7 +235,7 @@ impl Counters {
         }
         const MIGRATIONS: Series = Series::counter(
             "gshare_region_migrations_total",
-            "Make-before-break migrations between nodes while this replica led, by cause (return, operator, defragment) and outcome (started, completed, given_up)",
+            "Make-before-break migrations between nodes while this replica led, by cause (return, operator, defragment, drain) and outcome (started, completed, given_up)",
             &["cause", "outcome"],
         );
         for ((cause, outcome), n) in self
