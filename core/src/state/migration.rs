@@ -7,7 +7,7 @@
 //!   both serve while the new one loads; every tick the leader looks at each migration:
 //!      migration_steps(view, ready, now, wait)      (pure)
 //!         the new one is ready (its agent reports it) ─▶ Complete: InstanceRelease(old)
-//!         a drain's, not ready within DRAIN_MIGRATION_WAIT_MS ─▶ Complete all the same
+//!         a drain's or a roll's, not ready within MUST_FINISH_AFTER_MS ─▶ Complete all the same
 //!         not ready within `wait`, or its node not ready ─▶ Abort: InstanceRelease(new)
 //!   a release of either side ends the record (completed, or given up)
 //! ```
@@ -38,18 +38,26 @@ pub enum MigrationCause {
     /// It made room for a placement that fitted the pool only in sum
     /// (defragmentation across nodes).
     Defragment,
-    /// Its node drains (`gsharectl node drain`, or a topology reload
-    /// without it): a drain's make-before-break is a migration, so a new
+    /// Its node drains (`gsharectl node drain`): a drain's make-before-break is a migration, so a new
     /// leader finds it in the state and ends it instead of placing a
     /// second replacement. It completes when the new instance is ready, or
-    /// after [`DRAIN_MIGRATION_WAIT_MS`] even if not (the drain must end;
-    /// the new one loads on). Last, to keep the encoding of the others.
+    /// after [`MUST_FINISH_AFTER_MS`] even if not while the node still
+    /// drains (the drain must end; the new one loads on). After the causes
+    /// above, to keep their encoding.
     Drain,
+    /// A reshaping update's roll replaces an outgoing instance with one of
+    /// the function's current version (on any node, its own included):
+    /// like a drain's, recorded so that a new leader ends it rather than
+    /// placing a second new instance, and completed after
+    /// [`MUST_FINISH_AFTER_MS`] even if the new one is not ready. Last,
+    /// to keep the encoding of the others.
+    Roll,
 }
 
-/// How long a drain's migration waits for its new instance to be ready
-/// before it releases the old one anyway (ms).
-pub const DRAIN_MIGRATION_WAIT_MS: u64 = 10_000;
+/// How long a drain's or a roll's migration ([`MigrationCause::must_finish`])
+/// waits for its new instance to be ready before it releases the old one
+/// anyway (ms).
+pub const MUST_FINISH_AFTER_MS: u64 = 10_000;
 
 impl MigrationCause {
     /// A short stable name (logs, metrics, the API).
@@ -59,15 +67,24 @@ impl MigrationCause {
             MigrationCause::Operator => "operator",
             MigrationCause::Defragment => "defragment",
             MigrationCause::Drain => "drain",
+            MigrationCause::Roll => "roll",
         }
     }
 
+    /// Whether the old side must go even if the new one is not ready after
+    /// [`MUST_FINISH_AFTER_MS`]: its node drains, or its version is
+    /// replaced.
+    pub fn must_finish(self) -> bool {
+        matches!(self, MigrationCause::Drain | MigrationCause::Roll)
+    }
+
     /// Every cause, in order.
-    pub const ALL: [MigrationCause; 4] = [
+    pub const ALL: [MigrationCause; 5] = [
         MigrationCause::Return,
         MigrationCause::Operator,
         MigrationCause::Defragment,
         MigrationCause::Drain,
+        MigrationCause::Roll,
     ];
 }
 
@@ -128,10 +145,11 @@ impl MigrationStep {
 /// ready for requests; one not ready after `wait_ms`, or whose node takes
 /// no placements (its agent went silent, or it drains), is given up. A
 /// migration whose old instance's node is not ready completes as soon as
-/// the new one is ready (nothing serves there anyway). A drain's migration
-/// ([`MigrationCause::Drain`]) whose new instance is not ready after
-/// [`DRAIN_MIGRATION_WAIT_MS`] completes all the same, where its node
-/// takes placements: the old one's node is leaving.
+/// the new one is ready (nothing serves there anyway). A drain's or a
+/// roll's migration ([`MigrationCause::must_finish`]) whose new instance
+/// is not ready after [`MUST_FINISH_AFTER_MS`] completes all the same,
+/// where its node takes placements: the old one's version, or its node
+/// (while it still drains), is leaving.
 pub fn migration_steps(
     view: &RegionState,
     ready: &dyn Fn(&Instance) -> bool,
@@ -145,8 +163,18 @@ pub fn migration_steps(
         };
         let node_ok = to.slices.iter().all(|s| view.takes_placements(&s.gpu.node));
         let age = now.saturating_sub(m.started_at);
-        let drained = m.cause == MigrationCause::Drain && age >= DRAIN_MIGRATION_WAIT_MS;
-        if node_ok && (drained || ready(to)) {
+        // A drain's old side must go only while its node still drains
+        // (or is lost): undrained, it serves on until the new one is ready.
+        let leaving = || match m.cause {
+            MigrationCause::Drain => view.instance(m.from).is_some_and(|from| {
+                from.slices
+                    .iter()
+                    .any(|s| !view.takes_placements(&s.gpu.node))
+            }),
+            _ => true,
+        };
+        let forced = m.cause.must_finish() && age >= MUST_FINISH_AFTER_MS && leaving();
+        if node_ok && (forced || ready(to)) {
             out.push(MigrationStep::Complete {
                 from: m.from,
                 to: m.to,

@@ -300,15 +300,25 @@ impl RegionState {
     /// the roll places their replacements beside them.
     ///
     /// The new side of a migration is not counted either: it stands in for
-    /// the old one, which is released once it is ready.
+    /// the old one, which is released once it is ready; except a roll's,
+    /// whose old one is outgoing (not counted).
     pub fn instance_count(&self, tenant: &TenantId, name: &str) -> u32 {
         let current = self.function(tenant, name).ok().map(|f| f.version);
         let n = self
             .instances_of(tenant, name)
-            .filter(|i| current.is_none_or(|v| i.version == v))
-            .filter(|i| !self.data.migrations.contains_key(&i.id))
+            .filter(|i| current.is_none_or(|v| i.version == v) && !self.stands_in(i.id))
             .count();
         u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
+    /// Whether `id` is the new side of a migration whose old side runs
+    /// the same version (so the two count once): every migration's but a
+    /// roll's, whose old side is outgoing and not counted.
+    fn stands_in(&self, id: InstanceId) -> bool {
+        self.data.migrations.get(&id).is_some_and(|m| {
+            let version = |i: InstanceId| self.data.instances.get(&i).map(|i| i.version);
+            version(m.from) == version(id)
+        })
     }
 
     /// The outgoing instances of `tenant`'s function `name`, oldest first:
@@ -791,26 +801,37 @@ impl RegionState {
                     tenant: old.tenant.clone(),
                     name: old.function.clone(),
                 })?;
-        if old.version != f.version {
+        // A roll replaces an outgoing instance by one of the current
+        // version, on any node; every other move keeps the version and
+        // leaves the node.
+        let roll = cause == MigrationCause::Roll;
+        if roll && old.version == f.version {
+            return refuse("it runs the current version (a roll replaces outgoing instances)");
+        }
+        if !roll && old.version != f.version {
             return refuse("it is outgoing (a reshaping update replaces it)");
         }
         if self.migration_of(instance).is_some() {
             return refuse("it is migrating already");
         }
-        if slices
-            .iter()
-            .any(|s| old.slices.iter().any(|o| o.gpu.node == s.gpu.node))
+        if !roll
+            && slices
+                .iter()
+                .any(|s| old.slices.iter().any(|o| o.gpu.node == s.gpu.node))
         {
             return refuse("the target is on a node it holds (a move on one node is a remap)");
         }
-        // The new one stands in for the old: counted once.
+        // The new one stands in for the old: counted once. A roll's counts
+        // (the outgoing one it replaces does not).
         let mut spec = f.spec.clone();
-        spec.max_instances = spec.max_instances.saturating_add(1);
+        if !roll {
+            spec.max_instances = spec.max_instances.saturating_add(1);
+        }
         let (tenant, function, version, tier) = (
             old.tenant.clone(),
             old.function.clone(),
-            old.version,
-            old.tier,
+            f.version,
+            f.spec.tier,
         );
         let (pool, pool_kind) = self.check_placement(&spec, &slices)?;
         let id = self.insert_new(Instance {
@@ -1513,10 +1534,18 @@ impl RegionState {
             let counted: Vec<InstanceId> = current
                 .iter()
                 .copied()
-                .filter(|id| !self.data.migrations.contains_key(id))
+                .filter(|id| !self.stands_in(*id))
                 .collect();
             let excess = counted.len().saturating_sub(spec.max_instances as usize);
-            let moving = |id: &InstanceId| self.migration_of(*id).map(|m| m.to);
+            // (A roll's new side is counted and goes alone: its old side
+            // is outgoing.)
+            let moving = |id: &InstanceId| {
+                self.data
+                    .migrations
+                    .values()
+                    .find(|m| m.from == *id)
+                    .map(|m| m.to)
+            };
             let going: Vec<InstanceId> = counted
                 .iter()
                 .rev()

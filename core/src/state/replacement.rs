@@ -5,13 +5,14 @@
 //! drained (a drain makes first as a migration, [`Replacement::Migrate`]).
 //!
 //! ```text
-//!   outgoing instance ─▶ plan_replacement ─▶ MakeFirst(slices)  InstancePlace; the leader waits
-//!                            │                                  until it is resident, then
-//!                            │                                  InstanceRelease of the old one
+//!   outgoing instance ─▶ plan_replacement ─▶ Migrate(slices)    InstanceMigrate (cause roll): the
+//!                            │                                  migration tick releases the old
+//!                            │                                  one once the new one is ready
 //!                            ├─────────────▶ Move(slices)       no room for both (capacity or
 //!                            │                                  quota): InstanceReplace, one step
 //!                            ├─────────────▶ Release            max_instances current ones exist
-//!                            └─────────────▶ Nothing            gone, or not outgoing any more
+//!                            └─────────────▶ Nothing            gone, not outgoing any more, or
+//!                                                               a side of a migration already
 //! ```
 
 use super::command::DomainCommand;
@@ -26,10 +27,6 @@ use serde::{Deserialize, Serialize};
 /// How one outgoing instance is replaced.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Replacement {
-    /// Place a current-version instance on these slices beside the old one
-    /// (make-before-break): the old one is released once the new one is
-    /// resident.
-    MakeFirst(Vec<Slice>),
     /// Capacity or the tenant's quota has no room for both: move the old
     /// one to these slices in one step (`InstanceReplace`), so the function
     /// has one instance fewer while the new one loads (break-before-make
@@ -40,34 +37,30 @@ pub enum Replacement {
     Release,
     /// The instance is gone or runs the current version: nothing to do.
     Nothing,
-    /// A drain's make-before-break: a new instance on these slices as a
-    /// migration (`InstanceMigrate`, cause `drain`), which the leader's
-    /// migration tick ends (the old one released once the new one is
-    /// ready). Recorded in the replicated state, so a new leader ends it
-    /// instead of placing a second replacement.
-    Migrate(Vec<Slice>),
+    /// Make-before-break: a new instance on these slices as a migration
+    /// of this cause (`InstanceMigrate`: `drain`, or `roll`, whose new
+    /// instance runs the current version), which the leader's migration
+    /// tick ends (the old one released once the new one is ready).
+    /// Recorded in the replicated state, so a new leader ends it instead
+    /// of placing a second replacement.
+    Migrate(Vec<Slice>, MigrationCause),
 }
 
 impl Replacement {
     /// The domain command that carries it out for `instance` (`None` for
-    /// [`Replacement::Nothing`]).
+    /// [`Replacement::Nothing`], or an instance `view` no longer has).
     pub fn command(&self, view: &RegionState, instance: InstanceId) -> Option<DomainCommand> {
-        let inst = view.instance(instance)?;
+        view.instance(instance)?;
         match self {
-            Replacement::MakeFirst(slices) => Some(DomainCommand::InstancePlace {
-                tenant: inst.tenant.clone(),
-                function: inst.function.clone(),
-                slices: slices.clone(),
-            }),
             Replacement::Move(slices) => Some(DomainCommand::InstanceReplace {
                 instance,
                 slices: slices.clone(),
             }),
             Replacement::Release => Some(DomainCommand::InstanceRelease { instance }),
-            Replacement::Migrate(slices) => Some(DomainCommand::InstanceMigrate {
+            Replacement::Migrate(slices, cause) => Some(DomainCommand::InstanceMigrate {
                 instance,
                 slices: slices.clone(),
-                cause: MigrationCause::Drain,
+                cause: *cause,
             }),
             Replacement::Nothing => None,
         }
@@ -92,7 +85,9 @@ pub fn plan_replacement(
     let Ok(f) = view.function(&inst.tenant, &inst.function) else {
         return Ok(Replacement::Nothing);
     };
-    if inst.version == f.version {
+    // Current, or being replaced already (a new leader finds the roll's
+    // migration in the state and lets the migration tick end it).
+    if inst.version == f.version || view.migration_of(instance).is_some() {
         return Ok(Replacement::Nothing);
     }
     let pending = policy
@@ -106,7 +101,7 @@ pub fn plan_replacement(
     }
     if let Ok(plan) = plan_placements(view, &f.spec, 1, policy, now) {
         if let Some(slices) = plan.placements().pop() {
-            return Ok(Replacement::MakeFirst(slices));
+            return Ok(Replacement::Migrate(slices, MigrationCause::Roll));
         }
     }
     let alone = PlacementPolicy {
@@ -154,7 +149,15 @@ pub fn plan_evacuation(
             .pop()
             .map_or(Replacement::Nothing, |slices| {
                 if make_first {
-                    Replacement::Migrate(slices)
+                    // An outgoing instance (a reshaping update's roll has
+                    // not reached it) is replaced by one of the current
+                    // version: a roll's migration.
+                    let cause = if inst.version == f.version {
+                        MigrationCause::Drain
+                    } else {
+                        MigrationCause::Roll
+                    };
+                    Replacement::Migrate(slices, cause)
                 } else {
                     Replacement::Move(slices)
                 }

@@ -12,10 +12,11 @@
 //!     draining nodes with instances ─▶ Evaluation::Drain per instance
 //!        a new one placed as a migration (cause drain, in the replicated
 //!        state) ─▶ the migration tick releases the old one once the new one
-//!        is ready, or after DRAIN_MIGRATION_WAIT_MS (scheduler/migrate.rs)
+//!        is ready, or after MUST_FINISH_AFTER_MS (scheduler/migrate.rs)
 //!     outgoing instances (a reshaping update) ─▶ Evaluation::Replace, the
 //!        oldest of each function (one at a time)
-//!        placed a new one (make) ─▶ wait until its agent reports it resident ─▶ InstanceRelease old
+//!        a new-version one placed as a migration (cause roll) ─▶ ended by the
+//!        migration tick, as a drain's
 //! ```
 //!
 //! Liveness is forwarded to the leader, not committed per heartbeat: only
@@ -31,7 +32,6 @@ use std::time::Duration;
 
 use gshare_core::command::RegionCommand;
 use gshare_core::model::NodeId;
-use gshare_core::protocol::InstanceState;
 use gshare_core::state::{
     liveness_changes, Applied, DomainCommand, InstanceId, LivenessChange, LivenessRules,
     RegionState,
@@ -46,9 +46,6 @@ use crate::wire::{PeerReply, PeerRequest};
 pub const LIVENESS_TICK: Duration = Duration::from_millis(500);
 /// Longest wait for a peer's answer to [`PeerRequest::Heard`].
 const HEARD_TTL: Duration = Duration::from_secs(1);
-/// Longest a roll waits for a new instance to reach its agent before it
-/// releases the old one anyway.
-const ROLL_DELIVERY_WAIT: Duration = Duration::from_secs(10);
 
 impl Scheduler {
     /// When each node's agent was last heard (Unix ms) by this replica or
@@ -259,62 +256,41 @@ async fn watch(inner: Weak<Inner>, hub: AgentHub, rules: LivenessRules) {
     }
 }
 
-/// Submits one replacement, drain or roll evaluation; a roll's that placed
-/// a new instance first releases the old one once the new one's agent
-/// reports it loaded (make-before-break), or after [`ROLL_DELIVERY_WAIT`]
-/// (a drain's make-first is a migration, which the migration tick ends).
+/// Submits one replacement, drain or roll evaluation and logs what it did
+/// (a drain's or a roll's make-first is a migration, which the migration
+/// tick ends).
 async fn carry_out(s: &Scheduler, hub: &AgentHub, eval: Evaluation, old: InstanceId) {
     let what = format!("{eval:?}");
     let eval_kind = eval.kind();
     match s.submit_here(eval).await {
         Ok(EvalDone {
-            applied: Some(Applied::InstancePlaced { instance, slices }),
+            applied:
+                Some(Applied::InstanceMigrating {
+                    instance, slices, ..
+                }),
             ..
         }) => {
-            tracing::info!("{what}: placed instance {instance}; releasing {old} once delivered");
-            if let Some(target) = slices.first().map(|sl| sl.gpu.node.clone()) {
-                let deadline = tokio::time::Instant::now() + ROLL_DELIVERY_WAIT;
-                while tokio::time::Instant::now() < deadline {
-                    // Make-before-break: the new instance's agent reports
-                    // it loaded (an on-demand tier's copy loads on its
-                    // first request: then the wait runs out).
-                    let agents = hub.gather().await;
-                    let resident = agents
-                        .of_node(&target.0)
-                        .and_then(|a| a.instance(instance))
-                        .is_some_and(|i| i.state == InstanceState::Resident);
-                    if resident {
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            }
-            // The new instance may have been moved or deleted meanwhile:
-            // then the old one stays, and the drain's next tick decides again.
-            let alive = s
-                .inner
-                .state
-                .read()
-                .region
-                .domain()
-                .instance(instance)
-                .is_some();
-            if !alive {
-                tracing::info!("{what}: new instance {instance} is gone; {old} stays for now");
-                return;
-            }
-            let cmd = RegionCommand::domain(DomainCommand::InstanceRelease { instance: old });
-            if let Err(e) = s.inner.proposer.propose(cmd).await {
-                tracing::debug!("{what}: release of {old} not committed: {e}");
-            }
-        }
-        Ok(EvalDone {
-            applied: Some(Applied::InstanceMigrating { instance, .. }),
-            ..
-        }) => {
-            // A drain: the migration tick releases the old one once the
-            // new one is ready (a new leader too: it is in the state).
+            // A drain's or a roll's make-first: the migration tick releases
+            // the old one once the new one is ready (a new leader too: it
+            // is in the state).
             tracing::info!("{what}: migrating {old} to {instance}");
+            let function = {
+                let st = s.inner.state.read();
+                st.region
+                    .domain()
+                    .instance(instance)
+                    .map(|i| (i.tenant.0.clone(), i.function.clone()))
+            };
+            if let (Some((tenant, function)), Some(sl)) = (function, slices.first()) {
+                hub.activity.migrated(
+                    hub.clock.unix_ms(),
+                    "migrate_start",
+                    &sl.gpu.node.0,
+                    instance,
+                    &tenant,
+                    &function,
+                );
+            }
         }
         Ok(EvalDone {
             applied: Some(Applied::InstanceReplaced { instance, .. }),

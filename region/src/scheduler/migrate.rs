@@ -6,7 +6,7 @@
 //!     hub.gather() (every replica's agent reports)
 //!     migration_steps(view, ready, now, MIGRATION_WAIT)   (core, pure)
 //!        Complete ─▶ MigrationEnd(release old)   the new one is resident (on-demand tiers: hosted),
-//!                                                or a drain's ran past DRAIN_MIGRATION_WAIT_MS
+//!                                                or a drain's ran past MUST_FINISH_AFTER_MS
 //!        Abort    ─▶ MigrationEnd(release new)   not ready in time, or its node went not_ready
 //!                    (refused if the migration ended meanwhile)
 //!     plan_returns(view, policy, calm)                    (core, pure)

@@ -123,6 +123,9 @@ impl Counters {
                 Evaluation::Drain { .. } => {
                     self.migration(gshare_core::state::MigrationCause::Drain, "started")
                 }
+                Evaluation::Replace { .. } => {
+                    self.migration(gshare_core::state::MigrationCause::Roll, "started")
+                }
                 _ => {}
             }
         }
@@ -235,7 +238,7 @@ impl Counters {
         }
         const MIGRATIONS: Series = Series::counter(
             "gshare_region_migrations_total",
-            "Make-before-break migrations between nodes while this replica led, by cause (return, operator, defragment, drain) and outcome (started, completed, given_up)",
+            "Make-before-break migrations between nodes while this replica led, by cause (return, operator, defragment, drain, roll) and outcome (started, completed, given_up)",
             &["cause", "outcome"],
         );
         for ((cause, outcome), n) in self

@@ -274,8 +274,8 @@ fn a_tenant_at_its_quota_still_has_its_instances_moved_off_a_lost_or_drained_nod
         } else {
             mark(&mut s, &node.0, false, T0);
         }
-        // A drain would place first (2 < max_instances) but the quota has
-        // no room for both: it moves in one step too.
+        // A drain would place first but the quota has no room for both:
+        // it moves in one step too.
         let decided = plan_evacuation(&s, id, drain, &policy, T0).unwrap_or_else(|r| panic!("{r}"));
         let Replacement::Move(slices) = decided.clone() else {
             panic!("drain {drain}: {decided:?}");
@@ -307,7 +307,10 @@ fn a_tenant_at_its_quota_still_has_its_instances_moved_off_a_lost_or_drained_nod
         },
     );
     let first = plan_evacuation(&s, a, true, &policy, T0).unwrap_or_else(|r| panic!("{r}"));
-    assert!(matches!(first, Replacement::Migrate(_)), "{first:?}");
+    assert!(
+        matches!(first, Replacement::Migrate(_, MigrationCause::Drain)),
+        "{first:?}"
+    );
     let command = first.command(&s, a).unwrap();
     ok(&mut s, command);
     let second = plan_evacuation(&s, b, true, &policy, T0).unwrap_err();
@@ -315,7 +318,10 @@ fn a_tenant_at_its_quota_still_has_its_instances_moved_off_a_lost_or_drained_nod
     // Once the first's old instance is released, the second places first.
     ok(&mut s, DomainCommand::InstanceRelease { instance: a });
     let second = plan_evacuation(&s, b, true, &policy, T0).unwrap_or_else(|r| panic!("{r}"));
-    assert!(matches!(second, Replacement::Migrate(_)), "{second:?}");
+    assert!(
+        matches!(second, Replacement::Migrate(_, MigrationCause::Drain)),
+        "{second:?}"
+    );
     // With room in the quota, a drain still places first.
     let mut s = region();
     deploy(&mut s, spec("globex", "chat", Tier::Guaranteed, 500, 4_000));
@@ -329,7 +335,10 @@ fn a_tenant_at_its_quota_still_has_its_instances_moved_off_a_lost_or_drained_nod
         },
     );
     let decided = plan_evacuation(&s, id, true, &policy, T0).unwrap_or_else(|r| panic!("{r}"));
-    assert!(matches!(decided, Replacement::Migrate(_)), "{decided:?}");
+    assert!(
+        matches!(decided, Replacement::Migrate(_, MigrationCause::Drain)),
+        "{decided:?}"
+    );
 }
 
 /// A drain makes its replacement first as a migration recorded in the
@@ -374,27 +383,40 @@ fn a_drains_replacement_is_a_migration_a_new_leader_finds() {
         panic!("not a migration");
     };
     assert_eq!(s.instance_count(&t("globex"), "chat"), 1);
-    // The old leader's task is gone; the new leader sees the migration:
-    // its drain of the old instance starts nothing, and a drain of the
-    // new one is refused by apply (it is a side of a migration).
+    // The old leader's task is gone; the new leader sees the migration in
+    // the state (its worker skips a side of a migration), and apply
+    // refuses a second one for the instance.
     let m = s.migration_of(id).expect("recorded");
     assert_eq!((m.from, m.to, m.cause), (id, new, MigrationCause::Drain));
     let again = plan_evacuation(&s, id, true, &policy, T0).unwrap_or_else(|r| panic!("{r}"));
-    if let Some(cmd) = again.command(&s, id) {
-        let e = refused(&mut s, cmd);
-        assert_eq!(e.code(), "migration_conflict", "{e}");
-    }
+    let cmd = again.command(&s, id).expect("a plan");
+    let e = refused(&mut s, cmd);
+    assert_eq!(e.code(), "migration_conflict", "{e}");
     // Not ready: nothing before the drain's wait, then completed all the
     // same; ready: completed at once.
     let never = |_: &Instance| false;
     let always = |_: &Instance| true;
     let wait = 60_000;
-    assert_eq!(migration_steps(&s, &never, T0 + 1, wait), vec![]);
+    let at = T0 + MUST_FINISH_AFTER_MS;
+    assert_eq!(migration_steps(&s, &never, at - 1, wait), vec![]);
     let done = MigrationStep::Complete { from: id, to: new };
     assert_eq!(migration_steps(&s, &always, T0 + 1, wait), vec![done]);
+    assert_eq!(migration_steps(&s, &never, at, wait), vec![done]);
+    // Undrained meanwhile, the old one serves on until the new one is
+    // ready (or is given up after the general wait).
+    let mut undrained = s.clone();
+    ok(
+        &mut undrained,
+        DomainCommand::NodeDrainSet {
+            node: node.clone(),
+            drain: false,
+        },
+    );
+    assert_eq!(migration_steps(&undrained, &never, at, wait), vec![]);
+    assert_eq!(migration_steps(&undrained, &always, at, wait), vec![done]);
     assert_eq!(
-        migration_steps(&s, &never, T0 + DRAIN_MIGRATION_WAIT_MS, wait),
-        vec![done]
+        migration_steps(&undrained, &never, T0 + wait, wait),
+        vec![MigrationStep::Abort { from: id, to: new }]
     );
     ok(
         &mut s,
@@ -405,4 +427,55 @@ fn a_drains_replacement_is_a_migration_a_new_leader_finds() {
     assert!(s.instances_on(&node).next().is_none());
     assert_eq!(s.instance_count(&t("globex"), "chat"), 1);
     assert!(s.migration_of(new).is_none());
+}
+
+/// A drained instance that a reshaping update has not replaced yet is
+/// replaced by one of the current version: a roll's migration (a drain's
+/// would be refused, its instance being outgoing), and the pair counts
+/// as the roll's does.
+#[test]
+fn a_drained_outgoing_instance_is_replaced_by_the_current_version() {
+    let policy = PlacementPolicy {
+        ranking: &BestFit,
+        options: PlanOptions::default(),
+        pending: None,
+        prefer: &[],
+        avoid: &[],
+    };
+    let mut s = region();
+    let mut f = spec("globex", "chat", Tier::Guaranteed, 500, 4_000);
+    f.max_instances = 1;
+    deploy(&mut s, f.clone());
+    let id = place(&mut s, "globex", "chat");
+    let node = s.instance(id).unwrap().slices[0].gpu.node.clone();
+    f.memory_mib = 5_000;
+    ok(&mut s, DomainCommand::FunctionUpdate { spec: f });
+    ok(
+        &mut s,
+        DomainCommand::NodeDrainSet {
+            node: node.clone(),
+            drain: true,
+        },
+    );
+    let decided = plan_evacuation(&s, id, true, &policy, T0).unwrap_or_else(|r| panic!("{r}"));
+    let Replacement::Migrate(slices, MigrationCause::Roll) = &decided else {
+        panic!("{decided:?}");
+    };
+    assert_eq!(slices[0].memory_mib, 5_000);
+    let cmd = decided.command(&s, id).unwrap();
+    let Applied::InstanceMigrating { instance: new, .. } = ok(&mut s, cmd) else {
+        panic!("not a migration");
+    };
+    assert_eq!(s.instance(new).map(|i| i.version), Some(2));
+    assert_eq!(s.instance_count(&t("globex"), "chat"), 1);
+    // The roll planned for it now finds the migration: nothing more.
+    assert_eq!(
+        plan_replacement(&s, id, &policy, T0).unwrap(),
+        Replacement::Nothing
+    );
+    // Forced at the wait, as a drain's (the old version is leaving).
+    assert_eq!(
+        migration_steps(&s, &|_| false, T0 + MUST_FINISH_AFTER_MS, 60_000),
+        vec![MigrationStep::Complete { from: id, to: new }]
+    );
 }

@@ -23,9 +23,8 @@ fn replacement(s: &RegionState, i: InstanceId) -> Replacement {
 fn carry_out(s: &mut RegionState, i: InstanceId, r: &Replacement) -> Option<InstanceId> {
     let cmd = r.command(s, i).expect("a command");
     match ok(s, cmd) {
-        Applied::InstancePlaced { instance, .. } | Applied::InstanceReplaced { instance, .. } => {
-            Some(instance)
-        }
+        Applied::InstanceMigrating { instance, .. }
+        | Applied::InstanceReplaced { instance, .. } => Some(instance),
         _ => None,
     }
 }
@@ -87,18 +86,29 @@ fn outgoing_instances_keep_their_slices_and_spec_until_replaced_one_by_one() {
 
     let r = replacement(&s, a);
     assert!(
-        matches!(&r, Replacement::MakeFirst(sl) if sl[0].memory_mib == 2_000),
+        matches!(&r, Replacement::Migrate(sl, MigrationCause::Roll) if sl[0].memory_mib == 2_000),
         "{r:?}"
     );
     let c = carry_out(&mut s, a, &r).unwrap();
-    // The overlap: old and new both hold their slices and quota.
+    // The overlap: old and new both hold their slices and quota; the new
+    // one counts (the outgoing one does not). It is a migration in the
+    // state: a leader elected now plans nothing more for `a`.
     assert_eq!(
         s.instance_spec(c).map(|(f, v)| (f.memory_mib, v)),
         Some((2_000, 2))
     );
     assert_eq!(s.held(&t("acme"), PoolKind::Center), quota(300, 4_000, 3));
     assert_eq!(s.instance_count(&t("acme"), "f"), 1);
+    let m = s.migration_of(a).expect("a roll migration");
+    assert_eq!((m.from, m.to, m.cause), (a, c, MigrationCause::Roll));
+    assert_eq!(replacement(&s, a), Replacement::Nothing);
+    // The migration tick ends it once `c` is ready (or after the wait).
+    assert_eq!(
+        migration_steps(&s, &|_| false, T0 + MUST_FINISH_AFTER_MS, 60_000),
+        vec![MigrationStep::Complete { from: a, to: c }]
+    );
     ok(&mut s, DomainCommand::InstanceRelease { instance: a });
+    assert!(s.migration_of(c).is_none());
     assert!(s.function(&t("acme"), "f").unwrap().older.contains_key(&1));
     assert_eq!(all_outgoing(&s), vec![b]);
 
@@ -123,8 +133,10 @@ fn max_instances_counts_only_the_current_version() {
     let a = old[0];
     let r = replacement(&s, a);
     let c = carry_out(&mut s, a, &r).unwrap();
-    // One current instance of at most one: the old one just goes.
-    assert_eq!(replacement(&s, a), Replacement::Release);
+    // Migrating: nothing more for `a` (the migration tick ends it); the
+    // new one counts (the outgoing one does not), so one more is refused.
+    assert_eq!(replacement(&s, a), Replacement::Nothing);
+    assert_eq!(s.instance_count(&t("acme"), "f"), 1);
     let used: Vec<GpuId> = s
         .instances()
         .flat_map(|i| i.slices.iter().map(|sl| sl.gpu.clone()))
@@ -146,9 +158,22 @@ fn max_instances_counts_only_the_current_version() {
         },
     );
     assert_eq!(e.code(), "max_instances");
+    // The migration given up (`c` released) and a current instance placed
+    // meanwhile: one current instance of at most one, the old one just goes.
+    ok(
+        &mut s,
+        DomainCommand::MigrationEnd {
+            from: a,
+            to: c,
+            complete: false,
+        },
+    );
+    assert!(s.instance(c).is_none());
+    let d = place(&mut s, "acme", "f");
+    assert_eq!(replacement(&s, a), Replacement::Release);
     assert_eq!(carry_out(&mut s, a, &Replacement::Release), None);
     assert!(s.instance(a).is_none());
-    assert!(s.instance(c).is_some());
+    assert!(s.instance(d).is_some());
 }
 
 #[test]
