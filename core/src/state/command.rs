@@ -253,7 +253,10 @@ pub enum DomainCommand {
     /// [`super::Migration`]; the old one serves until the leader releases
     /// it (`InstanceRelease`) once the new one is ready, or releases the
     /// new one if it never is. Refused for an outgoing instance, one
-    /// already migrating (either side), and a target on a node it holds.
+    /// already migrating (either side), and a target on a node it holds;
+    /// except with cause `roll`, which takes only an outgoing instance,
+    /// places one of the current version on any node (its own included)
+    /// and counts it against `max_instances` at once.
     InstanceMigrate {
         /// The instance that moves.
         instance: InstanceId,

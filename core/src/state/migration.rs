@@ -3,7 +3,7 @@
 //! ```text
 //!   leader: InstanceMigrate { instance: old, slices, cause }
 //!      apply: same fit and quota as a placement (the quota counts both),
-//!             max_instances counts one ─▶ new instance, Migration { from: old, to: new }
+//!             max_instances counts one (a roll's: the new) ─▶ new instance, Migration { from: old, to: new }
 //!   both serve while the new one loads; every tick the leader looks at each migration:
 //!      migration_steps(view, ready, now, wait)      (pure)
 //!         the new one is ready (its agent reports it) ─▶ Complete: InstanceRelease(old)
@@ -17,7 +17,8 @@
 //! for one more instance: where there is none, it is refused and nothing
 //! moves); `max_instances` and the autoscaler count the function's
 //! instances once ([`super::RegionState::instance_count`] leaves the new
-//! side out until the old one goes). The old instance keeps serving until
+//! side out until the old one goes; a roll's new side counts at once, its
+//! old one being outgoing). The old instance keeps serving until
 //! it is released; the agent finishes the requests it is running and hands
 //! back the ones still queued, which the replica sends to the other copy.
 

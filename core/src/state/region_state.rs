@@ -1469,8 +1469,8 @@ impl RegionState {
     /// instances outgoing: they keep their version (and its spec, kept in
     /// [`FunctionRecord::older`]) and their slices, so they serve on and
     /// count against capacity and quota, but not against `max_instances`;
-    /// the leader's roll places a new-version instance for each, waits
-    /// until it is resident, then releases the old one (make-before-break).
+    /// the leader's roll replaces each by a new-version instance, a `roll`
+    /// migration ended once the new one is ready (make-before-break).
     /// Other changes keep the instances and move the current ones to the
     /// new version (instances over a lowered `max_instances` go, newest
     /// first).

@@ -35,7 +35,8 @@ pub enum Replacement {
     /// The function already has `max_instances` current ones: release the
     /// old one.
     Release,
-    /// The instance is gone or runs the current version: nothing to do.
+    /// The instance is gone, runs the current version, or is a side of a
+    /// migration already (which the migration tick ends): nothing to do.
     Nothing,
     /// Make-before-break: a new instance on these slices as a migration
     /// of this cause (`InstanceMigrate`: `drain`, or `roll`, whose new
@@ -117,7 +118,10 @@ pub fn plan_replacement(
 /// new instance is placed beside it first as a migration
 /// ([`Replacement::Migrate`], counted once against `max_instances`) where
 /// capacity and the tenant's quota have room for both; otherwise it moves
-/// in one step ([`Replacement::Move`]). The view still
+/// in one step ([`Replacement::Move`]). An outgoing instance (a reshaping
+/// update's roll has not reached it) is replaced by the current version
+/// (a `roll` migration, or a move), or released where the function has
+/// `max_instances` current instances already, as the roll does. The view still
 /// counts the old instance against the tenant's quota while apply's
 /// `InstanceReplace` releases it first, so a move that the quota (or
 /// `max_instances`) refuses on the view is planned again on a copy of the
@@ -140,9 +144,25 @@ pub fn plan_evacuation(
     let Ok(f) = view.function(&inst.tenant, &inst.function) else {
         return Ok(Replacement::Nothing);
     };
-    // A move and a migration keep the count.
+    // An outgoing instance is not counted; what replaces it (the current
+    // version) is: like the roll, it just goes where `max_instances`
+    // current ones exist. A current one's move or migration keeps the
+    // count.
+    let outgoing = inst.version != f.version;
     let mut spec = f.spec.clone();
-    spec.max_instances = spec.max_instances.saturating_add(1);
+    if outgoing {
+        let pending = policy
+            .pending
+            .map_or(0, |p| p.count(&inst.tenant, &inst.function));
+        let current = view
+            .instance_count(&inst.tenant, &inst.function)
+            .saturating_add(pending);
+        if current >= f.spec.max_instances {
+            return Ok(Replacement::Release);
+        }
+    } else {
+        spec.max_instances = spec.max_instances.saturating_add(1);
+    }
     match plan_placements(view, &spec, 1, policy, now) {
         Ok(plan) => Ok(plan
             .placements()
@@ -152,10 +172,10 @@ pub fn plan_evacuation(
                     // An outgoing instance (a reshaping update's roll has
                     // not reached it) is replaced by one of the current
                     // version: a roll's migration.
-                    let cause = if inst.version == f.version {
-                        MigrationCause::Drain
-                    } else {
+                    let cause = if outgoing {
                         MigrationCause::Roll
+                    } else {
+                        MigrationCause::Drain
                     };
                     Replacement::Migrate(slices, cause)
                 } else {

@@ -814,7 +814,8 @@ pub struct UpdateView {
     pub released: Vec<InstanceId>,
     /// Instances the update made outgoing because it changed their shape
     /// (runtime, memory, compute, tier or pool): each keeps serving until
-    /// a new-version instance placed beside it is resident, then goes.
+    /// a new-version instance placed for it (a `roll` migration) is ready,
+    /// then goes.
     #[serde(default)]
     pub replacing: Vec<InstanceId>,
     /// The function after the update, with the instances placed for it
@@ -828,8 +829,8 @@ pub struct UpdateView {
 /// holds or runs makes the old instances outgoing in that entry (they
 /// keep serving, on their slices, with their version's spec); the
 /// leader's roll then replaces them one at a time, make-before-break
-/// (place a new-version instance, wait until its agent reports it
-/// resident, release the old one), or, where capacity or quota has no
+/// (a new-version instance placed as a `roll` migration; the old one is
+/// released once the new one is ready, or after 10 s), or, where capacity or quota has no
 /// room for both, moves the instance in one step (its log line and the
 /// `replace` evaluation counters say so). Other changes (deadline,
 /// instance counts, idle timeout, latency) keep the instances.

@@ -274,13 +274,18 @@ async fn carry_out(s: &Scheduler, hub: &AgentHub, eval: Evaluation, old: Instanc
             // the old one once the new one is ready (a new leader too: it
             // is in the state).
             tracing::info!("{what}: migrating {old} to {instance}");
-            let function = {
+            let (function, cause) = {
                 let st = s.inner.state.read();
-                st.region
-                    .domain()
-                    .instance(instance)
-                    .map(|i| (i.tenant.0.clone(), i.function.clone()))
+                let view = st.region.domain();
+                (
+                    view.instance(instance)
+                        .map(|i| (i.tenant.0.clone(), i.function.clone())),
+                    view.migration_of(instance).map(|m| m.cause),
+                )
             };
+            if let Some(cause) = cause {
+                s.inner.counters.migration(cause, "started");
+            }
             if let (Some((tenant, function)), Some(sl)) = (function, slices.first()) {
                 hub.activity.migrated(
                     hub.clock.unix_ms(),

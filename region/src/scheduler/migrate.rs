@@ -6,7 +6,7 @@
 //!     hub.gather() (every replica's agent reports)
 //!     migration_steps(view, ready, now, MIGRATION_WAIT)   (core, pure)
 //!        Complete ─▶ MigrationEnd(release old)   the new one is resident (on-demand tiers: hosted),
-//!                                                or a drain's ran past MUST_FINISH_AFTER_MS
+//!                                                or a drain's or a roll's ran past MUST_FINISH_AFTER_MS
 //!        Abort    ─▶ MigrationEnd(release new)   not ready in time, or its node went not_ready
 //!                    (refused if the migration ended meanwhile)
 //!     plan_returns(view, policy, calm)                    (core, pure)
@@ -172,8 +172,8 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub) {
                         match step {
                             MigrationStep::Complete { from, to } => tracing::info!(
                                 "migration ({cause}) of {tenant}/{function}: {to} on {node} is ready{}; released {from}",
-                                if *cause == MigrationCause::Drain {
-                                    " (or the drain's wait ran out)"
+                                if cause.must_finish() {
+                                    " (or its 10 s wait ran out)"
                                 } else {
                                     ""
                                 }

@@ -120,12 +120,8 @@ impl Counters {
                 Evaluation::Defragment { .. } => {
                     self.migration(gshare_core::state::MigrationCause::Defragment, "started")
                 }
-                Evaluation::Drain { .. } => {
-                    self.migration(gshare_core::state::MigrationCause::Drain, "started")
-                }
-                Evaluation::Replace { .. } => {
-                    self.migration(gshare_core::state::MigrationCause::Roll, "started")
-                }
+                // (A drain's or a roll's: counted by the liveness task,
+                // which reads the cause from the state.)
                 _ => {}
             }
         }

@@ -479,3 +479,52 @@ fn a_drained_outgoing_instance_is_replaced_by_the_current_version() {
         vec![MigrationStep::Complete { from: id, to: new }]
     );
 }
+
+/// A drained or lost outgoing instance of a function that already has
+/// `max_instances` current ones just goes, as the roll would release it
+/// (a replacement would be refused on `max_instances` every tick).
+#[test]
+fn a_drained_or_lost_outgoing_instance_at_max_instances_is_released() {
+    let policy = PlacementPolicy {
+        ranking: &BestFit,
+        options: PlanOptions::default(),
+        pending: None,
+        prefer: &[],
+        avoid: &[],
+    };
+    let mut s = region();
+    let mut f = spec("globex", "chat", Tier::Guaranteed, 300, 4_000);
+    f.max_instances = 2;
+    deploy(&mut s, f.clone());
+    let (a, b) = (
+        place(&mut s, "globex", "chat"),
+        place(&mut s, "globex", "chat"),
+    );
+    // A reshape that also lowers max_instances to one: both outgoing.
+    f.memory_mib = 5_000;
+    f.max_instances = 1;
+    ok(&mut s, DomainCommand::FunctionUpdate { spec: f });
+    let c = place(&mut s, "globex", "chat");
+    assert_eq!(s.instance_count(&t("globex"), "chat"), 1);
+    let node = s.instance(b).unwrap().slices[0].gpu.node.clone();
+    for drain in [true, false] {
+        let mut s = s.clone();
+        if drain {
+            ok(
+                &mut s,
+                DomainCommand::NodeDrainSet {
+                    node: node.clone(),
+                    drain: true,
+                },
+            );
+        } else {
+            mark(&mut s, &node.0, false, T0);
+        }
+        let decided = plan_evacuation(&s, b, drain, &policy, T0).unwrap_or_else(|r| panic!("{r}"));
+        assert_eq!(decided, Replacement::Release, "drain {drain}");
+        let cmd = decided.command(&s, b).unwrap();
+        ok(&mut s, cmd);
+        assert!(s.instance(b).is_none());
+        assert!(s.instance(a).is_some() && s.instance(c).is_some());
+    }
+}
