@@ -91,13 +91,7 @@ pub fn plan_replacement(
     if inst.version == f.version || view.migration_of(instance).is_some() {
         return Ok(Replacement::Nothing);
     }
-    let pending = policy
-        .pending
-        .map_or(0, |p| p.count(&inst.tenant, &inst.function));
-    let current = view
-        .instance_count(&inst.tenant, &inst.function)
-        .saturating_add(pending);
-    if current >= f.spec.max_instances {
+    if current_and_planned(view, inst, policy) >= f.spec.max_instances {
         return Ok(Replacement::Release);
     }
     if let Ok(plan) = plan_placements(view, &f.spec, 1, policy, now) {
@@ -151,13 +145,7 @@ pub fn plan_evacuation(
     let outgoing = inst.version != f.version;
     let mut spec = f.spec.clone();
     if outgoing {
-        let pending = policy
-            .pending
-            .map_or(0, |p| p.count(&inst.tenant, &inst.function));
-        let current = view
-            .instance_count(&inst.tenant, &inst.function)
-            .saturating_add(pending);
-        if current >= f.spec.max_instances {
+        if current_and_planned(view, inst, policy) >= f.spec.max_instances {
             return Ok(Replacement::Release);
         }
     } else {
@@ -205,6 +193,20 @@ pub fn plan_evacuation(
         }
         Err(r) => Err(r),
     }
+}
+
+/// The current instances of `inst`'s function and those the policy's
+/// pending plans are placing.
+fn current_and_planned(
+    view: &RegionState,
+    inst: &super::instance::Instance,
+    policy: &PlacementPolicy<'_>,
+) -> u32 {
+    let pending = policy
+        .pending
+        .map_or(0, |p| p.count(&inst.tenant, &inst.function));
+    view.instance_count(&inst.tenant, &inst.function)
+        .saturating_add(pending)
 }
 
 /// A one-step move of `instance` planned on a copy of `view` without it

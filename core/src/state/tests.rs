@@ -199,6 +199,17 @@ fn spec(tenant: &str, name: &str, tier: Tier, compute_milli: u32, memory_mib: u6
     }
 }
 
+/// Best fit, no pending plans, no preference.
+fn best_fit() -> PlacementPolicy<'static> {
+    PlacementPolicy {
+        ranking: &BestFit,
+        options: PlanOptions::default(),
+        pending: None,
+        prefer: &[],
+        avoid: &[],
+    }
+}
+
 fn deploy(s: &mut RegionState, f: FunctionSpec) {
     ok(s, DomainCommand::FunctionDeploy { spec: f });
 }

@@ -518,6 +518,19 @@ async fn deploy(
 }
 
 /// Plans `spec` on this replica's view through the scheduler's seam.
+impl DryRun {
+    /// The answer for `spec` that apply would refuse with `e` (not planned).
+    fn refused(spec: FunctionSpec, e: &ApplyError) -> Self {
+        DryRun {
+            spec,
+            placeable: false,
+            instances: Vec::new(),
+            code: Some(e.code().to_string()),
+            rejection: None,
+        }
+    }
+}
+
 fn dry_run(ctx: &HttpContext, spec: FunctionSpec) -> DryRun {
     let taken = {
         let st = ctx.replica.state.read();
@@ -531,13 +544,7 @@ fn dry_run(ctx: &HttpContext, spec: FunctionSpec) -> DryRun {
             kind: ObjectKind::Function,
             name: spec.name.clone(),
         };
-        return DryRun {
-            spec,
-            placeable: false,
-            instances: Vec::new(),
-            code: Some(e.code().to_string()),
-            rejection: None,
-        };
+        return DryRun::refused(spec, &e);
     }
     // No room in the tenant's stored specs: refused as the deploy's apply
     // refuses it (after the name, as apply checks).
@@ -549,13 +556,7 @@ fn dry_run(ctx: &HttpContext, spec: FunctionSpec) -> DryRun {
         .domain()
         .check_spec_room(&spec);
     if let Err(e) = room {
-        return DryRun {
-            spec,
-            placeable: false,
-            instances: Vec::new(),
-            code: Some(e.code().to_string()),
-            rejection: None,
-        };
+        return DryRun::refused(spec, &e);
     }
     match ctx.replica.scheduler.dry_run(&spec) {
         Ok(plan) => DryRun {

@@ -15,13 +15,7 @@ use crate::state::{
 const LATER: u64 = T0 + DEFRAG_VICTIM_MIN_AGE_MS;
 
 fn policy() -> PlacementPolicy<'static> {
-    PlacementPolicy {
-        ranking: &BestFit,
-        options: PlanOptions::default(),
-        pending: None,
-        prefer: &[],
-        avoid: &[],
-    }
+    best_fit()
 }
 
 /// The region of the other tests plus tenant `big` (quota for anything).

@@ -11,6 +11,21 @@ const RULES: LivenessRules = LivenessRules {
     replace_grace_ms: 2_000,
 };
 
+/// Drains `node` (`drain`) or marks it not ready.
+fn drain_or_lose(s: &mut RegionState, node: &NodeId, drain: bool) {
+    if drain {
+        ok(
+            s,
+            DomainCommand::NodeDrainSet {
+                node: node.clone(),
+                drain: true,
+            },
+        );
+    } else {
+        mark(s, &node.0, false, T0);
+    }
+}
+
 fn n(name: &str) -> NodeId {
     NodeId(name.into())
 }
@@ -236,13 +251,7 @@ fn a_drained_node_takes_nothing_until_undrained() {
 /// node, but its one-step move (apply releases it first) fits the quota.
 #[test]
 fn a_tenant_at_its_quota_still_has_its_instances_moved_off_a_lost_or_drained_node() {
-    let policy = PlacementPolicy {
-        ranking: &BestFit,
-        options: PlanOptions::default(),
-        pending: None,
-        prefer: &[],
-        avoid: &[],
-    };
+    let policy = best_fit();
     // globex: 2 000 milli of center compute; its edge quota (500) takes
     // none of these.
     let at_quota = || {
@@ -263,17 +272,7 @@ fn a_tenant_at_its_quota_still_has_its_instances_moved_off_a_lost_or_drained_nod
         // At its quota: one more instance is refused.
         let r = plan(&s, &t("globex"), "chat", &BestFit).unwrap_err();
         assert_eq!(r.code(), "quota_exceeded", "{r}");
-        if drain {
-            ok(
-                &mut s,
-                DomainCommand::NodeDrainSet {
-                    node: node.clone(),
-                    drain: true,
-                },
-            );
-        } else {
-            mark(&mut s, &node.0, false, T0);
-        }
+        drain_or_lose(&mut s, &node, drain);
         // A drain would place first but the quota has no room for both:
         // it moves in one step too.
         let decided = plan_evacuation(&s, id, drain, &policy, T0).unwrap_or_else(|r| panic!("{r}"));
@@ -299,13 +298,7 @@ fn a_tenant_at_its_quota_still_has_its_instances_moved_off_a_lost_or_drained_nod
     let (a, b) = (place(&mut s, "globex", "a"), place(&mut s, "globex", "b"));
     let node = s.instance(a).unwrap().slices[0].gpu.node.clone();
     assert_eq!(s.instance(b).unwrap().slices[0].gpu.node, node);
-    ok(
-        &mut s,
-        DomainCommand::NodeDrainSet {
-            node: node.clone(),
-            drain: true,
-        },
-    );
+    drain_or_lose(&mut s, &node, true);
     let first = plan_evacuation(&s, a, true, &policy, T0).unwrap_or_else(|r| panic!("{r}"));
     assert!(
         matches!(first, Replacement::Migrate(_, MigrationCause::Drain)),
@@ -327,13 +320,7 @@ fn a_tenant_at_its_quota_still_has_its_instances_moved_off_a_lost_or_drained_nod
     deploy(&mut s, spec("globex", "chat", Tier::Guaranteed, 500, 4_000));
     let id = place(&mut s, "globex", "chat");
     let node = s.instance(id).unwrap().slices[0].gpu.node.clone();
-    ok(
-        &mut s,
-        DomainCommand::NodeDrainSet {
-            node: node.clone(),
-            drain: true,
-        },
-    );
+    drain_or_lose(&mut s, &node, true);
     let decided = plan_evacuation(&s, id, true, &policy, T0).unwrap_or_else(|r| panic!("{r}"));
     assert!(
         matches!(decided, Replacement::Migrate(_, MigrationCause::Drain)),
@@ -348,26 +335,14 @@ fn a_tenant_at_its_quota_still_has_its_instances_moved_off_a_lost_or_drained_nod
 /// drain's wait even if not; `max_instances` counts the pair once.
 #[test]
 fn a_drains_replacement_is_a_migration_a_new_leader_finds() {
-    let policy = PlacementPolicy {
-        ranking: &BestFit,
-        options: PlanOptions::default(),
-        pending: None,
-        prefer: &[],
-        avoid: &[],
-    };
+    let policy = best_fit();
     let mut s = region();
     let mut f = spec("globex", "chat", Tier::Guaranteed, 500, 4_000);
     f.max_instances = 1;
     deploy(&mut s, f);
     let id = place(&mut s, "globex", "chat");
     let node = s.instance(id).unwrap().slices[0].gpu.node.clone();
-    ok(
-        &mut s,
-        DomainCommand::NodeDrainSet {
-            node: node.clone(),
-            drain: true,
-        },
-    );
+    drain_or_lose(&mut s, &node, true);
     // At max_instances: still made first (the pair counts once).
     let decided = plan_evacuation(&s, id, true, &policy, T0).unwrap_or_else(|r| panic!("{r}"));
     let command = decided.command(&s, id).expect("a command");
@@ -435,13 +410,7 @@ fn a_drains_replacement_is_a_migration_a_new_leader_finds() {
 /// as the roll's does.
 #[test]
 fn a_drained_outgoing_instance_is_replaced_by_the_current_version() {
-    let policy = PlacementPolicy {
-        ranking: &BestFit,
-        options: PlanOptions::default(),
-        pending: None,
-        prefer: &[],
-        avoid: &[],
-    };
+    let policy = best_fit();
     let mut s = region();
     let mut f = spec("globex", "chat", Tier::Guaranteed, 500, 4_000);
     f.max_instances = 1;
@@ -450,13 +419,7 @@ fn a_drained_outgoing_instance_is_replaced_by_the_current_version() {
     let node = s.instance(id).unwrap().slices[0].gpu.node.clone();
     f.memory_mib = 5_000;
     ok(&mut s, DomainCommand::FunctionUpdate { spec: f });
-    ok(
-        &mut s,
-        DomainCommand::NodeDrainSet {
-            node: node.clone(),
-            drain: true,
-        },
-    );
+    drain_or_lose(&mut s, &node, true);
     let decided = plan_evacuation(&s, id, true, &policy, T0).unwrap_or_else(|r| panic!("{r}"));
     let Replacement::Migrate(slices, MigrationCause::Roll) = &decided else {
         panic!("{decided:?}");
@@ -485,13 +448,7 @@ fn a_drained_outgoing_instance_is_replaced_by_the_current_version() {
 /// (a replacement would be refused on `max_instances` every tick).
 #[test]
 fn a_drained_or_lost_outgoing_instance_at_max_instances_is_released() {
-    let policy = PlacementPolicy {
-        ranking: &BestFit,
-        options: PlanOptions::default(),
-        pending: None,
-        prefer: &[],
-        avoid: &[],
-    };
+    let policy = best_fit();
     let mut s = region();
     let mut f = spec("globex", "chat", Tier::Guaranteed, 300, 4_000);
     f.max_instances = 2;
@@ -509,17 +466,7 @@ fn a_drained_or_lost_outgoing_instance_at_max_instances_is_released() {
     let node = s.instance(b).unwrap().slices[0].gpu.node.clone();
     for drain in [true, false] {
         let mut s = s.clone();
-        if drain {
-            ok(
-                &mut s,
-                DomainCommand::NodeDrainSet {
-                    node: node.clone(),
-                    drain: true,
-                },
-            );
-        } else {
-            mark(&mut s, &node.0, false, T0);
-        }
+        drain_or_lose(&mut s, &node, drain);
         let decided = plan_evacuation(&s, b, drain, &policy, T0).unwrap_or_else(|r| panic!("{r}"));
         assert_eq!(decided, Replacement::Release, "drain {drain}");
         let cmd = decided.command(&s, b).unwrap();

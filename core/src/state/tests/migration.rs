@@ -419,13 +419,7 @@ fn lowering_max_instances_keeps_a_migration_whole() {
 }
 
 fn policy() -> PlacementPolicy<'static> {
-    PlacementPolicy {
-        ranking: &BestFit,
-        options: PlanOptions::default(),
-        pending: None,
-        prefer: &[],
-        avoid: &[],
-    }
+    best_fit()
 }
 
 /// ea1 (edge-a's one GPU, 16 GiB) holds globex/fill (8 GiB) and acme/big

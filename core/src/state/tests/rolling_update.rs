@@ -6,13 +6,7 @@
 use super::*;
 
 fn policy() -> PlacementPolicy<'static> {
-    PlacementPolicy {
-        ranking: &BestFit,
-        options: PlanOptions::default(),
-        pending: None,
-        prefer: &[],
-        avoid: &[],
-    }
+    best_fit()
 }
 
 fn replacement(s: &RegionState, i: InstanceId) -> Replacement {
