@@ -91,7 +91,11 @@ pub fn plan_replacement(
     if inst.version == f.version || view.migration_of(instance).is_some() {
         return Ok(Replacement::Nothing);
     }
-    if current_and_planned(view, inst, policy) >= f.spec.max_instances {
+    // Released only on what the view holds: pending plans count moves of
+    // current instances too, which keep the count, and a release cannot
+    // be undone (a replacement refused on a pending scale-out is planned
+    // again and released then).
+    if view.instance_count(&inst.tenant, &inst.function) >= f.spec.max_instances {
         return Ok(Replacement::Release);
     }
     if let Ok(plan) = plan_placements(view, &f.spec, 1, policy, now) {
@@ -145,7 +149,8 @@ pub fn plan_evacuation(
     let outgoing = inst.version != f.version;
     let mut spec = f.spec.clone();
     if outgoing {
-        if current_and_planned(view, inst, policy) >= f.spec.max_instances {
+        // (On the view alone, as `plan_replacement` releases.)
+        if view.instance_count(&inst.tenant, &inst.function) >= f.spec.max_instances {
             return Ok(Replacement::Release);
         }
     } else {
@@ -193,20 +198,6 @@ pub fn plan_evacuation(
         }
         Err(r) => Err(r),
     }
-}
-
-/// The current instances of `inst`'s function and those the policy's
-/// pending plans are placing.
-fn current_and_planned(
-    view: &RegionState,
-    inst: &super::instance::Instance,
-    policy: &PlacementPolicy<'_>,
-) -> u32 {
-    let pending = policy
-        .pending
-        .map_or(0, |p| p.count(&inst.tenant, &inst.function));
-    view.instance_count(&inst.tenant, &inst.function)
-        .saturating_add(pending)
 }
 
 /// A one-step move of `instance` planned on a copy of `view` without it

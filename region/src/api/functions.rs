@@ -517,7 +517,6 @@ async fn deploy(
     }
 }
 
-/// Plans `spec` on this replica's view through the scheduler's seam.
 impl DryRun {
     /// The answer for `spec` that apply would refuse with `e` (not planned).
     fn refused(spec: FunctionSpec, e: &ApplyError) -> Self {
@@ -531,6 +530,7 @@ impl DryRun {
     }
 }
 
+/// Plans `spec` on this replica's view through the scheduler's seam.
 fn dry_run(ctx: &HttpContext, spec: FunctionSpec) -> DryRun {
     let taken = {
         let st = ctx.replica.state.read();
@@ -815,8 +815,9 @@ pub struct UpdateView {
     pub released: Vec<InstanceId>,
     /// Instances the update made outgoing because it changed their shape
     /// (runtime, memory, compute, tier or pool): each keeps serving until
-    /// a new-version instance placed for it (a `roll` migration) is ready,
-    /// then goes.
+    /// a new-version instance placed for it (a `roll` migration) is ready
+    /// (or for 10 s), then goes; without room for both it moves in one
+    /// step, and where `max_instances` current ones exist it just goes.
     #[serde(default)]
     pub replacing: Vec<InstanceId>,
     /// The function after the update, with the instances placed for it

@@ -475,3 +475,54 @@ fn a_drained_or_lost_outgoing_instance_at_max_instances_is_released() {
         assert!(s.instance(a).is_some() && s.instance(c).is_some());
     }
 }
+
+/// The release of a drained outgoing instance is decided on the view
+/// alone: a pending move of a current instance (which keeps the count)
+/// does not make it look as if `max_instances` current ones existed.
+#[test]
+fn a_pending_move_does_not_release_a_drained_outgoing_instance() {
+    let mut s = region();
+    let mut f = spec("globex", "chat", Tier::Guaranteed, 300, 4_000);
+    f.max_instances = 2;
+    deploy(&mut s, f.clone());
+    let (a, b) = (
+        place(&mut s, "globex", "chat"),
+        place(&mut s, "globex", "chat"),
+    );
+    f.memory_mib = 5_000;
+    ok(&mut s, DomainCommand::FunctionUpdate { spec: f });
+    let r = place(&mut s, "globex", "chat");
+    ok(&mut s, DomainCommand::InstanceRelease { instance: a });
+    assert_eq!(s.instance_count(&t("globex"), "chat"), 1);
+    // A drain of `r` is being planned in the same batch: pending.
+    let mut pending = PendingPlans::default();
+    let slices = s.instance(r).unwrap().slices.clone();
+    pending.reserve_command(
+        &s,
+        &DomainCommand::InstanceMigrate {
+            instance: r,
+            slices,
+            cause: MigrationCause::Drain,
+        },
+    );
+    assert_eq!(pending.count(&t("globex"), "chat"), 1);
+    let node = s.instance(b).unwrap().slices[0].gpu.node.clone();
+    drain_or_lose(&mut s, &node, true);
+    let policy = PlacementPolicy {
+        pending: Some(&pending),
+        ..best_fit()
+    };
+    // Not released: the planner, counting the pending plan, finds no
+    // room under max_instances this time (planned again next tick).
+    let decided = plan_evacuation(&s, b, true, &policy, T0);
+    let e = decided.expect_err("no release");
+    assert_eq!(e.code(), "max_instances", "{e}");
+    let rolled = plan_replacement(&s, b, &policy, T0);
+    assert!(!matches!(rolled, Ok(Replacement::Release)), "{rolled:?}");
+    // Without the pending plan: a roll migration.
+    let decided = plan_evacuation(&s, b, true, &best_fit(), T0).unwrap();
+    assert!(
+        matches!(decided, Replacement::Migrate(_, MigrationCause::Roll)),
+        "{decided:?}"
+    );
+}
