@@ -144,12 +144,18 @@ impl Index {
     /// Counts a function record of `tenant` whose stored bytes went from
     /// `before` to `after` (0: absent).
     pub fn change_stored(&mut self, tenant: &TenantId, before: u64, after: u64) {
-        let total = self.stored.get(tenant).copied().unwrap_or(0);
-        let total = total.saturating_sub(before).saturating_add(after);
-        if total == 0 {
-            self.stored.remove(tenant);
-        } else {
-            self.stored.insert(tenant.clone(), total);
+        match self.stored.get_mut(tenant) {
+            Some(total) => {
+                *total = total.saturating_sub(before).saturating_add(after);
+                if *total == 0 {
+                    self.stored.remove(tenant);
+                }
+            }
+            None if after > before => {
+                self.stored
+                    .insert(tenant.clone(), after.saturating_sub(before));
+            }
+            None => {}
         }
     }
 
