@@ -80,10 +80,7 @@ pub fn plan_replacement(
     policy: &PlacementPolicy<'_>,
     now: UnixMillis,
 ) -> Result<Replacement, Box<PlanRejection>> {
-    let Some(inst) = view.instance(instance) else {
-        return Ok(Replacement::Nothing);
-    };
-    let Ok(f) = view.function(&inst.tenant, &inst.function) else {
+    let Some((inst, f)) = with_function(view, instance) else {
         return Ok(Replacement::Nothing);
     };
     // Current, or being replaced already (a new leader finds the roll's
@@ -136,10 +133,7 @@ pub fn plan_evacuation(
     policy: &PlacementPolicy<'_>,
     now: UnixMillis,
 ) -> Result<Replacement, Box<PlanRejection>> {
-    let Some(inst) = view.instance(instance) else {
-        return Ok(Replacement::Nothing);
-    };
-    let Ok(f) = view.function(&inst.tenant, &inst.function) else {
+    let Some((inst, f)) = with_function(view, instance) else {
         return Ok(Replacement::Nothing);
     };
     // An outgoing instance is not counted; what replaces it (the current
@@ -198,6 +192,18 @@ pub fn plan_evacuation(
         }
         Err(r) => Err(r),
     }
+}
+
+/// Instance `instance` of `view` and its function's record (`None`: gone).
+fn with_function(
+    view: &RegionState,
+    instance: InstanceId,
+) -> Option<(
+    &super::instance::Instance,
+    &super::function_record::FunctionRecord,
+)> {
+    let inst = view.instance(instance)?;
+    Some((inst, view.function(&inst.tenant, &inst.function).ok()?))
 }
 
 /// A one-step move of `instance` planned on a copy of `view` without it

@@ -443,12 +443,9 @@ fn a_drained_outgoing_instance_is_replaced_by_the_current_version() {
     );
 }
 
-/// A drained or lost outgoing instance of a function that already has
-/// `max_instances` current ones just goes, as the roll would release it
-/// (a replacement would be refused on `max_instances` every tick).
-#[test]
-fn a_drained_or_lost_outgoing_instance_at_max_instances_is_released() {
-    let policy = best_fit();
+/// `globex/chat` (max 2) with two instances `a`, `b`, then reshaped (more
+/// memory) with `max_instances = max`: both outgoing.
+fn two_outgoing(max: u32) -> (RegionState, InstanceId, InstanceId) {
     let mut s = region();
     let mut f = spec("globex", "chat", Tier::Guaranteed, 300, 4_000);
     f.max_instances = 2;
@@ -457,10 +454,20 @@ fn a_drained_or_lost_outgoing_instance_at_max_instances_is_released() {
         place(&mut s, "globex", "chat"),
         place(&mut s, "globex", "chat"),
     );
-    // A reshape that also lowers max_instances to one: both outgoing.
     f.memory_mib = 5_000;
-    f.max_instances = 1;
+    f.max_instances = max;
     ok(&mut s, DomainCommand::FunctionUpdate { spec: f });
+    (s, a, b)
+}
+
+/// A drained or lost outgoing instance of a function that already has
+/// `max_instances` current ones just goes, as the roll would release it
+/// (a replacement would be refused on `max_instances` every tick).
+#[test]
+fn a_drained_or_lost_outgoing_instance_at_max_instances_is_released() {
+    let policy = best_fit();
+    // A reshape that also lowers max_instances to one: both outgoing.
+    let (mut s, a, b) = two_outgoing(1);
     let c = place(&mut s, "globex", "chat");
     assert_eq!(s.instance_count(&t("globex"), "chat"), 1);
     let node = s.instance(b).unwrap().slices[0].gpu.node.clone();
@@ -481,16 +488,7 @@ fn a_drained_or_lost_outgoing_instance_at_max_instances_is_released() {
 /// does not make it look as if `max_instances` current ones existed.
 #[test]
 fn a_pending_move_does_not_release_a_drained_outgoing_instance() {
-    let mut s = region();
-    let mut f = spec("globex", "chat", Tier::Guaranteed, 300, 4_000);
-    f.max_instances = 2;
-    deploy(&mut s, f.clone());
-    let (a, b) = (
-        place(&mut s, "globex", "chat"),
-        place(&mut s, "globex", "chat"),
-    );
-    f.memory_mib = 5_000;
-    ok(&mut s, DomainCommand::FunctionUpdate { spec: f });
+    let (mut s, a, b) = two_outgoing(2);
     let r = place(&mut s, "globex", "chat");
     ok(&mut s, DomainCommand::InstanceRelease { instance: a });
     assert_eq!(s.instance_count(&t("globex"), "chat"), 1);
