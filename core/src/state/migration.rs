@@ -25,6 +25,7 @@
 use super::instance::{Instance, InstanceId};
 use super::region_state::{RegionState, UnixMillis};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fmt;
 
 /// Why an instance moves.
@@ -151,11 +152,19 @@ impl MigrationStep {
 /// is not ready after [`MUST_FINISH_AFTER_MS`] completes all the same,
 /// where its node takes placements: the old one's version, or its node
 /// (while it still drains), is leaving.
+///
+/// A migration's age counts from the later of its `started_at` (the
+/// clock of the leader that started it) and when this leader first saw
+/// it (`seen`, by the new side, on this leader's clock; see
+/// [`note_migrations_seen`]): a leader whose clock runs ahead of the one
+/// that started a migration neither forces nor gives it up early. (A clock
+/// running behind only delays both, as before.)
 pub fn migration_steps(
     view: &RegionState,
     ready: &dyn Fn(&Instance) -> bool,
     now: UnixMillis,
     wait_ms: u64,
+    seen: &BTreeMap<InstanceId, UnixMillis>,
 ) -> Vec<MigrationStep> {
     let mut out = Vec::new();
     for m in view.migrations() {
@@ -163,7 +172,10 @@ pub fn migration_steps(
             continue; // apply ends the record with either side
         };
         let node_ok = to.slices.iter().all(|s| view.takes_placements(&s.gpu.node));
-        let age = now.saturating_sub(m.started_at);
+        let since = seen
+            .get(&m.to)
+            .map_or(m.started_at, |at| (*at).max(m.started_at));
+        let age = now.saturating_sub(since);
         // A drain's old side must go only while its node still drains
         // (or is lost): undrained, it serves on until the new one is ready.
         let leaving = || match m.cause {
@@ -188,4 +200,20 @@ pub fn migration_steps(
         }
     }
     out
+}
+
+/// Keeps `seen` (when this leader first saw each migration of `view`, by
+/// its new side, on this leader's clock) in step with `view` at `now`:
+/// the migrations not seen before are seen now, the ended ones are
+/// forgotten. The leader forgets all of them when it stops leading.
+pub fn note_migrations_seen(
+    view: &RegionState,
+    seen: &mut BTreeMap<InstanceId, UnixMillis>,
+    now: UnixMillis,
+) {
+    let live: std::collections::BTreeSet<InstanceId> = view.migrations().map(|m| m.to).collect();
+    seen.retain(|to, _| live.contains(to));
+    for to in live {
+        seen.entry(to).or_insert(now);
+    }
 }

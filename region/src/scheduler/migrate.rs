@@ -4,7 +4,8 @@
 //! ```text
 //!  leader, every MIGRATE_TICK (only when a migration runs or an instance spilled):
 //!     hub.gather() (every replica's agent reports)
-//!     migration_steps(view, ready, now, MIGRATION_WAIT)   (core, pure)
+//!     migration_steps(view, ready, now, MIGRATION_WAIT, seen)   (core, pure; ages from the
+//!        later of the start's stamp and this leader's first sight, on its clock)
 //!        Complete ─▶ MigrationEnd(release old)   the new one is resident (on-demand tiers: hosted),
 //!                                                or a drain's or a roll's ran past MUST_FINISH_AFTER_MS
 //!        Abort    ─▶ MigrationEnd(release new)   not ready in time, or its node went not_ready
@@ -31,8 +32,8 @@ use gshare_core::command::{CommandOutcome, RegionCommand};
 use gshare_core::model::TenantId;
 use gshare_core::protocol::InstanceState;
 use gshare_core::state::{
-    migration_steps, plan_returns, return_target, spilled, DomainCommand, Instance, InstanceId,
-    MigrationCause, MigrationStep, RegionState,
+    migration_steps, note_migrations_seen, plan_returns, return_target, spilled, DomainCommand,
+    Instance, InstanceId, MigrationCause, MigrationStep, RegionState,
 };
 use openraft::ServerState;
 
@@ -94,6 +95,10 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub) {
     // to return again for RETURN_AFTER_GIVE_UP_MS (a model that loads
     // slower than MIGRATION_WAIT would churn forever).
     let mut given_up: BTreeMap<InstanceId, u64> = BTreeMap::new();
+    // When this leader first saw each migration (by its new side), on its
+    // own clock: ages count from it too, so a clock ahead of the leader
+    // that started one ends nothing early (forgotten when it stops leading).
+    let mut seen: BTreeMap<InstanceId, u64> = BTreeMap::new();
     loop {
         tokio::time::sleep(MIGRATE_TICK).await;
         let Some(inner) = inner.upgrade() else {
@@ -102,8 +107,11 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub) {
         if inner.raft.metrics().borrow().state == ServerState::Shutdown {
             return;
         }
-        if !inner.leads() || !(inner.any_blocked() || has_work(inner.state.read().region.domain()))
-        {
+        if !inner.leads() {
+            seen.clear();
+            continue;
+        }
+        if !(inner.any_blocked() || has_work(inner.state.read().region.domain())) {
             continue;
         }
         let agents = hub.gather().await;
@@ -113,7 +121,8 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub) {
         let steps: Vec<(MigrationStep, MigrationCause, String, TenantId, String)> = {
             let st = inner.state.read();
             let view = st.region.domain();
-            migration_steps(view, &|i| ready(&agents, i), now, wait_ms)
+            note_migrations_seen(view, &mut seen, now);
+            migration_steps(view, &|i| ready(&agents, i), now, wait_ms, &seen)
                 .into_iter()
                 .filter_map(|step| {
                     let to = match step {

@@ -373,10 +373,28 @@ fn a_drains_replacement_is_a_migration_a_new_leader_finds() {
     let always = |_: &Instance| true;
     let wait = 60_000;
     let at = T0 + MUST_FINISH_AFTER_MS;
-    assert_eq!(migration_steps(&s, &never, at - 1, wait), vec![]);
+    assert_eq!(
+        migration_steps(&s, &never, at - 1, wait, &BTreeMap::new()),
+        vec![]
+    );
     let done = MigrationStep::Complete { from: id, to: new };
-    assert_eq!(migration_steps(&s, &always, T0 + 1, wait), vec![done]);
-    assert_eq!(migration_steps(&s, &never, at, wait), vec![done]);
+    assert_eq!(
+        migration_steps(&s, &always, T0 + 1, wait, &BTreeMap::new()),
+        vec![done]
+    );
+    assert_eq!(
+        migration_steps(&s, &never, at, wait, &BTreeMap::new()),
+        vec![done]
+    );
+    // A new leader whose clock runs 20 s ahead forces it only
+    // MUST_FINISH_AFTER_MS after its first sight of it.
+    let ahead = T0 + 20_000;
+    let seen = BTreeMap::from([(new, ahead)]);
+    assert_eq!(migration_steps(&s, &never, ahead, wait, &seen), vec![]);
+    assert_eq!(
+        migration_steps(&s, &never, ahead + MUST_FINISH_AFTER_MS, wait, &seen),
+        vec![done]
+    );
     // Undrained meanwhile, the old one serves on until the new one is
     // ready (or is given up after the general wait).
     let mut undrained = s.clone();
@@ -387,10 +405,16 @@ fn a_drains_replacement_is_a_migration_a_new_leader_finds() {
             drain: false,
         },
     );
-    assert_eq!(migration_steps(&undrained, &never, at, wait), vec![]);
-    assert_eq!(migration_steps(&undrained, &always, at, wait), vec![done]);
     assert_eq!(
-        migration_steps(&undrained, &never, T0 + wait, wait),
+        migration_steps(&undrained, &never, at, wait, &BTreeMap::new()),
+        vec![]
+    );
+    assert_eq!(
+        migration_steps(&undrained, &always, at, wait, &BTreeMap::new()),
+        vec![done]
+    );
+    assert_eq!(
+        migration_steps(&undrained, &never, T0 + wait, wait, &BTreeMap::new()),
         vec![MigrationStep::Abort { from: id, to: new }]
     );
     ok(
@@ -438,7 +462,13 @@ fn a_drained_outgoing_instance_is_replaced_by_the_current_version() {
     );
     // Forced at the wait, as a drain's (the old version is leaving).
     assert_eq!(
-        migration_steps(&s, &|_| false, T0 + MUST_FINISH_AFTER_MS, 60_000),
+        migration_steps(
+            &s,
+            &|_| false,
+            T0 + MUST_FINISH_AFTER_MS,
+            60_000,
+            &BTreeMap::new()
+        ),
         vec![MigrationStep::Complete { from: id, to: new }]
     );
 }

@@ -5,7 +5,8 @@
 
 use super::*;
 use crate::state::{
-    migration_steps, plan_move, plan_returns, MigrationCause, MigrationStep, MoveError, MoveTarget,
+    migration_steps, note_migrations_seen, plan_move, plan_returns, MigrationCause, MigrationStep,
+    MoveError, MoveTarget,
 };
 
 fn slice(node: &str, index: u32, compute_milli: u32, memory_mib: u64) -> Slice {
@@ -257,12 +258,15 @@ fn steps_complete_a_ready_migration_and_give_up_a_late_one() {
     };
     let never = |_: &Instance| false;
     let always = |_: &Instance| true;
-    assert_eq!(migration_steps(&s, &never, T0 + 999, 1_000), vec![]);
     assert_eq!(
-        migration_steps(&s, &never, T0 + 1_000, 1_000),
+        migration_steps(&s, &never, T0 + 999, 1_000, &BTreeMap::new()),
+        vec![]
+    );
+    assert_eq!(
+        migration_steps(&s, &never, T0 + 1_000, 1_000, &BTreeMap::new()),
         vec![MigrationStep::Abort { from: old, to: new }]
     );
-    let steps = migration_steps(&s, &always, T0 + 10, 1_000);
+    let steps = migration_steps(&s, &always, T0 + 10, 1_000, &BTreeMap::new());
     assert_eq!(steps, vec![MigrationStep::Complete { from: old, to: new }]);
     assert_eq!(steps[0].releases(), old);
     // The new side's node stops taking placements: given up at once.
@@ -274,9 +278,55 @@ fn steps_complete_a_ready_migration_and_give_up_a_late_one() {
         },
     );
     assert_eq!(
-        migration_steps(&s, &always, T0 + 10, 1_000),
+        migration_steps(&s, &always, T0 + 10, 1_000, &BTreeMap::new()),
         vec![MigrationStep::Abort { from: old, to: new }]
     );
+}
+
+/// A new leader whose clock runs ahead of the one that started a
+/// migration counts its age from when it first saw the migration: it gives
+/// up nothing early (without that, it gave this one up at once).
+#[test]
+fn a_leader_whose_clock_runs_ahead_ends_no_migration_early() {
+    let (mut s, old) = one_on_c1();
+    let Applied::InstanceMigrating { instance: new, .. } = ok(
+        &mut s,
+        migrate(old, slice("c2", 0, 250, 4_096), MigrationCause::Return),
+    ) else {
+        panic!()
+    };
+    let never = |_: &Instance| false;
+    let abort = vec![MigrationStep::Abort { from: old, to: new }];
+    // The new leader's clock reads 30 s past the start's stamp at its first look.
+    let ahead = T0 + 30_000;
+    let mut seen = BTreeMap::new();
+    note_migrations_seen(&s, &mut seen, ahead);
+    assert_eq!(seen, BTreeMap::from([(new, ahead)]));
+    assert_eq!(
+        migration_steps(&s, &never, ahead, 1_000, &BTreeMap::new()),
+        abort
+    );
+    assert_eq!(
+        migration_steps(&s, &never, ahead + 999, 1_000, &seen),
+        vec![]
+    );
+    assert_eq!(
+        migration_steps(&s, &never, ahead + 1_000, 1_000, &seen),
+        abort
+    );
+    // The leader that started it (first sight at or before the stamp, its
+    // clock behind) ages it from the stamp, as before.
+    let behind = BTreeMap::from([(new, T0 - 5_000)]);
+    assert_eq!(
+        migration_steps(&s, &never, T0 + 1_000, 1_000, &behind),
+        abort
+    );
+    // A later look keeps the first sight; an ended migration is forgotten.
+    note_migrations_seen(&s, &mut seen, ahead + 500);
+    assert_eq!(seen, BTreeMap::from([(new, ahead)]));
+    ok(&mut s, DomainCommand::InstanceRelease { instance: new });
+    note_migrations_seen(&s, &mut seen, ahead + 600);
+    assert!(seen.is_empty());
 }
 
 #[test]

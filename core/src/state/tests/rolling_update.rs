@@ -98,7 +98,13 @@ fn outgoing_instances_keep_their_slices_and_spec_until_replaced_one_by_one() {
     assert_eq!(replacement(&s, a), Replacement::Nothing);
     // The migration tick ends it once `c` is ready (or after the wait).
     assert_eq!(
-        migration_steps(&s, &|_| false, T0 + MUST_FINISH_AFTER_MS, 60_000),
+        migration_steps(
+            &s,
+            &|_| false,
+            T0 + MUST_FINISH_AFTER_MS,
+            60_000,
+            &BTreeMap::new()
+        ),
         vec![MigrationStep::Complete { from: a, to: c }]
     );
     ok(&mut s, DomainCommand::InstanceRelease { instance: a });
