@@ -914,3 +914,59 @@ async fn a_second_slice_left_by_an_interrupted_move_is_released() {
     let st = agent.addr.send(StatusQuery).await.unwrap();
     assert_eq!(invoke(agent.ingress, "moving").await.0, 200, "{st:?}");
 }
+
+/// Two interrupted moves of one function crossing on a GPU: instance 1
+/// moves 2 → 0, instance 2 moves 0 → 1. Each releases its own source
+/// (1 on GPU 2, 2 on GPU 0). Before, the release for GPU 0 went to the
+/// first instance with two slices there, instance 1, whose target that is.
+#[actix_rt::test]
+async fn crossing_interrupted_moves_release_each_instances_own_source() {
+    let ca = new_ca();
+    let mut region = fake_region(&ca);
+    let agent = start_agent(&ca, &ca.pem, &[region.addr], 3, 16_384);
+    let conn = next_registration(&mut region).await;
+    assign(&conn, &[]).await;
+    let f = spec("moving", Tier::Oversubscribed, 2_048, 1_000);
+    let slice = |index| Slice {
+        gpu: GpuId {
+            node: NodeId("n1".into()),
+            index,
+        },
+        compute_milli: 500,
+        memory_mib: f.memory_mib,
+    };
+    let instance = |id, slices| AssignedInstance {
+        instance: InstanceId(id),
+        spec: f.clone(),
+        version: 1,
+        slices,
+    };
+    push(
+        &conn,
+        RegionMessageV1::Assignment(Assignment {
+            applied_index: 2,
+            instances: vec![
+                instance(1, vec![slice(2), slice(0)]),
+                instance(2, vec![slice(0), slice(1)]),
+            ],
+        }),
+    )
+    .await;
+    wait_until_served(agent.ingress, "moving").await;
+    let mut expected = vec![(InstanceId(1), slice(2).gpu), (InstanceId(2), slice(0).gpu)];
+    expected.sort();
+    let mut released = Vec::new();
+    for _ in 0..200 {
+        released = region
+            .slice_releases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        released.sort();
+        if released.len() >= expected.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(released, expected, "the slices released");
+}

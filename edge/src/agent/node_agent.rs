@@ -758,22 +758,32 @@ impl NodeAgent {
     }
 
     /// Phase two: the function left GPU `gpu`; the instance that holds two
-    /// slices, one of them there, gives that one up. (None: nothing to
-    /// release — the GPU was the instance's placement, or already released.)
+    /// slices and is moving from `gpu` (a slice there other than its last,
+    /// the target) gives that one up. (None: nothing to release — the GPU
+    /// was the instance's placement, or already released.) Another
+    /// instance's target on `gpu` is never taken for a source.
     fn ask_release(&mut self, function: FunctionId, gpu: u32) {
         let Some(instance) = self.functions.get(&function).and_then(|h| {
             h.slices
                 .iter()
                 .find(|(id, s)| {
-                    s.len() > 1
-                        && s.iter().any(|s| s.gpu.index == gpu)
+                    s.split_last()
+                        .is_some_and(|(_, sources)| sources.iter().any(|s| s.gpu.index == gpu))
                         && !self.releasing.contains(&(*id, gpu))
                 })
                 .map(|(id, _)| *id)
         }) else {
             return;
         };
-        self.releasing.insert((instance, gpu));
+        self.release_slice(instance, gpu);
+    }
+
+    /// Asks the region to release `instance`'s slice on GPU `gpu` (a move's
+    /// source), once.
+    fn release_slice(&mut self, instance: InstanceId, gpu: u32) {
+        if !self.releasing.insert((instance, gpu)) {
+            return;
+        }
         let gpu = GpuId {
             node: self.setup.node.clone(),
             index: gpu,
@@ -839,14 +849,16 @@ impl NodeAgent {
     /// copy went meanwhile, or the agent restarted): the slice would
     /// otherwise stay reserved, and the instance unable to move again.
     fn pin_all(&mut self, now: Micros) {
-        let mut pins: Vec<(FunctionId, Vec<u32>, Vec<u32>)> = Vec::new();
+        // (function, the GPUs it is pinned to, the move sources it left)
+        type Pin = (FunctionId, Vec<u32>, Vec<(InstanceId, u32)>);
+        let mut pins: Vec<Pin> = Vec::new();
         for (id, h) in &self.functions {
             let asked = self.executor.reserving(*id).is_some();
             let mut gpus = Vec::new();
             let mut left = Vec::new();
             for (inst, s) in &h.slices {
                 let keep = if s.len() > 1 && !asked && h.spec.tier.remappable() {
-                    left.extend(s[..s.len() - 1].iter().map(|s| s.gpu.index));
+                    left.extend(s[..s.len() - 1].iter().map(|s| (*inst, s.gpu.index)));
                     &s[s.len() - 1..]
                 } else {
                     &s[..]
@@ -864,11 +876,11 @@ impl NodeAgent {
             for command in self.executor.take_commands() {
                 self.carry_out(now, command);
             }
-            for gpu in left {
+            for (instance, gpu) in left {
                 let copy = gpu < self.executor.config().gpus
                     && self.executor.gpu(gpu).resident().any(|f| f == id);
                 if !copy {
-                    self.ask_release(id, gpu);
+                    self.release_slice(instance, gpu);
                 }
             }
         }
