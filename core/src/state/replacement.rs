@@ -21,7 +21,7 @@ use super::migration::MigrationCause;
 use super::placement_plan::{plan_placements, PlacementPolicy};
 use super::plan_rejection::{PlanRejection, RejectReason};
 use super::region_state::{RegionState, UnixMillis};
-use crate::model::Slice;
+use crate::model::{PoolKind, Quota, Slice};
 use serde::{Deserialize, Serialize};
 
 /// How one outgoing instance is replaced.
@@ -121,11 +121,12 @@ pub fn plan_replacement(
 /// `InstanceReplace` releases it first, so a move that the quota (or
 /// `max_instances`) refuses on the view is planned again on a copy of the
 /// view without it: a tenant at its quota still has its instances moved
-/// off a lost node. On a drained node, where the tenant's other instances
-/// may be holding quota for their make-first replacement, only the
-/// lowest-numbered one does so; the others get the refusal and are planned
-/// again on the next tick. Any other rejection (no GPU has room) is the
-/// answer.
+/// off a lost node. On a drained node it does so only while none of the
+/// tenant's other instances there is making its replacement first (a
+/// migration in progress) and the tenant has no plan pending in this
+/// batch; otherwise it gets the refusal and is planned again on the next
+/// tick, when their quota may be free for it to make first too. Any other
+/// rejection (no GPU has room) is the answer.
 pub fn plan_evacuation(
     view: &RegionState,
     instance: InstanceId,
@@ -175,23 +176,47 @@ pub fn plan_evacuation(
                 RejectReason::Quota { .. } | RejectReason::MaxInstances { .. }
             ) =>
         {
-            // A drain's other instances of this tenant on the same node
-            // may be making their replacement first right now, holding
-            // quota for a few seconds: only the lowest-numbered of them
-            // moves in one step, the others wait their turn (a refusal,
-            // planned again on the next tick) and may then make first.
-            let waits = make_first
-                && inst.slices.iter().any(|s| {
-                    view.instances_on(&s.gpu.node)
-                        .any(|o| o.tenant == inst.tenant && o.id < instance)
-                });
-            if waits {
+            // The tenant's other instances on the drained node may be
+            // making their replacement first right now, holding quota (or
+            // a place under `max_instances`) until their migration ends
+            // (within MUST_FINISH_AFTER_MS), or have a plan of this batch
+            // still pending: this one waits for that (a refusal, planned
+            // again on the next tick) and may then make first too. With
+            // none of them in flight, nothing will free the room soon: it
+            // moves in one step now. (It waited for any lower-numbered
+            // sibling before, forever where that one could not move.)
+            if make_first && sibling_in_flight(view, inst, policy) {
                 return Err(r);
             }
             move_without(view, instance, &f.spec, policy, now)
         }
         Err(r) => Err(r),
     }
+}
+
+/// Whether another instance of `inst`'s tenant on a node of `inst`'s is
+/// the old side of a migration in progress (making its replacement
+/// first), or the tenant has a plan pending in `policy` (quota or a
+/// place of the function held for a plan of this batch).
+fn sibling_in_flight(
+    view: &RegionState,
+    inst: &super::instance::Instance,
+    policy: &PlacementPolicy<'_>,
+) -> bool {
+    let pending = policy.pending.is_some_and(|p| {
+        p.count(&inst.tenant, &inst.function) > 0
+            || [PoolKind::Center, PoolKind::Edge]
+                .into_iter()
+                .any(|kind| p.held(&inst.tenant, kind) != Quota::default())
+    });
+    pending
+        || inst.slices.iter().any(|s| {
+            view.instances_on(&s.gpu.node).any(|o| {
+                o.tenant == inst.tenant
+                    && o.id != inst.id
+                    && view.migration_of(o.id).is_some_and(|m| m.from == o.id)
+            })
+        })
 }
 
 /// Instance `instance` of `view` and its function's record (`None`: gone).

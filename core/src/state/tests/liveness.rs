@@ -328,6 +328,71 @@ fn a_tenant_at_its_quota_still_has_its_instances_moved_off_a_lost_or_drained_nod
     );
 }
 
+/// A tenant at its quota with two instances on a drained node, the
+/// lower-numbered of which fits nowhere else: the other one moves in one
+/// step, where it waited for that one's turn forever before. (It still
+/// waits while a sibling makes its replacement first: the test above.)
+#[test]
+fn a_drained_instance_does_not_wait_for_a_sibling_that_cannot_move() {
+    let policy = best_fit();
+    let mut s = region();
+    ok(
+        &mut s,
+        DomainCommand::TenantCreate {
+            tenant: t("tiny"),
+            display_name: None,
+            quotas: BTreeMap::from([
+                (PoolKind::Center, quota(1_500, 14_336, 4)),
+                (PoolKind::Edge, quota(0, 0, 0)),
+            ]),
+        },
+    );
+    let at = |node: &str, index, compute_milli, memory_mib| Slice {
+        gpu: gpu(node, index),
+        compute_milli,
+        memory_mib,
+    };
+    let mut place_at = |tenant: &str, name: &str, slice: Slice| {
+        let f = spec(
+            tenant,
+            name,
+            Tier::Guaranteed,
+            slice.compute_milli,
+            slice.memory_mib,
+        );
+        deploy(&mut s, f);
+        let cmd = DomainCommand::InstancePlace {
+            tenant: t(tenant),
+            function: name.into(),
+            slices: vec![slice],
+        };
+        match ok(&mut s, cmd) {
+            Applied::InstancePlaced { instance, .. } => instance,
+            other => panic!("{other:?}"),
+        }
+    };
+    // tiny at its quota on c2: `big` (1 000 milli, 12 GiB) and `small`.
+    let big = place_at("tiny", "big", at("c2", 0, 1_000, 12_288));
+    let small = place_at("tiny", "small", at("c2", 1, 500, 2_048));
+    assert!(big < small);
+    // c1 keeps room for `small` only (500 milli, 6 GiB on GPU 1).
+    place_at("acme", "x", at("c1", 0, 1_000, 4_096));
+    place_at("acme", "y", at("c1", 1, 500, 10_240));
+    drain_or_lose(&mut s, &n("c2"), true);
+    // `big` fits nowhere (no GPU has 1 000 milli free, no edge quota).
+    assert!(plan_evacuation(&s, big, true, &policy, T0).is_err());
+    // `small` cannot make first (the quota), and `big` is not making
+    // its replacement first: it moves in one step now.
+    let decided = plan_evacuation(&s, small, true, &policy, T0).unwrap_or_else(|r| panic!("{r}"));
+    let Replacement::Move(slices) = &decided else {
+        panic!("{decided:?}");
+    };
+    assert_eq!(slices[0].gpu, gpu("c1", 1));
+    let cmd = decided.command(&s, small).expect("a command");
+    ok(&mut s, cmd);
+    assert!(s.instances_on(&n("c2")).all(|i| i.id != small));
+}
+
 /// A drain makes its replacement first as a migration recorded in the
 /// replicated state: a leader elected mid-drain, planning on the same
 /// state, finds it and places no second replacement; the migration ends
