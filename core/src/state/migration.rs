@@ -154,8 +154,8 @@ impl MigrationStep {
 /// (while it still drains), is leaving.
 ///
 /// A migration's age counts from the later of its `started_at` (the
-/// clock of the leader that started it) and when this leader first saw
-/// it (`seen`, by the new side, on this leader's clock; see
+/// clock of the leader that started it) and when this replica first saw
+/// it (`seen`, by the new side, on this replica's clock; see
 /// [`note_migrations_seen`]): a leader whose clock runs ahead of the one
 /// that started a migration neither forces nor gives it up early. (A clock
 /// running behind only delays both, as before.)
@@ -202,10 +202,11 @@ pub fn migration_steps(
     out
 }
 
-/// Keeps `seen` (when this leader first saw each migration of `view`, by
-/// its new side, on this leader's clock) in step with `view` at `now`:
+/// Keeps `seen` (when this replica first saw each migration of `view`,
+/// by its new side, on this replica's clock) in step with `view` at `now`:
 /// the migrations not seen before are seen now, the ended ones are
-/// forgotten. The leader forgets all of them when it stops leading.
+/// forgotten. Every replica keeps it, leader or not, so that a new leader
+/// ages a migration from about when it was applied, not from the failover.
 pub fn note_migrations_seen(
     view: &RegionState,
     seen: &mut BTreeMap<InstanceId, UnixMillis>,

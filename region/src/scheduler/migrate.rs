@@ -5,7 +5,8 @@
 //!  leader, every MIGRATE_TICK (only when a migration runs or an instance spilled):
 //!     hub.gather() (every replica's agent reports)
 //!     migration_steps(view, ready, now, MIGRATION_WAIT, seen)   (core, pure; ages from the
-//!        later of the start's stamp and this leader's first sight, on its clock)
+//!        later of the start's stamp and this replica's first sight, on its clock: every
+//!        replica notes first sights each tick, leader or not)
 //!        Complete ─▶ MigrationEnd(release old)   the new one is resident (on-demand tiers: hosted),
 //!                                                or a drain's or a roll's ran past MUST_FINISH_AFTER_MS
 //!        Abort    ─▶ MigrationEnd(release new)   not ready in time, or its node went not_ready
@@ -95,9 +96,11 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub) {
     // to return again for RETURN_AFTER_GIVE_UP_MS (a model that loads
     // slower than MIGRATION_WAIT would churn forever).
     let mut given_up: BTreeMap<InstanceId, u64> = BTreeMap::new();
-    // When this leader first saw each migration (by its new side), on its
-    // own clock: ages count from it too, so a clock ahead of the leader
-    // that started one ends nothing early (forgotten when it stops leading).
+    // When this replica first saw each migration (by its new side), on its
+    // own clock: ages count from it too, so a leader whose clock runs ahead
+    // of the one that started a migration ends nothing early. Every
+    // replica keeps it, leader or not, so a failover does not restart the
+    // waits (a follower sees a migration once it applies it).
     let mut seen: BTreeMap<InstanceId, u64> = BTreeMap::new();
     loop {
         tokio::time::sleep(MIGRATE_TICK).await;
@@ -107,8 +110,12 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub) {
         if inner.raft.metrics().borrow().state == ServerState::Shutdown {
             return;
         }
+        note_migrations_seen(
+            inner.state.read().region.domain(),
+            &mut seen,
+            inner.proposer.now_ms(),
+        );
         if !inner.leads() {
-            seen.clear();
             continue;
         }
         if !(inner.any_blocked() || has_work(inner.state.read().region.domain())) {
