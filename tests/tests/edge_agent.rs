@@ -970,3 +970,67 @@ async fn crossing_interrupted_moves_release_each_instances_own_source() {
     }
     assert_eq!(released, expected, "the slices released");
 }
+
+/// A move's source slice on a GPU where the function stays pinned for
+/// another of its instances, with a copy loaded there: released at once
+/// (the copy never leaves, so the executor never asks). Before, it waited
+/// for the executor's release, for good.
+#[actix_rt::test]
+async fn a_source_on_a_gpu_still_pinned_for_another_instance_is_released() {
+    let ca = new_ca();
+    let mut region = fake_region(&ca);
+    let agent = start_agent(&ca, &ca.pem, &[region.addr], 2, 16_384);
+    let conn = next_registration(&mut region).await;
+    assign(&conn, &[]).await;
+    let f = spec("pinned", Tier::Oversubscribed, 2_048, 1_000);
+    let slice = |index| Slice {
+        gpu: GpuId {
+            node: NodeId("n1".into()),
+            index,
+        },
+        compute_milli: 500,
+        memory_mib: f.memory_mib,
+    };
+    let instance = |id, slices| AssignedInstance {
+        instance: InstanceId(id),
+        spec: f.clone(),
+        version: 1,
+        slices,
+    };
+    // A copy on GPU 0 first.
+    push(
+        &conn,
+        RegionMessageV1::Assignment(Assignment {
+            applied_index: 2,
+            instances: vec![instance(1, vec![slice(0)])],
+        }),
+    )
+    .await;
+    wait_until_served(agent.ingress, "pinned").await;
+    // Then a second instance moving 0 → 1, its reserve's answer lost.
+    push(
+        &conn,
+        RegionMessageV1::Assignment(Assignment {
+            applied_index: 3,
+            instances: vec![
+                instance(1, vec![slice(0)]),
+                instance(2, vec![slice(0), slice(1)]),
+            ],
+        }),
+    )
+    .await;
+    let source = (InstanceId(2), slice(0).gpu);
+    let mut released = Vec::new();
+    for _ in 0..200 {
+        released = region
+            .slice_releases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if released.contains(&source) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(released, vec![source], "the slices released");
+}

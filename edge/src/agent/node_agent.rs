@@ -763,16 +763,11 @@ impl NodeAgent {
     /// was the instance's placement, or already released.) Another
     /// instance's target on `gpu` is never taken for a source.
     fn ask_release(&mut self, function: FunctionId, gpu: u32) {
-        let Some(instance) = self.functions.get(&function).and_then(|h| {
-            h.slices
-                .iter()
-                .find(|(id, s)| {
-                    s.split_last()
-                        .is_some_and(|(_, sources)| sources.iter().any(|s| s.gpu.index == gpu))
-                        && !self.releasing.contains(&(*id, gpu))
-                })
-                .map(|(id, _)| *id)
-        }) else {
+        let Some(instance) = self
+            .functions
+            .get(&function)
+            .and_then(|h| moving_from(&h.slices, gpu, &self.releasing))
+        else {
             return;
         };
         self.release_slice(instance, gpu);
@@ -846,8 +841,10 @@ impl NodeAgent {
     /// agent restarted mid-move) keeps its last one, the target: its source
     /// is left and released, by the executor once its copy there is idle
     /// ([`Command::Release`]), or at once where it has no copy there (the
-    /// copy went meanwhile, or the agent restarted): the slice would
-    /// otherwise stay reserved, and the instance unable to move again.
+    /// copy went meanwhile, or the agent restarted) or where the function
+    /// stays pinned to that GPU for another of its instances (its copy
+    /// never leaves, so no release would come): the slice would otherwise
+    /// stay reserved, and the instance unable to move again.
     fn pin_all(&mut self, now: Micros) {
         // (function, the GPUs it is pinned to, the move sources it left)
         type Pin = (FunctionId, Vec<u32>, Vec<(InstanceId, u32)>);
@@ -879,7 +876,7 @@ impl NodeAgent {
             for (instance, gpu) in left {
                 let copy = gpu < self.executor.config().gpus
                     && self.executor.gpu(gpu).resident().any(|f| f == id);
-                if !copy {
+                if !copy || gpus.contains(&gpu) {
                     self.release_slice(instance, gpu);
                 }
             }
@@ -1541,6 +1538,25 @@ impl Handler<ApplyTokens> for NodeAgent {
     }
 }
 
+/// The instance among `slices` (a function's instances and their slices,
+/// a move's target last) that is moving from GPU `gpu`: its slice there is
+/// not its last (another instance's target there is not a source), and
+/// its release there is not already asked for (`releasing`).
+fn moving_from(
+    slices: &[(InstanceId, Vec<Slice>)],
+    gpu: u32,
+    releasing: &BTreeSet<(InstanceId, u32)>,
+) -> Option<InstanceId> {
+    slices
+        .iter()
+        .find(|(id, s)| {
+            s.split_last()
+                .is_some_and(|(_, sources)| sources.iter().any(|s| s.gpu.index == gpu))
+                && !releasing.contains(&(*id, gpu))
+        })
+        .map(|(id, _)| *id)
+}
+
 fn token_table(t: TokenDigests) -> HashMap<String, TenantId> {
     let mut out = HashMap::new();
     for tenant in t.tenants {
@@ -1799,5 +1815,40 @@ impl Handler<PlacementQuery> for NodeAgent {
             swap_ins: self.status.swap_ins,
             functions,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn on(index: u32) -> Slice {
+        Slice {
+            gpu: GpuId {
+                node: NodeId("n1".into()),
+                index,
+            },
+            compute_milli: 500,
+            memory_mib: 1_024,
+        }
+    }
+
+    /// The executor's release of GPU 0 (the function's copy left it) goes
+    /// to the instance moving from GPU 0, not to the one moving to it.
+    #[test]
+    fn a_release_goes_to_the_instance_moving_from_the_gpu() {
+        let slices = vec![
+            (InstanceId(1), vec![on(2), on(0)]),
+            (InstanceId(2), vec![on(0), on(1)]),
+            (InstanceId(3), vec![on(0)]),
+        ];
+        let none = BTreeSet::new();
+        assert_eq!(moving_from(&slices, 0, &none), Some(InstanceId(2)));
+        assert_eq!(moving_from(&slices, 2, &none), Some(InstanceId(1)));
+        // A target or a plain placement is nothing to release.
+        assert_eq!(moving_from(&slices, 1, &none), None);
+        // Asked already: not asked again.
+        let asked = BTreeSet::from([(InstanceId(2), 0)]);
+        assert_eq!(moving_from(&slices, 0, &asked), None);
     }
 }
