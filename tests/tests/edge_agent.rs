@@ -955,19 +955,7 @@ async fn crossing_interrupted_moves_release_each_instances_own_source() {
     wait_until_served(agent.ingress, "moving").await;
     let mut expected = vec![(InstanceId(1), slice(2).gpu), (InstanceId(2), slice(0).gpu)];
     expected.sort();
-    let mut released = Vec::new();
-    for _ in 0..200 {
-        released = region
-            .slice_releases
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        released.sort();
-        if released.len() >= expected.len() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let released = releases_once(&region, expected.len()).await;
     assert_eq!(released, expected, "the slices released");
 }
 
@@ -1020,17 +1008,29 @@ async fn a_source_on_a_gpu_still_pinned_for_another_instance_is_released() {
     )
     .await;
     let source = (InstanceId(2), slice(0).gpu);
-    let mut released = Vec::new();
-    for _ in 0..200 {
-        released = region
+    let released = releases_once(&region, 1).await;
+    assert_eq!(released, vec![source], "the slices released");
+}
+
+/// The slice releases `region` got, sorted, once there are at least `n`
+/// (or after 5 s), read again 200 ms later: a release asked twice, or one
+/// more arriving late, is in the answer.
+async fn releases_once(region: &FakeRegion, n: usize) -> Vec<(InstanceId, GpuId)> {
+    let read = || {
+        let mut r = region
             .slice_releases
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        if released.contains(&source) {
+        r.sort();
+        r
+    };
+    for _ in 0..200 {
+        if read().len() >= n {
             break;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    assert_eq!(released, vec![source], "the slices released");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    read()
 }

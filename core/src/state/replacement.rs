@@ -21,7 +21,7 @@ use super::migration::MigrationCause;
 use super::placement_plan::{plan_placements, PlacementPolicy};
 use super::plan_rejection::{PlanRejection, RejectReason};
 use super::region_state::{RegionState, UnixMillis};
-use crate::model::{PoolKind, Quota, Slice};
+use crate::model::{Quota, Slice};
 use serde::{Deserialize, Serialize};
 
 /// How one outgoing instance is replaced.
@@ -123,9 +123,11 @@ pub fn plan_replacement(
 /// view without it: a tenant at its quota still has its instances moved
 /// off a lost node. On a drained node it does so only while none of the
 /// tenant's other instances there is making its replacement first (a
-/// migration in progress) and the tenant has no plan pending in this
-/// batch; otherwise it gets the refusal and is planned again on the next
-/// tick, when their quota may be free for it to make first too. Any other
+/// migration in progress) and no plan of the batches being committed holds
+/// the tenant's quota of the refused pool kind (or a place of the function
+/// under `max_instances`); otherwise it gets the refusal and is planned
+/// again on the next tick, when their quota may be free for it to make
+/// first too. Any other
 /// rejection (no GPU has room) is the answer.
 pub fn plan_evacuation(
     view: &RegionState,
@@ -185,7 +187,7 @@ pub fn plan_evacuation(
             // none of them in flight, nothing will free the room soon: it
             // moves in one step now. (It waited for any lower-numbered
             // sibling before, forever where that one could not move.)
-            if make_first && sibling_in_flight(view, inst, policy) {
+            if make_first && sibling_in_flight(view, inst, &r.reason, policy) {
                 return Err(r);
             }
             move_without(view, instance, &f.spec, policy, now)
@@ -196,18 +198,20 @@ pub fn plan_evacuation(
 
 /// Whether another instance of `inst`'s tenant on a node of `inst`'s is
 /// the old side of a migration in progress (making its replacement
-/// first), or the tenant has a plan pending in `policy` (quota or a
-/// place of the function held for a plan of this batch).
+/// first), or a plan pending in `policy` (of the batches being committed)
+/// holds what refused `inst`'s: quota of the tenant in the refused pool
+/// kind, or a place of the function under `max_instances`.
 fn sibling_in_flight(
     view: &RegionState,
     inst: &super::instance::Instance,
+    refused: &RejectReason,
     policy: &PlacementPolicy<'_>,
 ) -> bool {
-    let pending = policy.pending.is_some_and(|p| {
-        p.count(&inst.tenant, &inst.function) > 0
-            || [PoolKind::Center, PoolKind::Edge]
-                .into_iter()
-                .any(|kind| p.held(&inst.tenant, kind) != Quota::default())
+    let pending = policy.pending.is_some_and(|p| match refused {
+        RejectReason::Quota { pool_kind, .. } => {
+            p.held(&inst.tenant, *pool_kind) != Quota::default()
+        }
+        _ => p.count(&inst.tenant, &inst.function) > 0,
     });
     pending
         || inst.slices.iter().any(|s| {

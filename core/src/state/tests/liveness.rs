@@ -328,10 +328,11 @@ fn a_tenant_at_its_quota_still_has_its_instances_moved_off_a_lost_or_drained_nod
     );
 }
 
-/// A tenant at its quota with two instances on a drained node, the
-/// lower-numbered of which fits nowhere else: the other one moves in one
-/// step, where it waited for that one's turn forever before. (It still
-/// waits while a sibling makes its replacement first: the test above.)
+/// A tenant without quota to make first, with two instances on a drained
+/// node, the lower-numbered of which fits nowhere else: the other one
+/// moves in one step, where it waited for that one's turn forever before.
+/// It still waits while a plan holding the quota is being committed (and
+/// while a sibling makes its replacement first: the test above).
 #[test]
 fn a_drained_instance_does_not_wait_for_a_sibling_that_cannot_move() {
     let policy = best_fit();
@@ -342,7 +343,7 @@ fn a_drained_instance_does_not_wait_for_a_sibling_that_cannot_move() {
             tenant: t("tiny"),
             display_name: None,
             quotas: BTreeMap::from([
-                (PoolKind::Center, quota(1_500, 14_336, 4)),
+                (PoolKind::Center, quota(1_700, 16_384, 4)),
                 (PoolKind::Edge, quota(0, 0, 0)),
             ]),
         },
@@ -371,7 +372,8 @@ fn a_drained_instance_does_not_wait_for_a_sibling_that_cannot_move() {
             other => panic!("{other:?}"),
         }
     };
-    // tiny at its quota on c2: `big` (1 000 milli, 12 GiB) and `small`.
+    // tiny near its quota on c2: `big` (1 000 milli, 12 GiB) and `small`
+    // (500 milli) leave 200 milli, too little for `small` to make first.
     let big = place_at("tiny", "big", at("c2", 0, 1_000, 12_288));
     let small = place_at("tiny", "small", at("c2", 1, 500, 2_048));
     assert!(big < small);
@@ -381,6 +383,23 @@ fn a_drained_instance_does_not_wait_for_a_sibling_that_cannot_move() {
     drain_or_lose(&mut s, &n("c2"), true);
     // `big` fits nowhere (no GPU has 1 000 milli free, no edge quota).
     assert!(plan_evacuation(&s, big, true, &policy, T0).is_err());
+    // While a plan of a batch being committed holds tiny's center quota,
+    // `small` waits a tick (that quota may free); one holding its edge
+    // quota does not hold it back.
+    let other = spec("tiny", "other", Tier::Guaranteed, 100, 512);
+    for (node, waits) in [("c1", true), ("ea1", false)] {
+        let mut pending = PendingPlans::default();
+        pending.reserve(&s, &other, &[at(node, 0, 100, 512)]);
+        let with_pending = PlacementPolicy {
+            pending: Some(&pending),
+            ..best_fit()
+        };
+        let decided = plan_evacuation(&s, small, true, &with_pending, T0);
+        match decided {
+            Err(r) => assert!(waits, "{node}: {r}"),
+            Ok(d) => assert!(!waits && matches!(d, Replacement::Move(_)), "{node}: {d:?}"),
+        }
+    }
     // `small` cannot make first (the quota), and `big` is not making
     // its replacement first: it moves in one step now.
     let decided = plan_evacuation(&s, small, true, &policy, T0).unwrap_or_else(|r| panic!("{r}"));
