@@ -1094,7 +1094,12 @@ impl UsageJournal {
                 // checkpoint fails, the next append tries it first.
                 logged.unapplied = None;
                 // (A failed checkpoint leaves the journal refusing appends.)
-                let _ = self.restart_log(&mut logged);
+                if self.restart_log(&mut logged).is_ok() {
+                    // Nothing can read the entry back now: its numbers go
+                    // to the next records (a hole would stop the region's
+                    // window over this agent's numbers for good).
+                    st.seqs.abandoned(p.seqs);
+                }
                 Err(e.into())
             }
         }
@@ -1461,6 +1466,30 @@ mod tests {
         }
         let opened = crash_copy(dir.path());
         Some((dir, j, opened))
+    }
+
+    /// A log write that fails (after writing its entry, the worst case:
+    /// all of it may be on the device): its records are refused, the log
+    /// starts a new epoch, and their numbers go to the next records, so
+    /// the region sees no hole in the agent's numbers; a crash then brings
+    /// back neither the failed entry nor a gap.
+    #[test]
+    fn a_failed_log_write_leaves_no_hole_in_the_numbers() {
+        let Some((dir, j, _opened)) = logged_journal() else {
+            return;
+        };
+        let acme = TenantId("acme".into());
+        assert_eq!(j.append(vec![rec(1)]).unwrap(), 1..2);
+        j.wal.as_ref().unwrap().lock().unwrap().wal.fail_next_write = true;
+        assert!(j.append(vec![rec(2), rec(3)]).is_err());
+        assert_eq!(j.append(vec![rec(4)]).unwrap(), 2..3);
+        assert_eq!(seqs(&j), vec![1, 2]);
+        assert_eq!(held(&j)[1].compute_milli_gpu_ms, 4);
+        let killed = crash_copy(dir.path());
+        let r = UsageJournal::open(killed.path(), agent()).unwrap();
+        assert_eq!(seqs(&r), vec![1, 2]);
+        assert_eq!(r.next_seq(), 3);
+        assert_eq!(r.totals(&acme).unwrap().invocations, 2);
     }
 
     fn held(j: &UsageJournal) -> Vec<UsageRecord> {

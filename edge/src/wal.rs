@@ -185,6 +185,9 @@ pub(crate) struct Wal {
     /// memory (`O_DIRECT` buffers must be aligned).
     buf: Vec<u8>,
     framed: Vec<u8>,
+    /// Tests: the next write writes its entry, then fails.
+    #[cfg(test)]
+    pub(crate) fail_next_write: bool,
 }
 
 impl std::fmt::Debug for Wal {
@@ -322,6 +325,8 @@ impl Wal {
             offset: 0,
             buf: Vec::new(),
             framed: Vec::new(),
+            #[cfg(test)]
+            fail_next_write: false,
         })
     }
 
@@ -361,6 +366,10 @@ impl Wal {
         self.file
             .write_all_at(&self.buf[at..at + len], self.offset)
             .map_err(io(&self.path))?;
+        #[cfg(test)]
+        if std::mem::take(&mut self.fail_next_write) {
+            return Err(io(&self.path)(std::io::Error::other("injected")));
+        }
         self.offset = self.offset.saturating_add(len as u64);
         Ok(self.offset)
     }

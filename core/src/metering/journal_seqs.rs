@@ -72,6 +72,19 @@ impl JournalSeqs {
         self.next = self.next.max(end);
     }
 
+    /// The records numbered `range`, the last ones taken, are gone for good
+    /// (their write failed and can never be read back: the log they went to
+    /// started a new epoch before anything else was written): their numbers
+    /// are handed out again. Left taken, they would be a hole the region
+    /// never sees filled, and its window over the agent's numbers would
+    /// stop at it. Nothing changes unless `range` ends at the next number
+    /// and starts at or after the durable ones.
+    pub fn abandoned(&mut self, range: Range<u64>) {
+        if range.end == self.next && range.start >= self.durable_end {
+            self.next = range.start;
+        }
+    }
+
     /// A flush that began after every record below `end` was written returned.
     pub fn flushed(&mut self, end: u64) {
         self.durable_end = self.durable_end.max(end);
@@ -114,6 +127,21 @@ mod tests {
         // A flush that returns late never lowers the watermark.
         s.flushed(2);
         assert_eq!(s.durable_end(), 4);
+    }
+
+    #[test]
+    fn abandoned_numbers_are_handed_out_again_only_when_last_and_not_durable() {
+        let mut s = JournalSeqs::opened(1, 1);
+        s.taken(4);
+        s.flushed(4);
+        s.taken(7);
+        // Not the last ones taken, or durable: kept.
+        s.abandoned(4..6);
+        s.abandoned(2..7);
+        assert_eq!(s.next(), 7);
+        s.abandoned(4..7);
+        assert_eq!(s.next(), 4);
+        assert_eq!(s.numbers(2), Some(4..6));
     }
 
     #[test]
