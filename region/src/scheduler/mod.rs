@@ -307,6 +307,39 @@ impl std::fmt::Debug for Scheduler {
     }
 }
 
+/// What the attempts of one [`Scheduler::submit`] answered so far.
+#[derive(Debug, Default)]
+struct Attempts {
+    /// An attempt's outcome was unknown (it may have been applied).
+    unknown: Option<EvalError>,
+}
+
+impl Attempts {
+    /// Takes one attempt's result: the answer to give now, or `None` to
+    /// try again. Nothing decided (no leader), or an unknown outcome (a
+    /// retry under the same key is safe), tries again; so does a stop
+    /// after an unknown outcome, whose answer stays unknown.
+    fn take(&mut self, result: EvalResult) -> Option<EvalResult> {
+        match result {
+            Err(e @ EvalError::Unknown(_)) => {
+                self.unknown = Some(e);
+                None
+            }
+            Err(EvalError::NoLeader) => None,
+            Err(EvalError::Stopped) if self.unknown.is_some() => {
+                Some(Err(self.unknown.take().unwrap_or(EvalError::Stopped)))
+            }
+            other => Some(other),
+        }
+    }
+
+    /// The answer once no attempt is left: unknown if any attempt's
+    /// outcome was, else no leader.
+    fn answer(self) -> EvalResult {
+        Err(self.unknown.unwrap_or(EvalError::NoLeader))
+    }
+}
+
 impl Scheduler {
     /// Starts the worker and the underplaced tick on the current tokio
     /// runtime; they act only while this replica leads.
@@ -343,9 +376,12 @@ impl Scheduler {
 
     /// Submits `eval` to the leader's scheduler (this one if this replica
     /// leads, else over the peer wire) and waits for its answer; follows
-    /// leadership changes.
+    /// leadership changes. Once an attempt's outcome was unknown, a later
+    /// attempt that could not be made (no leader, stopping) does not make
+    /// the answer definite: it stays [`EvalError::Unknown`] (that attempt
+    /// may have been applied).
     pub async fn submit(&self, eval: Evaluation) -> EvalResult {
-        let mut last = EvalError::NoLeader;
+        let mut attempts = Attempts::default();
         for attempt in 0..SUBMIT_ATTEMPTS {
             if attempt > 0 {
                 tokio::time::sleep(Duration::from_millis(100 << attempt.min(4))).await;
@@ -374,13 +410,11 @@ impl Scheduler {
                 }
                 _ => Err(EvalError::NoLeader),
             };
-            match result {
-                // Nothing was decided, or a retry under the same key is safe.
-                Err(e @ (EvalError::NoLeader | EvalError::Unknown(_))) => last = e,
-                other => return other,
+            if let Some(answer) = attempts.take(result) {
+                return answer;
             }
         }
-        Err(last)
+        attempts.answer()
     }
 
     /// Queues `eval` for this replica's worker: [`EvalError::NoLeader`]
@@ -571,5 +605,58 @@ async fn underplaced_tick(inner: std::sync::Weak<Inner>) {
             });
         }
         while tasks.join_next().await.is_some() {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(results: Vec<EvalResult>) -> EvalResult {
+        let mut attempts = Attempts::default();
+        for r in results {
+            if let Some(answer) = attempts.take(r) {
+                return answer;
+            }
+        }
+        attempts.answer()
+    }
+
+    fn unknown() -> EvalResult {
+        Err(EvalError::Unknown("a forward lost its answer".into()))
+    }
+
+    fn done() -> EvalResult {
+        Ok(EvalDone {
+            applied: None,
+            replans: 0,
+        })
+    }
+
+    /// An attempt whose outcome was unknown may have been applied: no later
+    /// attempt that could not be made turns the answer into a definite
+    /// "nothing was written" (it did: `no_leader` after a lost answer).
+    #[test]
+    fn an_unknown_outcome_is_not_forgotten_by_later_attempts_that_could_not_be_made() {
+        let no_leader = || Err(EvalError::NoLeader);
+        assert!(matches!(
+            run(vec![unknown(), no_leader(), no_leader()]),
+            Err(EvalError::Unknown(_))
+        ));
+        assert!(matches!(
+            run(vec![unknown(), Err(EvalError::Stopped)]),
+            Err(EvalError::Unknown(_))
+        ));
+        assert!(matches!(
+            run(vec![no_leader(), no_leader()]),
+            Err(EvalError::NoLeader)
+        ));
+        assert!(matches!(
+            run(vec![Err(EvalError::Stopped), unknown()]),
+            Err(EvalError::Stopped)
+        ));
+        // A later attempt's answer (a keyed retry replays the first
+        // outcome) is the answer.
+        assert!(run(vec![unknown(), done()]).is_ok());
     }
 }
