@@ -170,7 +170,10 @@ impl Index {
             if let Some(slot) = node.gpus.get_mut(s.gpu.index as usize) {
                 old = Some(slot.load);
                 slot.load = slot.load.with(&inst.demand(s));
-                slot.instances.push(inst.id);
+                // In id order, as a rebuild lists them (a new instance has
+                // the highest id; one re-added by a remap may not).
+                let at = slot.instances.partition_point(|id| *id < inst.id);
+                slot.instances.insert(at, inst.id);
             }
             node.refresh();
             if let Some(old) = old {
