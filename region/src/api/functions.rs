@@ -25,7 +25,7 @@ use gshare_core::model::{
 use gshare_core::protocol::{InstanceState, RegionLoad};
 use gshare_core::state::{
     Applied, ApplyError, DomainCommand, InstanceId, KeyLookup, ObjectKind, PlanRejection,
-    PlannedInstance,
+    PlannedInstance, RegionState,
 };
 use serde::{Deserialize, Serialize};
 
@@ -622,7 +622,11 @@ async fn updated_view(
 
 fn view(ctx: &HttpContext, tenant: &TenantId, name: &str) -> Result<FunctionView, ApiError> {
     let st = ctx.replica.state.read();
-    let d = st.region.domain();
+    view_in(st.region.domain(), tenant, name)
+}
+
+/// [`view`] on the state `d` (a listing reads every function under one lock).
+fn view_in(d: &RegionState, tenant: &TenantId, name: &str) -> Result<FunctionView, ApiError> {
     let f = d
         .function(tenant, name)
         .map_err(|e| ApiError::from_query(&e))?;
@@ -702,19 +706,17 @@ fn known_tenant(ctx: &HttpContext, name: String) -> Result<TenantId, ApiError> {
     Ok(tenant)
 }
 
+/// The tenant's functions, all read under one lock: a delete applied while
+/// the list is built cannot turn it into a 404 (as reading each function
+/// under a lock of its own did).
 fn list_of(ctx: &HttpContext, tenant: &TenantId) -> Result<HttpResponse, ApiError> {
-    let names: Vec<String> = {
+    let views = {
         let st = ctx.replica.state.read();
-        st.region
-            .domain()
-            .functions_of(tenant)
-            .map(|f| f.spec.name.clone())
-            .collect()
+        let d = st.region.domain();
+        d.functions_of(tenant)
+            .map(|f| view_in(d, tenant, &f.spec.name))
+            .collect::<Result<Vec<_>, _>>()?
     };
-    let views = names
-        .iter()
-        .map(|n| view(ctx, tenant, n))
-        .collect::<Result<Vec<_>, _>>()?;
     Ok(HttpResponse::Ok().json(views))
 }
 
