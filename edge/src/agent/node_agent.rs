@@ -679,7 +679,11 @@ impl NodeAgent {
             }
             Command::Reject { request, reason } => {
                 let arrived = self.pending.get(&request).map_or(now, |p| p.arrived);
-                if let Some(p) = self.pending.get(&request) {
+                if let Some(p) = self
+                    .pending
+                    .get(&request)
+                    .filter(|p| self.functions.contains_key(&p.function))
+                {
                     self.meter.rejected(p.function, &reason);
                 }
                 let error = match reason {
@@ -1348,7 +1352,11 @@ impl Handler<RequestDone> for NodeAgent {
                 InvokeOutcome::Failed(InvokeError::FunctionCrashed { detail })
             }
             (Err(RuntimeError::DeadlineExceeded(_)), Some(p)) => {
-                self.meter.missed(p.function);
+                // (Not for a function removed meanwhile: its counts were
+                // forgotten, and a new entry would never be reported.)
+                if self.functions.contains_key(&p.function) {
+                    self.meter.missed(p.function);
+                }
                 InvokeOutcome::Failed(InvokeError::DeadlineUnreachable {
                     predicted_us: now.saturating_sub(p.arrived),
                     deadline_us: p.deadline.saturating_sub(p.arrived),
