@@ -1093,14 +1093,20 @@ impl UsageJournal {
                 // error) and no later entry lies behind a torn one; if the
                 // checkpoint fails, the next append tries it first.
                 logged.unapplied = None;
-                // (A failed checkpoint leaves the journal refusing appends.)
-                if self.restart_log(&mut logged).is_ok() {
-                    // Nothing can read the entry back now: its numbers go
-                    // to the next records (a hole would stop the region's
-                    // window over this agent's numbers for good).
-                    st.seqs.abandoned(p.seqs);
+                let restarted = self.restart_log(&mut logged);
+                // The entry's numbers go to the next records: a hole would
+                // stop the region's window over this agent's numbers for
+                // good. After a checkpoint nothing reads the entry back;
+                // after a failed one the journal takes no more appends
+                // here, and the next open either replays the entry (its
+                // numbers then are the highest found) or does not.
+                st.seqs.abandoned(p.seqs);
+                match restarted {
+                    Ok(()) => Err(e.into()),
+                    // The journal refuses appends until a restart: the
+                    // writer stops the agent now (it is `Unapplied`).
+                    Err(stop) => Err(stop),
                 }
-                Err(e.into())
             }
         }
     }

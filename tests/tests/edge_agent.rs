@@ -927,29 +927,15 @@ async fn crossing_interrupted_moves_release_each_instances_own_source() {
     let conn = next_registration(&mut region).await;
     assign(&conn, &[]).await;
     let f = spec("moving", Tier::Oversubscribed, 2_048, 1_000);
-    let slice = |index| Slice {
-        gpu: GpuId {
-            node: NodeId("n1".into()),
-            index,
-        },
-        compute_milli: 500,
-        memory_mib: f.memory_mib,
-    };
-    let instance = |id, slices| AssignedInstance {
-        instance: InstanceId(id),
-        spec: f.clone(),
-        version: 1,
-        slices,
-    };
-    push(
+    let slice = |index| on_n1(index, f.memory_mib);
+    let instance = |id, slices| assigned(id, &f, slices);
+    push_assignment(
         &conn,
-        RegionMessageV1::Assignment(Assignment {
-            applied_index: 2,
-            instances: vec![
-                instance(1, vec![slice(2), slice(0)]),
-                instance(2, vec![slice(0), slice(1)]),
-            ],
-        }),
+        2,
+        vec![
+            instance(1, vec![slice(2), slice(0)]),
+            instance(2, vec![slice(0), slice(1)]),
+        ],
     )
     .await;
     wait_until_served(agent.ingress, "moving").await;
@@ -971,40 +957,19 @@ async fn a_source_on_a_gpu_still_pinned_for_another_instance_is_released() {
     let conn = next_registration(&mut region).await;
     assign(&conn, &[]).await;
     let f = spec("pinned", Tier::Oversubscribed, 2_048, 1_000);
-    let slice = |index| Slice {
-        gpu: GpuId {
-            node: NodeId("n1".into()),
-            index,
-        },
-        compute_milli: 500,
-        memory_mib: f.memory_mib,
-    };
-    let instance = |id, slices| AssignedInstance {
-        instance: InstanceId(id),
-        spec: f.clone(),
-        version: 1,
-        slices,
-    };
+    let slice = |index| on_n1(index, f.memory_mib);
+    let instance = |id, slices| assigned(id, &f, slices);
     // A copy on GPU 0 first.
-    push(
-        &conn,
-        RegionMessageV1::Assignment(Assignment {
-            applied_index: 2,
-            instances: vec![instance(1, vec![slice(0)])],
-        }),
-    )
-    .await;
+    push_assignment(&conn, 2, vec![instance(1, vec![slice(0)])]).await;
     wait_until_served(agent.ingress, "pinned").await;
     // Then a second instance moving 0 → 1, its reserve's answer lost.
-    push(
+    push_assignment(
         &conn,
-        RegionMessageV1::Assignment(Assignment {
-            applied_index: 3,
-            instances: vec![
-                instance(1, vec![slice(0)]),
-                instance(2, vec![slice(0), slice(1)]),
-            ],
-        }),
+        3,
+        vec![
+            instance(1, vec![slice(0)]),
+            instance(2, vec![slice(0), slice(1)]),
+        ],
     )
     .await;
     let source = (InstanceId(2), slice(0).gpu);
@@ -1033,4 +998,42 @@ async fn releases_once(region: &FakeRegion, n: usize) -> Vec<(InstanceId, GpuId)
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     read()
+}
+
+/// A slice of GPU `index` of node `n1` (500 milli).
+fn on_n1(index: u32, memory_mib: u64) -> Slice {
+    Slice {
+        gpu: GpuId {
+            node: NodeId("n1".into()),
+            index,
+        },
+        compute_milli: 500,
+        memory_mib,
+    }
+}
+
+/// Instance `id` of `spec` (version 1) holding `slices`.
+fn assigned(id: u64, spec: &FunctionSpec, slices: Vec<Slice>) -> AssignedInstance {
+    AssignedInstance {
+        instance: InstanceId(id),
+        spec: spec.clone(),
+        version: 1,
+        slices,
+    }
+}
+
+/// Pushes an assignment of `instances` with `applied_index`.
+async fn push_assignment(
+    conn: &quinn::Connection,
+    applied_index: u64,
+    instances: Vec<AssignedInstance>,
+) {
+    push(
+        conn,
+        RegionMessageV1::Assignment(Assignment {
+            applied_index,
+            instances,
+        }),
+    )
+    .await;
 }

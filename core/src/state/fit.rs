@@ -178,7 +178,7 @@ pub struct GpuSlot {
     pub capacity: GpuCapacity,
     /// What is placed on it.
     pub load: GpuLoad,
-    /// The instances placed on it, in placement order.
+    /// The instances placed on it, in id order.
     pub instances: Vec<InstanceId>,
 }
 

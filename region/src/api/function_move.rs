@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{auth, parse_json, read_body, ApiError};
 use crate::http::HttpContext;
-use crate::scheduler::{Evaluation, MIGRATION_WAIT};
+use crate::scheduler::{EvalError, Evaluation, MIGRATION_WAIT};
 
 /// The body of a move.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -112,7 +112,14 @@ async fn move_function(
         let done = match ctx.replica.scheduler.submit(eval).await {
             Ok(done) => done,
             Err(e) => {
-                let mut err = super::functions::eval_error(&e);
+                let mut err = match &e {
+                    // (A move has no idempotency key: a retry finds the
+                    // move under way and answers it.)
+                    EvalError::Unknown(_) => ApiError::outcome_unknown(format!(
+                        "the move may or may not have started ({e}); retry it: a retry finds a move already under way"
+                    )),
+                    _ => super::functions::eval_error(&e),
+                };
                 if !moves.is_empty() {
                     let made = serde_json::to_string(&moves).unwrap_or_default();
                     err.message = format!("{}; the moves before it stand: {made}", err.message);

@@ -247,8 +247,8 @@ fn an_outgoing_instance_is_the_rolls_not_a_migrations() {
     assert_eq!(e.code(), "migration_conflict", "{e}");
 }
 
-#[test]
-fn steps_complete_a_ready_migration_and_give_up_a_late_one() {
+/// `one_on_c1`'s instance `old` returning to c2 as `new` (a migration).
+fn returning_to_c2() -> (RegionState, InstanceId, InstanceId) {
     let (mut s, old) = one_on_c1();
     let Applied::InstanceMigrating { instance: new, .. } = ok(
         &mut s,
@@ -256,6 +256,12 @@ fn steps_complete_a_ready_migration_and_give_up_a_late_one() {
     ) else {
         panic!()
     };
+    (s, old, new)
+}
+
+#[test]
+fn steps_complete_a_ready_migration_and_give_up_a_late_one() {
+    let (mut s, old, new) = returning_to_c2();
     let never = |_: &Instance| false;
     let always = |_: &Instance| true;
     assert_eq!(
@@ -288,13 +294,7 @@ fn steps_complete_a_ready_migration_and_give_up_a_late_one() {
 /// up nothing early (without that, it gave this one up at once).
 #[test]
 fn a_leader_whose_clock_runs_ahead_ends_no_migration_early() {
-    let (mut s, old) = one_on_c1();
-    let Applied::InstanceMigrating { instance: new, .. } = ok(
-        &mut s,
-        migrate(old, slice("c2", 0, 250, 4_096), MigrationCause::Return),
-    ) else {
-        panic!()
-    };
+    let (mut s, old, new) = returning_to_c2();
     let never = |_: &Instance| false;
     let abort = vec![MigrationStep::Abort { from: old, to: new }];
     // The new leader's clock reads 30 s past the start's stamp at its first look.
