@@ -258,7 +258,7 @@ mod series {
         ),
     ];
 
-    pub const QUIC: [Series; 4] = [
+    pub const QUIC: [Series; 5] = [
         Series::counter(
             "gshare_region_quic_connections_total",
             "QUIC connections accepted",
@@ -277,6 +277,11 @@ mod series {
         Series::counter(
             "gshare_region_quic_bad_frames_total",
             "Connections closed for a bad frame",
+            &[],
+        ),
+        Series::counter(
+            "gshare_region_quic_peers_refused_total",
+            "Peer-protocol connections refused: the certificate is not a known replica's (r<id>)",
             &[],
         ),
     ];
@@ -308,6 +313,7 @@ pub async fn sample_replica(replica: &Replica, out: &mut gshare_core::metrics::S
         &c.handshake_failures,
         &c.requests,
         &c.bad_frames,
+        &c.peers_refused,
     ];
     for (s, v) in series::QUIC.iter().zip(quic) {
         out.add(s, &[], v.load(Ordering::Relaxed) as f64);

@@ -397,6 +397,26 @@ impl TestRegion {
         self.path("certs")
     }
 
+    /// A second certificate of the region's CA for replica `id` (named
+    /// `r<id>`, as the peer port requires), issued in a directory of its
+    /// own (the replica's own files stay as they are): a probe that speaks
+    /// the peer protocol as that replica.
+    pub fn replica_probe(&self, id: u64) -> anyhow::Result<(tempfile::TempDir, tls::TlsPaths)> {
+        let certs = self.certs();
+        let dir = tempfile::tempdir()?;
+        for f in ["ca.pem", "ca.key"] {
+            fs::copy(certs.join(f), dir.path().join(f))?;
+        }
+        let name = format!("r{id}");
+        let (cert, key) = tls::issue(dir.path(), &name, &tls::default_sans(&name))?;
+        let paths = tls::TlsPaths {
+            ca_cert: certs.join("ca.pem"),
+            cert,
+            key,
+        };
+        Ok((dir, paths))
+    }
+
     /// Writes the config of a simulated center agent for `node` (two
     /// 16 GiB GPUs, 200 ms heartbeats) with a certificate issued by the
     /// region's CA, listing the replicas `order` first, then the others

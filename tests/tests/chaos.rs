@@ -75,19 +75,29 @@ fn replica_with_a_foreign_ca_certificate_is_refused() {
     let target = region.replicas[&1].raft_addr;
     let rt = runtime();
 
-    // Control: a certificate from the region's CA gets an answer.
+    // Control: a replica's certificate from the region's CA gets an answer.
     let certs = region.certs();
-    tls::issue(&certs, "probe", &tls::default_sans("probe")).expect("issue probe cert");
-    let good = TlsPaths {
-        ca_cert: certs.join("ca.pem"),
-        cert: certs.join("probe.pem"),
-        key: certs.join("probe.key"),
-    };
+    let (_member_dir, good) = region.replica_probe(2).expect("r2 probe");
     let reply = rt.block_on(async { exchange(&client(&good), target, &vote_probe()).await });
     assert!(
         matches!(reply, Ok(PeerReply::Vote(_))),
         "control probe: {reply:?}"
     );
+
+    // Any other certificate of the region's CA (an agent's names its node)
+    // gets no peer request through: the peer requests write the state.
+    tls::issue(&certs, "probe", &tls::default_sans("probe")).expect("issue probe cert");
+    let agent_like = TlsPaths {
+        ca_cert: certs.join("ca.pem"),
+        cert: certs.join("probe.pem"),
+        key: certs.join("probe.key"),
+    };
+    let reply = rt.block_on(async { exchange(&client(&agent_like), target, &vote_probe()).await });
+    assert!(
+        reply.is_err(),
+        "a certificate that is no replica's got an answer: {reply:?}"
+    );
+    println!("non-replica peer refused: {}", reply.unwrap_err());
 
     // A replica whose certificate comes from another CA (it still trusts the region's CA).
     let foreign = tempfile::tempdir().expect("tmp");
@@ -126,13 +136,7 @@ fn bad_frames_close_only_their_connection() {
     let _g = serial();
     let (region, _) = started();
     let target = region.replicas[&2].raft_addr;
-    let certs = region.certs();
-    tls::issue(&certs, "probe", &tls::default_sans("probe")).expect("issue");
-    let paths = TlsPaths {
-        ca_cert: certs.join("ca.pem"),
-        cert: certs.join("probe.pem"),
-        key: certs.join("probe.key"),
-    };
+    let (_member_dir, paths) = region.replica_probe(2).expect("r2 probe");
     let rt = runtime();
     rt.block_on(async {
         let ep = client(&paths);

@@ -1,7 +1,7 @@
 //! The UDP fault proxy, checked with a UDP echo pair on loopback and with
 //! QUIC (mutual TLS) to a real `gshare-region` replica.
 
-use gshare_region::tls::{self, TlsPaths};
+use gshare_region::tls;
 use gshare_region::wire::{read_frame, write_frame, PeerReply, PeerRequest};
 use gshare_tests::{Direction, FaultProxy, Faults, ProxyLimits, TestRegion};
 use std::net::SocketAddr;
@@ -293,13 +293,8 @@ fn quic_to_a_replica_fails_while_cut_and_works_after_heal() {
         .wait_leader(&[1], Duration::from_secs(20))
         .expect("leader");
     let target = region.replicas[&1].raft_addr;
-    let certs = region.certs();
-    tls::issue(&certs, "agent", &tls::default_sans("agent")).expect("agent cert");
-    let paths = TlsPaths {
-        ca_cert: certs.join("ca.pem"),
-        cert: certs.join("agent.pem"),
-        key: certs.join("agent.key"),
-    };
+    // (The peer port takes only a replica's certificate.)
+    let (_probe_dir, paths) = region.replica_probe(1).expect("r1 probe");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

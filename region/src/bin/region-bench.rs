@@ -297,8 +297,16 @@ async fn start_region(dir: &std::path::Path, n: u64, over_tls: bool) -> anyhow::
     let mut servers = Vec::new();
     let mut https = BTreeMap::new();
     for id in 1..=n {
-        let name = format!("n{n}-r{id}");
-        let (cert, key) = tls::issue(&certs, &name, &tls::default_sans(&name))?;
+        // A replica's certificate names it `r<id>` (the peer port takes no
+        // other); the runs of every size share them.
+        let name = format!("r{id}");
+        let (cert, key) = match tls::issue(&certs, &name, &tls::default_sans(&name)) {
+            Err(tls::TlsError::CertExists(_)) => (
+                certs.join(format!("{name}.pem")),
+                certs.join(format!("{name}.key")),
+            ),
+            other => other?,
+        };
         let (raft_addr, http_addr) = free_addrs()?;
         let spec = ReplicaSpec {
             id,
@@ -319,6 +327,7 @@ async fn start_region(dir: &std::path::Path, n: u64, over_tls: bool) -> anyhow::
                 ..Default::default()
             },
             autoscale: gshare_core::autoscale::Params::default(),
+            peers: (1..=n).filter(|p| *p != id).collect(),
         };
         let server_tls = if over_tls {
             Some(tls::http_server_config(&spec.tls.cert, &spec.tls.key)?)
