@@ -347,7 +347,10 @@ impl SnapshotStore for MemSnapshots {
     }
 
     async fn save(&self, snap: &StoredSnapshot) -> StoreResult<()> {
-        self.h.write(Write::Snapshot(snap.clone()))?;
+        let current = self.load()?.and_then(|c| c.last_index());
+        if crate::state_machine::replaces(current, snap) {
+            self.h.write(Write::Snapshot(snap.clone()))?;
+        }
         self.h.flush().await?;
         Ok(())
     }

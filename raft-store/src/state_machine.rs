@@ -16,6 +16,9 @@ use crate::{decode, encode, BatchOutcome, RegionState, ReplicaNode, StoreError, 
 type StoreResult<T> = Result<T, StorageError<u64>>;
 
 const CURRENT: &[u8] = b"current";
+/// The index of the last entry the snapshot under [`CURRENT`] covers
+/// (u64 big-endian), written with it.
+const CURRENT_INDEX: &[u8] = b"current_index";
 
 /// The state machine's applied state: consistent as one unit.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -39,17 +42,36 @@ pub struct StoredSnapshot {
 pub trait SnapshotStore: Clone + Send + Sync + 'static {
     /// The current snapshot, if one was saved.
     fn load(&self) -> StoreResult<Option<StoredSnapshot>>;
-    /// Replaces the current snapshot; returns once it is durable.
+    /// Replaces the current snapshot, unless the current one covers more
+    /// of the log (a build that began before a newer snapshot was
+    /// installed must not replace it: the log before that one may be
+    /// purged); returns once the current snapshot is durable.
     fn save(
         &self,
         snap: &StoredSnapshot,
     ) -> impl std::future::Future<Output = StoreResult<()>> + Send;
 }
 
+/// Whether `new` may replace a snapshot covering the log up to index
+/// `current` (`None`: none saved, or saved before the index was kept).
+pub(crate) fn replaces(current: Option<u64>, new: &StoredSnapshot) -> bool {
+    current.is_none_or(|c| new.last_index().is_some_and(|n| n >= c))
+}
+
+impl StoredSnapshot {
+    /// The index of the last log entry it covers.
+    pub(crate) fn last_index(&self) -> Option<u64> {
+        self.meta.last_log_id.map(|l| l.index)
+    }
+}
+
 /// The `snapshot` tree of a replica's sled database.
 #[derive(Debug, Clone)]
 pub struct SledSnapshots {
     tree: sled::Tree,
+    /// Held from the comparison with the current snapshot to its
+    /// replacement (a build and an install may save at once).
+    saving: Arc<std::sync::Mutex<()>>,
 }
 
 impl SnapshotStore for SledSnapshots {
@@ -68,11 +90,27 @@ impl SnapshotStore for SledSnapshots {
 
     async fn save(&self, snap: &StoredSnapshot) -> StoreResult<()> {
         let sig = Some(snap.meta.signature());
-        let bytes = encode(snap)
-            .map_err(|e| StorageIOError::write_snapshot(sig.clone(), AnyError::new(&e)))?;
-        self.tree
-            .insert(CURRENT, bytes)
-            .map_err(|e| StorageIOError::write_snapshot(sig.clone(), AnyError::new(&e)))?;
+        let err = |e: &dyn std::error::Error| {
+            StorageIOError::write_snapshot(sig.clone(), AnyError::error(e.to_string()))
+        };
+        let bytes = encode(snap).map_err(|e| err(&e))?;
+        {
+            let _one = self.saving.lock().unwrap_or_else(|p| p.into_inner());
+            let current = self
+                .tree
+                .get(CURRENT_INDEX)
+                .map_err(|e| err(&e))?
+                .and_then(|b| <[u8; 8]>::try_from(b.as_ref()).ok())
+                .map(u64::from_be_bytes);
+            if replaces(current, snap) {
+                let mut batch = sled::Batch::default();
+                batch.insert(CURRENT, bytes);
+                if let Some(i) = snap.last_index() {
+                    batch.insert(CURRENT_INDEX, &i.to_be_bytes());
+                }
+                self.tree.apply_batch(batch).map_err(|e| err(&e))?;
+            }
+        }
         self.tree
             .flush_async()
             .await
@@ -121,7 +159,10 @@ impl SledStateMachine {
                 tree: "snapshot",
                 source,
             })?;
-        StateMachine::open(SledSnapshots { tree })
+        StateMachine::open(SledSnapshots {
+            tree,
+            saving: Arc::default(),
+        })
     }
 }
 
@@ -256,5 +297,44 @@ impl<S: SnapshotStore> RaftStateMachine<TypeConfig> for StateMachine<S> {
             meta: s.meta,
             snapshot: Box::new(Cursor::new(s.data)),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::CommittedLeaderId;
+
+    fn snapshot(index: u64) -> StoredSnapshot {
+        StoredSnapshot {
+            meta: SnapshotMeta {
+                last_log_id: Some(LogId::new(CommittedLeaderId::new(1, 1), index)),
+                last_membership: StoredMembership::default(),
+                snapshot_id: format!("s{index}"),
+            },
+            data: vec![index as u8],
+        }
+    }
+
+    /// A build that read the state before a newer snapshot was installed
+    /// saves after it: the newer one stays (the log before it may be
+    /// purged, and a restart from the older one would find entries
+    /// missing).
+    #[tokio::test]
+    async fn an_older_snapshot_never_replaces_a_newer_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path()).unwrap();
+        let store = SledSnapshots {
+            tree: db.open_tree("snapshot").unwrap(),
+            saving: Arc::default(),
+        };
+        let index = |s: &SledSnapshots| s.load().unwrap().and_then(|c| c.last_index());
+        store.save(&snapshot(10)).await.unwrap();
+        store.save(&snapshot(5)).await.unwrap();
+        assert_eq!(index(&store), Some(10));
+        store.save(&snapshot(12)).await.unwrap();
+        assert_eq!(index(&store), Some(12));
+        store.save(&snapshot(12)).await.unwrap();
+        assert_eq!(index(&store), Some(12));
     }
 }
