@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use gshare_raft_store::{ReplicaNode, TypeConfig};
 use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
+    Unreachable,
 };
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -15,7 +16,7 @@ use openraft::raft::{
 };
 
 use crate::peer_link::{LinkError, PeerLinks, PeerTransport};
-use crate::wire::{PeerReply, PeerRequest};
+use crate::wire::{FrameError, PeerReply, PeerRequest, WireError};
 
 /// Hands openraft one [`PeerChannel`] per target replica.
 #[derive(Debug, Clone)]
@@ -64,10 +65,14 @@ impl<T: PeerTransport> PeerChannel<T> {
         self.links
             .call(&self.addr, &req, ttl)
             .await
-            .map_err(|e| match e {
-                LinkError::Unreachable { .. } => RPCError::Unreachable(Unreachable::new(&e)),
-                _ => RPCError::Network(NetworkError::new(&e)),
-            })
+            .map_err(|e| Self::link_error(&e))
+    }
+
+    fn link_error<E: std::error::Error>(e: &LinkError) -> RPCError<u64, ReplicaNode, E> {
+        match e {
+            LinkError::Unreachable { .. } => RPCError::Unreachable(Unreachable::new(e)),
+            _ => RPCError::Network(NetworkError::new(e)),
+        }
     }
 
     fn unexpected<E: std::error::Error>(&self, reply: &PeerReply) -> RPCError<u64, ReplicaNode, E> {
@@ -85,10 +90,26 @@ impl<T: PeerTransport> RaftNetwork<TypeConfig> for PeerChannel<T> {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<AppendEntriesResponse<u64>, RaftError<u64>> {
-        match self
-            .call(PeerRequest::Append(rpc), option.hard_ttl())
-            .await?
+        let entries = rpc.entries.len() as u64;
+        let reply = self
+            .links
+            .call(&self.addr, &PeerRequest::Append(rpc), option.hard_ttl())
+            .await;
+        // Over the frame limit: openraft sends fewer entries at once (it
+        // retries the same range forever on any other error, and the
+        // follower would never catch up). One entry over it cannot be split.
+        if let Err(LinkError::Call {
+            source: WireError::Frame(FrameError::Oversized { len, limit }),
+            ..
+        }) = &reply
         {
+            if entries > 1 {
+                return Err(RPCError::PayloadTooLarge(
+                    PayloadTooLarge::new_entries_hint(fewer_entries(entries, *len, *limit)),
+                ));
+            }
+        }
+        match reply.map_err(|e| Self::link_error(&e))? {
             PeerReply::Append(r) => {
                 r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
             }
@@ -123,5 +144,28 @@ impl<T: PeerTransport> RaftNetwork<TypeConfig> for PeerChannel<T> {
             }
             other => Err(self.unexpected(&other)),
         }
+    }
+}
+
+/// How many of `entries` entries to send at once when all of them encode
+/// to `len` bytes, over the frame's `limit`: in proportion, with a margin,
+/// at least one and fewer than before.
+fn fewer_entries(entries: u64, len: usize, limit: usize) -> u64 {
+    let share = (entries as u128 * limit as u128 / (len.max(1) as u128 * 2)) as u64;
+    share.clamp(1, entries.saturating_sub(1).max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_oversized_append_is_split_in_proportion() {
+        // 256 entries of 64 MiB against 16 MiB: 32 (half the share).
+        assert_eq!(fewer_entries(256, 64 << 20, 16 << 20), 32);
+        // Barely over: fewer all the same.
+        assert_eq!(fewer_entries(10, (16 << 20) + 1, 16 << 20), 4);
+        assert_eq!(fewer_entries(2, 1 << 30, 16 << 20), 1);
+        assert_eq!(fewer_entries(3, 20 << 20, 16 << 20), 1);
     }
 }
