@@ -4,13 +4,12 @@
 //! A connection whose peer fails the CA check never gets a request through:
 //! with TLS 1.3 the refusal arrives when the first stream is used. The CA
 //! signs the agents' certificates too: a connection on the peer protocol
-//! is closed at once unless its certificate names a replica (`r<id>`) this
-//! replica knows ([`PeerIds`]); an agent's speaks the agents' protocol. A stream
+//! is closed at once unless its certificate names a replica (`r<id>`);
+//! an agent's speaks the agents' protocol. A stream
 //! carrying an oversized or malformed frame closes its connection; other
 //! connections are untouched. Garbage datagrams never reach this code:
 //! quinn drops packets that do not authenticate.
 
-use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -34,59 +33,28 @@ pub struct QuicCounters {
     /// Connections closed because of a bad frame.
     pub bad_frames: AtomicU64,
     /// Connections on the peer protocol refused: their certificate is not
-    /// a replica's ([`PeerIds`]).
+    /// a replica's (`r<id>`).
     pub peers_refused: AtomicU64,
 }
 
 /// The close code of a connection whose certificate is not a replica's.
 pub const NOT_A_PEER: u32 = 0x11;
 
-/// Which certificates the peer port takes: a replica's, named `r<id>`
-/// (`gsharectl certs issue --name r<id>`), of this replica, a configured
-/// peer or a member of the membership this replica knows (a learner
-/// added later included); any replica's while this replica knows no
-/// membership yet (it is being added: the leader's first contact).
-#[derive(Debug, Clone)]
-pub struct PeerIds {
-    /// This replica's id.
-    pub own: u64,
-    /// The configured peers' ids.
-    pub configured: BTreeSet<u64>,
-}
-
-impl PeerIds {
-    /// The replica id `name` (a certificate's name) proves, if this
-    /// replica takes it, `members` being the membership it knows.
-    fn admits(&self, name: &str, members: &BTreeSet<u64>) -> Result<u64, String> {
-        let id = replica_id(name).ok_or_else(|| {
-            format!("its certificate names {name:?}, not a replica (r<id>): an agent's or another client's certificate is not a peer")
-        })?;
-        if id == self.own
-            || self.configured.contains(&id)
-            || members.contains(&id)
-            || members.is_empty()
-        {
-            Ok(id)
-        } else {
-            Err(format!(
-                "its certificate names replica {id}, which is neither a configured peer nor a member"
-            ))
-        }
-    }
-}
-
-/// The Raft id a replica certificate's name `r<id>` carries (`None`: not
-/// such a name; ids are non-zero, without leading zeros).
-pub fn replica_id(name: &str) -> Option<u64> {
-    let digits = name.strip_prefix('r')?;
-    if digits.starts_with('0') || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok().filter(|id| *id != 0)
+/// The replica id a peer certificate's name proves: a replica's is named
+/// `r<id>` (`gsharectl certs issue --name r<id>`; the topology names no
+/// node so, and an agent's certificate names its node). Any replica's is
+/// taken, member or not: a replica whose membership lags (back after a
+/// replacement) must still take the current leader's.
+fn peer_replica(name: &str) -> Result<u64, String> {
+    gshare_core::config::replica_id(name).ok_or_else(|| {
+        format!(
+            "its certificate names {name:?}, not a replica (r<id>): an agent's or another client's certificate is not a peer"
+        )
+    })
 }
 
 /// Accepts connections on `endpoint` until it is closed: agents (their
-/// ALPN) to the agents' hub, replicas (their certificates: [`PeerIds`])
+/// ALPN) to the agents' hub, replicas (their certificates: `r<id>`)
 /// to the peer requests; any other certificate of the CA is refused.
 pub async fn serve(
     endpoint: quinn::Endpoint,
@@ -94,14 +62,12 @@ pub async fn serve(
     counters: Arc<QuicCounters>,
     agents: crate::agents::AgentHub,
     scheduler: crate::scheduler::Scheduler,
-    peers: PeerIds,
 ) {
     while let Some(incoming) = endpoint.accept().await {
         let raft = raft.clone();
         let scheduler = scheduler.clone();
         let agents = agents.clone();
         let counters = counters.clone();
-        let peers = peers.clone();
         tokio::spawn(async move {
             let conn = match incoming.await {
                 Ok(c) => c,
@@ -122,17 +88,7 @@ pub async fn serve(
             }
             // The peer requests write the replicated state and drive Raft:
             // only a replica's certificate (the agents' come from the same CA).
-            let admitted = crate::tls::peer_name(&conn).and_then(|name| {
-                let members: BTreeSet<u64> = raft
-                    .metrics()
-                    .borrow()
-                    .membership_config
-                    .membership()
-                    .nodes()
-                    .map(|(id, _)| *id)
-                    .collect();
-                peers.admits(&name, &members)
-            });
+            let admitted = crate::tls::peer_name(&conn).and_then(|name| peer_replica(&name));
             if let Err(why) = admitted {
                 counters.peers_refused.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(
@@ -249,35 +205,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_a_known_replicas_certificate_is_a_peer() {
-        assert_eq!(replica_id("r1"), Some(1));
-        assert_eq!(replica_id("r42"), Some(42));
-        for name in [
-            "r0", "r01", "r", "r1a", "1", "rr1", "node-r1", "c1", "probe", "r-1", "",
-        ] {
-            assert_eq!(replica_id(name), None, "{name}");
-        }
-        let peers = PeerIds {
-            own: 1,
-            configured: BTreeSet::from([2, 3]),
-        };
-        let members = BTreeSet::from([1, 2, 3, 4]);
-        assert_eq!(peers.admits("r1", &members), Ok(1));
-        assert_eq!(peers.admits("r3", &members), Ok(3));
-        // A replica the membership knows (a learner added later).
-        assert_eq!(peers.admits("r4", &members), Ok(4));
-        let e = peers.admits("r5", &members).unwrap_err();
-        assert!(e.contains("neither a configured peer nor a member"), "{e}");
-        // Not a member yet (being added, no peers configured): the
-        // leader's first contact comes from a replica it does not know.
-        let joining = PeerIds {
-            own: 5,
-            configured: BTreeSet::new(),
-        };
-        assert_eq!(joining.admits("r1", &BTreeSet::new()), Ok(1));
-        // An agent's certificate (its node's name) is no peer's, ever.
-        for members in [members, BTreeSet::new()] {
-            let e = peers.admits("gpu-node-7", &members).unwrap_err();
+    fn only_a_replicas_certificate_is_a_peer() {
+        assert_eq!(peer_replica("r3"), Ok(3));
+        // A replica no membership this one knows lists (back after a
+        // replacement, or being added) is taken too.
+        assert_eq!(peer_replica("r17"), Ok(17));
+        // An agent's certificate (its node's name) is no peer's.
+        for name in ["gpu-node-7", "probe", "r0", "node-r1"] {
+            let e = peer_replica(name).unwrap_err();
             assert!(e.contains("not a replica"), "{e}");
         }
     }

@@ -84,10 +84,6 @@ pub struct ReplicaSpec {
     pub liveness: gshare_core::state::LivenessRules,
     /// The leader's autoscaler constants (`[autoscale]`).
     pub autoscale: gshare_core::autoscale::Params,
-    /// The configured peers' Raft ids: their certificates (named `r<id>`)
-    /// are accepted on the peer port before this replica knows the
-    /// membership, as are those of the members it knows.
-    pub peers: Vec<u64>,
 }
 
 impl From<&ReplicaConfig> for ReplicaSpec {
@@ -102,7 +98,6 @@ impl From<&ReplicaConfig> for ReplicaSpec {
             keep_logs: c.keep_logs,
             liveness: c.liveness,
             autoscale: c.autoscale,
-            peers: c.peers.iter().map(|p| p.id).collect(),
         }
     }
 }
@@ -227,17 +222,12 @@ impl Replica {
         scheduler.watch_liveness(agents.clone(), spec.liveness);
         scheduler.watch_load(agents.clone(), spec.autoscale);
         scheduler.watch_migrations(agents.clone());
-        let peers = quic_server::PeerIds {
-            own: spec.id,
-            configured: spec.peers.iter().copied().collect(),
-        };
         tokio::spawn(quic_server::serve(
             endpoint.clone(),
             raft.clone(),
             counters.clone(),
             agents.clone(),
             scheduler.clone(),
-            peers,
         ));
         Ok(Replica {
             id: spec.id,

@@ -48,7 +48,7 @@ pub use file_ref::FileRef;
 pub use function_file::{FunctionFile, FunctionFileLatency};
 pub use gpu_model::GpuModel;
 pub use loading::{transfer_us, ColdStart, SwapCost};
-pub use names::{is_valid_name, MAX_NAME_LEN};
+pub use names::{is_valid_name, replica_id, MAX_NAME_LEN};
 pub use node::{GpuGroup, Node};
 pub use pool::Pool;
 pub use pricing::{charge, Charge, Money, Price, PriceList, PricingError, Usage};

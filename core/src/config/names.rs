@@ -19,6 +19,18 @@ pub fn is_valid_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
+/// The Raft id a replica's certificate name `r<id>` carries (`None`: not
+/// such a name; ids are non-zero, written without leading zeros). The
+/// region's peer port takes only such certificates, so no node (its
+/// agent's certificate names it) may be named so.
+pub fn replica_id(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix('r')?;
+    if digits.starts_with('0') || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok().filter(|id| *id != 0)
+}
+
 /// The name in `f` if it is present and valid; reports it otherwise.
 pub(crate) fn check_name(issues: &mut Issues<'_>, f: &Field<String>) -> Option<String> {
     let name = f.v.as_ref()?;
@@ -40,6 +52,17 @@ pub(crate) fn check_name(issues: &mut Issues<'_>, f: &Field<String>) -> Option<S
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replica_names_carry_their_id() {
+        assert_eq!(replica_id("r1"), Some(1));
+        assert_eq!(replica_id("r42"), Some(42));
+        for name in [
+            "r0", "r01", "r", "r1a", "1", "rr1", "node-r1", "c1", "R1", "r-1", "",
+        ] {
+            assert_eq!(replica_id(name), None, "{name}");
+        }
+    }
 
     #[test]
     fn names_follow_the_rule() {

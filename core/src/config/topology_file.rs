@@ -436,6 +436,14 @@ fn validate(is: &mut Issues<'_>, raw: RawTopology) -> Option<Topology> {
             let node_name = check_name(is, &n.name);
             if let Some(nn) = &node_name {
                 check_unique(is, &mut node_names, nn, &n.name, "node");
+                if super::names::replica_id(nn).is_some() {
+                    is.report(
+                        &n.name.at,
+                        IssueKind::Invalid,
+                        "names `r<number>` are the replicas' (their certificates'): a node's agent certificate named so would speak the replicas' protocol".to_string(),
+                        Some(quote(nn)),
+                    );
+                }
             }
             let cpu_milli = check_range(is, &n.cpu_milli, 1, MAX_HOST);
             let memory_mib = check_range(is, &n.memory_mib, 1, MAX_HOST);
@@ -790,6 +798,19 @@ memory_gib_hour = 1
         assert!(e.contains("placement.polcy: unknown key"), "{e}");
         assert!(e.contains("gpus[0].count"), "{e}");
         assert_eq!(e.lines().count(), 3, "{e}");
+    }
+
+    /// A replica's certificate is named `r<id>`, and an agent's its node:
+    /// a node named so would get the replicas' protocol.
+    #[test]
+    fn a_node_may_not_take_a_replicas_name() {
+        let src = BASE.replacen("name = \"n\"", "name = \"r2\"", 1);
+        assert_ne!(src, BASE);
+        let e = parse_topology("t.toml", &src).unwrap_err().to_string();
+        assert!(e.contains("names `r<number>` are the replicas'"), "{e}");
+        assert!(e.contains("(got \"r2\")"), "{e}");
+        let src = BASE.replacen("name = \"n\"", "name = \"r2a\"", 1);
+        parse_topology("t.toml", &src).unwrap_or_else(|e| panic!("{e}"));
     }
 
     #[test]

@@ -327,7 +327,6 @@ async fn start_region(dir: &std::path::Path, n: u64, over_tls: bool) -> anyhow::
                 ..Default::default()
             },
             autoscale: gshare_core::autoscale::Params::default(),
-            peers: (1..=n).filter(|p| *p != id).collect(),
         };
         let server_tls = if over_tls {
             Some(tls::http_server_config(&spec.tls.cert, &spec.tls.key)?)
