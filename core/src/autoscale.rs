@@ -239,10 +239,15 @@ impl Autoscaler {
     /// An autoscaler taking over a function that has `current` instances
     /// at `now_ms` (a new leader): it scales in only once its own
     /// recommendations have stayed lower for `idle_timeout_s`, as if it
-    /// had recommended `current` just now.
+    /// had recommended `current` just now, and counts the function active
+    /// now, so it goes to zero no sooner than `idle_timeout_s` after the
+    /// takeover (it has not seen the activity before it, and agents
+    /// linked to the old leader report late; an old placement time must
+    /// not stand in for the last activity).
     pub fn resume(now_ms: u64, current: u32) -> Self {
         let mut a = Autoscaler::new(now_ms);
         a.recent.push_back((now_ms, current));
+        a.last_active_ms = Some(now_ms);
         a
     }
 

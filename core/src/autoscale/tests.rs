@@ -195,6 +195,29 @@ fn an_instance_just_woken_from_zero_is_not_released_before_its_first_report() {
     assert_eq!((d.desired, d.rule), (0, Rule::ToZero));
 }
 
+/// A new leader's autoscaler, on its first tick, with its function's
+/// instance placed long ago and no report yet (the agents linked to the old
+/// leader reconnect): nothing goes to zero until `idle_timeout_s` after the
+/// takeover. Before, the old placement time stood in for the last activity
+/// and the first tick released the last instance of a busy function.
+#[test]
+fn a_new_leader_sends_nothing_to_zero_on_its_first_ticks() {
+    let p = Params::default();
+    let s = spec(0, 10);
+    let takeover = 1_000_000;
+    let mut a = Autoscaler::resume(takeover, 1);
+    a.placed(10_000);
+    for at in [takeover, takeover + 29_999] {
+        let d = a.decide(&p, &s, at, 1, 100);
+        assert_ne!(d.rule, Rule::ToZero, "at {at}");
+        assert_eq!(d.desired, 1, "at {at}");
+    }
+    // Idle reports all along: to zero idle_timeout_s after the takeover.
+    feed(&mut a, &p, 1_001..=1_030, 0);
+    let d = a.decide(&p, &s, takeover + 30_000, 1, 100);
+    assert_eq!((d.desired, d.rule), (0, Rule::ToZero));
+}
+
 #[test]
 fn min_instances_keeps_an_idle_function_up_and_no_signal_keeps_what_there_is() {
     let p = Params::default();
