@@ -325,14 +325,23 @@ impl PoolPreference {
         }
     }
 
+    /// Whether any pool of `kind` may ever take the function (a strict
+    /// preference allows one kind only).
+    pub fn allows_kind(&self, kind: PoolKind) -> bool {
+        match self {
+            PoolPreference::EdgeOnly(_) => kind == PoolKind::Edge,
+            PoolPreference::CenterOnly => kind == PoolKind::Center,
+            _ => true,
+        }
+    }
+
     /// Whether pool `name` of `kind` may ever take the function: every pool
     /// for a preference, only the named edge pool or the center pools for
     /// a strict one.
     pub fn allows(&self, name: &str, kind: PoolKind) -> bool {
         match self {
             PoolPreference::EdgeOnly(p) => p == name && kind == PoolKind::Edge,
-            PoolPreference::CenterOnly => kind == PoolKind::Center,
-            _ => true,
+            _ => self.allows_kind(kind),
         }
     }
 }

@@ -431,7 +431,8 @@ impl RegionState {
     }
 
     /// How many more instances of `spec` its tenant's quota leaves room
-    /// for: the most over the pool kinds (a placement may go to either),
+    /// for: the sum over the pool kinds its preference allows (each kind
+    /// has its own quota, and a placement goes to whichever has room),
     /// each instance holding the spec's compute and memory (an exclusive
     /// one may hold more: its GPUs' whole memory, so this is an upper
     /// bound; apply checks each placement). 0 for an unknown tenant.
@@ -442,13 +443,13 @@ impl RegionState {
         let each = super::instance::held_of([(spec.compute_milli, spec.memory_mib)]);
         [PoolKind::Center, PoolKind::Edge]
             .into_iter()
+            .filter(|&kind| spec.pool.allows_kind(kind))
             .map(|kind| {
                 tenant
                     .quota(kind)
                     .room(&self.held(&spec.tenant, kind), &each)
             })
-            .max()
-            .unwrap_or(0)
+            .fold(0u32, u32::saturating_add)
     }
 
     /// GPUs of the topology that their node's agent registered without

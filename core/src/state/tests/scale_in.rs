@@ -372,7 +372,8 @@ fn the_tenants_quota_caps_a_scale_out_and_says_so() {
         (2, Rule::Quota)
     );
     assert_eq!(steps[0].action, None);
-    // The larger of the two pool kinds' rooms counts; an unknown tenant has none.
+    // Each pool kind has its own quota: the rooms of the kinds the
+    // function may go to add up; an unknown tenant has none.
     ok(
         &mut s,
         DomainCommand::QuotaSet {
@@ -382,6 +383,20 @@ fn the_tenants_quota_caps_a_scale_out_and_says_so() {
         },
     );
     assert_eq!(s.quota_room(&g), 3);
+    ok(
+        &mut s,
+        DomainCommand::QuotaSet {
+            tenant: t("globex"),
+            pool_kind: PoolKind::Center,
+            quota: quota(2_000, 16_384, 3),
+        },
+    );
+    assert_eq!(s.quota_room(&g), 1 + 3, "center and edge rooms add up");
+    let mut strict = g.clone();
+    strict.pool = PoolPreference::CenterOnly;
+    assert_eq!(s.quota_room(&strict), 1, "strict:center has no edge room");
+    strict.pool = PoolPreference::EdgeOnly("hk-1".into());
+    assert_eq!(s.quota_room(&strict), 3, "strict:edge has no center room");
     let mut stranger = g;
     stranger.tenant = t("nobody");
     assert_eq!(s.quota_room(&stranger), 0);
