@@ -681,8 +681,7 @@ async fn hold(
                         };
                         let result = scheduler.submit(eval).await;
                         tracing::info!("waking {}/{function} from zero: {result:?}", tenant.0);
-                        let result = result.map(|_| ()).map_err(|e| e.to_string());
-                        wakes.done(&tenant, &function, result, std::time::Instant::now());
+                        wakes.ended(&tenant, &function, &result, std::time::Instant::now());
                     });
                 }
                 Begin::InFlight => {}

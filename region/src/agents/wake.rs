@@ -6,7 +6,9 @@
 //! its instance: several requests together make one placement, not one
 //! each. A wake that failed (no capacity, quota, no leader) is remembered
 //! for [`RETRY_AFTER`], and the requests arriving meanwhile are answered
-//! with its reason at once rather than each asking the leader again.
+//! with its reason at once rather than each asking the leader again. A
+//! wake whose outcome is not known is no failure: the held requests look
+//! again, and wake it again if it still has no instance.
 //!
 //! Wakes from different replicas are not deduplicated here: each replica
 //! starts at most one at a time, and the leader's `ScaleOut` places
@@ -70,13 +72,7 @@ impl Wakes {
 
     /// The wake of `tenant`'s `function` ended at `now`: with the leader's
     /// answer (`Ok`: placed, or nothing needed), or why it placed nothing.
-    pub fn done(
-        &self,
-        tenant: &TenantId,
-        function: &str,
-        result: Result<(), String>,
-        now: Instant,
-    ) {
+    fn done(&self, tenant: &TenantId, function: &str, result: Result<(), String>, now: Instant) {
         let mut wakes = self.lock();
         let key = (tenant.clone(), function.to_string());
         match result {
@@ -87,6 +83,26 @@ impl Wakes {
                 wakes.insert(key, Wake::Failed { at: now, why });
             }
         }
+    }
+
+    /// The wake of `tenant`'s `function` ended at `now` with the leader's
+    /// `answer`: placed (or nothing needed) ends it; a definite refusal is
+    /// remembered as a failure ([`Begin::Failed`]); an outcome that is not
+    /// known (the placement may have committed) is no failure, so the
+    /// requests still held look again and, finding no instance, wake it
+    /// once more (the leader's `ScaleOut` places nothing once it has one).
+    pub fn ended(
+        &self,
+        tenant: &TenantId,
+        function: &str,
+        answer: &crate::scheduler::EvalResult,
+        now: Instant,
+    ) {
+        let result = match answer {
+            Ok(_) | Err(crate::scheduler::EvalError::Unknown(_)) => Ok(()),
+            Err(e) => Err(e.to_string()),
+        };
+        self.done(tenant, function, result, now);
     }
 
     /// Wakes in flight or remembered as failed.
@@ -121,6 +137,32 @@ mod tests {
         // Once done, a later request (the function went to zero again)
         // starts a new one.
         assert_eq!(w.begin(&t, "f", now), Begin::Start);
+    }
+
+    #[test]
+    fn a_wake_whose_outcome_is_unknown_is_no_failure() {
+        use crate::scheduler::{EvalDone, EvalError};
+        let w = Wakes::default();
+        let t = TenantId("acme".into());
+        let now = Instant::now();
+        assert_eq!(w.begin(&t, "f", now), Begin::Start);
+        w.ended(
+            &t,
+            "f",
+            &Err(EvalError::Unknown("forward lost".into())),
+            now,
+        );
+        // Not "none could be placed": the next request wakes it again.
+        assert_eq!(w.begin(&t, "f", now), Begin::Start);
+        w.ended(&t, "f", &Err(EvalError::NoLeader), now);
+        assert!(matches!(w.begin(&t, "f", now), Begin::Failed(why) if why.contains("no leader")));
+        assert_eq!(w.begin(&t, "f", now + RETRY_AFTER), Begin::Start);
+        let placed = EvalDone {
+            applied: None,
+            replans: 0,
+        };
+        w.ended(&t, "f", &Ok(placed), now + RETRY_AFTER);
+        assert!(w.is_empty());
     }
 
     #[test]
