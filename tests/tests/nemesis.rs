@@ -389,3 +389,55 @@ fn an_update_through_a_lagging_follower_is_never_answered_unknown_function() {
         });
     }
 }
+
+/// A replica that knows no leader (here: the last one up after the other
+/// two were killed; on the minority side of a partition it is the same)
+/// answered its agents' heartbeats `Ack`, so an agent linked to it stayed
+/// there: the leader, once there is one again, hears nothing of it, and
+/// its usage cannot commit. Such a replica now refuses heartbeats once it
+/// has been cut off for 3 s (`cut_off`), and the agent looks for another.
+#[test]
+fn an_agent_leaves_a_replica_cut_off_from_the_leader() {
+    use gshare_tests::nemesis::cluster::Cluster;
+    use gshare_tests::{call, json_of, TOKEN};
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut c = Cluster::start(11).expect("cluster");
+    let replicas = c.replica_http();
+    let node = c.agents[0].node.clone();
+    let on = |replica: u64| -> bool {
+        let r = call(
+            replicas[(replica - 1) as usize],
+            "GET",
+            "/v1/cluster/agents?scope=replica",
+            TOKEN,
+            None,
+        );
+        json_of(&r)
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|a| a["node"].as_str() == Some(node.as_str()))
+    };
+    // The agent reaches replica 3 only.
+    c.agents[0].links[0].cut();
+    c.agents[0].links[1].cut();
+    gshare_tests::until("the agent linked to r3", 120, || on(3).then_some(()));
+    // Replica 3 is left alone: it knows no leader from now on.
+    c.kill_replica(1).expect("kill r1");
+    c.kill_replica(2).expect("kill r2");
+    let cut = Instant::now();
+    gshare_tests::until("the agent's link to r3 ended", 60, || {
+        (!on(3)).then_some(())
+    });
+    println!(
+        "r3 ended the agent's link {} ms after the others died",
+        cut.elapsed().as_millis()
+    );
+    // With a leader again, the agent links to a replica that has one.
+    c.agents[0].links[0].heal();
+    c.agents[0].links[1].heal();
+    c.restart_replica(1).expect("restart r1");
+    c.restart_replica(2).expect("restart r2");
+    let back = gshare_tests::until("the agent linked again", 120, || (1..=3).find(|r| on(*r)));
+    println!("the agent linked to r{back} again");
+}
