@@ -15,6 +15,13 @@ pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, bincode::error::Encode
     bincode::serde::encode_to_vec(value, config())
 }
 
+/// How many bytes [`encode`] makes of `value`, without making them.
+pub fn encoded_len<T: Serialize>(value: &T) -> Result<usize, bincode::error::EncodeError> {
+    let mut size = bincode::enc::write::SizeWriter::default();
+    bincode::serde::encode_into_writer(value, &mut size, config())?;
+    Ok(size.bytes_written)
+}
+
 /// Decodes a whole `bytes` slice; trailing bytes are an error.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, bincode::error::DecodeError> {
     let (value, used) = bincode::serde::decode_from_slice(bytes, config())?;

@@ -35,7 +35,7 @@ mod runtime;
 mod state_machine;
 mod type_config;
 
-pub use codec::{decode, encode, MAX_RECORD_BYTES};
+pub use codec::{decode, encode, encoded_len, MAX_RECORD_BYTES};
 pub use error::StoreError;
 pub use log_store::SledLogStore;
 pub use region_state::RegionState;

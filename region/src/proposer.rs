@@ -10,6 +10,13 @@
 //! queue up and form the next batch, so batches grow with load and the
 //! per-entry cost (fsync, replication round trip) is shared. Each client gets
 //! the outcome of its own command.
+//!
+//! A batch is bounded in commands ([`MAX_BATCH`]) and in encoded bytes
+//! ([`MAX_BATCH_BYTES`]; one proposal alone may be larger, up to
+//! [`MAX_PROPOSAL_BYTES`]): a Raft entry must fit one peer frame
+//! ([`PEER_FRAME_BYTES`], 16 MiB) with room to spare, or no follower could
+//! ever take it and replication would stop at it for good (many agents'
+//! full usage batches at once, ~1 MiB each, would have made one).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,11 +28,20 @@ use openraft::Raft;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::peer_link::{PeerLinks, PeerTransport};
-use crate::wire::{PeerReply, PeerRequest, WriteRefusal};
+use crate::wire::{PeerReply, PeerRequest, WriteRefusal, PEER_FRAME_BYTES};
 use gshare_core::clock::SharedClock;
 
 /// Most commands in one Raft entry.
 pub const MAX_BATCH: usize = 1024;
+/// Proposals queued together form one entry while their commands'
+/// encoded bytes stay within this.
+pub const MAX_BATCH_BYTES: usize = 4 << 20;
+/// Largest proposal taken, in encoded bytes (half a peer frame: the entry's
+/// envelope, an AppendEntries' other fields and a forward's frame fit
+/// beside it).
+pub const MAX_PROPOSAL_BYTES: usize = PEER_FRAME_BYTES / 2;
+const _: () =
+    assert!(MAX_BATCH_BYTES <= MAX_PROPOSAL_BYTES && MAX_PROPOSAL_BYTES < PEER_FRAME_BYTES);
 /// Batches being committed at once. Measured with `region-bench` (256
 /// clients): 2 gave ~2x the throughput of 16, because fewer, larger entries
 /// cost less per command than more pipelining gains.
@@ -56,6 +72,14 @@ pub enum WriteError {
         /// The most one proposal takes.
         max: usize,
     },
+    /// A proposal larger than one Raft entry may be; nothing was proposed.
+    #[error("{bytes} bytes of commands in one proposal (at most {max})")]
+    TooLarge {
+        /// Its commands' encoded bytes (at least; counting stopped past `max`).
+        bytes: usize,
+        /// The most one proposal may encode to.
+        max: usize,
+    },
 }
 
 impl WriteError {
@@ -68,6 +92,8 @@ impl WriteError {
 /// Commands of one caller that go into one Raft entry together.
 struct Pending {
     commands: Vec<RegionCommand>,
+    /// Their encoded bytes.
+    bytes: usize,
     reply: oneshot::Sender<Result<Vec<CommandOutcome>, WriteError>>,
 }
 
@@ -170,15 +196,17 @@ impl Proposer {
                 max: MAX_BATCH,
             });
         }
-        for c in &commands {
-            c.validate()?;
-        }
+        let bytes = proposal_bytes(&commands)?;
         if commands.is_empty() {
             return Ok(Vec::new());
         }
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(Pending { commands, reply })
+            .send(Pending {
+                commands,
+                bytes,
+                reply,
+            })
             .await
             .map_err(|_| WriteError::Stopped)?;
         rx.await.map_err(|_| WriteError::Stopped)?
@@ -192,17 +220,31 @@ async fn batch_loop(
     mut rx: mpsc::Receiver<Pending>,
 ) {
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-    while let Some(first) = rx.recv().await {
+    // A proposal taken from the queue that did not fit the last batch.
+    let mut carried: Option<Pending> = None;
+    loop {
+        let first = match carried.take() {
+            Some(p) => p,
+            None => match rx.recv().await {
+                Some(p) => p,
+                None => return,
+            },
+        };
         let Ok(permit) = slots.clone().acquire_owned().await else {
             return;
         };
-        let mut n = first.commands.len();
+        let (mut n, mut bytes) = (first.commands.len(), first.bytes);
         let mut batch = vec![first];
         while n < MAX_BATCH {
             match rx.try_recv() {
-                Ok(p) => {
+                Ok(p) if fits(n, bytes, &p) => {
                     n += p.commands.len();
+                    bytes = bytes.saturating_add(p.bytes);
                     batch.push(p);
+                }
+                Ok(p) => {
+                    carried = Some(p);
+                    break;
                 }
                 Err(_) => break,
             }
@@ -243,6 +285,30 @@ async fn batch_loop(
             drop(permit);
         });
     }
+}
+
+/// Checks `commands` and counts their encoded bytes: `Invalid` for a
+/// command that is not valid, `TooLarge` past [`MAX_PROPOSAL_BYTES`].
+fn proposal_bytes(commands: &[RegionCommand]) -> Result<usize, WriteError> {
+    let mut bytes = 0usize;
+    for c in commands {
+        c.validate()?;
+        let len = gshare_raft_store::encoded_len(c).unwrap_or(usize::MAX);
+        bytes = bytes.saturating_add(len);
+        if bytes > MAX_PROPOSAL_BYTES {
+            return Err(WriteError::TooLarge {
+                bytes,
+                max: MAX_PROPOSAL_BYTES,
+            });
+        }
+    }
+    Ok(bytes)
+}
+
+/// Whether proposal `p` joins a batch of `n` commands and `bytes` bytes.
+fn fits(n: usize, bytes: usize, p: &Pending) -> bool {
+    n.saturating_add(p.commands.len()) <= MAX_BATCH
+        && bytes.saturating_add(p.bytes) <= MAX_BATCH_BYTES
 }
 
 /// Commits `batch` here if this replica leads, else forwards it to the leader
@@ -295,4 +361,91 @@ pub async fn commit_via<T: PeerTransport>(
         }
     }
     Err(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gshare_core::model::{PoolKind, TenantId, Tier};
+    use gshare_core::state::{AgentId, DomainCommand, UsageRecord, MAX_USAGE_BATCH};
+
+    /// A full usage batch of one agent (10,000 records).
+    fn full_usage_batch(agent: &str) -> RegionCommand {
+        let records = (1..=MAX_USAGE_BATCH as u64)
+            .map(|seq| UsageRecord {
+                seq,
+                tenant: TenantId("tenant-with-a-longish-name".into()),
+                function: "a-function-with-a-longer-name-than-most".into(),
+                tier: Tier::Guaranteed,
+                gpu_model: "NVIDIA-H100-80GB-HBM3".into(),
+                pool_kind: PoolKind::Center,
+                compute_milli_gpu_ms: u64::MAX / 3,
+                memory_mib_ms: u64::MAX / 5,
+                invocations: 1_000_000,
+                end_ms: 1_800_000_000_000,
+            })
+            .collect();
+        RegionCommand::domain(DomainCommand::UsageBatch {
+            agent: AgentId(agent.into()),
+            records,
+        })
+    }
+
+    /// A queued proposal of `commands` (empty usage batches: only their
+    /// count matters here) said to encode to `bytes`.
+    fn pending(commands: usize, bytes: usize) -> Pending {
+        let (reply, _) = oneshot::channel();
+        let empty = || {
+            RegionCommand::domain(DomainCommand::UsageBatch {
+                agent: AgentId("a".into()),
+                records: Vec::new(),
+            })
+        };
+        Pending {
+            commands: (0..commands).map(|_| empty()).collect(),
+            bytes,
+            reply,
+        }
+    }
+
+    #[test]
+    fn full_usage_batches_of_many_agents_are_split_into_entries_a_peer_frame_takes() {
+        let one = proposal_bytes(&[full_usage_batch("n1")]).expect("one batch is taken");
+        println!("a full usage batch encodes to {one} bytes");
+        assert!(one > MAX_BATCH_BYTES / 8, "{one}");
+        // Queued together, they join one entry only up to the byte budget:
+        // at most four here, never the sixteen a 16 MiB frame could not hold.
+        let mut n = 0;
+        let mut bytes = 0;
+        let mut joined = 0;
+        for _ in 0..16 {
+            let p = pending(1, one);
+            if joined > 0 && !fits(n, bytes, &p) {
+                break;
+            }
+            n += p.commands.len();
+            bytes += p.bytes;
+            joined += 1;
+        }
+        assert!((1..16).contains(&joined), "{joined} joined");
+        assert!(bytes <= MAX_BATCH_BYTES, "{bytes}");
+        // One proposal of many full batches is refused whole.
+        let many: Vec<RegionCommand> = (0..16)
+            .map(|i| full_usage_batch(&format!("n{i}")))
+            .collect();
+        match proposal_bytes(&many) {
+            Err(WriteError::TooLarge { bytes, max }) => {
+                assert_eq!(max, MAX_PROPOSAL_BYTES);
+                assert!(bytes > max);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_command_count_still_bounds_a_batch() {
+        assert!(fits(1, 0, &pending(MAX_BATCH - 1, 10)));
+        assert!(!fits(2, 0, &pending(MAX_BATCH - 1, 10)));
+        assert!(!fits(1, MAX_BATCH_BYTES - 5, &pending(1, 10)));
+    }
 }

@@ -147,6 +147,11 @@ impl ApiError {
             WriteError::Invalid(_) | WriteError::TooMany { .. } => {
                 Self::new(StatusCode::BAD_REQUEST, "invalid_command", e.to_string())
             }
+            WriteError::TooLarge { .. } => Self::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "command_too_large",
+                e.to_string(),
+            ),
             WriteError::NoLeader => {
                 Self::new(StatusCode::SERVICE_UNAVAILABLE, "no_leader", e.to_string())
             }
