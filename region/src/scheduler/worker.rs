@@ -120,20 +120,20 @@ fn decide(
             if planned(&(tenant.clone(), key.clone())) {
                 return Decision::Defer;
             }
-            // The name is taken: say so (apply would refuse the create the
-            // same way), rather than the planner's view of its instances.
-            if view.function(&spec.tenant, &spec.name).is_ok() {
-                return Decision::Answer(Err(EvalError::Refused(ApplyError::DuplicateName {
-                    kind: ObjectKind::Function,
-                    name: spec.name.clone(),
-                })));
-            }
-            // An invalid spec is refused as apply would refuse it (not as
-            // whatever the planner runs into first, e.g. min > max).
-            if let Err(e) = view
-                .check_function_spec(spec)
-                .and_then(|()| view.check_spec_room(spec))
-            {
+            // Refused as apply would refuse the create, in apply's order
+            // (the spec, then the name, then the tenant's room for specs),
+            // as a dry run answers too: not as whatever the planner runs
+            // into first (e.g. min > max), nor as its view of the instances.
+            let refused = view.check_function_spec(spec).and_then(|()| {
+                if view.function(&spec.tenant, &spec.name).is_ok() {
+                    return Err(ApplyError::DuplicateName {
+                        kind: ObjectKind::Function,
+                        name: spec.name.clone(),
+                    });
+                }
+                view.check_spec_room(spec)
+            });
+            if let Err(e) = refused {
                 return Decision::Answer(Err(EvalError::Refused(e)));
             }
             match plan_placements(view, spec, spec.min_instances, policy, now) {
@@ -693,6 +693,50 @@ mod tests {
             "local-c1"
         };
         (s, instance, MoveTarget::Node(NodeId(other.into())))
+    }
+
+    /// A deploy under a taken name with an invalid spec is refused as
+    /// apply and a dry run refuse it: the spec first (422), not the name
+    /// (409); a valid spec under the taken name is the name's refusal.
+    #[test]
+    fn a_deploy_is_refused_in_applys_order_spec_before_name() {
+        let (s, _, _) = one_instance();
+        let taken = s
+            .function(&TenantId("acme".into()), "chat")
+            .expect("deployed")
+            .spec
+            .clone();
+        let mut invalid = taken.clone();
+        invalid.min_instances = 3;
+        invalid.max_instances = 2;
+        let deploy = |spec: &FunctionSpec| Evaluation::Deploy {
+            tenant: TenantId("acme".into()),
+            key: format!("k-{}", spec.min_instances),
+            fingerprint: "f".into(),
+            spec: Box::new(spec.clone()),
+        };
+        let code = |spec: &FunctionSpec| match decide_on(&s, &deploy(spec), T0) {
+            Err(Err(EvalError::Refused(e))) => e.code(),
+            other => panic!("{other:?}"),
+        };
+        let applied = s
+            .clone()
+            .apply(
+                DomainCommand::FunctionCreate {
+                    spec: invalid.clone(),
+                    placements: Vec::new(),
+                },
+                T0,
+            )
+            .expect_err("apply refuses it");
+        assert_eq!(code(&invalid), applied.code());
+        assert_eq!(code(&invalid), "invalid_spec");
+        // What a dry run checks first.
+        assert_eq!(
+            s.check_function_spec(&invalid).map_err(|e| e.code()),
+            Err("invalid_spec")
+        );
+        assert_eq!(code(&taken), "duplicate_name");
     }
 
     /// An operator's move retried after its first attempt committed (the
