@@ -159,10 +159,37 @@ impl SledStateMachine {
                 tree: "snapshot",
                 source,
             })?;
-        StateMachine::open(SledSnapshots {
+        let snapshots = SledSnapshots {
             tree,
             saving: Arc::default(),
-        })
+        };
+        snapshots.keep_index()?;
+        StateMachine::open(snapshots)
+    }
+}
+
+impl SledSnapshots {
+    /// Stores the index of the snapshot held, where a store written before
+    /// the index was kept lacks it: the first save then compares with it
+    /// too (without it, that save replaced whatever was there).
+    fn keep_index(&self) -> Result<(), StoreError> {
+        let tree = |source| StoreError::Tree {
+            tree: "snapshot",
+            source,
+        };
+        if self.tree.get(CURRENT_INDEX).map_err(tree)?.is_some() {
+            return Ok(());
+        }
+        let held = self
+            .load()
+            .map_err(|e| StoreError::Snapshot(e.to_string()))?;
+        if let Some(i) = held.and_then(|s| s.last_index()) {
+            self.tree
+                .insert(CURRENT_INDEX, &i.to_be_bytes())
+                .map_err(tree)?;
+            self.tree.flush().map_err(tree)?;
+        }
+        Ok(())
     }
 }
 
@@ -336,5 +363,28 @@ mod tests {
         assert_eq!(index(&store), Some(12));
         store.save(&snapshot(12)).await.unwrap();
         assert_eq!(index(&store), Some(12));
+    }
+
+    /// A store written before the index was kept holds a snapshot but no
+    /// index: opened, it gets one, so an older build's first save does not
+    /// replace the newer snapshot either.
+    #[tokio::test]
+    async fn a_store_without_the_index_keeps_its_newer_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path()).unwrap();
+        let tree = db.open_tree("snapshot").unwrap();
+        // What a replica saved then: a snapshot of a (here empty) region
+        // state applied up to index 10.
+        let mut held = snapshot(10);
+        held.data = encode(&RegionState::default()).unwrap();
+        tree.insert(CURRENT, encode(&held).unwrap()).unwrap();
+        let sm = SledStateMachine::new(db.clone()).expect("opens");
+        assert_eq!(
+            tree.get(CURRENT_INDEX).unwrap().as_deref(),
+            Some(&10u64.to_be_bytes()[..])
+        );
+        sm.snapshots.save(&snapshot(5)).await.unwrap();
+        let held = sm.snapshots.load().unwrap().and_then(|c| c.last_index());
+        assert_eq!(held, Some(10));
     }
 }
