@@ -29,8 +29,7 @@
 //! The agent tries the replicas of its config in turn; a `Refused` with
 //! `retry` (not the leader, no leader yet) or a lost connection moves it to
 //! the next one after a backoff (100 ms doubling to 5 s, reset by a
-//! successful registration); so does a heartbeat `Refused` by a replica
-//! cut off from the leader (code `cut_off`). A malformed or oversized frame from the
+//! successful registration). A malformed or oversized frame from the
 //! replica closes that connection (code 0x10) and the link reconnects;
 //! serving goes on throughout, with the last instances and tokens.
 

@@ -5,8 +5,6 @@
 //! ```text
 //!   agent ── bi: Register ──▶ AgentRegister through Raft ─▶ Registered{next_seq} | Refused
 //!         ── bi: Heartbeat / Loads / HostCopies / Swaps ─▶ Ack
-//!            (a Heartbeat: Refused{cut_off, retry} from a replica cut off
-//!            from the leader, see [`cut_off`]: the agent links elsewhere)
 //!         ── bi: Usage{records} ─▶ UsageBatch through Raft ─▶ UsageAck{seqs} | Refused
 //!         ── bi: SliceReserve / SliceRelease ─▶ InstanceSliceReserve / InstanceSliceRelease
 //!            through Raft ─▶ Ack (committed) | Refused
@@ -39,7 +37,6 @@
 //! `/v1/cluster/view`, `GET /v1/functions/{name}` and `?wait=ready` read
 //! every replica's ([`region_agents`]).
 
-pub mod cut_off;
 pub(crate) mod forward;
 mod invoke;
 pub mod region_agents;
@@ -102,8 +99,6 @@ pub struct AgentHub {
     pub clock: SharedClock,
     /// Functions being woken from zero by requests held here.
     pub wakes: Arc<wake::Wakes>,
-    /// Since when this replica is cut off from a leader ([`cut_off`]).
-    pub cut_off: Arc<Mutex<cut_off::CutOff>>,
 }
 
 impl AgentHub {
@@ -122,7 +117,6 @@ impl AgentHub {
             heard: Arc::default(),
             clock,
             wakes: Arc::default(),
-            cut_off: Arc::default(),
         }
     }
 
@@ -163,25 +157,6 @@ impl AgentHub {
     ) -> Self {
         self.metrics = Some(metrics);
         self
-    }
-
-    /// Why the agents linked here should link to another replica: this
-    /// replica has been cut off from a leader for [`cut_off::GRACE`]
-    /// (`None` without Raft metrics).
-    pub fn cut_off(&self) -> Option<String> {
-        let view = {
-            let m = self.metrics.as_ref()?.borrow();
-            cut_off::RaftView {
-                leader: m.current_leader,
-                leads: m.state == openraft::ServerState::Leader && m.current_leader == Some(m.id),
-                since_quorum_ack_ms: m.millis_since_quorum_ack,
-                member: m.membership_config.membership().get_node(&m.id).is_some(),
-            }
-        };
-        self.cut_off
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .observe(&view, self.clock.now())
     }
 
     /// The replica id of the leader this replica knows of; 0 when none.
@@ -492,18 +467,13 @@ pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
                 reply
             }
             AgentMessageV1::Heartbeat(h) => {
-                if let Some(why) = hub.cut_off() {
-                    tracing::warn!(agent = %h.agent.0, "heartbeat refused: {why}");
-                    refused("cut_off", format!("{why}; link to another replica"), true)
-                } else {
-                    if registered.as_ref() == Some(&h.agent) {
-                        if let Some(n) = &node {
-                            hub.heard_from(n);
-                        }
-                        hub.reports.heartbeat(h);
+                if registered.as_ref() == Some(&h.agent) {
+                    if let Some(n) = &node {
+                        hub.heard_from(n);
                     }
-                    RegionMessage::v1(RegionMessageV1::Ack)
+                    hub.reports.heartbeat(h);
                 }
+                RegionMessage::v1(RegionMessageV1::Ack)
             }
             AgentMessageV1::Loads {
                 agent,
