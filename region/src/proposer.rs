@@ -85,7 +85,10 @@ pub enum WriteError {
 impl WriteError {
     /// Whether the client should retry the same command.
     pub fn retryable(&self) -> bool {
-        !matches!(self, WriteError::Invalid(_) | WriteError::TooMany { .. })
+        !matches!(
+            self,
+            WriteError::Invalid(_) | WriteError::TooMany { .. } | WriteError::TooLarge { .. }
+        )
     }
 }
 
@@ -185,7 +188,8 @@ impl Proposer {
     /// Proposes `commands` in one Raft entry (with whatever else is
     /// queued) and waits until they are committed and applied; one outcome
     /// per command, in order. Each command applies on its own: one refused
-    /// leaves the others applied. At most [`MAX_BATCH`] commands.
+    /// leaves the others applied. At most [`MAX_BATCH`] commands, encoding
+    /// to at most [`MAX_PROPOSAL_BYTES`].
     pub async fn propose_all(
         &self,
         commands: Vec<RegionCommand>,
@@ -440,6 +444,12 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        // Refused for good: the same proposal would be refused again.
+        let too_large = WriteError::TooLarge {
+            bytes: MAX_PROPOSAL_BYTES + 1,
+            max: MAX_PROPOSAL_BYTES,
+        };
+        assert!(!too_large.retryable());
     }
 
     #[test]

@@ -210,7 +210,10 @@ async fn watch(inner: Weak<Inner>, hub: AgentHub, rules: LivenessRules) {
             let heard = heard_times.merge(heard, view);
             watch_plan(view, heard, since, now, &rules)
         };
-        if !marks.is_empty() {
+        // In proposals of at most MAX_BATCH commands: more (a whole rack
+        // of a large region coming back at once) would be refused whole
+        // (`TooMany`) on every tick, and no node marked.
+        for marks in marks.chunks(crate::proposer::MAX_BATCH) {
             let commands = marks
                 .iter()
                 .map(|(node, ready)| {
@@ -222,12 +225,12 @@ async fn watch(inner: Weak<Inner>, hub: AgentHub, rules: LivenessRules) {
                 .collect();
             match scheduler.inner.proposer.propose_all(commands).await {
                 Ok(_) => {
-                    for (node, ready) in &marks {
+                    for (node, ready) in marks {
                         let state = if *ready { "ready" } else { "not_ready" };
                         tracing::info!(node = %node.0, "node {state}");
                     }
                 }
-                Err(e) => tracing::debug!("node states not committed: {e}"),
+                Err(e) => tracing::warn!("node states not committed: {e}"),
             }
         }
         for eval in work {
