@@ -786,14 +786,7 @@ async fn assign_at(
             }],
         })
         .collect();
-    push(
-        conn,
-        RegionMessageV1::Assignment(Assignment {
-            applied_index,
-            instances,
-        }),
-    )
-    .await;
+    push_assignment(conn, applied_index, instances).await;
 }
 
 async fn status_until(
