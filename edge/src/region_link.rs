@@ -29,7 +29,11 @@
 //! The agent tries the replicas of its config in turn; a `Refused` with
 //! `retry` (not the leader, no leader yet) or a lost connection moves it to
 //! the next one after a backoff (100 ms doubling to 5 s, reset by a
-//! successful registration). A malformed or oversized frame from the
+//! successful registration). A heartbeat refused by a replica cut off
+//! from the region's leader (code `cut_off`) makes the agent try to
+//! register with the other replicas; it moves to the first that takes it
+//! and stays where it is if none does (its invocations and assignments
+//! still come through that replica, where none would serve them). A malformed or oversized frame from the
 //! replica closes that connection (code 0x10) and the link reconnects;
 //! serving goes on throughout, with the last instances and tokens.
 
@@ -60,6 +64,13 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 
+/// The longest the QUIC handshake with one replica may take before the
+/// agent tries the next (one round trip and TLS: well under it even over
+/// a slow edge link).
+const CONNECT_WITHIN: Duration = Duration::from_secs(2);
+/// The longest the answer to a registration may take (a Raft write through
+/// the leader; the proposer itself gives up within a few seconds).
+const REGISTER_WITHIN: Duration = Duration::from_secs(10);
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Most records per usage message (≈100 bytes each, well inside a frame).
@@ -219,6 +230,10 @@ fn is_tls_failure(e: &quinn::ConnectionError) -> bool {
 enum SessionEnd {
     #[error("refused: {0}")]
     Refused(String),
+    /// The replica was cut off from the leader, and another one took the
+    /// agent's registration: the link goes on there.
+    #[error("moved to {0}: the replica was cut off from the region's leader")]
+    Moved(SocketAddr, Registered),
     #[error(transparent)]
     Wire(#[from] WireError),
     #[error("connect: {0}")]
@@ -336,11 +351,35 @@ impl Actor for RegionLink {
 async fn run(setup: LinkSetup) {
     let mut backoff = BACKOFF_MIN;
     let mut next = 0usize;
+    // A registration made on another replica while the last one was cut
+    // off from the leader: served next, at once.
+    let mut moved: Option<(SocketAddr, Registered)> = None;
     loop {
-        let addr = setup.replicas[next % setup.replicas.len()];
-        next += 1;
-        match session(&setup, addr, &mut backoff).await {
+        let (addr, ended) = match moved.take() {
+            Some((addr, registered)) => (addr, serve(&setup, addr, registered).await),
+            None => {
+                let addr = setup.replicas[next % setup.replicas.len()];
+                next += 1;
+                let ended = match register(&setup, addr).await {
+                    Ok(registered) => {
+                        backoff = BACKOFF_MIN;
+                        serve(&setup, addr, registered).await
+                    }
+                    Err(e) => Err(e),
+                };
+                (addr, ended)
+            }
+        };
+        match ended {
             Ok(()) => {}
+            Err(SessionEnd::Moved(to, registered)) => {
+                tracing::warn!(from = %addr, to = %to, "region link moved: the replica was cut off from the region's leader");
+                if let Some(i) = setup.replicas.iter().position(|r| *r == to) {
+                    next = i + 1;
+                }
+                moved = Some((to, registered));
+                continue;
+            }
             Err(e) => {
                 if matches!(e, SessionEnd::Tls(_)) {
                     setup.health.set(Some(format!("{addr}: {e}")));
@@ -379,28 +418,54 @@ async fn request(conn: &quinn::Connection, msg: AgentMessage) -> Result<RegionMe
     }
 }
 
-async fn session(
-    setup: &LinkSetup,
-    addr: SocketAddr,
-    backoff: &mut Duration,
-) -> Result<(), SessionEnd> {
-    let conn = setup
+/// A registration the region took: the connection it was made on and
+/// the region's next expected usage number.
+#[derive(Debug)]
+struct Registered {
+    conn: quinn::Connection,
+    next_seq: u64,
+}
+
+/// Connects to the replica at `addr` and registers the agent there.
+/// A replica that does not answer (down, or its host unreachable) costs
+/// [`CONNECT_WITHIN`] for the handshake, or [`REGISTER_WITHIN`] for the
+/// answer, not QUIC's idle timeout (30 s, during which the node, heard by
+/// no replica, is declared lost and its instances are placed elsewhere).
+async fn register(setup: &LinkSetup, addr: SocketAddr) -> Result<Registered, SessionEnd> {
+    let connecting = setup
         .endpoint
         .connect(addr, &addr.ip().to_string())
-        .map_err(|e| SessionEnd::Connect(e.to_string()))?
-        .await
-        .map_err(|e| {
+        .map_err(|e| SessionEnd::Connect(e.to_string()))?;
+    let conn = match tokio::time::timeout(CONNECT_WITHIN, connecting).await {
+        Ok(connected) => connected.map_err(|e| {
             if is_tls_failure(&e) {
                 SessionEnd::Tls(e.to_string())
             } else {
                 SessionEnd::Connect(e.to_string())
             }
-        })?;
+        })?,
+        Err(_) => {
+            return Err(SessionEnd::Connect(format!(
+                "no handshake within {} ms",
+                CONNECT_WITHIN.as_millis()
+            )))
+        }
+    };
     let reg = AgentMessage::v1(AgentMessageV1::RegisterGpus {
         register: setup.register.clone(),
         allow_fewer_gpus: setup.allow_fewer_gpus,
     });
-    match request(&conn, reg).await? {
+    let answer = match tokio::time::timeout(REGISTER_WITHIN, request(&conn, reg)).await {
+        Ok(answer) => answer?,
+        Err(_) => {
+            conn.close(0u32.into(), b"no registration answer");
+            return Err(SessionEnd::Connect(format!(
+                "no answer to the registration within {} ms",
+                REGISTER_WITHIN.as_millis()
+            )));
+        }
+    };
+    match answer {
         RegionMessage::V1(RegionMessageV1::Registered { next_seq, leader }) => {
             // `leader`: the replica id of the region's leader (0: the
             // replica answering did not know it).
@@ -414,28 +479,38 @@ async fn session(
                 next_usage_seq = next_seq,
                 "registered with the region"
             );
-            *backoff = BACKOFF_MIN;
-            setup.health.set(None);
-            if let Some((journal, _)) = &setup.usage {
-                let j = journal.clone();
-                match blocking(move || j.reconcile(next_seq)).await {
-                    Ok(r) => tracing::info!(
-                        removed = r.removed,
-                        advanced = r.advanced,
-                        "usage journal reconciled with the region"
-                    ),
-                    Err(e) => tracing::error!("usage journal reconcile: {e}"),
-                }
-            }
+            Ok(Registered { conn, next_seq })
         }
         RegionMessage::V1(RegionMessageV1::Refused { code, message, .. }) => {
-            return Err(SessionEnd::Refused(format!("{code}: {message}")));
+            Err(SessionEnd::Refused(format!("{code}: {message}")))
         }
-        other => return Err(SessionEnd::Refused(format!("unexpected answer {other:?}"))),
+        other => Err(SessionEnd::Refused(format!("unexpected answer {other:?}"))),
+    }
+}
+
+/// Serves the link on a registration until it ends (the journal is
+/// reconciled with the region first: no other session runs meanwhile).
+async fn serve(
+    setup: &LinkSetup,
+    addr: SocketAddr,
+    registered: Registered,
+) -> Result<(), SessionEnd> {
+    let Registered { conn, next_seq } = registered;
+    setup.health.set(None);
+    if let Some((journal, _)) = &setup.usage {
+        let j = journal.clone();
+        match blocking(move || j.reconcile(next_seq)).await {
+            Ok(r) => tracing::info!(
+                removed = r.removed,
+                advanced = r.advanced,
+                "usage journal reconciled with the region"
+            ),
+            Err(e) => tracing::error!("usage journal reconcile: {e}"),
+        }
     }
     let pushes = pushes(conn.clone(), setup.agent.clone());
     let invokes = invokes(conn.clone(), setup.agent.clone(), setup.max_request_bytes);
-    let beats = heartbeats(conn.clone(), setup);
+    let beats = heartbeats(conn.clone(), setup, addr);
     let usage = usage_sender(conn.clone(), setup);
     let remaps = slice_sender(conn.clone(), setup);
     tokio::select! {
@@ -445,6 +520,32 @@ async fn session(
         r = usage => r,
         r = remaps => r,
     }
+}
+
+/// How long a replica cut off from the leader gets to answer a move's
+/// registration attempt, per other replica.
+const MOVE_TRY: Duration = Duration::from_secs(2);
+
+/// The replica at `from` is cut off from the leader: registers the agent
+/// with another replica of the config, if one takes it (in config order
+/// after `from`). Until one does, the agent stays on `from`: its
+/// invocations and assignments still come through it, where no replica
+/// at all would serve them.
+async fn move_from(setup: &LinkSetup, from: SocketAddr) -> Option<(SocketAddr, Registered)> {
+    let at = setup.replicas.iter().position(|r| *r == from).unwrap_or(0);
+    let n = setup.replicas.len();
+    for k in 1..n {
+        let to = setup.replicas[(at + k) % n];
+        if to == from {
+            continue;
+        }
+        match tokio::time::timeout(MOVE_TRY, register(setup, to)).await {
+            Ok(Ok(registered)) => return Some((to, registered)),
+            Ok(Err(e)) => tracing::debug!(replica = %to, "no move there: {e}"),
+            Err(_) => tracing::debug!(replica = %to, "no move there: no answer"),
+        }
+    }
+    None
 }
 
 /// Sends the executor's remap halves to the region, one at a time, and
@@ -829,11 +930,17 @@ async fn usage_pending(setup: &LinkSetup) -> u64 {
         .unwrap_or(0)
 }
 
-async fn heartbeats(conn: quinn::Connection, setup: &LinkSetup) -> Result<(), SessionEnd> {
+async fn heartbeats(
+    conn: quinn::Connection,
+    setup: &LinkSetup,
+    addr: SocketAddr,
+) -> Result<(), SessionEnd> {
     let agent_id = setup.register.agent.clone();
     // The host copies last sent on this link (`None`: none yet, so the
     // first heartbeat of a link sends them, even when there are none).
     let mut reported: Option<Vec<HostCopy>> = None;
+    // The replica was found cut off and no other took the agent (said once).
+    let mut staying = false;
     loop {
         tokio::time::sleep(setup.heartbeat).await;
         let Ok(mut s) = setup.agent.send(StatusQuery).await else {
@@ -858,10 +965,29 @@ async fn heartbeats(conn: quinn::Connection, setup: &LinkSetup) -> Result<(), Se
             },
             instances: s.instances,
         }));
-        if let RegionMessage::V1(RegionMessageV1::Refused { code, message, .. }) =
-            request(&conn, beat).await?
-        {
-            return Err(SessionEnd::Refused(format!("{code}: {message}")));
+        match request(&conn, beat).await? {
+            // Cut off from the leader: move only where another replica
+            // takes the registration; else stay (see `move_from`).
+            RegionMessage::V1(RegionMessageV1::Refused { code, message, .. })
+                if code == gshare_core::protocol::CUT_OFF =>
+            {
+                match move_from(setup, addr).await {
+                    Some((to, registered)) => return Err(SessionEnd::Moved(to, registered)),
+                    None if !staying => {
+                        staying = true;
+                        tracing::warn!(
+                            replica = %addr,
+                            "the replica is cut off from the region's leader ({message}), and no other took the agent: staying"
+                        );
+                    }
+                    None => {}
+                }
+                continue;
+            }
+            RegionMessage::V1(RegionMessageV1::Refused { code, message, .. }) => {
+                return Err(SessionEnd::Refused(format!("{code}: {message}")));
+            }
+            _ => staying = false,
         }
         let (loads, dropped) = setup.agent.send(TakeLoads).await.unwrap_or_default();
         if dropped > 0 {

@@ -302,6 +302,32 @@ async fn killing_the_replica_does_not_interrupt_invocations_and_the_agent_moves_
     assert_eq!(invoke(agent.ingress, "echo").await.0, 404);
 }
 
+/// A replica whose host is down (its datagrams vanish) costs the agent
+/// its handshake bound (2 s), not QUIC's 30 s idle timeout: a node no
+/// replica hears from for a few seconds is declared lost and its
+/// instances are placed elsewhere.
+#[actix_rt::test]
+async fn a_replica_that_never_answers_is_passed_over_within_the_handshake_bound() {
+    let ca = new_ca();
+    // Bound and never read: no answer, and no "port unreachable" either.
+    let hole = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut region = fake_region(&ca);
+    let _agent = start_agent(
+        &ca,
+        &ca.pem,
+        &[hole.local_addr().unwrap(), region.addr],
+        1,
+        16_384,
+    );
+    let asked = std::time::Instant::now();
+    // `next_registration` waits 15 s: half QUIC's idle timeout.
+    let _conn = next_registration(&mut region).await;
+    println!(
+        "registered with the second replica {} ms after the start",
+        asked.elapsed().as_millis()
+    );
+}
+
 #[actix_rt::test]
 async fn an_agent_with_a_foreign_ca_certificate_is_refused() {
     let ca = new_ca();

@@ -57,7 +57,7 @@ pub use invoke::{
     ReplyHead, BODY_IDLE_TIMEOUT_MS_RANGE, DEFAULT_BODY_IDLE_TIMEOUT_MS, DEFAULT_MAX_REQUEST_BYTES,
     MAX_BODY_CHUNK, MAX_REPLAY_BODY, MAX_REQUEST_BYTES_RANGE,
 };
-pub use region_message::{RegionMessage, RegionMessageV1};
+pub use region_message::{RegionMessage, RegionMessageV1, CUT_OFF};
 pub use swap_report::{SwapEvent, SwapKind};
 pub use token_digests::{token_digest, TenantTokens, TokenDigests};
 

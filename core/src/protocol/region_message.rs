@@ -3,6 +3,11 @@
 use super::{Assignment, InvokeRequest, TokenDigests};
 use serde::{Deserialize, Serialize};
 
+/// The [`RegionMessageV1::Refused`] code of a heartbeat to a replica cut
+/// off from the region's leader: the agent moves to another replica if one
+/// takes its registration, and stays otherwise.
+pub const CUT_OFF: &str = "cut_off";
+
 /// A message from the region, versioned.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RegionMessage {

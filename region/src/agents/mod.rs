@@ -5,6 +5,9 @@
 //! ```text
 //!   agent ── bi: Register ──▶ AgentRegister through Raft ─▶ Registered{next_seq} | Refused
 //!         ── bi: Heartbeat / Loads / HostCopies / Swaps ─▶ Ack
+//!            (a Heartbeat: Refused{cut_off, retry} from a replica cut off
+//!            from the leader, see [`cut_off`]: the agent moves to another
+//!            replica if one takes its registration, else stays)
 //!         ── bi: Usage{records} ─▶ UsageBatch through Raft ─▶ UsageAck{seqs} | Refused
 //!         ── bi: SliceReserve / SliceRelease ─▶ InstanceSliceReserve / InstanceSliceRelease
 //!            through Raft ─▶ Ack (committed) | Refused
@@ -37,6 +40,7 @@
 //! `/v1/cluster/view`, `GET /v1/functions/{name}` and `?wait=ready` read
 //! every replica's ([`region_agents`]).
 
+pub mod cut_off;
 pub(crate) mod forward;
 mod invoke;
 pub mod region_agents;
@@ -99,6 +103,8 @@ pub struct AgentHub {
     pub clock: SharedClock,
     /// Functions being woken from zero by requests held here.
     pub wakes: Arc<wake::Wakes>,
+    /// Since when this replica is cut off from a leader ([`cut_off`]).
+    pub cut_off: Arc<Mutex<cut_off::CutOff>>,
 }
 
 impl AgentHub {
@@ -117,6 +123,7 @@ impl AgentHub {
             heard: Arc::default(),
             clock,
             wakes: Arc::default(),
+            cut_off: Arc::default(),
         }
     }
 
@@ -159,6 +166,25 @@ impl AgentHub {
         self
     }
 
+    /// Why the agents linked here should link to another replica: this
+    /// replica has been cut off from a leader for [`cut_off::GRACE`]
+    /// (`None` without Raft metrics).
+    pub fn cut_off(&self) -> Option<String> {
+        let view = {
+            let m = self.metrics.as_ref()?.borrow();
+            cut_off::RaftView {
+                leader: m.current_leader,
+                leads: m.state == openraft::ServerState::Leader && m.current_leader == Some(m.id),
+                since_quorum_ack_ms: m.millis_since_quorum_ack,
+                member: m.membership_config.membership().get_node(&m.id).is_some(),
+            }
+        };
+        self.cut_off
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .observe(&view, self.clock.now())
+    }
+
     /// The replica id of the leader this replica knows of; 0 when none.
     pub fn leader(&self) -> u64 {
         self.metrics
@@ -180,10 +206,12 @@ impl AgentHub {
     /// The connection of `node`'s agent, if it is connected here.
     pub fn link(&self, node: &NodeId) -> Option<quinn::Connection> {
         let links = self.links.lock().unwrap_or_else(|p| p.into_inner());
-        links
-            .get(node)
-            .filter(|c| c.close_reason().is_none())
-            .cloned()
+        let conn = links.get(node)?;
+        if let Some(why) = conn.close_reason() {
+            tracing::debug!(node = %node.0, "the agent's link here is closed: {why}");
+            return None;
+        }
+        Some(conn.clone())
     }
 }
 
@@ -467,13 +495,26 @@ pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
                 reply
             }
             AgentMessageV1::Heartbeat(h) => {
+                let agent = h.agent.clone();
                 if registered.as_ref() == Some(&h.agent) {
                     if let Some(n) = &node {
                         hub.heard_from(n);
                     }
                     hub.reports.heartbeat(h);
                 }
-                RegionMessage::v1(RegionMessageV1::Ack)
+                // What it reports is true either way (the agent may stay
+                // here: its invocations come through this replica).
+                match hub.cut_off() {
+                    Some(why) => {
+                        tracing::debug!(agent = %agent.0, "heartbeat refused: {why}");
+                        refused(
+                            gshare_core::protocol::CUT_OFF,
+                            format!("{why}; link to another replica"),
+                            true,
+                        )
+                    }
+                    None => RegionMessage::v1(RegionMessageV1::Ack),
+                }
             }
             AgentMessageV1::Loads {
                 agent,

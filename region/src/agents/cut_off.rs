@@ -1,0 +1,190 @@
+//! Whether a replica is cut off from the region's leader, so that the agents
+//! linked to it should link to another replica.
+//!
+//! An agent stays on the replica it registered with for as long as that
+//! replica answers its heartbeats. A replica on the minority side of a
+//! partition, one whose peers are down, or one removed from the region
+//! still answers, but the leader no longer hears the agent through it
+//! (liveness then sends the node's work elsewhere), its usage is not
+//! committed and its assignments go stale. Such a replica refuses
+//! heartbeats (`Refused{code: "cut_off", retry: true}`), and the agent
+//! registers with another replica if one takes it, moving there; if none
+//! does (no replica has a leader) it stays, since its invocations still
+//! come through this one.
+//!
+//! Cut off: no leader known (a follower that lost its leader stands for
+//! election, and an uncommitted vote names none), a leader no quorum has
+//! acknowledged for [`LEADER_WITHOUT_QUORUM`], or a replica its own
+//! membership no longer names; and only once that lasted [`GRACE`]: an
+//! ordinary election ends well within it, and agents do not move for it.
+
+use std::time::{Duration, Instant};
+
+/// A leader whose last quorum acknowledgement is older than this counts as
+/// cut off (its heartbeats go out every 100 ms; an election times out
+/// after 0.5–1 s).
+pub const LEADER_WITHOUT_QUORUM: Duration = Duration::from_millis(1_000);
+/// How long a replica must stay cut off before it refuses heartbeats.
+pub const GRACE: Duration = Duration::from_secs(3);
+
+/// What the replica's Raft metrics say at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RaftView {
+    /// The leader this replica knows of.
+    pub leader: Option<u64>,
+    /// This replica leads.
+    pub leads: bool,
+    /// As the leader: ms since a quorum last acknowledged it (`None`: never).
+    pub since_quorum_ack_ms: Option<u64>,
+    /// Its own membership names it (voter or learner).
+    pub member: bool,
+}
+
+impl RaftView {
+    /// Why this view is cut off from a leader, if it is.
+    pub fn cut_off(&self) -> Option<String> {
+        if !self.member {
+            return Some("this replica is no longer a member of the region".into());
+        }
+        if self.leads {
+            let limit = u64::try_from(LEADER_WITHOUT_QUORUM.as_millis()).unwrap_or(u64::MAX);
+            return match self.since_quorum_ack_ms {
+                Some(ms) if ms <= limit => None,
+                Some(ms) => Some(format!(
+                    "this replica leads, but no quorum has acknowledged it for {ms} ms"
+                )),
+                None => Some("this replica leads, but no quorum has acknowledged it".into()),
+            };
+        }
+        match self.leader {
+            Some(_) => None,
+            None => Some("this replica knows no leader".into()),
+        }
+    }
+}
+
+/// A replica's cut-off state over time, as its heartbeats observe it.
+#[derive(Debug, Default)]
+pub struct CutOff {
+    /// Cut off since then, as far as the observations tell.
+    since: Option<Instant>,
+    /// The last observation.
+    last: Option<Instant>,
+}
+
+impl CutOff {
+    /// Looks at `view` at `now`: why heartbeats are refused, once the
+    /// replica has been seen cut off for [`GRACE`] (the reason, with how
+    /// long). Observations come with heartbeats only: after a gap longer
+    /// than the grace (no agent heartbeat, e.g. the last agent left) the
+    /// replica may have had a leader meanwhile, so the grace starts over.
+    pub fn observe(&mut self, view: &RaftView, now: Instant) -> Option<String> {
+        let gap = self
+            .last
+            .replace(now)
+            .is_some_and(|last| now.saturating_duration_since(last) > GRACE);
+        let Some(why) = view.cut_off() else {
+            self.since = None;
+            return None;
+        };
+        if gap {
+            self.since = None;
+        }
+        let since = *self.since.get_or_insert(now);
+        let lasted = now.saturating_duration_since(since);
+        (lasted >= GRACE).then(|| format!("{why} (for {} ms)", lasted.as_millis()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FOLLOWER: RaftView = RaftView {
+        leader: Some(1),
+        leads: false,
+        since_quorum_ack_ms: None,
+        member: true,
+    };
+
+    #[test]
+    fn a_follower_with_a_leader_or_a_leader_with_its_quorum_is_not_cut_off() {
+        assert_eq!(FOLLOWER.cut_off(), None);
+        let leader = RaftView {
+            leader: Some(2),
+            leads: true,
+            since_quorum_ack_ms: Some(150),
+            ..FOLLOWER
+        };
+        assert_eq!(leader.cut_off(), None);
+    }
+
+    #[test]
+    fn no_leader_a_leader_without_quorum_or_a_removed_replica_is_cut_off() {
+        let lost = RaftView {
+            leader: None,
+            ..FOLLOWER
+        };
+        assert!(lost.cut_off().unwrap().contains("knows no leader"));
+        let alone = RaftView {
+            leader: Some(2),
+            leads: true,
+            since_quorum_ack_ms: Some(5_000),
+            ..FOLLOWER
+        };
+        assert!(alone.cut_off().unwrap().contains("5000 ms"));
+        let never = RaftView {
+            since_quorum_ack_ms: None,
+            ..alone
+        };
+        assert!(never.cut_off().is_some());
+        let removed = RaftView {
+            member: false,
+            ..FOLLOWER
+        };
+        assert!(removed.cut_off().unwrap().contains("no longer a member"));
+    }
+
+    #[test]
+    fn heartbeats_are_refused_only_after_the_grace_and_a_leader_resets_it() {
+        let lost = RaftView {
+            leader: None,
+            ..FOLLOWER
+        };
+        let t0 = Instant::now();
+        let mut c = CutOff::default();
+        // An election: no leader for a moment, then one again.
+        assert_eq!(c.observe(&lost, t0), None);
+        assert_eq!(c.observe(&lost, t0 + GRACE / 2), None);
+        assert_eq!(c.observe(&FOLLOWER, t0 + GRACE / 2), None);
+        // The grace starts again from the next time no leader is known.
+        assert_eq!(c.observe(&lost, t0 + GRACE), None);
+        assert_eq!(c.observe(&lost, t0 + GRACE + GRACE / 2), None);
+        let why = c
+            .observe(&lost, t0 + GRACE * 2)
+            .expect("cut off for the grace");
+        assert!(
+            why.contains("knows no leader") && why.contains("3000 ms"),
+            "{why}"
+        );
+        assert_eq!(c.observe(&FOLLOWER, t0 + GRACE * 3), None);
+    }
+
+    #[test]
+    fn after_a_gap_in_the_heartbeats_the_grace_starts_over() {
+        let lost = RaftView {
+            leader: None,
+            ..FOLLOWER
+        };
+        let t0 = Instant::now();
+        let mut c = CutOff::default();
+        assert_eq!(c.observe(&lost, t0), None);
+        assert!(c.observe(&lost, t0 + GRACE).is_some());
+        // No heartbeat for a minute (the agents left); the next one finds
+        // no leader again: a short election, perhaps, not a minute of it.
+        let later = t0 + GRACE * 20;
+        assert_eq!(c.observe(&lost, later), None);
+        assert_eq!(c.observe(&lost, later + GRACE / 2), None);
+        assert!(c.observe(&lost, later + GRACE).is_some());
+    }
+}
