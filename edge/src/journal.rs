@@ -954,6 +954,17 @@ impl UsageJournal {
         self.wal.is_some()
     }
 
+    /// Tests: the next log write waits until the returned sender sends
+    /// (or is dropped), then writes its entry and fails (`None`: no log).
+    #[cfg(test)]
+    pub(crate) fn stall_then_fail_next_write(&self) -> Option<std::sync::mpsc::Sender<()>> {
+        let mut logged = self.wal.as_ref()?.lock().unwrap_or_else(|p| p.into_inner());
+        let (tx, rx) = std::sync::mpsc::channel();
+        logged.wal.stall_next_write = Some(rx);
+        logged.wal.fail_next_write = true;
+        Some(tx)
+    }
+
     /// The sequence number the next appended record will get.
     pub fn next_seq(&self) -> u64 {
         self.state().seqs.next()

@@ -188,6 +188,10 @@ pub(crate) struct Wal {
     /// Tests: the next write writes its entry, then fails.
     #[cfg(test)]
     pub(crate) fail_next_write: bool,
+    /// Tests: the next write waits for a message (or the sender's drop)
+    /// before it starts.
+    #[cfg(test)]
+    pub(crate) stall_next_write: Option<std::sync::mpsc::Receiver<()>>,
 }
 
 impl std::fmt::Debug for Wal {
@@ -327,6 +331,8 @@ impl Wal {
             framed: Vec::new(),
             #[cfg(test)]
             fail_next_write: false,
+            #[cfg(test)]
+            stall_next_write: None,
         })
     }
 
@@ -352,6 +358,10 @@ impl Wal {
     /// next offset; returns the offset it ends at. When this returns the
     /// entry is on the device.
     pub(crate) fn write(&mut self) -> Result<u64, WalError> {
+        #[cfg(test)]
+        if let Some(gate) = self.stall_next_write.take() {
+            let _ = gate.recv();
+        }
         let len = self.framed.len();
         let fits = self.offset.saturating_add(len as u64) <= CHECKPOINT_AT;
         if len < HEADER || self.framed[4..12] != self.epoch.to_le_bytes() || !fits {

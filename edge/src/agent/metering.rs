@@ -84,6 +84,11 @@ pub(super) struct MeterState {
     /// Streamed replies whose usage so far is in the meter, waiting for
     /// their group's write before their first byte goes out.
     pub(super) streams: Vec<(u64, HeldStream)>,
+    /// Runs that ended while their stream's start was still in `streams`
+    /// (a short stream: the function was done before the write that sends
+    /// its first byte returned), with when they ended: answered once that
+    /// write has, since a failed one makes the outcome `usage_not_recorded`.
+    pub(super) ended: Vec<(gshare_core::model::Micros, super::messages::RequestDone)>,
     /// The agent is stopping: residency was journaled up to the final
     /// flush (its function processes are stopped); the interval tick no
     /// longer adds any.
@@ -99,6 +104,7 @@ impl MeterState {
             groups: Arc::new(groups),
             waiting: Vec::new(),
             streams: Vec::new(),
+            ended: Vec::new(),
             flushed: false,
             unix_base_us,
         }

@@ -420,6 +420,12 @@ impl NodeAgent {
     }
 
     fn answer(&mut self, request: RequestId, outcome: InvokeOutcome) {
+        let now = self.now();
+        self.answer_at(now, request, outcome);
+    }
+
+    /// [`Self::answer`] for a run that ended at `now`.
+    fn answer_at(&mut self, now: Micros, request: RequestId, outcome: InvokeOutcome) {
         let Some(p) = self.pending.remove(&request) else {
             return;
         };
@@ -439,7 +445,6 @@ impl NodeAgent {
                 queued_us.saturating_add(*service_us),
             );
         }
-        let now = self.now();
         let stored = Self::stored_for(&p, &outcome, p.streamed);
         match (&outcome, p.started, p.usage, self.metering.as_mut()) {
             // A streamed run: its first part was billed when the stream
@@ -1060,6 +1065,7 @@ impl Actor for NodeAgent {
                     .send(InvokeOutcome::Failed(InvokeError::ShuttingDown));
             }
             m.streams.clear();
+            m.ended.clear();
             m.groups.close();
         }
         for (_, waiting) in self.running_keys.drain() {
@@ -1192,6 +1198,17 @@ impl NodeAgent {
                 }
             }
         }
+        // Runs that ended while their start was held: that write returned.
+        let Some(m) = self.metering.as_mut() else {
+            return;
+        };
+        let (ready, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut m.ended)
+            .into_iter()
+            .partition(|(_, done)| !m.streams.iter().any(|(_, h)| h.request == done.request));
+        m.ended = rest;
+        for (at, done) in ready {
+            self.request_done(at, done);
+        }
     }
 }
 
@@ -1319,6 +1336,23 @@ impl Handler<RequestDone> for NodeAgent {
 
     fn handle(&mut self, msg: RequestDone, ctx: &mut Context<Self>) {
         let now = self.now();
+        let (request, gpu) = (msg.request, msg.gpu);
+        match self.metering.as_mut() {
+            // Its stream's start is still being journaled: answered when
+            // that write returns (see `MeterState::ended`).
+            Some(m) if m.streams.iter().any(|(_, h)| h.request == request) => {
+                m.ended.push((now, msg));
+            }
+            _ => self.request_done(now, msg),
+        }
+        self.step(now, Event::RequestFinished { request, gpu });
+        self.arm(ctx);
+    }
+}
+
+impl NodeAgent {
+    /// Answers a run that ended at `now` with its outcome.
+    fn request_done(&mut self, now: Micros, msg: RequestDone) {
         let failed_stream = self
             .pending
             .get_mut(&msg.request)
@@ -1368,15 +1402,7 @@ impl Handler<RequestDone> for NodeAgent {
             (Ok(_), None) => InvokeOutcome::Failed(InvokeError::UnknownFunction),
         };
         // A no-op when the request was already answered.
-        self.answer(msg.request, outcome);
-        self.step(
-            now,
-            Event::RequestFinished {
-                request: msg.request,
-                gpu: msg.gpu,
-            },
-        );
-        self.arm(ctx);
+        self.answer_at(now, msg.request, outcome);
     }
 }
 
@@ -1829,6 +1855,189 @@ impl Handler<PlacementQuery> for NodeAgent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Streams a short reply: its head, one chunk and its end all go into
+    /// the stream's channel at once, and the run ends before the write
+    /// that sends the head returns. Says on `ended` when it did.
+    struct ShortStream {
+        ended: tokio::sync::mpsc::UnboundedSender<()>,
+    }
+
+    impl RuntimeDriver for ShortStream {
+        fn start(
+            &mut self,
+            _: &FunctionSpec,
+            _: &[Slice],
+        ) -> crate::runtime::RuntimeFuture<Result<(), RuntimeError>> {
+            Box::pin(async { Ok(()) })
+        }
+
+        fn invoke(
+            &mut self,
+            invocation: Invocation,
+        ) -> crate::runtime::RuntimeFuture<Result<crate::runtime::FunctionReply, RuntimeError>>
+        {
+            let ended = self.ended.clone();
+            Box::pin(async move {
+                let head = gshare_core::protocol::ReplyHead {
+                    status: 200,
+                    headers: Vec::new(),
+                };
+                let (tx, chunks) = tokio::sync::mpsc::channel(4);
+                let _ = tx.try_send(crate::runtime::StreamItem::Data(b"tok".to_vec().into()));
+                let _ = tx.try_send(crate::runtime::StreamItem::End);
+                if let Some(to) = invocation.stream_to {
+                    let _ = to.send(StreamOpen {
+                        head: head.clone(),
+                        chunks,
+                    });
+                }
+                // The stream lasts a moment: its start reaches the agent
+                // before its end.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let _ = ended.send(());
+                Ok(crate::runtime::FunctionReply {
+                    head,
+                    body: b"tok".to_vec(),
+                    streamed: Some(crate::runtime::Streamed {
+                        len: 3,
+                        complete: true,
+                    }),
+                })
+            })
+        }
+
+        fn stop(&mut self) -> crate::runtime::RuntimeFuture<()> {
+            Box::pin(async {})
+        }
+    }
+
+    /// A short stream ends while the write of its start (its first byte's
+    /// usage) is still running, and that write fails: nothing was
+    /// delivered and the start is not billed, so the outcome is
+    /// `usage_not_recorded`. It was answered `Done` (a complete 200 with
+    /// the whole short body, its key storing it as complete), because the
+    /// run's end was handled before the failure marked it.
+    #[actix_rt::test]
+    async fn a_short_stream_whose_start_is_not_journaled_is_not_answered_complete() {
+        let dir = tempfile::tempdir_in(concat!(env!("CARGO_MANIFEST_DIR"), "/../target")).unwrap();
+        let journal = crate::journal::UsageJournal::open(
+            dir.path(),
+            gshare_core::state::AgentId("n1".into()),
+        )
+        .unwrap();
+        if !journal.logged() {
+            eprintln!("no O_DIRECT on this file system: nothing to test");
+            return;
+        }
+        let journal = Arc::new(journal);
+        let (ended_tx, mut ended) = tokio::sync::mpsc::unbounded_channel();
+        let agent = NodeAgent::new(NodeSetup {
+            node: NodeId("n1".into()),
+            gpus: vec![GpuInfo {
+                index: 0,
+                model: "sim".into(),
+                memory_mib: 16_384,
+                h2d_mib_per_s: 600_000,
+            }],
+            host_swap_mib: 8_192,
+            load: AgentLoadCosts {
+                swap_setup_us: 1_000,
+                cold_setup_us: 1_000,
+                storage_mib_per_s: 100_000,
+            },
+            driver: Box::new(move |_| {
+                Box::new(ShortStream {
+                    ended: ended_tx.clone(),
+                })
+            }),
+            process_counters: Default::default(),
+            clock: gshare_core::clock::SystemClock::shared(),
+        })
+        .with_metering(Metering {
+            journal: journal.clone(),
+            appended: Arc::default(),
+            interval: Duration::from_secs(3_600),
+            pool_kind: gshare_core::model::PoolKind::Center,
+        })
+        .start();
+        let spec = FunctionSpec {
+            model: None,
+            args: Vec::new(),
+            env: Default::default(),
+            tenant: TenantId("acme".into()),
+            name: "short".into(),
+            runtime: gshare_core::model::Runtime::Custom,
+            memory_mib: 1_024,
+            compute_milli: 500,
+            tier: gshare_core::model::Tier::Guaranteed,
+            deadline_ms: 5_000,
+            pool: gshare_core::model::PoolPreference::Any,
+            min_instances: 1,
+            max_instances: 1,
+            idle_timeout_s: 600,
+            latency: gshare_core::model::LatencyProfile {
+                full_gpu_us: 1_000,
+                saturation_milli: 500,
+            },
+        };
+        agent.do_send(ApplyAssignment(gshare_core::protocol::Assignment {
+            applied_index: 1,
+            instances: vec![gshare_core::protocol::AssignedInstance {
+                instance: InstanceId(1),
+                spec,
+                version: 1,
+                slices: vec![on(0)],
+            }],
+        }));
+        // Loaded, and whatever hosting it journals written.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let gate = journal.stall_then_fail_next_write().unwrap();
+        let (head_tx, head) = oneshot::channel();
+        let admitted = agent
+            .send(Invoke {
+                tenant: TenantId("acme".into()),
+                function: "short".into(),
+                token_digest: None,
+                deadline_ms: None,
+                body: b"{}".to_vec().into(),
+                idempotency_key: None,
+                http: Some(crate::agent::Transparent {
+                    call: HttpCall {
+                        method: "POST".into(),
+                        target: "/v1/completions".into(),
+                        headers: Vec::new(),
+                    },
+                    head: head_tx,
+                }),
+            })
+            .await
+            .unwrap();
+        let Admission::Accepted(outcome) = admitted else {
+            panic!("not admitted");
+        };
+        // The run ended (its start's write is stalled); the agent handles
+        // its end before the write returns.
+        tokio::time::timeout(Duration::from_secs(10), ended.recv())
+            .await
+            .expect("the run ends")
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        gate.send(()).unwrap();
+        let outcome = tokio::time::timeout(Duration::from_secs(10), outcome)
+            .await
+            .expect("an outcome")
+            .unwrap();
+        assert!(
+            matches!(
+                outcome,
+                InvokeOutcome::Failed(InvokeError::UsageNotRecorded { .. })
+            ),
+            "{outcome:?}"
+        );
+        // Its start never went out.
+        assert!(head.await.is_err());
+    }
 
     fn on(index: u32) -> Slice {
         Slice {
