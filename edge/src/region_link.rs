@@ -29,11 +29,19 @@
 //! The agent tries the replicas of its config in turn; a `Refused` with
 //! `retry` (not the leader, no leader yet) or a lost connection moves it to
 //! the next one after a backoff (100 ms doubling to 5 s, reset by a
-//! successful registration). A heartbeat refused by a replica cut off
-//! from the region's leader (code `cut_off`) makes the agent try to
-//! register with the other replicas; it moves to the first that takes it
-//! and stays where it is if none does (its invocations and assignments
-//! still come through that replica, where none would serve them). A malformed or oversized frame from the
+//! successful registration); a replica gets 2 s for the handshake and 3 s
+//! for the registration's answer. A heartbeat refused by a replica cut off
+//! from the region's leader (code `cut_off`) starts a move attempt beside
+//! the heartbeats: after a random wait of up to 1 s, the agent tries to
+//! register with the other replicas in turn (2 s each) while its replica
+//! still refuses. Once one took it, a last heartbeat checks that its
+//! replica is still cut off; then the agent tells it `Leaving` (it stops
+//! sending new invocations; those in flight finish) and serves the new
+//! registration. It stays where it is if no replica takes it (its
+//! invocations and assignments still come through that replica, where
+//! none would serve them) or its replica found a leader meanwhile. Remap
+//! requests a session ends without answering are answered not granted. A
+//! malformed or oversized frame from the
 //! replica closes that connection (code 0x10) and the link reconnects;
 //! serving goes on throughout, with the last instances and tokens.
 
@@ -69,8 +77,10 @@ use tokio::sync::Notify;
 /// a slow edge link).
 const CONNECT_WITHIN: Duration = Duration::from_secs(2);
 /// The longest the answer to a registration may take (a Raft write through
-/// the leader; the proposer itself gives up within a few seconds).
-const REGISTER_WITHIN: Duration = Duration::from_secs(10);
+/// the leader: milliseconds; a replica cut off from the leader refuses at
+/// once). Handshake and answer together stay within the region's node
+/// grace (3 s to not ready, 2 s more to replacement).
+const REGISTER_WITHIN: Duration = Duration::from_secs(3);
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Most records per usage message (≈100 bytes each, well inside a frame).
@@ -431,6 +441,8 @@ struct Registered {
 /// [`CONNECT_WITHIN`] for the handshake, or [`REGISTER_WITHIN`] for the
 /// answer, not QUIC's idle timeout (30 s, during which the node, heard by
 /// no replica, is declared lost and its instances are placed elsewhere).
+/// Registers with [`gshare_core::protocol::FEATURE_CUT_OFF`]: the agent
+/// moves when its heartbeats are refused `cut_off` (see `heartbeats`).
 async fn register(setup: &LinkSetup, addr: SocketAddr) -> Result<Registered, SessionEnd> {
     let connecting = setup
         .endpoint
@@ -451,9 +463,10 @@ async fn register(setup: &LinkSetup, addr: SocketAddr) -> Result<Registered, Ses
             )))
         }
     };
-    let reg = AgentMessage::v1(AgentMessageV1::RegisterGpus {
+    let reg = AgentMessage::v1(AgentMessageV1::RegisterWith {
         register: setup.register.clone(),
         allow_fewer_gpus: setup.allow_fewer_gpus,
+        features: vec![gshare_core::protocol::FEATURE_CUT_OFF.to_string()],
     });
     let answer = match tokio::time::timeout(REGISTER_WITHIN, request(&conn, reg)).await {
         Ok(answer) => answer?,
@@ -513,31 +526,69 @@ async fn serve(
     let beats = heartbeats(conn.clone(), setup, addr);
     let usage = usage_sender(conn.clone(), setup);
     let remaps = slice_sender(conn.clone(), setup);
-    tokio::select! {
+    let ended = tokio::select! {
         r = pushes => r,
         r = invokes => r,
         r = beats => r,
         r = usage => r,
         r = remaps => r,
+    };
+    if let Err(SessionEnd::Moved(..)) = &ended {
+        // The old replica stops sending new invocations here; those in
+        // flight (their own tasks, holding their streams) finish, and the
+        // connection closes once they did and its handles are gone.
+        let leaving = AgentMessage::v1(AgentMessageV1::Leaving {
+            agent: setup.register.agent.clone(),
+        });
+        if !matches!(
+            tokio::time::timeout(MOVE_TRY, request(&conn, leaving)).await,
+            Ok(Ok(RegionMessage::V1(RegionMessageV1::Ack)))
+        ) {
+            tracing::debug!(replica = %addr, "the old replica did not take the leaving");
+            conn.close(0u32.into(), b"moved to another replica");
+        }
     }
+    ended
 }
 
 /// How long a replica cut off from the leader gets to answer a move's
 /// registration attempt, per other replica.
 const MOVE_TRY: Duration = Duration::from_secs(2);
+/// A move attempt starts after a random wait of up to this.
+const MOVE_JITTER: Duration = Duration::from_millis(1_000);
+
+/// A random duration below `max`.
+fn jitter(max: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let r = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    let ms = u64::try_from(max.as_millis()).unwrap_or(u64::MAX).max(1);
+    Duration::from_millis(r % ms)
+}
 
 /// The replica at `from` is cut off from the leader: registers the agent
 /// with another replica of the config, if one takes it (in config order
 /// after `from`). Until one does, the agent stays on `from`: its
 /// invocations and assignments still come through it, where no replica
 /// at all would serve them.
-async fn move_from(setup: &LinkSetup, from: SocketAddr) -> Option<(SocketAddr, Registered)> {
+async fn move_from(
+    setup: &LinkSetup,
+    from: SocketAddr,
+    refused: &Cell<bool>,
+) -> Option<(SocketAddr, Registered)> {
+    // Every agent of the replica looks at once: spread them out.
+    tokio::time::sleep(jitter(MOVE_JITTER)).await;
     let at = setup.replicas.iter().position(|r| *r == from).unwrap_or(0);
     let n = setup.replicas.len();
     for k in 1..n {
         let to = setup.replicas[(at + k) % n];
         if to == from {
             continue;
+        }
+        // Its replica answered a heartbeat meanwhile: no move.
+        if !refused.get() {
+            return None;
         }
         match tokio::time::timeout(MOVE_TRY, register(setup, to)).await {
             Ok(Ok(registered)) => return Some((to, registered)),
@@ -557,9 +608,12 @@ async fn slice_sender(conn: quinn::Connection, setup: &LinkSetup) -> Result<(), 
         let Ok(requests) = setup.agent.send(TakeSliceRequests).await else {
             return Ok(());
         };
-        let mut requests = requests.into_iter();
-        while let Some(ask) = requests.next() {
-            let msg = match &ask {
+        let mut left = Unanswered {
+            agent: setup.agent.clone(),
+            requests: requests.into(),
+        };
+        while let Some(ask) = left.requests.front() {
+            let msg = match ask {
                 SliceRequest::Reserve {
                     instance, slice, ..
                 } => AgentMessageV1::SliceReserve {
@@ -578,20 +632,33 @@ async fn slice_sender(conn: quinn::Connection, setup: &LinkSetup) -> Result<(), 
             if let Ok(RegionMessage::V1(RegionMessageV1::Refused { code, message, .. })) = &answer {
                 tracing::debug!(code, "remap refused: {message}");
             }
-            setup.agent.do_send(SliceAnswer {
-                request: ask,
-                granted,
-            });
-            if let Err(e) = answer {
-                // The rest was never sent: refused, so nothing moves.
-                for rest in requests {
-                    setup.agent.do_send(SliceAnswer {
-                        request: rest,
-                        granted: false,
-                    });
-                }
-                return Err(e);
+            if let Some(request) = left.requests.pop_front() {
+                setup.agent.do_send(SliceAnswer { request, granted });
             }
+            // The rest was never sent: `left` answers it not granted.
+            answer?;
+        }
+    }
+}
+
+/// Remap requests taken from the executor and not answered yet. Dropped
+/// (the session ended: a lost link, a move to another replica), each is
+/// answered not granted, so the executor never waits on one: a release
+/// left waiting would keep its slice reserved, and the instance unable to
+/// move again, until the agent restarts. One that was in flight may still
+/// have committed; the next assignment shows what the instance holds.
+struct Unanswered {
+    agent: Addr<NodeAgent>,
+    requests: std::collections::VecDeque<SliceRequest>,
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        for request in self.requests.drain(..) {
+            self.agent.do_send(SliceAnswer {
+                request,
+                granted: false,
+            });
         }
     }
 }
@@ -930,93 +997,151 @@ async fn usage_pending(setup: &LinkSetup) -> u64 {
         .unwrap_or(0)
 }
 
+/// What a replica answered a heartbeat.
+enum Beat {
+    Ack,
+    /// Refused `cut_off`, with the replica's reason.
+    CutOff(String),
+}
+
+/// Sends one heartbeat and the reports that go with it (loads, host
+/// copies, swaps: a replica cut off from the leader still records them).
+async fn beat(
+    conn: &quinn::Connection,
+    setup: &LinkSetup,
+    reported: &mut Option<Vec<HostCopy>>,
+) -> Result<Option<Beat>, SessionEnd> {
+    let agent_id = setup.register.agent.clone();
+    let Ok(mut s) = setup.agent.send(StatusQuery).await else {
+        return Ok(None);
+    };
+    setup.meter.fill(&mut s.gpus);
+    let at_ms = s.at_ms;
+    let heartbeat = AgentMessage::v1(AgentMessageV1::Heartbeat(Heartbeat {
+        agent: agent_id.clone(),
+        at_ms,
+        gpus: s.gpus,
+        in_flight: s.in_flight,
+        swaps: s.swap_ins + s.moves,
+        counters: AgentCounters {
+            process_starts: s.process_starts,
+            process_crashes: s.process_crashes,
+            process_restarts: s.process_restarts,
+            process_failed_starts: s.process_failed_starts,
+            process_running: s.process_running,
+            usage_pending_records: usage_pending(setup).await,
+            usage_withheld: s.usage_withheld,
+        },
+        instances: s.instances,
+    }));
+    let answer = match request(conn, heartbeat).await? {
+        RegionMessage::V1(RegionMessageV1::Refused { code, message, .. })
+            if code == gshare_core::protocol::CUT_OFF =>
+        {
+            Beat::CutOff(message)
+        }
+        RegionMessage::V1(RegionMessageV1::Refused { code, message, .. }) => {
+            return Err(SessionEnd::Refused(format!("{code}: {message}")));
+        }
+        _ => Beat::Ack,
+    };
+    let (loads, dropped) = setup.agent.send(TakeLoads).await.unwrap_or_default();
+    if dropped > 0 {
+        tracing::debug!(dropped, "load report capped");
+    }
+    let loads = AgentMessage::v1(AgentMessageV1::Loads {
+        agent: agent_id.clone(),
+        at_ms,
+        loads,
+        dropped,
+    });
+    request(conn, loads).await?;
+    if let Ok(copies) = setup.agent.send(HostCopiesQuery).await {
+        if reported.as_ref() != Some(&copies) {
+            let m = AgentMessage::v1(AgentMessageV1::HostCopies {
+                agent: agent_id.clone(),
+                copies: copies.clone(),
+            });
+            request(conn, m).await?;
+            *reported = Some(copies);
+        }
+    }
+    let events = setup.agent.send(TakeSwapEvents).await.unwrap_or_default();
+    if !events.is_empty() {
+        let swaps = AgentMessage::v1(AgentMessageV1::Swaps {
+            agent: agent_id.clone(),
+            events,
+        });
+        request(conn, swaps).await?;
+    }
+    Ok(Some(answer))
+}
+
+/// Heartbeats the replica at `addr` every `setup.heartbeat`. While it
+/// refuses them `cut_off`, a move attempt runs beside them (`move_from`);
+/// once another replica took the agent's registration, one more heartbeat
+/// confirms the replica is still cut off before the session ends
+/// ([`SessionEnd::Moved`]): one that found a leader meanwhile keeps the
+/// agent, and the new registration's connection is closed.
 async fn heartbeats(
     conn: quinn::Connection,
     setup: &LinkSetup,
     addr: SocketAddr,
 ) -> Result<(), SessionEnd> {
-    let agent_id = setup.register.agent.clone();
     // The host copies last sent on this link (`None`: none yet, so the
     // first heartbeat of a link sends them, even when there are none).
     let mut reported: Option<Vec<HostCopy>> = None;
-    // The replica was found cut off and no other took the agent (said once).
+    // The last heartbeat was refused `cut_off` (read by the move attempt).
+    let refused = Cell::new(false);
+    let mut moving: Option<std::pin::Pin<Box<dyn std::future::Future<Output = _> + '_>>> = None;
+    // No other replica took the agent (said once until an Ack).
     let mut staying = false;
+    let mut next = tokio::time::Instant::now() + setup.heartbeat;
     loop {
-        tokio::time::sleep(setup.heartbeat).await;
-        let Ok(mut s) = setup.agent.send(StatusQuery).await else {
-            return Ok(());
-        };
-        setup.meter.fill(&mut s.gpus);
-        let at_ms = s.at_ms;
-        let beat = AgentMessage::v1(AgentMessageV1::Heartbeat(Heartbeat {
-            agent: agent_id.clone(),
-            at_ms,
-            gpus: s.gpus,
-            in_flight: s.in_flight,
-            swaps: s.swap_ins + s.moves,
-            counters: AgentCounters {
-                process_starts: s.process_starts,
-                process_crashes: s.process_crashes,
-                process_restarts: s.process_restarts,
-                process_failed_starts: s.process_failed_starts,
-                process_running: s.process_running,
-                usage_pending_records: usage_pending(setup).await,
-                usage_withheld: s.usage_withheld,
-            },
-            instances: s.instances,
-        }));
-        match request(&conn, beat).await? {
-            // Cut off from the leader: move only where another replica
-            // takes the registration; else stay (see `move_from`).
-            RegionMessage::V1(RegionMessageV1::Refused { code, message, .. })
-                if code == gshare_core::protocol::CUT_OFF =>
+        tokio::select! {
+            () = tokio::time::sleep_until(next) => {}
+            moved = async { moving.as_mut().expect("polled only while set").await },
+                if moving.is_some() =>
             {
-                match move_from(setup, addr).await {
-                    Some((to, registered)) => return Err(SessionEnd::Moved(to, registered)),
-                    None if !staying => {
+                moving = None;
+                match moved {
+                    Some((to, registered)) => match beat(&conn, setup, &mut reported).await? {
+                        Some(Beat::CutOff(_)) => {
+                            return Err(SessionEnd::Moved(to, registered));
+                        }
+                        Some(Beat::Ack) => {
+                            refused.set(false);
+                            registered.conn.close(0u32.into(), b"not needed");
+                            tracing::info!(replica = %addr, "the replica found a leader again: no move");
+                        }
+                        None => return Ok(()),
+                    },
+                    None if refused.get() && !staying => {
                         staying = true;
                         tracing::warn!(
                             replica = %addr,
-                            "the replica is cut off from the region's leader ({message}), and no other took the agent: staying"
+                            "the replica is cut off from the region's leader, and no other took the agent: staying"
                         );
                     }
                     None => {}
                 }
                 continue;
             }
-            RegionMessage::V1(RegionMessageV1::Refused { code, message, .. }) => {
-                return Err(SessionEnd::Refused(format!("{code}: {message}")));
+        }
+        next = tokio::time::Instant::now() + setup.heartbeat;
+        match beat(&conn, setup, &mut reported).await? {
+            None => return Ok(()),
+            Some(Beat::Ack) => {
+                refused.set(false);
+                staying = false;
             }
-            _ => staying = false,
-        }
-        let (loads, dropped) = setup.agent.send(TakeLoads).await.unwrap_or_default();
-        if dropped > 0 {
-            tracing::debug!(dropped, "load report capped");
-        }
-        let loads = AgentMessage::v1(AgentMessageV1::Loads {
-            agent: agent_id.clone(),
-            at_ms,
-            loads,
-            dropped,
-        });
-        request(&conn, loads).await?;
-        if let Ok(copies) = setup.agent.send(HostCopiesQuery).await {
-            if reported.as_ref() != Some(&copies) {
-                let m = AgentMessage::v1(AgentMessageV1::HostCopies {
-                    agent: agent_id.clone(),
-                    copies: copies.clone(),
-                });
-                request(&conn, m).await?;
-                reported = Some(copies);
+            Some(Beat::CutOff(message)) => {
+                refused.set(true);
+                if moving.is_none() {
+                    tracing::debug!(replica = %addr, "heartbeat refused ({message}): looking for another replica");
+                    moving = Some(Box::pin(move_from(setup, addr, &refused)));
+                }
             }
-        }
-        let events = setup.agent.send(TakeSwapEvents).await.unwrap_or_default();
-        if !events.is_empty() {
-            let swaps = AgentMessage::v1(AgentMessageV1::Swaps {
-                agent: agent_id.clone(),
-                events,
-            });
-            request(&conn, swaps).await?;
         }
     }
 }

@@ -222,6 +222,7 @@ impl Replica {
         scheduler.watch_liveness(agents.clone(), spec.liveness);
         scheduler.watch_load(agents.clone(), spec.autoscale);
         scheduler.watch_migrations(agents.clone());
+        agents.watch_cut_off();
         tokio::spawn(quic_server::serve(
             endpoint.clone(),
             raft.clone(),

@@ -132,7 +132,8 @@ pub fn fake_region(ca: &Ca) -> FakeRegion {
                     let AgentMessage::V1(msg) = msg;
                     let reply = match msg {
                         AgentMessageV1::Register(r)
-                        | AgentMessageV1::RegisterGpus { register: r, .. } => {
+                        | AgentMessageV1::RegisterGpus { register: r, .. }
+                        | AgentMessageV1::RegisterWith { register: r, .. } => {
                             reports.registered(conn.stable_id(), &r);
                             let _ = tx.send(conn.clone());
                             RegionMessageV1::Registered {

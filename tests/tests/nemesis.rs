@@ -479,6 +479,18 @@ fn an_agent_leaves_a_replica_cut_off_from_the_leader_only_for_one_that_takes_it(
     for r in &others {
         c.restart_replica(*r).expect("restart a replica");
     }
+    // Its replica has a leader again: the agent does not move (a move
+    // attempt under way when the leader came is called off). Longer than
+    // the refusal grace, a move's jitter and two registration attempts.
+    gshare_tests::until("a leader again", 90, || c.leader());
+    let settled = Instant::now();
+    while settled.elapsed() < Duration::from_secs(10) {
+        assert!(
+            on(home),
+            "the agent left r{home} after the region had a leader again"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
     gshare_tests::until("the agent's replica removed from the region", 90, || {
         let leader = c.leader()?;
         let r = call(

@@ -137,7 +137,32 @@ pub enum AgentMessageV1 {
         /// The function ended it.
         complete: bool,
     },
+    /// First message on a link from agents that name the protocol
+    /// behaviours they understand: [`AgentMessageV1::RegisterGpus`] plus
+    /// `features` (e.g. [`FEATURE_CUT_OFF`]). A replica that does not know
+    /// this message closes the link: upgrade replicas before agents.
+    RegisterWith {
+        /// Who the agent is and what it has.
+        register: Register,
+        /// Accept fewer GPUs than the topology gives the node.
+        allow_fewer_gpus: bool,
+        /// What the agent understands beyond the messages themselves.
+        features: Vec<String>,
+    },
+    /// The agent registered with another replica and leaves this link:
+    /// the replica stops sending it new invocations (those in flight
+    /// finish, then the connection closes). Answered `Ack`.
+    Leaving {
+        /// The agent.
+        agent: AgentId,
+    },
 }
+
+/// A [`AgentMessageV1::RegisterWith`] feature: the agent takes a heartbeat
+/// refused with [`super::CUT_OFF`] as a cue to register with another
+/// replica, moving only once one takes it. An agent without it ends its
+/// session on any refusal, so a replica does not refuse its heartbeats.
+pub const FEATURE_CUT_OFF: &str = "cut_off";
 
 /// An agent registers its node and GPUs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

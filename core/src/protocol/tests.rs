@@ -54,6 +54,21 @@ fn every_message() -> (Vec<AgentMessage>, Vec<RegionMessage>) {
             },
             allow_fewer_gpus: true,
         }),
+        AgentMessage::v1(AgentMessageV1::RegisterWith {
+            register: Register {
+                agent: agent.clone(),
+                node: NodeId("n1".into()),
+                pool: "center".into(),
+                version: "0.1.0".into(),
+                gpus: Vec::new(),
+                ingress: "127.0.0.1:9000".into(),
+            },
+            allow_fewer_gpus: false,
+            features: vec![super::FEATURE_CUT_OFF.into()],
+        }),
+        AgentMessage::v1(AgentMessageV1::Leaving {
+            agent: agent.clone(),
+        }),
         AgentMessage::v1(AgentMessageV1::Heartbeat(Heartbeat {
             agent: agent.clone(),
             at_ms: 5,

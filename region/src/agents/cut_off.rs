@@ -17,6 +17,13 @@
 //! acknowledged for [`LEADER_WITHOUT_QUORUM`], or a replica its own
 //! membership no longer names; and only once that lasted [`GRACE`]: an
 //! ordinary election ends well within it, and agents do not move for it.
+//! A timer looks at the Raft metrics every [`OBSERVE_EVERY`]; a heartbeat
+//! is refused only while the metrics read at that moment still say so.
+//! Only agents that registered with [`gshare_core::protocol::FEATURE_CUT_OFF`]
+//! are refused: an older agent ends its session on any refusal, and
+//! where no replica has a leader it could register nowhere.
+//! A registration is refused at once (`retry`) while the replica is cut
+//! off, grace or not: it could not commit, and would only hold the agent.
 
 use std::time::{Duration, Instant};
 
@@ -63,7 +70,7 @@ impl RaftView {
     }
 }
 
-/// A replica's cut-off state over time, as its heartbeats observe it.
+/// A replica's cut-off state over time, as a timer observes it.
 #[derive(Debug, Default)]
 pub struct CutOff {
     /// Cut off since then, as far as the observations tell.
@@ -75,8 +82,8 @@ pub struct CutOff {
 impl CutOff {
     /// Looks at `view` at `now`: why heartbeats are refused, once the
     /// replica has been seen cut off for [`GRACE`] (the reason, with how
-    /// long). Observations come with heartbeats only: after a gap longer
-    /// than the grace (no agent heartbeat, e.g. the last agent left) the
+    /// long). Observations come every [`OBSERVE_EVERY`]: after a gap
+    /// longer than the grace (the process was stopped, or starved) the
     /// replica may have had a leader meanwhile, so the grace starts over.
     pub fn observe(&mut self, view: &RaftView, now: Instant) -> Option<String> {
         let gap = self
@@ -94,7 +101,19 @@ impl CutOff {
         let lasted = now.saturating_duration_since(since);
         (lasted >= GRACE).then(|| format!("{why} (for {} ms)", lasted.as_millis()))
     }
+
+    /// Why heartbeats are refused at `now`, by the observations so far and
+    /// `view`, read just now: cut off for the grace, and still (a leader
+    /// found since the last observation ends it at once). Changes nothing.
+    pub fn refusing(&self, view: &RaftView, now: Instant) -> Option<String> {
+        let why = view.cut_off()?;
+        let lasted = now.saturating_duration_since(self.since?);
+        (lasted >= GRACE).then(|| format!("{why} (for {} ms)", lasted.as_millis()))
+    }
 }
+
+/// How often a replica looks at its Raft metrics for [`CutOff::observe`].
+pub const OBSERVE_EVERY: Duration = Duration::from_millis(250);
 
 #[cfg(test)]
 mod tests {
@@ -171,7 +190,23 @@ mod tests {
     }
 
     #[test]
-    fn after_a_gap_in_the_heartbeats_the_grace_starts_over() {
+    fn a_refusal_needs_the_grace_and_a_view_still_cut_off() {
+        let lost = RaftView {
+            leader: None,
+            ..FOLLOWER
+        };
+        let t0 = Instant::now();
+        let mut c = CutOff::default();
+        assert_eq!(c.refusing(&lost, t0), None);
+        c.observe(&lost, t0);
+        assert_eq!(c.refusing(&lost, t0 + GRACE / 2), None);
+        assert!(c.refusing(&lost, t0 + GRACE).is_some());
+        // A leader found since the last observation: no refusal.
+        assert_eq!(c.refusing(&FOLLOWER, t0 + GRACE), None);
+    }
+
+    #[test]
+    fn after_a_gap_in_the_observations_the_grace_starts_over() {
         let lost = RaftView {
             leader: None,
             ..FOLLOWER
@@ -180,8 +215,9 @@ mod tests {
         let mut c = CutOff::default();
         assert_eq!(c.observe(&lost, t0), None);
         assert!(c.observe(&lost, t0 + GRACE).is_some());
-        // No heartbeat for a minute (the agents left); the next one finds
-        // no leader again: a short election, perhaps, not a minute of it.
+        // No observation for a minute (the process was stopped); the next
+        // one finds no leader again: a short election, perhaps, not a
+        // minute of it.
         let later = t0 + GRACE * 20;
         assert_eq!(c.observe(&lost, later), None);
         assert_eq!(c.observe(&lost, later + GRACE / 2), None);

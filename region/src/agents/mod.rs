@@ -166,23 +166,56 @@ impl AgentHub {
         self
     }
 
+    /// What the Raft metrics say now (`None` without them).
+    fn raft_view(&self) -> Option<cut_off::RaftView> {
+        let m = self.metrics.as_ref()?.borrow();
+        Some(cut_off::RaftView {
+            leader: m.current_leader,
+            leads: m.state == openraft::ServerState::Leader && m.current_leader == Some(m.id),
+            since_quorum_ack_ms: m.millis_since_quorum_ack,
+            member: m.membership_config.membership().get_node(&m.id).is_some(),
+        })
+    }
+
     /// Why the agents linked here should link to another replica: this
-    /// replica has been cut off from a leader for [`cut_off::GRACE`]
-    /// (`None` without Raft metrics).
+    /// replica has been cut off from a leader for [`cut_off::GRACE`], and
+    /// still is (`None` without Raft metrics).
     pub fn cut_off(&self) -> Option<String> {
-        let view = {
-            let m = self.metrics.as_ref()?.borrow();
-            cut_off::RaftView {
-                leader: m.current_leader,
-                leads: m.state == openraft::ServerState::Leader && m.current_leader == Some(m.id),
-                since_quorum_ack_ms: m.millis_since_quorum_ack,
-                member: m.membership_config.membership().get_node(&m.id).is_some(),
-            }
-        };
+        let view = self.raft_view()?;
         self.cut_off
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .observe(&view, self.clock.now())
+            .refusing(&view, self.clock.now())
+    }
+
+    /// Why this replica is cut off from a leader right now, grace or not.
+    pub fn cut_off_now(&self) -> Option<String> {
+        self.raft_view()?.cut_off()
+    }
+
+    /// Observes the Raft metrics every [`cut_off::OBSERVE_EVERY`] for
+    /// [`AgentHub::cut_off`], until Raft stops.
+    pub fn watch_cut_off(&self) {
+        let hub = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let Some(view) = hub.raft_view() else {
+                    return;
+                };
+                hub.cut_off
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .observe(&view, hub.clock.now());
+                tokio::time::sleep(cut_off::OBSERVE_EVERY).await;
+                if hub
+                    .metrics
+                    .as_ref()
+                    .is_none_or(|m| m.has_changed().is_err())
+                {
+                    return;
+                }
+            }
+        });
     }
 
     /// The replica id of the leader this replica knows of; 0 when none.
@@ -249,6 +282,11 @@ async fn register(
                 false,
             )
         }
+    }
+    // It could not commit (or, on a leader without quorum, would hang):
+    // the agent is better served trying another replica at once.
+    if let Some(why) = hub.cut_off_now() {
+        return refused("retry", format!("{why}; try another replica"), true);
     }
     let cmd = DomainCommand::AgentRegisterGpus {
         agent: r.agent.clone(),
@@ -449,6 +487,8 @@ pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
     let mut pusher: Option<tokio::task::JoinHandle<()>> = None;
     let mut registered: Option<AgentId> = None;
     let mut node: Option<NodeId> = None;
+    // The agent moves when its heartbeats are refused `cut_off`.
+    let mut moves = false;
     let link = conn.stable_id();
     while let Ok((mut send, mut recv)) = conn.accept_bi().await {
         let msg: AgentMessage = match read_frame(&mut recv).await {
@@ -460,18 +500,29 @@ pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
             Err(_) => continue,
         };
         let AgentMessage::V1(msg) = msg;
-        // An older agent's plain Register states no GPU policy: exact GPUs.
+        // An older agent's plain Register states no GPU policy (exact
+        // GPUs), and neither it nor RegisterGpus any feature.
         let msg = match msg {
-            AgentMessageV1::Register(register) => AgentMessageV1::RegisterGpus {
+            AgentMessageV1::Register(register) => AgentMessageV1::RegisterWith {
                 register,
                 allow_fewer_gpus: false,
+                features: Vec::new(),
+            },
+            AgentMessageV1::RegisterGpus {
+                register,
+                allow_fewer_gpus,
+            } => AgentMessageV1::RegisterWith {
+                register,
+                allow_fewer_gpus,
+                features: Vec::new(),
             },
             other => other,
         };
         let reply = match msg {
-            AgentMessageV1::RegisterGpus {
+            AgentMessageV1::RegisterWith {
                 register: r,
                 allow_fewer_gpus,
+                features,
             } => {
                 let reply = register(&hub, &conn, &r, allow_fewer_gpus).await;
                 if let RegionMessage::V1(RegionMessageV1::Refused { code, message, .. }) = &reply {
@@ -490,6 +541,9 @@ pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
                     hub.heard_from(&r.node);
                     registered = Some(r.agent.clone());
                     node = Some(r.node.clone());
+                    moves = features
+                        .iter()
+                        .any(|f| f == gshare_core::protocol::FEATURE_CUT_OFF);
                     pusher = Some(tokio::spawn(pushes(conn.clone(), hub.clone(), r.node)));
                 }
                 reply
@@ -504,7 +558,7 @@ pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
                 }
                 // What it reports is true either way (the agent may stay
                 // here: its invocations come through this replica).
-                match hub.cut_off() {
+                match hub.cut_off().filter(|_| moves) {
                     Some(why) => {
                         tracing::debug!(agent = %agent.0, "heartbeat refused: {why}");
                         refused(
@@ -561,6 +615,23 @@ pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
                     });
                     continue;
                 }
+            }
+            AgentMessageV1::Leaving { agent } => {
+                if registered.as_ref() == Some(&agent) {
+                    tracing::info!(agent = %agent.0, "the agent moved to another replica");
+                    if let Some(n) = node.take() {
+                        let mut links = hub.links.lock().unwrap_or_else(|p| p.into_inner());
+                        if links.get(&n).is_some_and(|c| c.stable_id() == link) {
+                            links.remove(&n);
+                        }
+                    }
+                    if let Some(p) = pusher.take() {
+                        p.abort();
+                    }
+                    hub.reports.disconnected(&agent, link);
+                    registered = None;
+                }
+                RegionMessage::v1(RegionMessageV1::Ack)
             }
             AgentMessageV1::SliceReserve {
                 agent,
