@@ -112,8 +112,8 @@ struct Gathering {
     meter: UsageMeter,
     /// Outcomes of keyed invocations whose usage is in the meter, in the
     /// order they were held: a stream's start (held when it opened) comes
-    /// before its end (held when the run ended), so a short stream that
-    /// ends in the same group keeps its end.
+    /// before its end (held when the run ended, in a later group: the end
+    /// waits until the start's write returned), so its key keeps its end.
     keyed: Vec<KeyedOutcome>,
     /// A reply, a stream or memory waits for the next write.
     due: bool,

@@ -131,6 +131,9 @@ struct Pending {
     /// How its streamed body went (set when the run ended).
     streamed: Option<crate::runtime::Streamed>,
     started: Option<(Micros, u32, MilliGpu)>,
+    /// Its share of `busy` was given back (a run whose answer waits for
+    /// its stream's start to be journaled).
+    busy_freed: bool,
     /// What its usage is metered under (set when it starts on a GPU).
     usage: Option<UsageKey>,
     /// Its idempotency key.
@@ -429,7 +432,7 @@ impl NodeAgent {
         let Some(p) = self.pending.remove(&request) else {
             return;
         };
-        if let Some((_, gpu, compute)) = p.started {
+        if let Some((_, gpu, compute)) = p.started.filter(|_| !p.busy_freed) {
             self.busy[gpu as usize] -= compute;
         }
         if let InvokeOutcome::Done {
@@ -450,10 +453,10 @@ impl NodeAgent {
             // A streamed run: its first part was billed when the stream
             // started; the rest is compute, whatever the end (unless the
             // start's write failed: nothing was delivered, nothing billed).
-            // The outcome waits for the next write: a short stream can end
-            // before the write that sends its start returned, and the
-            // ingress must get the start first (`written` sends starts
-            // before it releases outcomes); the tail goes out with it.
+            // The outcome waits for the next write (the tail goes out
+            // with it); its start was sent already (a run that ended
+            // before its start's write returned is answered only once it
+            // did: `MeterState::ended`).
             (_, Some((_, _, compute)), Some(key), Some(m)) if p.streamed_at.is_some() => {
                 let withheld = matches!(
                     outcome,
@@ -1168,8 +1171,8 @@ impl NodeAgent {
                 self.status.usage_writes += 1;
                 self.status.usage_records += records;
                 m.setup.appended.notify_one();
-                // Starts first: a short stream's outcome may be among the
-                // replies, and its start must reach the ingress before it.
+                // Starts first (a run's end is released only after its
+                // start: see `MeterState::ended`).
                 for (_, held) in streams {
                     let _ = held.tx.send(held.start);
                 }
@@ -1273,6 +1276,7 @@ impl Handler<Invoke> for NodeAgent {
                 sent_head: None,
                 streamed: None,
                 started: None,
+                busy_freed: false,
                 usage: None,
                 key: invocation_key.clone(),
                 function,
@@ -1337,13 +1341,25 @@ impl Handler<RequestDone> for NodeAgent {
     fn handle(&mut self, msg: RequestDone, ctx: &mut Context<Self>) {
         let now = self.now();
         let (request, gpu) = (msg.request, msg.gpu);
-        match self.metering.as_mut() {
+        let start_held = self
+            .metering
+            .as_ref()
+            .is_some_and(|m| m.streams.iter().any(|(_, h)| h.request == request));
+        if start_held {
             // Its stream's start is still being journaled: answered when
-            // that write returns (see `MeterState::ended`).
-            Some(m) if m.streams.iter().any(|(_, h)| h.request == request) => {
+            // that write returns (see `MeterState::ended`). Its GPU share
+            // is free now, as the executor's is.
+            if let Some(p) = self.pending.get_mut(&request) {
+                if let Some((_, gpu, compute)) = p.started.filter(|_| !p.busy_freed) {
+                    self.busy[gpu as usize] -= compute;
+                    p.busy_freed = true;
+                }
+            }
+            if let Some(m) = self.metering.as_mut() {
                 m.ended.push((now, msg));
             }
-            _ => self.request_done(now, msg),
+        } else {
+            self.request_done(now, msg);
         }
         self.step(now, Event::RequestFinished { request, gpu });
         self.arm(ctx);
@@ -1630,7 +1646,10 @@ impl Handler<StatusQuery> for NodeAgent {
         s.vm_boot_last_us = p.vm_boot_last_us().unwrap_or(0);
         s.vm_boot_median_us = p.vm_boot_median_us().unwrap_or(0);
         s.vms = p.running_vms();
-        s.usage_waiting = self.metering.as_ref().map_or(0, |m| m.waiting.len() as u64);
+        s.usage_waiting = self
+            .metering
+            .as_ref()
+            .map_or(0, |m| (m.waiting.len() + m.ended.len()) as u64);
         s.gpus = (0..self.setup.gpus.len() as u32)
             .map(|i| {
                 let g = self.executor.gpu(i);
@@ -2022,7 +2041,12 @@ mod tests {
             .await
             .expect("the run ends")
             .unwrap();
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let handled = tokio::time::timeout(Duration::from_secs(10), async {
+            while agent.send(StatusQuery).await.unwrap().usage_waiting == 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+        handled.await.expect("the run's end waits for its usage");
         gate.send(()).unwrap();
         let outcome = tokio::time::timeout(Duration::from_secs(10), outcome)
             .await
