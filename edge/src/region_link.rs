@@ -466,7 +466,10 @@ async fn register(setup: &LinkSetup, addr: SocketAddr) -> Result<Registered, Ses
     let reg = AgentMessage::v1(AgentMessageV1::RegisterWith {
         register: setup.register.clone(),
         allow_fewer_gpus: setup.allow_fewer_gpus,
-        features: vec![gshare_core::protocol::FEATURE_CUT_OFF.to_string()],
+        features: vec![
+            gshare_core::protocol::FEATURE_CUT_OFF.to_string(),
+            gshare_core::protocol::FEATURE_GRANTED_INDEX.to_string(),
+        ],
     });
     let answer = match tokio::time::timeout(REGISTER_WITHIN, request(&conn, reg)).await {
         Ok(answer) => answer?,
@@ -628,12 +631,22 @@ async fn slice_sender(conn: quinn::Connection, setup: &LinkSetup) -> Result<(), 
                 },
             };
             let answer = request(&conn, AgentMessage::v1(msg)).await;
-            let granted = matches!(answer, Ok(RegionMessage::V1(RegionMessageV1::Ack)));
+            let (granted, applied_index) = match &answer {
+                Ok(RegionMessage::V1(RegionMessageV1::Granted { applied_index })) => {
+                    (true, Some(*applied_index))
+                }
+                Ok(RegionMessage::V1(RegionMessageV1::Ack)) => (true, None),
+                _ => (false, None),
+            };
             if let Ok(RegionMessage::V1(RegionMessageV1::Refused { code, message, .. })) = &answer {
                 tracing::debug!(code, "remap refused: {message}");
             }
             if let Some(request) = left.requests.pop_front() {
-                setup.agent.do_send(SliceAnswer { request, granted });
+                setup.agent.do_send(SliceAnswer {
+                    request,
+                    granted,
+                    applied_index,
+                });
             }
             // The rest was never sent: `left` answers it not granted.
             answer?;
@@ -658,6 +671,7 @@ impl Drop for Unanswered {
             self.agent.do_send(SliceAnswer {
                 request,
                 granted: false,
+                applied_index: None,
             });
         }
     }

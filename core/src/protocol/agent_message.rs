@@ -163,6 +163,10 @@ pub enum AgentMessageV1 {
 /// replica, moving only once one takes it. An agent without it ends its
 /// session on any refusal, so a replica does not refuse its heartbeats.
 pub const FEATURE_CUT_OFF: &str = "cut_off";
+/// A [`AgentMessageV1::RegisterWith`] feature: the agent takes
+/// [`super::RegionMessageV1::Granted`] as the answer to a committed remap
+/// half (an agent without it gets `Ack`).
+pub const FEATURE_GRANTED_INDEX: &str = "granted_index";
 
 /// An agent registers its node and GPUs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -40,7 +40,9 @@ mod swap_report;
 mod token_digests;
 
 pub use agent_counters::AgentCounters;
-pub use agent_message::{AgentMessage, AgentMessageV1, Heartbeat, Register, FEATURE_CUT_OFF};
+pub use agent_message::{
+    AgentMessage, AgentMessageV1, Heartbeat, Register, FEATURE_CUT_OFF, FEATURE_GRANTED_INDEX,
+};
 pub use codec::{
     decode_payload, encode_frame, AgentFrames, AgentWire, FrameDecoder, FrameError, Frames,
     PeerFrames, PeerWire, Wire, AGENT_FRAME_BYTES, PEER_FRAME_BYTES,

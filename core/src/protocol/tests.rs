@@ -221,6 +221,7 @@ fn every_message() -> (Vec<AgentMessage>, Vec<RegionMessage>) {
             data: vec![9; 10],
         }),
         RegionMessage::v1(RegionMessageV1::InvokeBodyEnd { id: 5 }),
+        RegionMessage::v1(RegionMessageV1::Granted { applied_index: 42 }),
     ];
     (agents, regions)
 }
@@ -242,6 +243,11 @@ fn the_streamed_body_frames_come_after_every_older_region_message() {
         data: vec![1],
     });
     assert_eq!(chunk[..2], [0, 11]);
+    // And `Granted` after them.
+    assert_eq!(
+        payload(RegionMessageV1::Granted { applied_index: 3 }),
+        vec![0, 13, 3]
+    );
 }
 
 #[test]

@@ -281,6 +281,9 @@ pub struct SliceAnswer {
     pub request: SliceRequest,
     /// Whether it committed.
     pub granted: bool,
+    /// Granted: the replica's applied index, which includes the remap
+    /// (`RegionMessageV1::Granted`); older assignments are then ignored.
+    pub applied_index: Option<u64>,
 }
 
 /// Where the node's instances are (the agent's placement), for

@@ -1828,6 +1828,12 @@ impl Handler<SliceAnswer> for NodeAgent {
 
     fn handle(&mut self, msg: SliceAnswer, ctx: &mut Context<Self>) {
         let now = self.now();
+        if let Some(i) = msg.applied_index.filter(|_| msg.granted) {
+            // An assignment older than the replica's state with the remap
+            // would undo it (one read before it was applied, still in
+            // flight): ignored from now on.
+            self.assignment_index = Some(self.assignment_index.map_or(i, |a| a.max(i)));
+        }
         self.slice_answer(now, msg.request, msg.granted);
         self.arm(ctx);
     }
@@ -1929,6 +1935,110 @@ mod tests {
         fn stop(&mut self) -> crate::runtime::RuntimeFuture<()> {
             Box::pin(async {})
         }
+    }
+
+    fn assigned(index: u64, names: &[&str]) -> ApplyAssignment {
+        let spec = |name: &str| FunctionSpec {
+            model: None,
+            args: Vec::new(),
+            env: Default::default(),
+            tenant: TenantId("acme".into()),
+            name: name.into(),
+            runtime: gshare_core::model::Runtime::Custom,
+            memory_mib: 1_024,
+            compute_milli: 500,
+            tier: gshare_core::model::Tier::Burstable,
+            deadline_ms: 5_000,
+            pool: gshare_core::model::PoolPreference::Any,
+            min_instances: 1,
+            max_instances: 1,
+            idle_timeout_s: 600,
+            latency: gshare_core::model::LatencyProfile {
+                full_gpu_us: 1_000,
+                saturation_milli: 500,
+            },
+        };
+        ApplyAssignment(gshare_core::protocol::Assignment {
+            applied_index: index,
+            instances: names
+                .iter()
+                .zip(1..)
+                .map(|(name, id)| gshare_core::protocol::AssignedInstance {
+                    instance: InstanceId(id),
+                    spec: spec(name),
+                    version: 1,
+                    slices: vec![on(0)],
+                })
+                .collect(),
+        })
+    }
+
+    fn sim_agent() -> Addr<NodeAgent> {
+        NodeAgent::new(NodeSetup {
+            node: NodeId("n1".into()),
+            gpus: (0..2)
+                .map(|index| GpuInfo {
+                    index,
+                    model: "sim".into(),
+                    memory_mib: 16_384,
+                    h2d_mib_per_s: 600_000,
+                })
+                .collect(),
+            host_swap_mib: 8_192,
+            load: AgentLoadCosts {
+                swap_setup_us: 1_000,
+                cold_setup_us: 1_000,
+                storage_mib_per_s: 100_000,
+            },
+            driver: Box::new(|_| Box::new(crate::runtime::SimDriver::new())),
+            process_counters: Default::default(),
+            clock: gshare_core::clock::SystemClock::shared(),
+        })
+        .start()
+    }
+
+    /// A remap granted with the replica's applied index (`Granted`): an
+    /// assignment older than it (read before the remap was applied: in
+    /// flight, or a lagging follower's) is ignored, one at that index
+    /// applies. A grant without an index (`Ack`, an older replica) moves
+    /// nothing.
+    #[actix_rt::test]
+    async fn after_a_granted_remap_older_assignments_are_ignored() {
+        let agent = sim_agent();
+        let hosted = |a: &Addr<NodeAgent>| {
+            let a = a.clone();
+            async move { a.send(PlacementQuery).await.unwrap() }
+        };
+        agent.do_send(assigned(10, &["a"]));
+        let release = |index| SliceAnswer {
+            request: SliceRequest::Release {
+                instance: InstanceId(1),
+                gpu: GpuId {
+                    node: NodeId("n1".into()),
+                    index: 1,
+                },
+            },
+            granted: true,
+            applied_index: index,
+        };
+        agent.do_send(release(None));
+        assert_eq!(hosted(&agent).await.assignment_index, Some(10));
+        agent.do_send(release(Some(20)));
+        assert_eq!(hosted(&agent).await.assignment_index, Some(20));
+        // Read before the remap: it would have dropped nothing here, but
+        // it adds `b`, and it is older than the grant.
+        agent.do_send(assigned(15, &["a", "b"]));
+        let p = hosted(&agent).await;
+        assert_eq!((p.assignment_index, p.functions.len()), (Some(20), 1));
+        agent.do_send(assigned(20, &["a", "b"]));
+        let p = hosted(&agent).await;
+        assert_eq!((p.assignment_index, p.functions.len()), (Some(20), 2));
+        // A refused remap sets nothing.
+        agent.do_send(SliceAnswer {
+            granted: false,
+            ..release(Some(99))
+        });
+        assert_eq!(hosted(&agent).await.assignment_index, Some(20));
     }
 
     /// A short stream ends while the write of its start (its first byte's

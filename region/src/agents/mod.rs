@@ -340,11 +340,13 @@ async fn usage(hub: &AgentHub, agent: AgentId, records: Vec<UsageRecord>) -> Reg
 
 /// A remap half from the agent registered on this connection, for an
 /// instance of its own node (and, for a reservation, a slice of its own
-/// node): proposed; `Ack` once committed, `Refused` otherwise (nothing
+/// node): proposed; once committed, `Granted` with the index this replica
+/// has applied after a read barrier (to an agent with `indexed`, see
+/// [`RegionMessageV1::Granted`]) or `Ack`; `Refused` otherwise (nothing
 /// changed, so the agent does not move).
 async fn remap(
     hub: &AgentHub,
-    registered: Option<&AgentId>,
+    (registered, indexed): (Option<&AgentId>, bool),
     agent: &AgentId,
     instance: gshare_core::state::InstanceId,
     cmd: DomainCommand,
@@ -385,6 +387,19 @@ async fn remap(
         );
     }
     match hub.proposer.propose(RegionCommand::domain(cmd)).await {
+        Ok(CommandOutcome::Domain(Ok(
+            Applied::SliceReserved { .. } | Applied::SliceReleased { .. },
+        ))) if indexed => {
+            // This replica then has the remap applied (a follower may not
+            // yet): what its pushes say from now on includes it. Without
+            // the barrier the index may be older than the remap, which
+            // only weakens the agent's guard.
+            if let Err(e) = hub.proposer.read_barrier().await {
+                tracing::debug!(agent = %agent.0, "remap granted; read barrier: {e}");
+            }
+            let applied_index = hub.state.read().last_applied.map_or(0, |l| l.index);
+            RegionMessage::v1(RegionMessageV1::Granted { applied_index })
+        }
         Ok(CommandOutcome::Domain(Ok(
             Applied::SliceReserved { .. } | Applied::SliceReleased { .. },
         ))) => RegionMessage::v1(RegionMessageV1::Ack),
@@ -489,6 +504,8 @@ pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
     let mut node: Option<NodeId> = None;
     // The agent moves when its heartbeats are refused `cut_off`.
     let mut moves = false;
+    // The agent takes `Granted` for a committed remap.
+    let mut indexed = false;
     let link = conn.stable_id();
     while let Ok((mut send, mut recv)) = conn.accept_bi().await {
         let msg: AgentMessage = match read_frame(&mut recv).await {
@@ -541,9 +558,9 @@ pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
                     hub.heard_from(&r.node);
                     registered = Some(r.agent.clone());
                     node = Some(r.node.clone());
-                    moves = features
-                        .iter()
-                        .any(|f| f == gshare_core::protocol::FEATURE_CUT_OFF);
+                    let has = |feature: &str| features.iter().any(|f| f == feature);
+                    moves = has(gshare_core::protocol::FEATURE_CUT_OFF);
+                    indexed = has(gshare_core::protocol::FEATURE_GRANTED_INDEX);
                     pusher = Some(tokio::spawn(pushes(conn.clone(), hub.clone(), r.node)));
                 }
                 reply
@@ -642,7 +659,7 @@ pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
                 let hub = hub.clone();
                 let registered = registered.clone();
                 tokio::spawn(async move {
-                    let reply = remap(&hub, registered.as_ref(), &agent, instance, cmd).await;
+                    let reply = remap(&hub, (registered.as_ref(), indexed), &agent, instance, cmd).await;
                     let _ = write_frame(&mut send, &reply).await;
                 });
                 continue;
@@ -656,7 +673,7 @@ pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
                 let hub = hub.clone();
                 let registered = registered.clone();
                 tokio::spawn(async move {
-                    let reply = remap(&hub, registered.as_ref(), &agent, instance, cmd).await;
+                    let reply = remap(&hub, (registered.as_ref(), indexed), &agent, instance, cmd).await;
                     let _ = write_frame(&mut send, &reply).await;
                 });
                 continue;
