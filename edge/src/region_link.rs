@@ -35,9 +35,10 @@
 //! the heartbeats: after a random wait of up to 1 s, the agent tries to
 //! register with the other replicas in turn (2 s each) while its replica
 //! still refuses. Once one took it, a last heartbeat checks that its
-//! replica is still cut off; then the agent tells it `Leaving` (it stops
-//! sending new invocations; those in flight finish) and serves the new
-//! registration. It stays where it is if no replica takes it (its
+//! replica is still cut off (only an Ack keeps the agent); then the agent
+//! serves the new registration and, beside it, tells the old replica
+//! `Leaving` (it stops sending new invocations; those in flight finish).
+//! It stays where it is if no replica takes it (its
 //! invocations and assignments still come through that replica, where
 //! none would serve them) or its replica found a leader meanwhile. Remap
 //! requests a session ends without answering are answered not granted. A
@@ -537,21 +538,48 @@ async fn serve(
         r = remaps => r,
     };
     if let Err(SessionEnd::Moved(..)) = &ended {
-        // The old replica stops sending new invocations here; those in
-        // flight (their own tasks, holding their streams) finish, and the
-        // connection closes once they did and its handles are gone.
-        let leaving = AgentMessage::v1(AgentMessageV1::Leaving {
-            agent: setup.register.agent.clone(),
-        });
-        if !matches!(
-            tokio::time::timeout(MOVE_TRY, request(&conn, leaving)).await,
-            Ok(Ok(RegionMessage::V1(RegionMessageV1::Ack)))
-        ) {
-            tracing::debug!(replica = %addr, "the old replica did not take the leaving");
-            conn.close(0u32.into(), b"moved to another replica");
-        }
+        actix_rt::spawn(leave(
+            conn,
+            addr,
+            setup.register.agent.clone(),
+            setup.agent.clone(),
+            setup.max_request_bytes,
+        ));
     }
     ended
+}
+
+/// How long the agent still takes invocations on a replica it left, after
+/// the replica took the `Leaving`: streams it opened before arrive late.
+const LEAVING_GRACE: Duration = Duration::from_secs(1);
+
+/// Leaves the replica at `addr` after a move, beside the new session:
+/// tells it `Leaving` (it sends no new invocations here) while still
+/// taking the invocations it sends meanwhile, and for [`LEAVING_GRACE`]
+/// after. Those in flight finish on their own tasks; the connection closes
+/// once they did and its handles are gone. A replica that does not take
+/// the leaving within [`MOVE_TRY`] is closed on at once.
+async fn leave(
+    conn: quinn::Connection,
+    addr: SocketAddr,
+    agent: gshare_core::state::AgentId,
+    node_agent: Addr<NodeAgent>,
+    max_request_bytes: usize,
+) {
+    let serving = invokes(conn.clone(), node_agent, max_request_bytes);
+    tokio::pin!(serving);
+    let leaving = AgentMessage::v1(AgentMessageV1::Leaving { agent });
+    let leaving = tokio::time::timeout(MOVE_TRY, request(&conn, leaving));
+    let taken = tokio::select! {
+        answer = leaving => matches!(answer, Ok(Ok(RegionMessage::V1(RegionMessageV1::Ack)))),
+        _ = &mut serving => false,
+    };
+    if taken {
+        let _ = tokio::time::timeout(LEAVING_GRACE, &mut serving).await;
+    } else {
+        tracing::debug!(replica = %addr, "the old replica did not take the leaving");
+        conn.close(0u32.into(), b"moved to another replica");
+    }
 }
 
 /// How long a replica cut off from the leader gets to answer a move's
@@ -1107,7 +1135,9 @@ async fn heartbeats(
     let mut reported: Option<Vec<HostCopy>> = None;
     // The last heartbeat was refused `cut_off` (read by the move attempt).
     let refused = Cell::new(false);
-    let mut moving: Option<std::pin::Pin<Box<dyn std::future::Future<Output = _> + '_>>> = None;
+    type Move<'a> =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Option<(SocketAddr, Registered)>> + 'a>>;
+    let mut moving: Option<Move<'_>> = None;
     // No other replica took the agent (said once until an Ack).
     let mut staying = false;
     let mut next = tokio::time::Instant::now() + setup.heartbeat;
@@ -1119,17 +1149,21 @@ async fn heartbeats(
             {
                 moving = None;
                 match moved {
-                    Some((to, registered)) => match beat(&conn, setup, &mut reported).await? {
-                        Some(Beat::CutOff(_)) => {
-                            return Err(SessionEnd::Moved(to, registered));
+                    Some((to, registered)) => {
+                        // Only an Ack keeps the agent here: a lost or
+                        // silent replica is no reason to drop a
+                        // registration another one committed.
+                        let confirm = beat(&conn, setup, &mut reported);
+                        match tokio::time::timeout(MOVE_TRY, confirm).await {
+                            Ok(Ok(Some(Beat::Ack))) => {
+                                refused.set(false);
+                                registered.conn.close(0u32.into(), b"not needed");
+                                tracing::info!(replica = %addr, "the replica found a leader again: no move");
+                            }
+                            Ok(Ok(None)) => return Ok(()),
+                            _ => return Err(SessionEnd::Moved(to, registered)),
                         }
-                        Some(Beat::Ack) => {
-                            refused.set(false);
-                            registered.conn.close(0u32.into(), b"not needed");
-                            tracing::info!(replica = %addr, "the replica found a leader again: no move");
-                        }
-                        None => return Ok(()),
-                    },
+                    }
                     None if refused.get() && !staying => {
                         staying = true;
                         tracing::warn!(

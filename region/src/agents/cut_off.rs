@@ -22,8 +22,9 @@
 //! Only agents that registered with [`gshare_core::protocol::FEATURE_CUT_OFF`]
 //! are refused: an older agent ends its session on any refusal, and
 //! where no replica has a leader it could register nowhere.
-//! A registration is refused at once (`retry`) while the replica is cut
-//! off, grace or not: it could not commit, and would only hold the agent.
+//! A registration is refused at once (`retry`) by a leader no quorum has
+//! acknowledged for a second ([`RaftView::registration_futile`]): it could
+//! not commit, and would only hold the agent.
 
 use std::time::{Duration, Instant};
 
@@ -48,6 +49,22 @@ pub struct RaftView {
 }
 
 impl RaftView {
+    /// Why a registration here could not commit for a while: this replica
+    /// leads, but no quorum has acknowledged it for
+    /// [`LEADER_WITHOUT_QUORUM`] (a write would wait for a quorum that
+    /// does not answer). A follower without a leader (an election, which
+    /// its proposer rides out) and a new leader not yet acknowledged are
+    /// not.
+    pub fn registration_futile(&self) -> Option<String> {
+        let limit = u64::try_from(LEADER_WITHOUT_QUORUM.as_millis()).unwrap_or(u64::MAX);
+        match self.since_quorum_ack_ms {
+            Some(ms) if self.leads && ms > limit => Some(format!(
+                "this replica leads, but no quorum has acknowledged it for {ms} ms"
+            )),
+            _ => None,
+        }
+    }
+
     /// Why this view is cut off from a leader, if it is.
     pub fn cut_off(&self) -> Option<String> {
         if !self.member {
@@ -187,6 +204,28 @@ mod tests {
             "{why}"
         );
         assert_eq!(c.observe(&FOLLOWER, t0 + GRACE * 3), None);
+    }
+
+    #[test]
+    fn only_a_leader_without_quorum_refuses_registrations_at_once() {
+        let lost = RaftView {
+            leader: None,
+            ..FOLLOWER
+        };
+        let new_leader = RaftView {
+            leader: Some(1),
+            leads: true,
+            since_quorum_ack_ms: None,
+            ..FOLLOWER
+        };
+        let alone = RaftView {
+            since_quorum_ack_ms: Some(1_500),
+            ..new_leader
+        };
+        assert_eq!(FOLLOWER.registration_futile(), None);
+        assert_eq!(lost.registration_futile(), None);
+        assert_eq!(new_leader.registration_futile(), None);
+        assert!(alone.registration_futile().unwrap().contains("1500 ms"));
     }
 
     #[test]

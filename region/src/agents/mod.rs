@@ -188,9 +188,10 @@ impl AgentHub {
             .refusing(&view, self.clock.now())
     }
 
-    /// Why this replica is cut off from a leader right now, grace or not.
-    pub fn cut_off_now(&self) -> Option<String> {
-        self.raft_view()?.cut_off()
+    /// Why a registration here could not commit for a while, if it could
+    /// not ([`cut_off::RaftView::registration_futile`]).
+    pub fn registration_futile(&self) -> Option<String> {
+        self.raft_view()?.registration_futile()
     }
 
     /// Observes the Raft metrics every [`cut_off::OBSERVE_EVERY`] for
@@ -283,9 +284,9 @@ async fn register(
             )
         }
     }
-    // It could not commit (or, on a leader without quorum, would hang):
-    // the agent is better served trying another replica at once.
-    if let Some(why) = hub.cut_off_now() {
+    // A leader without quorum: the write would hang; the agent is better
+    // served trying another replica at once.
+    if let Some(why) = hub.registration_futile() {
         return refused("retry", format!("{why}; try another replica"), true);
     }
     let cmd = DomainCommand::AgentRegisterGpus {
@@ -659,7 +660,8 @@ pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
                 let hub = hub.clone();
                 let registered = registered.clone();
                 tokio::spawn(async move {
-                    let reply = remap(&hub, (registered.as_ref(), indexed), &agent, instance, cmd).await;
+                    let reply =
+                        remap(&hub, (registered.as_ref(), indexed), &agent, instance, cmd).await;
                     let _ = write_frame(&mut send, &reply).await;
                 });
                 continue;
@@ -673,7 +675,8 @@ pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
                 let hub = hub.clone();
                 let registered = registered.clone();
                 tokio::spawn(async move {
-                    let reply = remap(&hub, (registered.as_ref(), indexed), &agent, instance, cmd).await;
+                    let reply =
+                        remap(&hub, (registered.as_ref(), indexed), &agent, instance, cmd).await;
                     let _ = write_frame(&mut send, &reply).await;
                 });
                 continue;
