@@ -41,15 +41,16 @@
 //! It stays where it is if no replica takes it (its
 //! invocations and assignments still come through that replica, where
 //! none would serve them) or its replica found a leader meanwhile. Remap
-//! requests a session ends without answering are answered not granted. A
+//! requests a session ends without answering are answered not granted
+//! (`AbandonSliceRequests`, after the session's own answers). A
 //! malformed or oversized frame from the
 //! replica closes that connection (code 0x10) and the link reconnects;
 //! serving goes on throughout, with the last instances and tokens.
 
 use crate::agent::{
-    ApplyAssignment, ApplyTokens, HostCopiesQuery, Invoke, KeyAnswer, LookupKey, Metering,
-    NodeAgent, SliceAnswer, SliceRequest, StatusQuery, TakeLoads, TakeSliceRequests,
-    TakeSwapEvents,
+    AbandonSliceRequests, ApplyAssignment, ApplyTokens, HostCopiesQuery, Invoke, KeyAnswer,
+    LookupKey, Metering, NodeAgent, SliceAnswer, SliceRequest, StatusQuery, TakeLoads,
+    TakeSliceRequests, TakeSwapEvents,
 };
 use crate::gpu::{Discovered, GpuMeter};
 use crate::ingress::Answered;
@@ -381,6 +382,10 @@ async fn run(setup: LinkSetup) {
                 (addr, ended)
             }
         };
+        // What the session took and did not answer is refused: the
+        // executor never waits on a remap half (a release left waiting
+        // kept its slice reserved until the agent restarted).
+        setup.agent.do_send(AbandonSliceRequests);
         match ended {
             Ok(()) => {}
             Err(SessionEnd::Moved(to, registered)) => {
@@ -639,11 +644,8 @@ async fn slice_sender(conn: quinn::Connection, setup: &LinkSetup) -> Result<(), 
         let Ok(requests) = setup.agent.send(TakeSliceRequests).await else {
             return Ok(());
         };
-        let mut left = Unanswered {
-            agent: setup.agent.clone(),
-            requests: requests.into(),
-        };
-        while let Some(ask) = left.requests.front() {
+        let mut left: std::collections::VecDeque<SliceRequest> = requests.into();
+        while let Some(ask) = left.front() {
             let msg = match ask {
                 SliceRequest::Reserve {
                     instance, slice, ..
@@ -669,38 +671,16 @@ async fn slice_sender(conn: quinn::Connection, setup: &LinkSetup) -> Result<(), 
             if let Ok(RegionMessage::V1(RegionMessageV1::Refused { code, message, .. })) = &answer {
                 tracing::debug!(code, "remap refused: {message}");
             }
-            if let Some(request) = left.requests.pop_front() {
+            if let Some(request) = left.pop_front() {
                 setup.agent.do_send(SliceAnswer {
                     request,
                     granted,
                     applied_index,
                 });
             }
-            // The rest was never sent: `left` answers it not granted.
+            // The rest was never sent: answered not granted when the
+            // session ends (`AbandonSliceRequests`).
             answer?;
-        }
-    }
-}
-
-/// Remap requests taken from the executor and not answered yet. Dropped
-/// (the session ended: a lost link, a move to another replica), each is
-/// answered not granted, so the executor never waits on one: a release
-/// left waiting would keep its slice reserved, and the instance unable to
-/// move again, until the agent restarts. One that was in flight may still
-/// have committed; the next assignment shows what the instance holds.
-struct Unanswered {
-    agent: Addr<NodeAgent>,
-    requests: std::collections::VecDeque<SliceRequest>,
-}
-
-impl Drop for Unanswered {
-    fn drop(&mut self) {
-        for request in self.requests.drain(..) {
-            self.agent.do_send(SliceAnswer {
-                request,
-                granted: false,
-                applied_index: None,
-            });
         }
     }
 }
@@ -1046,13 +1026,12 @@ enum Beat {
     CutOff(String),
 }
 
-/// Sends one heartbeat and the reports that go with it (loads, host
-/// copies, swaps: a replica cut off from the leader still records them).
-async fn beat(
+/// Sends one heartbeat: the answer and the status's time (`None`: the
+/// agent is gone).
+async fn heartbeat(
     conn: &quinn::Connection,
     setup: &LinkSetup,
-    reported: &mut Option<Vec<HostCopy>>,
-) -> Result<Option<Beat>, SessionEnd> {
+) -> Result<Option<(Beat, u64)>, SessionEnd> {
     let agent_id = setup.register.agent.clone();
     let Ok(mut s) = setup.agent.send(StatusQuery).await else {
         return Ok(None);
@@ -1087,6 +1066,18 @@ async fn beat(
         }
         _ => Beat::Ack,
     };
+    Ok(Some((answer, at_ms)))
+}
+
+/// Sends the reports that go with a heartbeat (loads, host copies, swaps:
+/// a replica cut off from the leader still records them).
+async fn reports(
+    conn: &quinn::Connection,
+    setup: &LinkSetup,
+    reported: &mut Option<Vec<HostCopy>>,
+    at_ms: u64,
+) -> Result<(), SessionEnd> {
+    let agent_id = setup.register.agent.clone();
     let (loads, dropped) = setup.agent.send(TakeLoads).await.unwrap_or_default();
     if dropped > 0 {
         tracing::debug!(dropped, "load report capped");
@@ -1116,7 +1107,7 @@ async fn beat(
         });
         request(conn, swaps).await?;
     }
-    Ok(Some(answer))
+    Ok(())
 }
 
 /// Heartbeats the replica at `addr` every `setup.heartbeat`. While it
@@ -1153,9 +1144,9 @@ async fn heartbeats(
                         // Only an Ack keeps the agent here: a lost or
                         // silent replica is no reason to drop a
                         // registration another one committed.
-                        let confirm = beat(&conn, setup, &mut reported);
+                        let confirm = heartbeat(&conn, setup);
                         match tokio::time::timeout(MOVE_TRY, confirm).await {
-                            Ok(Ok(Some(Beat::Ack))) => {
+                            Ok(Ok(Some((Beat::Ack, _)))) => {
                                 refused.set(false);
                                 registered.conn.close(0u32.into(), b"not needed");
                                 tracing::info!(replica = %addr, "the replica found a leader again: no move");
@@ -1177,13 +1168,16 @@ async fn heartbeats(
             }
         }
         next = tokio::time::Instant::now() + setup.heartbeat;
-        match beat(&conn, setup, &mut reported).await? {
-            None => return Ok(()),
-            Some(Beat::Ack) => {
+        let Some((answer, at_ms)) = heartbeat(&conn, setup).await? else {
+            return Ok(());
+        };
+        reports(&conn, setup, &mut reported, at_ms).await?;
+        match answer {
+            Beat::Ack => {
                 refused.set(false);
                 staying = false;
             }
-            Some(Beat::CutOff(message)) => {
+            Beat::CutOff(message) => {
                 refused.set(true);
                 if moving.is_none() {
                     tracing::debug!(replica = %addr, "heartbeat refused ({message}): looking for another replica");

@@ -131,10 +131,12 @@ pub enum RegionMessageV1 {
     /// A remap half (`SliceReserve`, `SliceRelease`) committed, answered to
     /// agents that registered with [`super::FEATURE_GRANTED_INDEX`] (others
     /// get `Ack`): this replica has applied the state up to
-    /// `applied_index`, which includes it, and every assignment it pushes
-    /// from now on is at least that new. The agent ignores assignments
-    /// older than it: one read before the remap was applied (in flight, or
-    /// from a lagging follower) would undo the remap.
+    /// `applied_index`, which includes it (a leader answers once applied, a
+    /// follower after a read barrier; one whose barrier failed may answer
+    /// an older index), and its next push to the agent is at least that
+    /// new. The agent ignores assignments older than it: one read before
+    /// the remap was applied (in flight, or from a lagging follower) would
+    /// undo the remap.
     Granted {
         /// The replica's applied Raft index when it answered.
         applied_index: u64,

@@ -267,9 +267,19 @@ pub enum SliceRequest {
 }
 
 /// The slice requests not yet sent to the region (RegionLink → NodeAgent).
+/// The agent keeps each taken one until its [`SliceAnswer`] (or
+/// [`AbandonSliceRequests`]).
 #[derive(Debug, Message)]
 #[rtype(result = "Vec<SliceRequest>")]
 pub struct TakeSliceRequests;
+
+/// A link session ended (RegionLink → NodeAgent): every slice request it
+/// took and did not answer is answered not granted (nothing moves; one
+/// that committed meanwhile shows in the next assignment). Sent after
+/// the session's own answers, so none is answered twice.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub struct AbandonSliceRequests;
 
 /// The region's answer to a [`SliceRequest`] (RegionLink → NodeAgent):
 /// `granted` only when the command committed; anything else (refused, no

@@ -26,11 +26,11 @@ mod node_status;
 pub use gpu_actor::GpuActor;
 pub use instance_actor::InstanceActor;
 pub use messages::{
-    Admission, AgentPlacement, ApplyAssignment, ApplyTokens, CheckToken, FlushUsage,
-    FunctionPlacement, HostCopiesQuery, Invoke, KeyAnswer, LoadDone, LoadWeights, LookupKey,
-    MetricsQuery, MetricsSnapshot, PlacementQuery, ReleaseInstance, ReleaseWeights, ReplyStart,
-    RequestDone, Residency, RunRequest, SliceAnswer, SliceRequest, StatusQuery, StopNow,
-    StopRuntimes, StreamOpened, TakeLoads, TakeSliceRequests, TakeSwapEvents, Transparent,
+    AbandonSliceRequests, Admission, AgentPlacement, ApplyAssignment, ApplyTokens, CheckToken,
+    FlushUsage, FunctionPlacement, HostCopiesQuery, Invoke, KeyAnswer, LoadDone, LoadWeights,
+    LookupKey, MetricsQuery, MetricsSnapshot, PlacementQuery, ReleaseInstance, ReleaseWeights,
+    ReplyStart, RequestDone, Residency, RunRequest, SliceAnswer, SliceRequest, StatusQuery,
+    StopNow, StopRuntimes, StreamOpened, TakeLoads, TakeSliceRequests, TakeSwapEvents, Transparent,
 };
 pub use metering::Metering;
 pub use node_agent::{DriverFactory, NodeAgent, NodeSetup};

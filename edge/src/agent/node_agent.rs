@@ -3,9 +3,9 @@
 use super::group_commit::{GroupCommit, Sent, Written};
 use super::metering::{HeldReply, HeldStream, InvocationKey, MeterState, Metering};
 use super::{
-    Admission, AgentPlacement, ApplyAssignment, ApplyTokens, CheckToken, FlushUsage,
-    FunctionPlacement, GpuActor, HostCopiesQuery, InstanceActor, Invoke, KeyAnswer, LoadDone,
-    LoadWeights, LookupKey, MetricsQuery, MetricsSnapshot, NodeStatus, PlacementQuery,
+    AbandonSliceRequests, Admission, AgentPlacement, ApplyAssignment, ApplyTokens, CheckToken,
+    FlushUsage, FunctionPlacement, GpuActor, HostCopiesQuery, InstanceActor, Invoke, KeyAnswer,
+    LoadDone, LoadWeights, LookupKey, MetricsQuery, MetricsSnapshot, NodeStatus, PlacementQuery,
     ReleaseInstance, ReleaseWeights, ReplyStart, RequestDone, Residency, RunRequest, SliceAnswer,
     SliceRequest, StatusQuery, StopNow, StopRuntimes, StreamOpened, TakeLoads, TakeSliceRequests,
     TakeSwapEvents,
@@ -169,6 +169,8 @@ pub struct NodeAgent {
     running_keys: HashMap<InvocationKey, Vec<oneshot::Sender<InvokeOutcome>>>,
     /// Remap halves for the region, oldest first (the link takes them).
     slice_requests: Vec<SliceRequest>,
+    /// Slice requests the region link took and has not answered yet.
+    slice_taken: Vec<SliceRequest>,
     /// Slices whose release was asked: left out of the pins until the
     /// assignment no longer has them.
     releasing: BTreeSet<(InstanceId, u32)>,
@@ -231,6 +233,7 @@ impl NodeAgent {
             me: None,
             running_keys: HashMap::new(),
             slice_requests: Vec::new(),
+            slice_taken: Vec::new(),
             releasing: BTreeSet::new(),
             remaps: 0,
             remaps_refused: 0,
@@ -1819,7 +1822,21 @@ impl Handler<TakeSliceRequests> for NodeAgent {
     type Result = Vec<SliceRequest>;
 
     fn handle(&mut self, _: TakeSliceRequests, _: &mut Context<Self>) -> Vec<SliceRequest> {
-        std::mem::take(&mut self.slice_requests)
+        let taken = std::mem::take(&mut self.slice_requests);
+        self.slice_taken.extend(taken.iter().cloned());
+        taken
+    }
+}
+
+impl Handler<AbandonSliceRequests> for NodeAgent {
+    type Result = ();
+
+    fn handle(&mut self, _: AbandonSliceRequests, ctx: &mut Context<Self>) {
+        let now = self.now();
+        for request in std::mem::take(&mut self.slice_taken) {
+            self.slice_answer(now, request, false);
+        }
+        self.arm(ctx);
     }
 }
 
@@ -1828,6 +1845,11 @@ impl Handler<SliceAnswer> for NodeAgent {
 
     fn handle(&mut self, msg: SliceAnswer, ctx: &mut Context<Self>) {
         let now = self.now();
+        // Answered once: one the session no longer holds is not.
+        let Some(k) = self.slice_taken.iter().position(|r| *r == msg.request) else {
+            return;
+        };
+        self.slice_taken.remove(k);
         if let Some(i) = msg.applied_index.filter(|_| msg.granted) {
             // An assignment older than the replica's state with the remap
             // would undo it (one read before it was applied, still in
@@ -1973,8 +1995,10 @@ mod tests {
         })
     }
 
-    fn sim_agent() -> Addr<NodeAgent> {
-        NodeAgent::new(NodeSetup {
+    /// A started agent on simulated GPUs whose executor asked for
+    /// `requests` (not taken yet).
+    fn sim_agent(requests: Vec<SliceRequest>) -> Addr<NodeAgent> {
+        let mut agent = NodeAgent::new(NodeSetup {
             node: NodeId("n1".into()),
             gpus: (0..2)
                 .map(|index| GpuInfo {
@@ -1993,8 +2017,54 @@ mod tests {
             driver: Box::new(|_| Box::new(crate::runtime::SimDriver::new())),
             process_counters: Default::default(),
             clock: gshare_core::clock::SystemClock::shared(),
-        })
-        .start()
+        });
+        agent.slice_requests = requests;
+        agent.start()
+    }
+
+    fn release_of_gpu_1() -> SliceRequest {
+        SliceRequest::Release {
+            instance: InstanceId(1),
+            gpu: GpuId {
+                node: NodeId("n1".into()),
+                index: 1,
+            },
+        }
+    }
+
+    /// A session that ends with remap halves taken and unanswered (a lost
+    /// link, a move to another replica) leaves none waiting: each is
+    /// answered not granted, once; one the session answered is not.
+    #[actix_rt::test]
+    async fn remap_halves_a_session_left_unanswered_are_refused_once() {
+        let reserve = SliceRequest::Reserve {
+            function: FunctionId(0),
+            instance: InstanceId(1),
+            from: 0,
+            slice: on(1),
+        };
+        let agent = sim_agent(vec![reserve.clone(), release_of_gpu_1()]);
+        agent.do_send(assigned(10, &["a"]));
+        let taken = agent.send(TakeSliceRequests).await.unwrap();
+        assert_eq!(taken.len(), 2);
+        // The release was answered (granted); the reservation not.
+        agent.do_send(SliceAnswer {
+            request: release_of_gpu_1(),
+            granted: true,
+            applied_index: None,
+        });
+        agent.do_send(AbandonSliceRequests);
+        agent.do_send(AbandonSliceRequests);
+        let p = agent.send(PlacementQuery).await.unwrap();
+        assert_eq!((p.remaps, p.remaps_refused), (1, 1));
+        // A late answer for the refused one changes nothing.
+        agent.do_send(SliceAnswer {
+            request: reserve,
+            granted: false,
+            applied_index: None,
+        });
+        let p = agent.send(PlacementQuery).await.unwrap();
+        assert_eq!((p.remaps, p.remaps_refused), (1, 1));
     }
 
     /// A remap granted with the replica's applied index (`Granted`): an
@@ -2004,20 +2074,15 @@ mod tests {
     /// nothing.
     #[actix_rt::test]
     async fn after_a_granted_remap_older_assignments_are_ignored() {
-        let agent = sim_agent();
+        let agent = sim_agent(vec![release_of_gpu_1(); 3]);
         let hosted = |a: &Addr<NodeAgent>| {
             let a = a.clone();
             async move { a.send(PlacementQuery).await.unwrap() }
         };
         agent.do_send(assigned(10, &["a"]));
+        assert_eq!(agent.send(TakeSliceRequests).await.unwrap().len(), 3);
         let release = |index| SliceAnswer {
-            request: SliceRequest::Release {
-                instance: InstanceId(1),
-                gpu: GpuId {
-                    node: NodeId("n1".into()),
-                    index: 1,
-                },
-            },
+            request: release_of_gpu_1(),
             granted: true,
             applied_index: index,
         };

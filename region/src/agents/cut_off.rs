@@ -22,9 +22,10 @@
 //! Only agents that registered with [`gshare_core::protocol::FEATURE_CUT_OFF`]
 //! are refused: an older agent ends its session on any refusal, and
 //! where no replica has a leader it could register nowhere.
-//! A registration is refused at once (`retry`) by a leader no quorum has
-//! acknowledged for a second ([`RaftView::registration_futile`]): it could
-//! not commit, and would only hold the agent.
+//! A registration is refused at once (`retry`) by a replica that is not a
+//! member, or a leader no quorum has acknowledged for a second
+//! ([`RaftView::registration_futile`]): it would not hold, or would only
+//! hold the agent.
 
 use std::time::{Duration, Instant};
 
@@ -49,13 +50,17 @@ pub struct RaftView {
 }
 
 impl RaftView {
-    /// Why a registration here could not commit for a while: this replica
-    /// leads, but no quorum has acknowledged it for
-    /// [`LEADER_WITHOUT_QUORUM`] (a write would wait for a quorum that
-    /// does not answer). A follower without a leader (an election, which
-    /// its proposer rides out) and a new leader not yet acknowledged are
-    /// not.
+    /// Why a registration here would not hold: this replica is not a
+    /// member of the region (it would commit through a leader it still
+    /// knows, then refuse the heartbeats), or it leads but no quorum has
+    /// acknowledged it for [`LEADER_WITHOUT_QUORUM`] (the write would wait
+    /// for a quorum that does not answer). A follower without a leader (an
+    /// election, which its proposer rides out) and a new leader not yet
+    /// acknowledged are not.
     pub fn registration_futile(&self) -> Option<String> {
+        if !self.member {
+            return Some("this replica is not a member of the region".into());
+        }
         let limit = u64::try_from(LEADER_WITHOUT_QUORUM.as_millis()).unwrap_or(u64::MAX);
         match self.since_quorum_ack_ms {
             Some(ms) if self.leads && ms > limit => Some(format!(
@@ -226,6 +231,14 @@ mod tests {
         assert_eq!(lost.registration_futile(), None);
         assert_eq!(new_leader.registration_futile(), None);
         assert!(alone.registration_futile().unwrap().contains("1500 ms"));
+        let removed = RaftView {
+            member: false,
+            ..FOLLOWER
+        };
+        assert!(removed
+            .registration_futile()
+            .unwrap()
+            .contains("not a member"));
     }
 
     #[test]

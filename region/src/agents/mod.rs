@@ -105,6 +105,9 @@ pub struct AgentHub {
     pub wakes: Arc<wake::Wakes>,
     /// Since when this replica is cut off from a leader ([`cut_off`]).
     pub cut_off: Arc<Mutex<cut_off::CutOff>>,
+    /// The index of the last remap granted here, per node (`Granted`):
+    /// the next push to that node's agent is at least as new.
+    pub granted: Arc<Mutex<HashMap<NodeId, u64>>>,
 }
 
 impl AgentHub {
@@ -124,6 +127,7 @@ impl AgentHub {
             clock,
             wakes: Arc::default(),
             cut_off: Arc::default(),
+            granted: Arc::default(),
         }
     }
 
@@ -391,14 +395,26 @@ async fn remap(
         Ok(CommandOutcome::Domain(Ok(
             Applied::SliceReserved { .. } | Applied::SliceReleased { .. },
         ))) if indexed => {
-            // This replica then has the remap applied (a follower may not
-            // yet): what its pushes say from now on includes it. Without
-            // the barrier the index may be older than the remap, which
-            // only weakens the agent's guard.
-            if let Err(e) = hub.proposer.read_barrier().await {
-                tracing::debug!(agent = %agent.0, "remap granted; read barrier: {e}");
+            // A leader answers once it applied the entry; a follower may
+            // not have yet: after a read barrier it has, and what its
+            // pushes say from now on includes the remap. (Without the
+            // barrier, failed, the index may be older than the remap,
+            // which only weakens the agent's guard.)
+            if hub.leader() != hub.id {
+                if let Err(e) = hub.proposer.read_barrier().await {
+                    tracing::debug!(agent = %agent.0, "remap granted; read barrier: {e}");
+                }
             }
-            let applied_index = hub.state.read().last_applied.map_or(0, |l| l.index);
+            let (applied_index, node) = {
+                let st = hub.state.read();
+                let node = st.region.domain().agent(agent).map(|a| a.node.clone());
+                (st.last_applied.map_or(0, |l| l.index), node)
+            };
+            if let Some(node) = node {
+                let mut granted = hub.granted.lock().unwrap_or_else(|p| p.into_inner());
+                let g = granted.entry(node).or_insert(0);
+                *g = (*g).max(applied_index);
+            }
             RegionMessage::v1(RegionMessageV1::Granted { applied_index })
         }
         Ok(CommandOutcome::Domain(Ok(
@@ -462,6 +478,8 @@ fn pushed(result: Result<(), WireError>, node: &NodeId, what: &str) -> bool {
 
 async fn pushes(conn: quinn::Connection, hub: AgentHub, node: NodeId) {
     let (mut last_a, mut last_t) = (None, None);
+    // The applied index of the last assignment pushed.
+    let mut last_index = 0;
     let mut refreshed = tokio::time::Instant::now();
     loop {
         if refreshed.elapsed() >= REFRESH_EVERY {
@@ -469,8 +487,22 @@ async fn pushes(conn: quinn::Connection, hub: AgentHub, node: NodeId) {
             (last_a, last_t) = (None, None);
         }
         let (a, t) = view(&hub, &node);
+        // A remap granted here with a newer index than the last push: the
+        // agent ignores assignments older than it (the last push may be
+        // one), so the current one goes out even if its instances did not
+        // change.
+        let granted = hub
+            .granted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&node)
+            .copied();
+        if granted.is_some_and(|g| last_index < g && a.applied_index >= g) {
+            last_a = None;
+        }
         if last_a.as_ref() != Some(&a.instances) {
             last_a = Some(a.instances.clone());
+            last_index = a.applied_index;
             let ids: Vec<_> = a.instances.iter().map(|i| i.instance).collect();
             let result = push(&conn, RegionMessageV1::Assignment(a)).await;
             if result.is_ok() {
