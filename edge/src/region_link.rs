@@ -9,13 +9,15 @@
 //!         ◀─ bi stream: InvokeStreamed, InvokeBodyChunk…, InvokeBodyEnd
 //!                       (the body passed to the function as it comes) ─▶ InvokeReply | InvokeHead…
 //!         ── bi stream: Usage{records} ───────▶           ◀─ UsageAck{seqs} | Refused
-//!         ── bi stream: SliceReserve / SliceRelease ▶     ◀─ Ack (committed) | Refused
+//!         ── bi stream: SliceReserve / SliceRelease ▶     ◀─ Granted{applied_index} | Ack (committed) | Refused
 //! ```
 //!
 //! Remaps: the executor's reservations and releases are taken from the
 //! [`NodeAgent`] every [`SLICE_POLL`] and sent one at a time; the answer
-//! goes back as [`SliceAnswer`] (granted only on `Ack`; a refusal, a lost
-//! connection or no link at all counts as refused, so nothing moves).
+//! goes back as [`SliceAnswer`] (granted only on `Granted` or `Ack`; a
+//! refusal or a lost connection counts as refused, so nothing moves;
+//! without a link they wait in the agent, the oldest beyond 1,000
+//! refused).
 //!
 //! Usage: after `Registered{next_seq}` the journal is reconciled with the
 //! region (records below `next_seq` were applied: dropped), then a sender

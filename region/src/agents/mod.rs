@@ -192,8 +192,8 @@ impl AgentHub {
             .refusing(&view, self.clock.now())
     }
 
-    /// Why a registration here could not commit for a while, if it could
-    /// not ([`cut_off::RaftView::registration_futile`]).
+    /// Why a registration here would not hold, if it would not
+    /// ([`cut_off::RaftView::registration_futile`]).
     pub fn registration_futile(&self) -> Option<String> {
         self.raft_view()?.registration_futile()
     }
@@ -288,8 +288,9 @@ async fn register(
             )
         }
     }
-    // A leader without quorum: the write would hang; the agent is better
-    // served trying another replica at once.
+    // Not a member (it would not hold), or a leader without quorum (the
+    // write would hang): the agent is better served trying another
+    // replica at once.
     if let Some(why) = hub.registration_futile() {
         return refused("retry", format!("{why}; try another replica"), true);
     }
@@ -346,9 +347,10 @@ async fn usage(hub: &AgentHub, agent: AgentId, records: Vec<UsageRecord>) -> Reg
 /// A remap half from the agent registered on this connection, for an
 /// instance of its own node (and, for a reservation, a slice of its own
 /// node): proposed; once committed, `Granted` with the index this replica
-/// has applied after a read barrier (to an agent with `indexed`, see
-/// [`RegionMessageV1::Granted`]) or `Ack`; `Refused` otherwise (nothing
-/// changed, so the agent does not move).
+/// has applied (a leader's includes the remap; a follower's after a read
+/// barrier) to an agent with `indexed` (see [`RegionMessageV1::Granted`]),
+/// or `Ack`; `Refused` otherwise (nothing changed, so the agent does not
+/// move).
 async fn remap(
     hub: &AgentHub,
     (registered, indexed): (Option<&AgentId>, bool),
@@ -391,6 +393,7 @@ async fn remap(
             false,
         );
     }
+    let led = hub.leader() == hub.id;
     match hub.proposer.propose(RegionCommand::domain(cmd)).await {
         Ok(CommandOutcome::Domain(Ok(
             Applied::SliceReserved { .. } | Applied::SliceReleased { .. },
@@ -400,7 +403,9 @@ async fn remap(
             // pushes say from now on includes the remap. (Without the
             // barrier, failed, the index may be older than the remap,
             // which only weakens the agent's guard.)
-            if hub.leader() != hub.id {
+            // (Leading both when it proposed and now: it applied the
+            // entry itself. One elected meanwhile may not have yet.)
+            if !(led && hub.leader() == hub.id) {
                 if let Err(e) = hub.proposer.read_barrier().await {
                     tracing::debug!(agent = %agent.0, "remap granted; read barrier: {e}");
                 }
