@@ -1959,8 +1959,9 @@ mod tests {
         }
     }
 
-    fn assigned(index: u64, names: &[&str]) -> ApplyAssignment {
-        let spec = |name: &str| FunctionSpec {
+    /// acme's function `name` of `tier`: 1 GiB, half a GPU.
+    fn spec(name: &str, tier: gshare_core::model::Tier) -> FunctionSpec {
+        FunctionSpec {
             model: None,
             args: Vec::new(),
             env: Default::default(),
@@ -1969,7 +1970,7 @@ mod tests {
             runtime: gshare_core::model::Runtime::Custom,
             memory_mib: 1_024,
             compute_milli: 500,
-            tier: gshare_core::model::Tier::Burstable,
+            tier,
             deadline_ms: 5_000,
             pool: gshare_core::model::PoolPreference::Any,
             min_instances: 1,
@@ -1979,7 +1980,10 @@ mod tests {
                 full_gpu_us: 1_000,
                 saturation_milli: 500,
             },
-        };
+        }
+    }
+
+    fn assigned(index: u64, names: &[&str]) -> ApplyAssignment {
         ApplyAssignment(gshare_core::protocol::Assignment {
             applied_index: index,
             instances: names
@@ -1987,7 +1991,7 @@ mod tests {
                 .zip(1..)
                 .map(|(name, id)| gshare_core::protocol::AssignedInstance {
                     instance: InstanceId(id),
-                    spec: spec(name),
+                    spec: spec(name, gshare_core::model::Tier::Burstable),
                     version: 1,
                     slices: vec![on(0)],
                 })
@@ -2155,26 +2159,7 @@ mod tests {
             pool_kind: gshare_core::model::PoolKind::Center,
         })
         .start();
-        let spec = FunctionSpec {
-            model: None,
-            args: Vec::new(),
-            env: Default::default(),
-            tenant: TenantId("acme".into()),
-            name: "short".into(),
-            runtime: gshare_core::model::Runtime::Custom,
-            memory_mib: 1_024,
-            compute_milli: 500,
-            tier: gshare_core::model::Tier::Guaranteed,
-            deadline_ms: 5_000,
-            pool: gshare_core::model::PoolPreference::Any,
-            min_instances: 1,
-            max_instances: 1,
-            idle_timeout_s: 600,
-            latency: gshare_core::model::LatencyProfile {
-                full_gpu_us: 1_000,
-                saturation_milli: 500,
-            },
-        };
+        let spec = spec("short", gshare_core::model::Tier::Guaranteed);
         agent.do_send(ApplyAssignment(gshare_core::protocol::Assignment {
             applied_index: 1,
             instances: vec![gshare_core::protocol::AssignedInstance {

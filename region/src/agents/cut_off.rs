@@ -50,6 +50,17 @@ pub struct RaftView {
 }
 
 impl RaftView {
+    /// As a leader, how long (ms) no quorum has acknowledged it, once that
+    /// is over [`LEADER_WITHOUT_QUORUM`] (`Some(None)`: never acknowledged).
+    fn quorum_lost(&self) -> Option<Option<u64>> {
+        let limit = u64::try_from(LEADER_WITHOUT_QUORUM.as_millis()).unwrap_or(u64::MAX);
+        match self.since_quorum_ack_ms {
+            _ if !self.leads => None,
+            Some(ms) if ms <= limit => None,
+            ack => Some(ack),
+        }
+    }
+
     /// Why a registration here would not hold: this replica is not a
     /// member of the region (it would commit through a leader it still
     /// knows, then refuse the heartbeats), or it leads but no quorum has
@@ -61,13 +72,11 @@ impl RaftView {
         if !self.member {
             return Some("this replica is not a member of the region".into());
         }
-        let limit = u64::try_from(LEADER_WITHOUT_QUORUM.as_millis()).unwrap_or(u64::MAX);
-        match self.since_quorum_ack_ms {
-            Some(ms) if self.leads && ms > limit => Some(format!(
-                "this replica leads, but no quorum has acknowledged it for {ms} ms"
-            )),
-            _ => None,
-        }
+        // A new leader not yet acknowledged (`None`) is not.
+        let ms = self.quorum_lost()??;
+        Some(format!(
+            "this replica leads, but no quorum has acknowledged it for {ms} ms"
+        ))
     }
 
     /// Why this view is cut off from a leader, if it is.
@@ -76,14 +85,12 @@ impl RaftView {
             return Some("this replica is no longer a member of the region".into());
         }
         if self.leads {
-            let limit = u64::try_from(LEADER_WITHOUT_QUORUM.as_millis()).unwrap_or(u64::MAX);
-            return match self.since_quorum_ack_ms {
-                Some(ms) if ms <= limit => None,
-                Some(ms) => Some(format!(
-                    "this replica leads, but no quorum has acknowledged it for {ms} ms"
-                )),
-                None => Some("this replica leads, but no quorum has acknowledged it".into()),
-            };
+            return self.quorum_lost().map(|ack| match ack {
+                Some(ms) => {
+                    format!("this replica leads, but no quorum has acknowledged it for {ms} ms")
+                }
+                None => "this replica leads, but no quorum has acknowledged it".into(),
+            });
         }
         match self.leader {
             Some(_) => None,
@@ -102,26 +109,21 @@ pub struct CutOff {
 }
 
 impl CutOff {
-    /// Looks at `view` at `now`: why heartbeats are refused, once the
-    /// replica has been seen cut off for [`GRACE`] (the reason, with how
-    /// long). Observations come every [`OBSERVE_EVERY`]: after a gap
+    /// Looks at `view` at `now` (see [`CutOff::refusing`] for what it
+    /// leads to). Observations come every [`OBSERVE_EVERY`]: after a gap
     /// longer than the grace (the process was stopped, or starved) the
     /// replica may have had a leader meanwhile, so the grace starts over.
-    pub fn observe(&mut self, view: &RaftView, now: Instant) -> Option<String> {
+    pub fn observe(&mut self, view: &RaftView, now: Instant) {
         let gap = self
             .last
             .replace(now)
             .is_some_and(|last| now.saturating_duration_since(last) > GRACE);
-        let Some(why) = view.cut_off() else {
-            self.since = None;
-            return None;
-        };
-        if gap {
+        if gap || view.cut_off().is_none() {
             self.since = None;
         }
-        let since = *self.since.get_or_insert(now);
-        let lasted = now.saturating_duration_since(since);
-        (lasted >= GRACE).then(|| format!("{why} (for {} ms)", lasted.as_millis()))
+        if view.cut_off().is_some() {
+            self.since.get_or_insert(now);
+        }
     }
 
     /// Why heartbeats are refused at `now`, by the observations so far and
@@ -148,6 +150,17 @@ mod tests {
         member: true,
     };
 
+    const LOST: RaftView = RaftView {
+        leader: None,
+        ..FOLLOWER
+    };
+
+    /// Observes `view` at `now`, then asks whether heartbeats are refused.
+    fn seen(c: &mut CutOff, view: &RaftView, now: Instant) -> Option<String> {
+        c.observe(view, now);
+        c.refusing(view, now)
+    }
+
     #[test]
     fn a_follower_with_a_leader_or_a_leader_with_its_quorum_is_not_cut_off() {
         assert_eq!(FOLLOWER.cut_off(), None);
@@ -162,11 +175,7 @@ mod tests {
 
     #[test]
     fn no_leader_a_leader_without_quorum_or_a_removed_replica_is_cut_off() {
-        let lost = RaftView {
-            leader: None,
-            ..FOLLOWER
-        };
-        assert!(lost.cut_off().unwrap().contains("knows no leader"));
+        assert!(LOST.cut_off().unwrap().contains("knows no leader"));
         let alone = RaftView {
             leader: Some(2),
             leads: true,
@@ -188,35 +197,25 @@ mod tests {
 
     #[test]
     fn heartbeats_are_refused_only_after_the_grace_and_a_leader_resets_it() {
-        let lost = RaftView {
-            leader: None,
-            ..FOLLOWER
-        };
         let t0 = Instant::now();
         let mut c = CutOff::default();
         // An election: no leader for a moment, then one again.
-        assert_eq!(c.observe(&lost, t0), None);
-        assert_eq!(c.observe(&lost, t0 + GRACE / 2), None);
-        assert_eq!(c.observe(&FOLLOWER, t0 + GRACE / 2), None);
+        assert_eq!(seen(&mut c, &LOST, t0), None);
+        assert_eq!(seen(&mut c, &LOST, t0 + GRACE / 2), None);
+        assert_eq!(seen(&mut c, &FOLLOWER, t0 + GRACE / 2), None);
         // The grace starts again from the next time no leader is known.
-        assert_eq!(c.observe(&lost, t0 + GRACE), None);
-        assert_eq!(c.observe(&lost, t0 + GRACE + GRACE / 2), None);
-        let why = c
-            .observe(&lost, t0 + GRACE * 2)
-            .expect("cut off for the grace");
+        assert_eq!(seen(&mut c, &LOST, t0 + GRACE), None);
+        assert_eq!(seen(&mut c, &LOST, t0 + GRACE + GRACE / 2), None);
+        let why = seen(&mut c, &LOST, t0 + GRACE * 2).expect("cut off for the grace");
         assert!(
             why.contains("knows no leader") && why.contains("3000 ms"),
             "{why}"
         );
-        assert_eq!(c.observe(&FOLLOWER, t0 + GRACE * 3), None);
+        assert_eq!(seen(&mut c, &FOLLOWER, t0 + GRACE * 3), None);
     }
 
     #[test]
     fn only_a_leader_without_quorum_refuses_registrations_at_once() {
-        let lost = RaftView {
-            leader: None,
-            ..FOLLOWER
-        };
         let new_leader = RaftView {
             leader: Some(1),
             leads: true,
@@ -228,7 +227,7 @@ mod tests {
             ..new_leader
         };
         assert_eq!(FOLLOWER.registration_futile(), None);
-        assert_eq!(lost.registration_futile(), None);
+        assert_eq!(LOST.registration_futile(), None);
         assert_eq!(new_leader.registration_futile(), None);
         assert!(alone.registration_futile().unwrap().contains("1500 ms"));
         let removed = RaftView {
@@ -243,36 +242,28 @@ mod tests {
 
     #[test]
     fn a_refusal_needs_the_grace_and_a_view_still_cut_off() {
-        let lost = RaftView {
-            leader: None,
-            ..FOLLOWER
-        };
         let t0 = Instant::now();
         let mut c = CutOff::default();
-        assert_eq!(c.refusing(&lost, t0), None);
-        c.observe(&lost, t0);
-        assert_eq!(c.refusing(&lost, t0 + GRACE / 2), None);
-        assert!(c.refusing(&lost, t0 + GRACE).is_some());
+        assert_eq!(c.refusing(&LOST, t0), None);
+        c.observe(&LOST, t0);
+        assert_eq!(c.refusing(&LOST, t0 + GRACE / 2), None);
+        assert!(c.refusing(&LOST, t0 + GRACE).is_some());
         // A leader found since the last observation: no refusal.
         assert_eq!(c.refusing(&FOLLOWER, t0 + GRACE), None);
     }
 
     #[test]
     fn after_a_gap_in_the_observations_the_grace_starts_over() {
-        let lost = RaftView {
-            leader: None,
-            ..FOLLOWER
-        };
         let t0 = Instant::now();
         let mut c = CutOff::default();
-        assert_eq!(c.observe(&lost, t0), None);
-        assert!(c.observe(&lost, t0 + GRACE).is_some());
+        assert_eq!(seen(&mut c, &LOST, t0), None);
+        assert!(seen(&mut c, &LOST, t0 + GRACE).is_some());
         // No observation for a minute (the process was stopped); the next
         // one finds no leader again: a short election, perhaps, not a
         // minute of it.
         let later = t0 + GRACE * 20;
-        assert_eq!(c.observe(&lost, later), None);
-        assert_eq!(c.observe(&lost, later + GRACE / 2), None);
-        assert!(c.observe(&lost, later + GRACE).is_some());
+        assert_eq!(seen(&mut c, &LOST, later), None);
+        assert_eq!(seen(&mut c, &LOST, later + GRACE / 2), None);
+        assert!(seen(&mut c, &LOST, later + GRACE).is_some());
     }
 }
