@@ -10,6 +10,8 @@
 //!
 //!   take_busy()      ─▶ drafts of compute + invocations accrued since the last take
 //!   take_all(now)    ─▶ the same, plus memory, resident intervals closed up to `now`
+//!   delivered()      ─▶ what the last take held of service already delivered
+//!   restore(d)       ─▶ its write failed: that part accrues again (invocations do not)
 //! ```
 //!
 //! Every interval is split at billing-hour boundaries
@@ -33,7 +35,7 @@ mod usage_meter;
 pub use journal_seqs::{JournalSeqs, Reconcile};
 pub use usage_draft::UsageDraft;
 pub use usage_key::UsageKey;
-pub use usage_meter::{ResidencyId, UsageMeter};
+pub use usage_meter::{Delivered, ResidencyId, UsageMeter};
 
 #[cfg(test)]
 mod tests;

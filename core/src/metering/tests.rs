@@ -181,3 +181,63 @@ fn drafts_become_records_with_seq_zero() {
     assert_eq!(r.tier, Tier::Burstable);
     assert_eq!(r.pool_kind, PoolKind::Edge);
 }
+
+#[test]
+fn a_failed_write_gives_back_delivered_service_not_completed_invocations() {
+    let mut m = UsageMeter::new();
+    let id = ResidencyId(3);
+    m.resident_start(id, key("a"), 1_000, T0);
+    // A completed invocation (its reply waits for the write) and the rest
+    // of a streamed run (its bytes went out already), 0.5 ms units each side.
+    m.invocation(&key("a"), 100, T0, T0 + 10_500);
+    m.accrue_busy(&key("a"), 200, T0, T0 + 20_250);
+    let taken = m.take_all(T0 + 2_000_000);
+    assert_eq!(
+        taken,
+        vec![draft("a", 1_050 + 4_050, 2_000_000, 1, T0 / 1_000 + 2_000)]
+    );
+    // The write failed: the memory and the stream's rest accrue again, the
+    // invocation does not (its reply is answered with an error).
+    let delivered = m.delivered();
+    assert!(!delivered.is_empty());
+    m.restore(delivered);
+    assert!(m.delivered().is_empty(), "handed out once");
+    // The next write holds them, with the carry as before the failed take:
+    // 4_050 exactly (not 4_050 plus the failed take's 0.5 remainder).
+    m.invocation(&key("a"), 100, T0 + 2_000_000, T0 + 2_001_000);
+    assert_eq!(
+        m.take_all(T0 + 3_000_000),
+        vec![draft("a", 4_050 + 100, 3_000_000, 1, T0 / 1_000 + 3_000)]
+    );
+    // That write failed too: given back again, invocation left out again.
+    let again = m.delivered();
+    m.restore(again);
+    assert_eq!(
+        m.take_busy(),
+        vec![draft("a", 4_050, 0, 0, T0 / 1_000 + 20)]
+    );
+    // A successful write's delivered part is simply dropped by the caller.
+    let _ = m.delivered();
+    m.resident_stop(id, T0 + 3_000_000);
+    assert_eq!(
+        m.take_all(T0 + 4_000_000),
+        vec![draft("a", 0, 3_000_000, 0, T0 / 1_000 + 3_000)]
+    );
+}
+
+#[test]
+fn a_restore_after_a_later_take_leaves_that_takes_carry() {
+    let mut m = UsageMeter::new();
+    m.accrue_busy(&key("a"), 1, T0, T0 + 1_500); // 1.5 units: 1, carry 0.5
+    assert_eq!(m.take_busy(), vec![draft("a", 1, 0, 0, T0 / 1_000 + 1)]);
+    let first = m.delivered();
+    // A second take (e.g. the final flush) drafts the key meanwhile.
+    m.accrue_busy(&key("a"), 1, T0 + 2_000, T0 + 2_700); // 0.7 + 0.5 carried
+    assert_eq!(m.take_busy(), vec![draft("a", 1, 0, 0, T0 / 1_000 + 2)]);
+    // The first write failed: its 1.5 units accrue again; the carry the
+    // second take left (0.2) stays.
+    m.restore(first);
+    assert_eq!(m.take_busy(), vec![draft("a", 1, 0, 0, T0 / 1_000 + 1)]);
+    m.accrue_busy(&key("a"), 1, T0 + 3_000, T0 + 3_300); // 0.3 + 0.2 + 0.5
+    assert_eq!(m.take_busy(), vec![draft("a", 1, 0, 0, T0 / 1_000 + 3)]);
+}

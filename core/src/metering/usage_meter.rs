@@ -23,7 +23,7 @@ struct Residency {
 }
 
 /// What accrued for one key in one hour, in µs units.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Accrued {
     compute_milli_us: u128,
     memory_mib_us: u128,
@@ -33,7 +33,7 @@ struct Accrued {
 }
 
 /// Sub-ms remainders of one key, carried to its next draft.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Carry {
     compute: u128,
     memory: u128,
@@ -46,6 +46,34 @@ pub struct UsageMeter {
     busy: BTreeMap<(UsageKey, u64), Accrued>,
     memory: BTreeMap<(UsageKey, u64), Accrued>,
     carry: BTreeMap<UsageKey, Carry>,
+    /// The part of `busy` that [`UsageMeter::accrue_busy`] added (the rest
+    /// of streamed runs): delivered service, kept by a failed write.
+    streamed: BTreeMap<(UsageKey, u64), Accrued>,
+    /// What the last take handed out of delivered service.
+    last_delivered: Delivered,
+}
+
+/// The part of a take that was service already delivered, whatever becomes
+/// of the write it went to: resident memory, and the rest of streamed runs
+/// after their first byte ([`UsageMeter::accrue_busy`]), with the sub-ms
+/// carries the take moved. A failed write gives it back
+/// ([`UsageMeter::restore`]); completed invocations are not in it (a failed
+/// write answers them with an error: nothing happened, nothing is billed).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Delivered {
+    /// The rest of streamed runs (compute only).
+    streamed: BTreeMap<(UsageKey, u64), Accrued>,
+    /// Resident memory (memory only).
+    memory: BTreeMap<(UsageKey, u64), Accrued>,
+    /// Per key drafted: its carry before and after the take.
+    carries: BTreeMap<UsageKey, (Carry, Carry)>,
+}
+
+impl Delivered {
+    /// Whether it holds no usage to give back.
+    pub fn is_empty(&self) -> bool {
+        self.streamed.is_empty() && self.memory.is_empty()
+    }
 }
 
 /// Calls `f(hour, from, to)` for each piece of `[from_us, to_us)` within one hour.
@@ -100,7 +128,7 @@ impl UsageMeter {
     /// An invocation of `key` completed: the slice's `compute_milli` was
     /// busy from `start_us` to `end_us`.
     pub fn invocation(&mut self, key: &UsageKey, compute_milli: u64, start_us: u64, end_us: u64) {
-        self.accrue_busy(key, compute_milli, start_us, end_us);
+        Self::accrue_compute(&mut self.busy, key, compute_milli, start_us, end_us);
         let a = self
             .busy
             .entry((key.clone(), hour_of_end(end_us.max(1))))
@@ -112,10 +140,22 @@ impl UsageMeter {
     /// The slice's `compute_milli` was busy from `start_us` to `end_us` for
     /// an invocation already counted (the rest of a streamed reply's run,
     /// after its first part was billed as [`UsageMeter::invocation`]).
+    /// Being delivered already, it survives a failed write ([`Delivered`]).
     pub fn accrue_busy(&mut self, key: &UsageKey, compute_milli: u64, start_us: u64, end_us: u64) {
+        Self::accrue_compute(&mut self.busy, key, compute_milli, start_us, end_us);
+        Self::accrue_compute(&mut self.streamed, key, compute_milli, start_us, end_us);
+    }
+
+    fn accrue_compute(
+        into: &mut BTreeMap<(UsageKey, u64), Accrued>,
+        key: &UsageKey,
+        compute_milli: u64,
+        start_us: u64,
+        end_us: u64,
+    ) {
         let start_us = start_us.min(end_us);
         split_hours(start_us, end_us, |hour, from, to| {
-            let a = self.busy.entry((key.clone(), hour)).or_default();
+            let a = into.entry((key.clone(), hour)).or_default();
             a.compute_milli_us = a.compute_milli_us.saturating_add(
                 u128::from(compute_milli).saturating_mul(u128::from(to.saturating_sub(from))),
             );
@@ -137,7 +177,8 @@ impl UsageMeter {
     /// (memory stays for [`UsageMeter::take_all`]).
     pub fn take_busy(&mut self) -> Vec<UsageDraft> {
         let busy = std::mem::take(&mut self.busy);
-        self.drafts(busy)
+        let streamed = std::mem::take(&mut self.streamed);
+        self.drafts(busy, streamed, BTreeMap::new())
     }
 
     /// Drafts of everything accrued, with resident intervals closed (and
@@ -156,22 +197,68 @@ impl UsageMeter {
             self.accrue_memory(&key, mib, since, now_us);
         }
         let mut all = std::mem::take(&mut self.busy);
-        for (k, m) in std::mem::take(&mut self.memory) {
-            let a = all.entry(k).or_default();
-            a.memory_mib_us = a.memory_mib_us.saturating_add(m.memory_mib_us);
-            a.end_us = a.end_us.max(m.end_us);
+        let streamed = std::mem::take(&mut self.streamed);
+        let memory = std::mem::take(&mut self.memory);
+        for (k, m) in &memory {
+            Self::merge(&mut all, k.clone(), *m);
         }
-        self.drafts(all)
+        self.drafts(all, streamed, memory)
     }
 
-    fn drafts(&mut self, accrued: BTreeMap<(UsageKey, u64), Accrued>) -> Vec<UsageDraft> {
+    /// What the last take ([`UsageMeter::take_busy`], [`UsageMeter::take_all`])
+    /// handed out of service already delivered: give it to
+    /// [`UsageMeter::restore`] if the write it went to failed.
+    pub fn delivered(&mut self) -> Delivered {
+        std::mem::take(&mut self.last_delivered)
+    }
+
+    /// A write of a take failed: its delivered part accrues again, to go
+    /// with the next take (and again if that write fails too), and each
+    /// key's sub-ms carry is what it was before the take, unless a later
+    /// take moved it. The take's completed invocations stay out.
+    pub fn restore(&mut self, delivered: Delivered) {
+        for (at, a) in delivered.streamed {
+            Self::merge(&mut self.busy, at.clone(), a);
+            Self::merge(&mut self.streamed, at, a);
+        }
+        for (at, a) in delivered.memory {
+            Self::merge(&mut self.memory, at, a);
+        }
+        for (key, (before, after)) in delivered.carries {
+            let carry = self.carry.entry(key).or_default();
+            if *carry == after {
+                *carry = before;
+            }
+        }
+    }
+
+    /// Adds `a`'s compute, memory and invocations at `at`.
+    fn merge(into: &mut BTreeMap<(UsageKey, u64), Accrued>, at: (UsageKey, u64), a: Accrued) {
+        let to = into.entry(at).or_default();
+        to.compute_milli_us = to.compute_milli_us.saturating_add(a.compute_milli_us);
+        to.memory_mib_us = to.memory_mib_us.saturating_add(a.memory_mib_us);
+        to.invocations = to.invocations.saturating_add(a.invocations);
+        to.end_us = to.end_us.max(a.end_us);
+    }
+
+    fn drafts(
+        &mut self,
+        accrued: BTreeMap<(UsageKey, u64), Accrued>,
+        streamed: BTreeMap<(UsageKey, u64), Accrued>,
+        memory: BTreeMap<(UsageKey, u64), Accrued>,
+    ) -> Vec<UsageDraft> {
         let mut out = Vec::new();
+        let mut carries = BTreeMap::new();
         for ((key, hour), a) in accrued {
             let carry = self.carry.entry(key.clone()).or_default();
+            carries.entry(key.clone()).or_insert((*carry, *carry));
             let compute = a.compute_milli_us.saturating_add(carry.compute);
             let memory = a.memory_mib_us.saturating_add(carry.memory);
             carry.compute = compute % US_PER_MS;
             carry.memory = memory % US_PER_MS;
+            if let Some((_, after)) = carries.get_mut(&key) {
+                *after = *carry;
+            }
             let draft = UsageDraft {
                 key,
                 compute_milli_gpu_ms: u64::try_from(compute / US_PER_MS).unwrap_or(u64::MAX),
@@ -187,6 +274,11 @@ impl UsageMeter {
                 out.push(draft);
             }
         }
+        self.last_delivered = Delivered {
+            streamed,
+            memory,
+            carries,
+        };
         out
     }
 }

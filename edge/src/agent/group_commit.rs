@@ -45,7 +45,7 @@ use super::NodeAgent;
 use crate::journal::{KeyedOutcome, UsageJournal};
 use actix::WeakAddr;
 use gshare_core::clock::SharedClock;
-use gshare_core::metering::UsageMeter;
+use gshare_core::metering::{Delivered, UsageMeter};
 use gshare_core::protocol::{InvokeError, InvokeOutcome};
 use gshare_core::state::UsageRecord;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -104,6 +104,10 @@ pub(super) struct Group {
     pub(super) now_ms: u64,
     /// The holds (replies, stream heads and ends) whose usage it writes.
     pub(super) held: u64,
+    /// What of its usage was service already delivered (resident memory,
+    /// the rest of streamed runs): a failed write gives it back to the
+    /// meter ([`GroupCommit::restore`]) for the next one.
+    pub(super) delivered: Delivered,
 }
 
 /// What waits for the next write.
@@ -303,6 +307,18 @@ impl GroupCommit {
             keyed,
             now_ms,
             held: std::mem::take(&mut g.held),
+            delivered: g.meter.delivered(),
+        }
+    }
+
+    /// A group's write failed: the service it held that was delivered
+    /// anyway (resident memory, the rest of streamed runs) accrues again
+    /// and goes with the next write; its completed invocations do not
+    /// (their replies are answered `usage_not_recorded`). Not due by
+    /// itself: it waits for the next hold or memory tick.
+    pub(super) fn restore(&self, delivered: Delivered) {
+        if !delivered.is_empty() {
+            self.lock().meter.restore(delivered);
         }
     }
 
@@ -383,6 +399,7 @@ impl GroupCommit {
                     };
                     let soon = waiting.elapsed() <= POLL;
                     let (records, keyed, now_ms) = (group.records, group.keyed, group.now_ms);
+                    let delivered = group.delivered;
                     let number = group.number;
                     let held = group.held;
                     // Plain replies go out from this thread as soon as the
@@ -422,7 +439,10 @@ impl GroupCommit {
                         (Some(n), _) => Sent::Released(n),
                         // Durable, but the callback did not finish.
                         (None, Some(n)) => Sent::Released(groups.send(|tag| tag <= number, &Ok(n))),
-                        (None, None) => Sent::Failed(groups.send(|tag| tag <= number, &result)),
+                        (None, None) => {
+                            groups.restore(delivered);
+                            Sent::Failed(groups.send(|tag| tag <= number, &result))
+                        }
                     };
                     per_write = per_write * 0.875 + held as f64 * 0.125;
                     poll = cores > 1 && soon && per_write < 1.5;

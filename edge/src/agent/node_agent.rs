@@ -2116,8 +2116,10 @@ mod tests {
     /// `usage_not_recorded`. It was answered `Done` (a complete 200 with
     /// the whole short body, its key storing it as complete), because the
     /// run's end was handled before the failure marked it.
-    #[actix_rt::test]
-    async fn a_short_stream_whose_start_is_not_journaled_is_not_answered_complete() {
+    /// A journal through the write-ahead log in a fresh directory (kept
+    /// alive by the returned guard); `None` where the file system has no
+    /// `O_DIRECT` (nothing to test there).
+    fn logged_journal() -> Option<(tempfile::TempDir, Arc<crate::journal::UsageJournal>)> {
         let dir = tempfile::tempdir_in(concat!(env!("CARGO_MANIFEST_DIR"), "/../target")).unwrap();
         let journal = crate::journal::UsageJournal::open(
             dir.path(),
@@ -2126,10 +2128,19 @@ mod tests {
         .unwrap();
         if !journal.logged() {
             eprintln!("no O_DIRECT on this file system: nothing to test");
-            return;
+            return None;
         }
-        let journal = Arc::new(journal);
-        let (ended_tx, mut ended) = tokio::sync::mpsc::unbounded_channel();
+        Some((dir, Arc::new(journal)))
+    }
+
+    /// A one-GPU agent metering into `journal` every `interval`, hosting
+    /// function `name` (instance 1, 1 GiB on GPU 0) on `driver`.
+    fn metered_agent(
+        journal: &Arc<crate::journal::UsageJournal>,
+        interval: Duration,
+        name: &str,
+        driver: DriverFactory,
+    ) -> Addr<NodeAgent> {
         let agent = NodeAgent::new(NodeSetup {
             node: NodeId("n1".into()),
             gpus: vec![GpuInfo {
@@ -2144,31 +2155,41 @@ mod tests {
                 cold_setup_us: 1_000,
                 storage_mib_per_s: 100_000,
             },
-            driver: Box::new(move |_| {
-                Box::new(ShortStream {
-                    ended: ended_tx.clone(),
-                })
-            }),
+            driver,
             process_counters: Default::default(),
             clock: gshare_core::clock::SystemClock::shared(),
         })
         .with_metering(Metering {
             journal: journal.clone(),
             appended: Arc::default(),
-            interval: Duration::from_secs(3_600),
+            interval,
             pool_kind: gshare_core::model::PoolKind::Center,
         })
         .start();
-        let spec = spec("short", gshare_core::model::Tier::Guaranteed);
         agent.do_send(ApplyAssignment(gshare_core::protocol::Assignment {
             applied_index: 1,
             instances: vec![gshare_core::protocol::AssignedInstance {
                 instance: InstanceId(1),
-                spec,
+                spec: spec(name, gshare_core::model::Tier::Guaranteed),
                 version: 1,
                 slices: vec![on(0)],
             }],
         }));
+        agent
+    }
+
+    #[actix_rt::test]
+    async fn a_short_stream_whose_start_is_not_journaled_is_not_answered_complete() {
+        let Some((_dir, journal)) = logged_journal() else {
+            return;
+        };
+        let (ended_tx, mut ended) = tokio::sync::mpsc::unbounded_channel();
+        let driver: DriverFactory = Box::new(move |_| {
+            Box::new(ShortStream {
+                ended: ended_tx.clone(),
+            })
+        });
+        let agent = metered_agent(&journal, Duration::from_secs(3_600), "short", driver);
         // Loaded, and whatever hosting it journals written.
         tokio::time::sleep(Duration::from_millis(300)).await;
         let gate = journal.stall_then_fail_next_write().unwrap();
@@ -2221,6 +2242,69 @@ mod tests {
         );
         // Its start never went out.
         assert!(head.await.is_err());
+    }
+
+    /// Waits (10 s at most) until `cond` holds.
+    async fn until(cond: impl Fn() -> bool) {
+        for _ in 0..1_000 {
+            if cond() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("timed out");
+    }
+
+    /// The records in `journal`, oldest first.
+    fn journaled(journal: &crate::journal::UsageJournal) -> Vec<gshare_core::state::UsageRecord> {
+        journal
+            .batch_after(0, gshare_core::state::MAX_USAGE_BATCH)
+            .unwrap()
+            .map(|b| b.records)
+            .unwrap_or_default()
+    }
+
+    /// A write holding resident memory fails. The memory was held anyway,
+    /// so it goes with the next write: each memory record covers the time
+    /// since the one before it (1 GiB resident: 1,024 MiB·ms per ms, within
+    /// the records' whole-ms ends). Before, the failed write's memory was
+    /// dropped with its group: the record after it fell short by the
+    /// failed interval (~100 ms here, ~102,400 MiB·ms).
+    #[actix_rt::test]
+    async fn resident_memory_of_a_failed_write_goes_with_the_next_write() {
+        let Some((_dir, journal)) = logged_journal() else {
+            return;
+        };
+        let driver: DriverFactory = Box::new(|_| Box::new(crate::runtime::SimDriver::new()));
+        let agent = metered_agent(&journal, Duration::from_millis(100), "mem", driver);
+        // Hosted, and memory written twice.
+        until(|| journaled(&journal).len() >= 2).await;
+        let before = journaled(&journal).len();
+        // The next write stalls (holding the journal: nothing reads it
+        // meanwhile) while ticks pass, then fails.
+        let gate = journal.stall_then_fail_next_write().unwrap();
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        gate.send(()).unwrap();
+        let failed = tokio::time::timeout(Duration::from_secs(10), async {
+            while agent.send(StatusQuery).await.unwrap().usage_write_failures == 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+        failed.await.expect("the write fails");
+        until(|| journaled(&journal).len() >= before + 2).await;
+        let records = journaled(&journal);
+        assert!(records
+            .iter()
+            .all(|r| r.function == "mem" && r.invocations == 0));
+        for pair in records.windows(2) {
+            let span_ms = pair[1].end_ms - pair[0].end_ms;
+            let want = 1_024 * span_ms;
+            assert!(
+                pair[1].memory_mib_ms.abs_diff(want) <= 2 * 1_024,
+                "{} MiB·ms over {span_ms} ms (want {want}): {records:?}",
+                pair[1].memory_mib_ms
+            );
+        }
     }
 
     fn on(index: u32) -> Slice {
