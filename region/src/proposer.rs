@@ -315,6 +315,90 @@ fn fits(n: usize, bytes: usize, p: &Pending) -> bool {
         && bytes.saturating_add(p.bytes) <= MAX_BATCH_BYTES
 }
 
+/// The fewest voters at which an entry that a new leader truncated from
+/// this replica's log can still commit (see [`truncated_write_may_commit`]).
+const VOTERS_A_TRUNCATED_ENTRY_SURVIVES: usize = 5;
+
+/// Whether a `ForwardToLeader` answer to `client_write` may hide a write
+/// that still commits. openraft gives that answer both when this replica
+/// did not lead (nothing was appended: a definite refusal) and when it
+/// led, appended the entry, and a newer leader's log then replaced it
+/// (`DeleteConflictLog`, which answers the entry's waiting client so).
+///
+/// A replaced entry was appended in some term `t` no later than the one
+/// this replica had when the write was sent (`term_before`, from its
+/// metrics, which may lag but never lead), and replacing it takes a leader
+/// of a later term whose append this replica took: so its term now
+/// (`term_after`, read in the Raft core after the answer) is above
+/// `term_before`. An unchanged term means nothing was appended.
+///
+/// A replaced entry can commit later only with five voters or more: every
+/// voter holding it refused the new leader its vote (the leader's log
+/// lacked it, so was less up to date), so at most `n − majority` voters
+/// held it, this replica among them; with up to four voters that is this
+/// replica alone, and once replaced no log holds it. With five, a second
+/// holder can be elected later (if the new leader's entries reach no
+/// majority) and commit it. `most_voters`: the largest voter set of the
+/// configurations in force (joint ones included).
+pub fn truncated_write_may_commit(term_before: u64, term_after: u64, most_voters: usize) -> bool {
+    term_after > term_before && most_voters >= VOTERS_A_TRUNCATED_ENTRY_SURVIVES
+}
+
+/// The largest voter set among `m`'s configurations (two during a change).
+fn most_voters(m: &openraft::Membership<u64, gshare_raft_store::ReplicaNode>) -> usize {
+    m.get_joint_config()
+        .iter()
+        .map(|c| c.len())
+        .max()
+        .unwrap_or(0)
+}
+
+/// What a replica knows before a `client_write` for
+/// [`refusal_may_hide_a_commit`]: its term and voters by its metrics.
+#[derive(Debug, Clone, Copy)]
+pub struct BeforeWrite {
+    term: u64,
+    voters: usize,
+}
+
+impl BeforeWrite {
+    /// Read from `raft`'s metrics, just before the write is sent.
+    pub fn of(raft: &Raft<TypeConfig>) -> BeforeWrite {
+        let m = raft.metrics();
+        let m = m.borrow();
+        BeforeWrite {
+            term: m.current_term,
+            voters: most_voters(m.membership_config.membership()),
+        }
+    }
+}
+
+/// After a `ForwardToLeader` answer to a write sent after `before`: whether
+/// the write may still commit ([`truncated_write_may_commit`], with the term
+/// and voters read in the Raft core now, which has handled the answer's
+/// cause). If the core cannot be asked, it may.
+pub async fn refusal_may_hide_a_commit(raft: &Raft<TypeConfig>, before: BeforeWrite) -> bool {
+    let now = raft
+        .with_raft_state(|st| {
+            (
+                st.vote_ref().leader_id().term,
+                most_voters(st.membership_state.effective().membership()),
+            )
+        })
+        .await;
+    match now {
+        Ok((term, voters)) => {
+            truncated_write_may_commit(before.term, term, voters.max(before.voters))
+        }
+        Err(_) => true,
+    }
+}
+
+/// What a write refused with `ForwardToLeader` is answered when it may
+/// still commit ([`refusal_may_hide_a_commit`]).
+pub const TRUNCATED_MAY_COMMIT: &str = "this replica led when the write was proposed and a newer \
+     leader replaced its log; with five or more voters the write may still commit";
+
 /// Commits `batch` here if this replica leads, else forwards it to the leader
 /// over `links` (whose server stamps the time again before proposing); each
 /// attempt stamps `now_ms()`. The proposer's write path, and the
@@ -331,9 +415,13 @@ pub async fn commit_via<T: PeerTransport>(
             tokio::time::sleep(Duration::from_millis(100 * attempt as u64)).await;
         }
         batch.stamp(now_ms());
+        let before = BeforeWrite::of(raft);
         match raft.client_write(batch.clone()).await {
             Ok(resp) => return Ok(resp.data),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                if refusal_may_hide_a_commit(raft, before).await {
+                    return Err(WriteError::Unknown(TRUNCATED_MAY_COMMIT.into()));
+                }
                 let Some(node) = f.leader_node else {
                     last = WriteError::NoLeader;
                     continue;
@@ -409,6 +497,40 @@ mod tests {
             commands: (0..commands).map(|_| empty()).collect(),
             bytes,
             reply,
+        }
+    }
+
+    /// A `ForwardToLeader` answer is a definite refusal unless the term
+    /// moved while the write was out (only a newer leader's append can
+    /// replace an entry of this replica's) and five or more voters can
+    /// keep a second copy of it.
+    #[test]
+    fn a_refusal_is_definite_unless_a_newer_leader_replaced_a_log_other_voters_may_hold() {
+        // Not leading, nothing changed: refused before anything was appended.
+        assert!(!truncated_write_may_commit(7, 7, 5));
+        assert!(!truncated_write_may_commit(7, 7, 7));
+        // A newer term: with 5 or 7 voters another holder may commit it.
+        assert!(truncated_write_may_commit(7, 8, 5));
+        assert!(truncated_write_may_commit(7, 9, 7));
+        // With up to four voters only this replica held it: gone for good.
+        for voters in 1..=4 {
+            assert!(!truncated_write_may_commit(7, 8, voters), "{voters}");
+        }
+    }
+
+    /// The reason the voter count matters, by brute force: an entry held by
+    /// `holders` of `n` voters (the leader among them) is replaced on the
+    /// old leader by a new leader elected by a majority none of whose
+    /// voters held it (they would have refused: the new leader's log lacked
+    /// it). Some holder other than the old leader remains (and may be
+    /// elected later, by a majority of voters without the newer entries)
+    /// exactly when `n >= 5`.
+    #[test]
+    fn another_holder_of_a_replaced_entry_remains_only_from_five_voters() {
+        for n in 1..=9usize {
+            let majority = n / 2 + 1;
+            let survives = (1..=n).any(|holders| holders >= 2 && n - holders >= majority);
+            assert_eq!(survives, n >= VOTERS_A_TRUNCATED_ENTRY_SURVIVES, "n = {n}");
         }
     }
 

@@ -176,8 +176,17 @@ pub async fn answer_raft(
         PeerRequest::Snapshot(rpc) => PeerReply::Snapshot(raft.install_snapshot(rpc).await),
         PeerRequest::Write(mut batch) => PeerReply::Write({
             batch.stamp(now_ms());
+            let before = crate::proposer::BeforeWrite::of(raft);
             match raft.client_write(batch).await {
                 Ok(resp) => Ok(resp.data),
+                // `Failed`: the forwarding replica answers the outcome unknown.
+                Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_)))
+                    if crate::proposer::refusal_may_hide_a_commit(raft, before).await =>
+                {
+                    Err(WriteRefusal::Failed(
+                        crate::proposer::TRUNCATED_MAY_COMMIT.into(),
+                    ))
+                }
                 Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
                     Err(WriteRefusal::NotLeader {
                         leader: f.leader_id,

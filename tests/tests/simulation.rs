@@ -3,7 +3,8 @@
 //! - `a_hundred_seeds_keep_every_invariant`: seeds `GSHARE_SIM_FIRST`
 //!   (default 1) onward, `GSHARE_SIM_SEEDS` of them (default 100), each
 //!   `GSHARE_SIM_SECS` simulated seconds of faults (default 120), on two
-//!   threads. The long mode is the same test with more seeds or seconds.
+//!   threads, on `GSHARE_SIM_REPLICAS` replicas (default 3). The long mode
+//!   is the same test with more seeds or seconds (or replicas).
 //! - `a_seed_replays_bit_for_bit`: `GSHARE_SIM_SEED` (default 7) twice.
 //! - `a_planted_journal_bug_is_caught`: agents that send usage before it is
 //!   durable must break exactly-once billing on some seed.
@@ -63,6 +64,7 @@ fn a_hundred_seeds_keep_every_invariant() {
     let first = env_u64("GSHARE_SIM_FIRST", 1);
     let count = env_u64("GSHARE_SIM_SEEDS", 100);
     let secs = env_u64("GSHARE_SIM_SECS", 120);
+    let replicas = env_u64("GSHARE_SIM_REPLICAS", 3);
     let threads = 2;
     let t0 = Instant::now();
     let reports: Vec<SimReport> = std::thread::scope(|s| {
@@ -72,7 +74,10 @@ fn a_hundred_seeds_keep_every_invariant() {
                     (first..first + count)
                         .filter(|seed| seed % threads == t)
                         .map(|seed| {
-                            let r = run(SimConfig::new(seed, secs));
+                            let r = run(SimConfig {
+                                replicas,
+                                ..SimConfig::new(seed, secs)
+                            });
                             println!("{}", r.summary());
                             r
                         })
