@@ -229,6 +229,19 @@ pub enum JournalError {
     /// until the agent restarts (and the entry is replayed from the log).
     #[error("journal: an appended entry is in the log but not applied ({0}); restart the agent to replay it")]
     Unapplied(String),
+    /// The records are in the journal's tree with their numbers, but its
+    /// flush failed: they may still reach the disk and the region. (Every
+    /// other failed append kept none of its records.)
+    #[error("journal: flush failed, the records may still be kept: {0}")]
+    Unflushed(sled::Error),
+}
+
+impl JournalError {
+    /// Whether a failed append may have kept its records (they may still
+    /// reach the region): then nothing of it may be journaled again.
+    pub fn may_have_kept(&self) -> bool {
+        matches!(self, JournalError::Unflushed(_))
+    }
 }
 
 /// A group of journaled records to send as one `UsageBatch`.
@@ -1131,7 +1144,7 @@ impl UsageJournal {
         let began = std::time::Instant::now();
         let flushed = self.db.flush();
         self.write_times.record(began.elapsed());
-        flushed?;
+        flushed.map_err(JournalError::Unflushed)?;
         self.state().seqs.flushed(seqs.end);
         Ok(seqs)
     }

@@ -315,89 +315,56 @@ fn fits(n: usize, bytes: usize, p: &Pending) -> bool {
         && bytes.saturating_add(p.bytes) <= MAX_BATCH_BYTES
 }
 
-/// The fewest voters at which an entry that a new leader truncated from
-/// this replica's log can still commit (see [`truncated_write_may_commit`]).
-const VOTERS_A_TRUNCATED_ENTRY_SURVIVES: usize = 5;
-
 /// Whether a `ForwardToLeader` answer to `client_write` may hide a write
 /// that still commits. openraft gives that answer both when this replica
 /// did not lead (nothing was appended: a definite refusal) and when it
 /// led, appended the entry, and a newer leader's log then replaced it
 /// (`DeleteConflictLog`, which answers the entry's waiting client so).
-///
-/// A replaced entry was appended in some term `t` no later than the one
-/// this replica had when the write was sent (`term_before`, from its
-/// metrics, which may lag but never lead), and replacing it takes a leader
-/// of a later term whose append this replica took: so its term now
-/// (`term_after`, read in the Raft core after the answer) is above
-/// `term_before`. An unchanged term means nothing was appended.
-///
-/// A replaced entry can commit later only with five voters or more: every
-/// voter holding it refused the new leader its vote (the leader's log
-/// lacked it, so was less up to date), so at most `n − majority` voters
-/// held it, this replica among them; with up to four voters that is this
-/// replica alone, and once replaced no log holds it. With five, a second
-/// holder can be elected later (if the new leader's entries reach no
-/// majority) and commit it. `most_voters`: the largest voter set of the
-/// configurations in force (joint ones included).
-pub fn truncated_write_may_commit(term_before: u64, term_after: u64, most_voters: usize) -> bool {
-    term_after > term_before && most_voters >= VOTERS_A_TRUNCATED_ENTRY_SURVIVES
+/// A replaced entry can still commit: another voter may hold it and be
+/// elected later (with five voters when the new leader's entries reach no
+/// majority; even with three, when the newer leader's append replaced it
+/// from an earlier index than its own entries, as after an older term's
+/// leftover entry). So that answer is definite only if no leader took over
+/// while the write was out: the vote's leader (term and node: openraft
+/// allows two leaders of one term, of different nodes) read in the Raft
+/// core after the answer is the one of the replica's metrics before the
+/// write (which may lag, never lead: a lag only turns a definite refusal
+/// into an unknown one). Replacing an entry takes the append of a leader
+/// this replica had not voted for when it appended it.
+pub fn refusal_may_hide_a_commit_between(
+    before: &openraft::LeaderId<u64>,
+    after: &openraft::LeaderId<u64>,
+) -> bool {
+    before != after
 }
 
-/// The largest voter set among `m`'s configurations (two during a change).
-fn most_voters(m: &openraft::Membership<u64, gshare_raft_store::ReplicaNode>) -> usize {
-    m.get_joint_config()
-        .iter()
-        .map(|c| c.len())
-        .max()
-        .unwrap_or(0)
-}
-
-/// What a replica knows before a `client_write` for
-/// [`refusal_may_hide_a_commit`]: its term and voters by its metrics.
+/// What a replica's metrics say before a `client_write`, for
+/// [`refusal_may_hide_a_commit`]: the leader its vote names.
 #[derive(Debug, Clone, Copy)]
-pub struct BeforeWrite {
-    term: u64,
-    voters: usize,
-}
+pub struct BeforeWrite(openraft::LeaderId<u64>);
 
 impl BeforeWrite {
     /// Read from `raft`'s metrics, just before the write is sent.
     pub fn of(raft: &Raft<TypeConfig>) -> BeforeWrite {
-        let m = raft.metrics();
-        let m = m.borrow();
-        BeforeWrite {
-            term: m.current_term,
-            voters: most_voters(m.membership_config.membership()),
-        }
+        BeforeWrite(*raft.metrics().borrow().vote.leader_id())
     }
 }
 
 /// After a `ForwardToLeader` answer to a write sent after `before`: whether
-/// the write may still commit ([`truncated_write_may_commit`], with the term
-/// and voters read in the Raft core now, which has handled the answer's
+/// the write may still commit ([`refusal_may_hide_a_commit_between`], with
+/// the vote read in the Raft core now, which has handled the answer's
 /// cause). If the core cannot be asked, it may.
 pub async fn refusal_may_hide_a_commit(raft: &Raft<TypeConfig>, before: BeforeWrite) -> bool {
-    let now = raft
-        .with_raft_state(|st| {
-            (
-                st.vote_ref().leader_id().term,
-                most_voters(st.membership_state.effective().membership()),
-            )
-        })
-        .await;
-    match now {
-        Ok((term, voters)) => {
-            truncated_write_may_commit(before.term, term, voters.max(before.voters))
-        }
+    match raft.with_raft_state(|st| *st.vote_ref().leader_id()).await {
+        Ok(now) => refusal_may_hide_a_commit_between(&before.0, &now),
         Err(_) => true,
     }
 }
 
 /// What a write refused with `ForwardToLeader` is answered when it may
 /// still commit ([`refusal_may_hide_a_commit`]).
-pub const TRUNCATED_MAY_COMMIT: &str = "this replica led when the write was proposed and a newer \
-     leader replaced its log; with five or more voters the write may still commit";
+pub const TRUNCATED_MAY_COMMIT: &str =
+    "a new leader took over while the write was out; it may have been appended and may still commit";
 
 /// Commits `batch` here if this replica leads, else forwards it to the leader
 /// over `links` (whose server stamps the time again before proposing); each
@@ -500,38 +467,17 @@ mod tests {
         }
     }
 
-    /// A `ForwardToLeader` answer is a definite refusal unless the term
-    /// moved while the write was out (only a newer leader's append can
-    /// replace an entry of this replica's) and five or more voters can
-    /// keep a second copy of it.
+    /// A `ForwardToLeader` answer is a definite refusal only if the vote
+    /// still names the leader it named before the write: a new term, or
+    /// another node in the same term (openraft's default leader ids), may
+    /// have replaced an appended entry another voter still holds.
     #[test]
-    fn a_refusal_is_definite_unless_a_newer_leader_replaced_a_log_other_voters_may_hold() {
-        // Not leading, nothing changed: refused before anything was appended.
-        assert!(!truncated_write_may_commit(7, 7, 5));
-        assert!(!truncated_write_may_commit(7, 7, 7));
-        // A newer term: with 5 or 7 voters another holder may commit it.
-        assert!(truncated_write_may_commit(7, 8, 5));
-        assert!(truncated_write_may_commit(7, 9, 7));
-        // With up to four voters only this replica held it: gone for good.
-        for voters in 1..=4 {
-            assert!(!truncated_write_may_commit(7, 8, voters), "{voters}");
-        }
-    }
-
-    /// The reason the voter count matters, by brute force: an entry held by
-    /// `holders` of `n` voters (the leader among them) is replaced on the
-    /// old leader by a new leader elected by a majority none of whose
-    /// voters held it (they would have refused: the new leader's log lacked
-    /// it). Some holder other than the old leader remains (and may be
-    /// elected later, by a majority of voters without the newer entries)
-    /// exactly when `n >= 5`.
-    #[test]
-    fn another_holder_of_a_replaced_entry_remains_only_from_five_voters() {
-        for n in 1..=9usize {
-            let majority = n / 2 + 1;
-            let survives = (1..=n).any(|holders| holders >= 2 && n - holders >= majority);
-            assert_eq!(survives, n >= VOTERS_A_TRUNCATED_ENTRY_SURVIVES, "n = {n}");
-        }
+    fn a_refusal_is_definite_only_while_the_same_leader_is_voted_for() {
+        let id = |term, node| openraft::LeaderId::new(term, node);
+        assert!(!refusal_may_hide_a_commit_between(&id(7, 1), &id(7, 1)));
+        assert!(refusal_may_hide_a_commit_between(&id(7, 1), &id(8, 2)));
+        assert!(refusal_may_hide_a_commit_between(&id(7, 1), &id(8, 1)));
+        assert!(refusal_may_hide_a_commit_between(&id(7, 1), &id(7, 5)));
     }
 
     #[test]

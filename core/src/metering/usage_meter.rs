@@ -214,8 +214,12 @@ impl UsageMeter {
 
     /// A write of a take failed: its delivered part accrues again, to go
     /// with the next take (and again if that write fails too), and each
-    /// key's sub-ms carry is what it was before the take, unless a later
-    /// take moved it. The take's completed invocations stay out.
+    /// key's sub-ms carry is what it was before the take. The take's
+    /// completed invocations stay out. If a later take drafted the key
+    /// meanwhile (and left it another carry), that carry stays: the failed
+    /// take's remainder, which it carried on, is then counted twice, less
+    /// than one ms unit per key (the agent's only such take is its final
+    /// flush).
     pub fn restore(&mut self, delivered: Delivered) {
         for (at, a) in delivered.streamed {
             Self::merge(&mut self.busy, at.clone(), a);

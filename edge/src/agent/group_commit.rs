@@ -311,15 +311,14 @@ impl GroupCommit {
         }
     }
 
-    /// A group's write failed: the service it held that was delivered
-    /// anyway (resident memory, the rest of streamed runs) accrues again
-    /// and goes with the next write; its completed invocations do not
-    /// (their replies are answered `usage_not_recorded`). Not due by
-    /// itself: it waits for the next hold or memory tick.
+    /// A group's write failed and kept nothing: the service it held that
+    /// was delivered anyway (resident memory, the rest of streamed runs)
+    /// accrues again and goes with the next write; its completed
+    /// invocations do not (their replies are answered `usage_not_recorded`),
+    /// nor their sub-ms remainders. Not due by itself: it waits for the
+    /// next hold or memory tick.
     pub(super) fn restore(&self, delivered: Delivered) {
-        if !delivered.is_empty() {
-            self.lock().meter.restore(delivered);
-        }
+        self.lock().meter.restore(delivered);
     }
 
     /// The writer's next group: waits until something is due; `None` once
@@ -415,7 +414,12 @@ impl GroupCommit {
                             sent = Some(groups.send(|tag| tag <= number, &Ok(n)));
                         })
                     });
-                    let (result, fatal) = match (std::panic::catch_unwind(append), durable) {
+                    let appended = std::panic::catch_unwind(append);
+                    // A failed append that kept nothing gives its delivered
+                    // service back; one whose records may still reach the
+                    // region (sled's flush failed) must not bill it twice.
+                    let kept = matches!(&appended, Ok(Err(e)) if e.may_have_kept());
+                    let (result, fatal) = match (appended, durable) {
                         (Ok(Ok(seqs)), _) => (Ok(seqs.end - seqs.start), None),
                         // Durable, but the journal cannot go on (its tree
                         // lacks the entry): the group is released, and the
@@ -440,7 +444,9 @@ impl GroupCommit {
                         // Durable, but the callback did not finish.
                         (None, Some(n)) => Sent::Released(groups.send(|tag| tag <= number, &Ok(n))),
                         (None, None) => {
-                            groups.restore(delivered);
+                            if !kept {
+                                groups.restore(delivered);
+                            }
                             Sent::Failed(groups.send(|tag| tag <= number, &result))
                         }
                     };
