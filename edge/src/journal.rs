@@ -230,17 +230,22 @@ pub enum JournalError {
     #[error("journal: an appended entry is in the log but not applied ({0}); restart the agent to replay it")]
     Unapplied(String),
     /// The records are in the journal's tree with their numbers, but its
-    /// flush failed: they may still reach the disk and the region. (Every
-    /// other failed append kept none of its records.)
+    /// flush failed: they may still reach the disk and the region.
     #[error("journal: flush failed, the records may still be kept: {0}")]
     Unflushed(sled::Error),
 }
 
 impl JournalError {
     /// Whether a failed append may have kept its records (they may still
-    /// reach the region): then nothing of it may be journaled again.
+    /// reach the region): then nothing of it may be journaled again. True
+    /// of `Unflushed`, and of `Unapplied` (a log write failed and so did
+    /// the checkpoint after it: the next open may replay the entry; the
+    /// agent stops anyway); every other failed append kept nothing.
     pub fn may_have_kept(&self) -> bool {
-        matches!(self, JournalError::Unflushed(_))
+        matches!(
+            self,
+            JournalError::Unflushed(_) | JournalError::Unapplied(_)
+        )
     }
 }
 

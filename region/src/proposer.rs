@@ -322,9 +322,10 @@ fn fits(n: usize, bytes: usize, p: &Pending) -> bool {
 /// (`DeleteConflictLog`, which answers the entry's waiting client so).
 /// A replaced entry can still commit: another voter may hold it and be
 /// elected later (with five voters when the new leader's entries reach no
-/// majority; even with three, when the newer leader's append replaced it
-/// from an earlier index than its own entries, as after an older term's
-/// leftover entry). So that answer is definite only if no leader took over
+/// majority; even with three: this replica leads again in a later term and
+/// copies the entry to a second voter, a newer leader's append, conflicting
+/// at an earlier index, removes it here, and that voter is then elected).
+/// So that answer is definite only if no leader took over
 /// while the write was out: the vote's leader (term and node: openraft
 /// allows two leaders of one term, of different nodes) read in the Raft
 /// core after the answer is the one of the replica's metrics before the

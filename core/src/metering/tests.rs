@@ -226,7 +226,7 @@ fn a_failed_write_gives_back_delivered_service_not_completed_invocations() {
 }
 
 #[test]
-fn a_restore_after_a_later_take_leaves_that_takes_carry_less_than_a_unit_over() {
+fn a_restore_after_a_later_take_leaves_that_takes_carry_within_a_unit() {
     let mut m = UsageMeter::new();
     m.accrue_busy(&key("a"), 1, T0, T0 + 1_500); // 1.5 units: 1, carry 0.5
     assert_eq!(m.take_busy(), vec![draft("a", 1, 0, 0, T0 / 1_000 + 1)]);
@@ -237,7 +237,8 @@ fn a_restore_after_a_later_take_leaves_that_takes_carry_less_than_a_unit_over() 
     // The first write failed: its 1.5 units accrue again; the carry the
     // second take left (0.2) stays. The failed take's 0.5 remainder went
     // into the second take and is in the 1.5 again: 3 units bill 2.5 of
-    // service, the bound's half unit over (less than one unit per key).
+    // service, half a unit over (off by less than one unit per key, over
+    // or under, depending on the carries).
     m.restore(first);
     assert_eq!(m.take_busy(), vec![draft("a", 1, 0, 0, T0 / 1_000 + 1)]);
     m.accrue_busy(&key("a"), 1, T0 + 3_000, T0 + 3_300); // 0.3 + 0.2 + 0.5

@@ -217,9 +217,9 @@ impl UsageMeter {
     /// key's sub-ms carry is what it was before the take. The take's
     /// completed invocations stay out. If a later take drafted the key
     /// meanwhile (and left it another carry), that carry stays: the failed
-    /// take's remainder, which it carried on, is then counted twice, less
-    /// than one ms unit per key (the agent's only such take is its final
-    /// flush).
+    /// take's carry went on into it, so the key is then off by less than
+    /// one ms unit, over or under (the agent's only such take is its final
+    /// flush, after which a give-back is not written anyway).
     pub fn restore(&mut self, delivered: Delivered) {
         for (at, a) in delivered.streamed {
             Self::merge(&mut self.busy, at.clone(), a);

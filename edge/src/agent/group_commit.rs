@@ -418,7 +418,12 @@ impl GroupCommit {
                     // A failed append that kept nothing gives its delivered
                     // service back; one whose records may still reach the
                     // region (sled's flush failed) must not bill it twice.
-                    let kept = matches!(&appended, Ok(Err(e)) if e.may_have_kept());
+                    // A panic may have come after the records went in.
+                    let kept = match &appended {
+                        Ok(Err(e)) => e.may_have_kept(),
+                        Ok(Ok(_)) => false,
+                        Err(_) => true,
+                    };
                     let (result, fatal) = match (appended, durable) {
                         (Ok(Ok(seqs)), _) => (Ok(seqs.end - seqs.start), None),
                         // Durable, but the journal cannot go on (its tree
@@ -511,6 +516,28 @@ mod tests {
             queued_us: 0,
             service_us: 1,
         }
+    }
+
+    /// A failed group of completed invocations alone gives nothing back,
+    /// and its sub-ms remainders go too: the next group bills only its own.
+    #[test]
+    fn a_failed_group_of_invocations_leaves_no_remainder_behind() {
+        let (_, c) = commit();
+        // 1 milli for 1.5 ms: 1 unit drafted, 0.5 carried.
+        let part = |from: u64, to: u64| move |m: &mut UsageMeter| m.invocation(&key(), 1, from, to);
+        c.hold(part(BASE_US, BASE_US + 1_500), None);
+        let g = c.next(false).expect("due");
+        assert_eq!(g.records[0].compute_milli_gpu_ms, 1);
+        assert!(g.delivered.is_empty());
+        // Its write failed.
+        c.restore(g.delivered);
+        // 0.6 units: no whole unit (with the failed group's 0.5, one).
+        c.hold(part(BASE_US + 2_000, BASE_US + 2_600), None);
+        let g = c.next(false).expect("due");
+        assert_eq!(
+            (g.records[0].compute_milli_gpu_ms, g.records[0].invocations),
+            (0, 1)
+        );
     }
 
     #[test]
