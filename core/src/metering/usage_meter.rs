@@ -23,7 +23,7 @@ struct Residency {
 }
 
 /// What accrued for one key in one hour, in µs units.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default)]
 struct Accrued {
     compute_milli_us: u128,
     memory_mib_us: u128,
@@ -59,7 +59,7 @@ pub struct UsageMeter {
 /// carries the take moved. A failed write gives it back
 /// ([`UsageMeter::restore`]); completed invocations are not in it (a failed
 /// write answers them with an error: nothing happened, nothing is billed).
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub struct Delivered {
     /// The rest of streamed runs (compute only).
     streamed: BTreeMap<(UsageKey, u64), Accrued>,
@@ -255,14 +255,12 @@ impl UsageMeter {
         let mut carries = BTreeMap::new();
         for ((key, hour), a) in accrued {
             let carry = self.carry.entry(key.clone()).or_default();
-            carries.entry(key.clone()).or_insert((*carry, *carry));
+            let moved = carries.entry(key.clone()).or_insert((*carry, *carry));
             let compute = a.compute_milli_us.saturating_add(carry.compute);
             let memory = a.memory_mib_us.saturating_add(carry.memory);
             carry.compute = compute % US_PER_MS;
             carry.memory = memory % US_PER_MS;
-            if let Some((_, after)) = carries.get_mut(&key) {
-                *after = *carry;
-            }
+            moved.1 = *carry;
             let draft = UsageDraft {
                 key,
                 compute_milli_gpu_ms: u64::try_from(compute / US_PER_MS).unwrap_or(u64::MAX),
