@@ -292,10 +292,49 @@ impl TestRegion {
                 }
             }
             if Instant::now() > deadline {
-                bail!("no agreed leader among {among:?} within {timeout:?} (views {views:?})");
+                let why: Vec<String> = among.iter().map(|id| self.describe(*id)).collect();
+                bail!(
+                    "no agreed leader among {among:?} within {timeout:?} (views {views:?})\n{}",
+                    why.join("\n")
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// What a failed wait reports of replica `id`: its process (running,
+    /// exited or never started), its status answer or why there is none,
+    /// and the last lines of its latest output.
+    pub fn describe(&self, id: u64) -> String {
+        let Some(r) = self.replicas.get(&id) else {
+            return format!("replica {id}: unknown");
+        };
+        let process = match &r.child {
+            None => "not started".to_string(),
+            Some(c) => match fs::read_to_string(format!("/proc/{}/stat", c.id())) {
+                // The state follows the parenthesised name: Z is a zombie.
+                Ok(stat) => match stat.rsplit(") ").next().and_then(|s| s.chars().next()) {
+                    Some('Z') => format!("pid {} exited (not yet reaped)", c.id()),
+                    Some(state) => format!("pid {} running (state {state})", c.id()),
+                    None => format!("pid {} (unreadable state)", c.id()),
+                },
+                Err(_) => format!("pid {} gone", c.id()),
+            },
+        };
+        let status = match self.status(id) {
+            Ok(s) => s.to_string(),
+            Err(e) => format!("no status: {e:#}"),
+        };
+        let tail = |text: String| -> String {
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(15)..].join("\n    ")
+        };
+        format!(
+            "replica {id}: {process}; {status}\n  stdout (start {n}):\n    {}\n  stderr (start {n}):\n    {}",
+            tail(self.stdout(id, r.starts)),
+            tail(self.stderr(id, r.starts)),
+            n = r.starts
+        )
     }
 
     /// One attempt to write `key = value` through replica `via` (see [`write_at`]).
