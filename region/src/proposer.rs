@@ -367,6 +367,35 @@ pub async fn refusal_may_hide_a_commit(raft: &Raft<TypeConfig>, before: BeforeWr
 pub const TRUNCATED_MAY_COMMIT: &str =
     "a new leader took over while the write was out; it may have been appended and may still commit";
 
+/// How long a write this replica's Raft took may wait for its commit
+/// before its outcome is answered unknown ([`NOT_COMMITTED_IN_TIME`]).
+/// Without a bound, a write could wait for ever, holding one of the
+/// proposer's [`MAX_IN_FLIGHT`] slots: openraft answers no client whose
+/// uncommitted entry a snapshot install purges (a leader cut off with
+/// writes in its log, whose majority snapshots past them meanwhile), so
+/// such a replica's proposer stopped for good after two of them.
+pub const COMMIT_WITHIN: Duration = Duration::from_secs(10);
+
+/// What a write is answered when it was not committed within [`COMMIT_WITHIN`].
+pub const NOT_COMMITTED_IN_TIME: &str =
+    "not committed within 10 s (the region may have lost its quorum); it may still commit";
+
+/// `raft.client_write(batch)`, or `None` when [`COMMIT_WITHIN`] passed
+/// first (the write may have been appended, and may still commit).
+pub(crate) async fn client_write_within(
+    raft: &Raft<TypeConfig>,
+    batch: CommandBatch,
+) -> Option<
+    Result<
+        openraft::raft::ClientWriteResponse<TypeConfig>,
+        RaftError<u64, ClientWriteError<u64, gshare_raft_store::ReplicaNode>>,
+    >,
+> {
+    tokio::time::timeout(COMMIT_WITHIN, raft.client_write(batch))
+        .await
+        .ok()
+}
+
 /// Commits `batch` here if this replica leads, else forwards it to the leader
 /// over `links` (whose server stamps the time again before proposing); each
 /// attempt stamps `now_ms()`. The proposer's write path, and the
@@ -384,7 +413,10 @@ pub async fn commit_via<T: PeerTransport>(
         }
         batch.stamp(now_ms());
         let before = BeforeWrite::of(raft);
-        match raft.client_write(batch.clone()).await {
+        let Some(written) = client_write_within(raft, batch.clone()).await else {
+            return Err(WriteError::Unknown(NOT_COMMITTED_IN_TIME.into()));
+        };
+        match written {
             Ok(resp) => return Ok(resp.data),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
                 if refusal_may_hide_a_commit(raft, before).await {

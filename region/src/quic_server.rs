@@ -177,22 +177,25 @@ pub async fn answer_raft(
         PeerRequest::Write(mut batch) => PeerReply::Write({
             batch.stamp(now_ms());
             let before = crate::proposer::BeforeWrite::of(raft);
-            match raft.client_write(batch).await {
-                Ok(resp) => Ok(resp.data),
-                // `Failed`: the forwarding replica answers the outcome unknown.
-                Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_)))
+            // `Failed`: the forwarding replica answers the outcome unknown.
+            match crate::proposer::client_write_within(raft, batch).await {
+                None => Err(WriteRefusal::Failed(
+                    crate::proposer::NOT_COMMITTED_IN_TIME.into(),
+                )),
+                Some(Ok(resp)) => Ok(resp.data),
+                Some(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))))
                     if crate::proposer::refusal_may_hide_a_commit(raft, before).await =>
                 {
                     Err(WriteRefusal::Failed(
                         crate::proposer::TRUNCATED_MAY_COMMIT.into(),
                     ))
                 }
-                Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                Some(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
                     Err(WriteRefusal::NotLeader {
                         leader: f.leader_id,
                     })
                 }
-                Err(e) => Err(WriteRefusal::Failed(e.to_string())),
+                Some(Err(e)) => Err(WriteRefusal::Failed(e.to_string())),
             }
         }),
         // Leadership confirmed by a quorum; the follower waits for its own apply.

@@ -323,3 +323,104 @@ fn add_a_fourth_replica_and_remove_one_keeps_every_write() {
         .expect("gsharectl");
     assert!(String::from_utf8_lossy(&help.stdout).contains("--region"));
 }
+
+/// Regression: a leader cut off with writes in its log, whose majority
+/// elected another leader and snapshotted past them meanwhile, installs that
+/// snapshot when it rejoins; openraft then purges the writes' entries without
+/// answering their clients. Each held one of the proposer's two in-flight
+/// slots for ever, so with two of them every later write through that
+/// replica hung. Now a write not committed within `COMMIT_WITHIN` is
+/// answered `outcome_unknown` and frees its slot.
+#[test]
+fn a_rejoining_leader_whose_writes_a_snapshot_replaced_answers_them_and_writes_again() {
+    use gshare_region::http_client::request;
+    use gshare_region::proposer::COMMIT_WITHIN;
+    let _g = serial();
+    let (region, old) =
+        started_with(3, "snapshot_every = 16\nkeep_logs = 0").expect("3-replica region");
+    let mut acked = BTreeMap::new();
+    write_many(&region, "s", 0..3, &mut acked);
+    let others: Vec<u64> = (1..=3).filter(|id| *id != old).collect();
+    for id in &others {
+        region.signal(*id, "STOP").expect("pause a follower");
+    }
+    // Two writes the leader appends but cannot commit, each its own batch
+    // (the second is sent while the first holds a slot).
+    let addr = region.http(old);
+    let stuck: Vec<_> = (0..2)
+        .map(|i| {
+            let handle = std::thread::spawn(move || {
+                let body = format!(r#"{{"name": "stuck{i}", "display_name": "v"}}"#);
+                let sent = Instant::now();
+                let r = request(
+                    addr,
+                    "POST",
+                    "/v1/tenants",
+                    Some(TOKEN),
+                    Some(&body),
+                    Duration::from_secs(90),
+                );
+                (r, sent.elapsed())
+            });
+            std::thread::sleep(Duration::from_millis(400));
+            handle
+        })
+        .collect();
+    let appended = region.status(old).expect("status")["last_log_index"]
+        .as_u64()
+        .expect("a log");
+    // The leader pauses with them; the majority elects another leader and
+    // snapshots (purging its log) past them.
+    region.signal(old, "STOP").expect("pause the leader");
+    for id in &others {
+        region.signal(*id, "CONT").expect("resume a follower");
+    }
+    let new = region
+        .wait_leader(&others, LEADER_WAIT)
+        .expect("a new leader");
+    let mut i = 3;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while region.status(new).expect("status")["purged_index"]
+        .as_u64()
+        .is_none_or(|p| p <= appended + 1)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the new leader never purged past {appended}"
+        );
+        let (k, v) = (format!("s{i:05}"), format!("v{i}"));
+        let r = write_at(region.http(new), &k, &v).expect("write through the new leader");
+        assert!(acknowledged(&r), "{} {}", r.status, r.body);
+        acked.insert(k, v);
+        i += 1;
+    }
+    println!("purged past {appended} after {i} writes; resuming replica {old}");
+    region.signal(old, "CONT").expect("resume the old leader");
+    // The old replica catches up (by the snapshot) ...
+    assert_all_on(&region, &[old], "s", &acked);
+    // ... answers its two writes: purged, not committed, so each is
+    // answered unknown, or committed by the API's retry of that unknown
+    // outcome (the same keyed command, now forwarded to the new leader) ...
+    let mut committed = BTreeMap::new();
+    for (i, h) in stuck.into_iter().enumerate() {
+        let (r, took) = h.join().expect("writer thread");
+        let r = r.expect("the stuck write is answered, not left to time out");
+        println!("stuck{i}: {} after {took:?}: {}", r.status, r.body);
+        match r.status {
+            201 => {
+                committed.insert(format!("stuck{i}"), "v".to_string());
+            }
+            _ => assert!(
+                r.status == 502 && r.body.contains("outcome_unknown"),
+                "{} {}",
+                r.status,
+                r.body
+            ),
+        }
+        assert!(took < 4 * COMMIT_WITHIN, "{took:?}");
+    }
+    // ... and takes new writes.
+    let r = write_at(addr, "after", "v").expect("a write through the old leader");
+    assert!(acknowledged(&r), "{} {}", r.status, r.body);
+    assert_all_on(&region, &[1, 2, 3], "stuck", &committed);
+}
