@@ -919,6 +919,7 @@ async fn invokes(
                     };
                     let reply = AgentMessage::v1(AgentMessageV1::InvokeLookupReply { id, outcome });
                     let _ = write_frame(&mut send, &reply).await;
+                    delivered(send).await;
                 });
                 continue;
             }
@@ -942,73 +943,89 @@ async fn invokes(
         };
         let agent = agent.clone();
         actix_rt::spawn(async move {
-            let id = req.id;
-            let msg = Invoke {
-                tenant: req.tenant,
-                function: req.function,
-                token_digest: None,
-                deadline_ms: req.deadline_ms,
-                body,
-                idempotency_key: key,
-                http: None,
-            };
-            let (head, outcome) = match crate::ingress::ask(&agent, msg, call).await {
-                Answered::Stream(head, chunks) => {
-                    let _ = stream_reply(&mut send, id, head, chunks).await;
-                    return;
-                }
-                Answered::Whole(head, outcome) => match (outcome, over.get()) {
-                    // A call that failed because its body passed this
-                    // agent's cap says so: a definite refusal the replica
-                    // passes on (its own cap may be higher).
-                    (InvokeOutcome::Failed(_), Some(stop)) => {
-                        let limits = BodyLimits {
-                            max_bytes: max_request_bytes,
-                            ..BodyLimits::default()
-                        };
-                        (None, InvokeOutcome::Failed(stop.refusal(&limits)))
-                    }
-                    (outcome, _) => (head, outcome),
-                },
-                // Not asked: a forwarded invocation carries no token.
-                Answered::Unauthorized => (
-                    None,
-                    InvokeOutcome::Failed(InvokeError::InstanceFailed {
-                        detail: "refused a token it was not asked to check".into(),
-                    }),
-                ),
-            };
-            let (head, outcome) = match Back::of(head, outcome) {
-                Back::Whole(head, outcome) => (head, outcome),
-                Back::Chunked(head, body) => {
-                    let sent = async {
-                        stream_head(&mut send, id, head).await?;
-                        stream_data(&mut send, id, &body).await?;
-                        stream_end(&mut send, id, true).await
-                    };
-                    if let Err(e) = sent.await {
-                        tracing::debug!("a chunked answer to the replica was cut: {e}");
-                    }
-                    return;
-                }
-            };
-            if let Some(head) = head {
-                let m = AgentMessageV1::InvokeHead {
-                    id,
-                    head,
-                    streamed: false,
+            let answered = async {
+                let id = req.id;
+                let msg = Invoke {
+                    tenant: req.tenant,
+                    function: req.function,
+                    token_digest: None,
+                    deadline_ms: req.deadline_ms,
+                    body,
+                    idempotency_key: key,
+                    http: None,
                 };
-                if write_frame_more(&mut send, &AgentMessage::v1(m))
-                    .await
-                    .is_err()
-                {
-                    return;
+                let (head, outcome) = match crate::ingress::ask(&agent, msg, call).await {
+                    Answered::Stream(head, chunks) => {
+                        let _ = stream_reply(&mut send, id, head, chunks).await;
+                        return;
+                    }
+                    Answered::Whole(head, outcome) => match (outcome, over.get()) {
+                        // A call that failed because its body passed this
+                        // agent's cap says so: a definite refusal the replica
+                        // passes on (its own cap may be higher).
+                        (InvokeOutcome::Failed(_), Some(stop)) => {
+                            let limits = BodyLimits {
+                                max_bytes: max_request_bytes,
+                                ..BodyLimits::default()
+                            };
+                            (None, InvokeOutcome::Failed(stop.refusal(&limits)))
+                        }
+                        (outcome, _) => (head, outcome),
+                    },
+                    // Not asked: a forwarded invocation carries no token.
+                    Answered::Unauthorized => (
+                        None,
+                        InvokeOutcome::Failed(InvokeError::InstanceFailed {
+                            detail: "refused a token it was not asked to check".into(),
+                        }),
+                    ),
+                };
+                let (head, outcome) = match Back::of(head, outcome) {
+                    Back::Whole(head, outcome) => (head, outcome),
+                    Back::Chunked(head, body) => {
+                        let sent = async {
+                            stream_head(&mut send, id, head).await?;
+                            stream_data(&mut send, id, &body).await?;
+                            stream_end(&mut send, id, true).await
+                        };
+                        if let Err(e) = sent.await {
+                            tracing::debug!("a chunked answer to the replica was cut: {e}");
+                        }
+                        return;
+                    }
+                };
+                if let Some(head) = head {
+                    let m = AgentMessageV1::InvokeHead {
+                        id,
+                        head,
+                        streamed: false,
+                    };
+                    if write_frame_more(&mut send, &AgentMessage::v1(m))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
                 }
-            }
-            let reply = AgentMessage::v1(AgentMessageV1::InvokeReply(InvokeReply { id, outcome }));
-            let _ = write_frame(&mut send, &reply).await;
+                let reply =
+                    AgentMessage::v1(AgentMessageV1::InvokeReply(InvokeReply { id, outcome }));
+                let _ = write_frame(&mut send, &reply).await;
+            };
+            answered.await;
+            delivered(send).await;
         });
     }
+}
+
+/// Keeps the connection of an answer's stream up until the replica has
+/// all of the answer. After a move, the answers in flight on the old
+/// connection hold its last handles, and dropping the last one closes a
+/// connection at once, losing what it had not yet sent (the replica then
+/// answered a call that had run `outcome_unknown`).
+async fn delivered(mut send: quinn::SendStream) {
+    // Already finished after a whole answer; a cut one may not be.
+    let _ = send.finish();
+    let _ = send.stopped().await;
 }
 
 /// Records in the usage journal not yet acknowledged (0 without metering).

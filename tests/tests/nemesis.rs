@@ -491,6 +491,16 @@ fn an_agent_leaves_a_replica_cut_off_from_the_leader_only_for_one_that_takes_it(
         );
         std::thread::sleep(Duration::from_millis(500));
     }
+    // An invocation in flight across the move: its body streams through
+    // `home` (to an agent's old connection: both agents came to `home`
+    // when the others were killed) before, during and after it.
+    let (moved_tx, moved_rx) = std::sync::mpsc::channel::<()>();
+    let upload = {
+        let addr = replicas[(home - 1) as usize];
+        let (token, path) = (c.globex.clone(), path.clone());
+        std::thread::spawn(move || in_flight_upload(addr, &path, &token, &moved_rx))
+    };
+    std::thread::sleep(Duration::from_millis(1500));
     gshare_tests::until("the agent's replica removed from the region", 90, || {
         let leader = c.leader()?;
         let r = call(
@@ -515,4 +525,85 @@ fn an_agent_leaves_a_replica_cut_off_from_the_leader_only_for_one_that_takes_it(
         "the agent moved from r{home} to r{now_on} {} ms after r{home} was removed",
         removed.elapsed().as_millis()
     );
+    let _ = moved_tx.send(());
+    let (status, body, sent, before) = upload.join().expect("upload thread");
+    assert_eq!(
+        status, 200,
+        "the invocation in flight across the move: {body}"
+    );
+    assert_eq!(body, sent, "its echo");
+    assert!(before >= 4, "only {before} parts went before the move");
+}
+
+/// A chunked invocation through `addr` whose parts go every 500 ms until
+/// `moved` says so, then for 3.5 s more, and the end; the answer's status and
+/// body (de-chunked), the body sent, and the parts sent before `moved`.
+fn in_flight_upload(
+    addr: std::net::SocketAddr,
+    path: &str,
+    token: &str,
+    moved: &std::sync::mpsc::Receiver<()>,
+) -> (u16, String, String, usize) {
+    use std::io::{Read, Write};
+    use std::sync::mpsc::RecvTimeoutError;
+    let mut s = std::net::TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("timeout");
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\
+         X-Gshare-Deadline-Ms: 60000\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    )
+    .expect("head");
+    let mut sent = String::new();
+    let mut part = |s: &mut std::net::TcpStream, text: String| {
+        write!(s, "{:x}\r\n{text}\r\n", text.len()).expect("a part");
+        sent.push_str(&text);
+    };
+    let mut before = 0;
+    loop {
+        part(&mut s, format!("before-{before};"));
+        before += 1;
+        match moved.recv_timeout(Duration::from_millis(500)) {
+            Err(RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    // Past the agent's grace on the replica it left (1 s after the
+    // replica took its leaving).
+    for after in 0..7 {
+        part(&mut s, format!("after-{after};"));
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    s.write_all(b"0\r\n\r\n").expect("the end");
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    let body = if chunked {
+        let mut out = String::new();
+        let mut rest = body;
+        while let Some((len, after)) = rest.split_once("\r\n") {
+            let Ok(n) = usize::from_str_radix(len.trim(), 16) else {
+                break;
+            };
+            if n == 0 || after.len() < n {
+                break;
+            }
+            out.push_str(&after[..n]);
+            rest = after[n..].strip_prefix("\r\n").unwrap_or(&after[n..]);
+        }
+        out
+    } else {
+        body.to_string()
+    };
+    (status, body, sent, before)
 }
