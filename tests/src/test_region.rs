@@ -310,7 +310,7 @@ impl TestRegion {
             return format!("replica {id}: unknown");
         };
         let process = match &r.child {
-            None => "not started".to_string(),
+            None => "not running (not started, or stopped by the test)".to_string(),
             Some(c) => match fs::read_to_string(format!("/proc/{}/stat", c.id())) {
                 // The state follows the parenthesised name: Z is a zombie.
                 Ok(stat) => match stat.rsplit(") ").next().and_then(|s| s.chars().next()) {

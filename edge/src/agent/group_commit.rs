@@ -437,12 +437,15 @@ impl GroupCommit {
                         // The journal refuses appends until a restart
                         // replays its log: stop too.
                         (Ok(Err(e @ crate::journal::JournalError::Unapplied(_))), None) => {
-                            (Err(e.to_string()), Some(e.to_string()))
+                            (Err(withheld_because(&e)), Some(e.to_string()))
                         }
-                        (Ok(Err(e)), None) => (Err(e.to_string()), None),
-                        (Err(_), None) => {
-                            (Err("journal writer: the append panicked".to_string()), None)
-                        }
+                        (Ok(Err(e)), None) => (Err(withheld_because(&e)), None),
+                        (Err(_), None) => (
+                            Err(format!(
+                                "journal writer: the append panicked; {MAY_BE_BILLED}"
+                            )),
+                            None,
+                        ),
                     };
                     let sent = match (sent, durable) {
                         (Some(n), _) => Sent::Released(n),
@@ -473,6 +476,23 @@ impl GroupCommit {
                 }
             })
             .map(|_| ())
+    }
+}
+
+/// What a withheld result's answer adds when its usage records may have
+/// been kept though the write failed ([`JournalError::may_have_kept`], a
+/// panic in the append): the call may be billed, so a retry without an
+/// idempotency key may bill it twice (the answer still says `retryable`).
+const MAY_BE_BILLED: &str =
+    "its usage may have been recorded anyway and billed: retry with an idempotency key";
+
+/// The detail of the `usage_not_recorded` answer to the results a failed
+/// append withholds.
+fn withheld_because(e: &crate::journal::JournalError) -> String {
+    if e.may_have_kept() {
+        format!("{e}; {MAY_BE_BILLED}")
+    } else {
+        e.to_string()
     }
 }
 
@@ -726,5 +746,21 @@ mod tests {
             }
         }
         panic!("no poll ever ended on a hold");
+    }
+
+    /// A failed append that may have kept its records says the call may
+    /// be billed; one that kept nothing does not.
+    #[test]
+    fn a_withheld_result_says_when_its_usage_may_be_billed_anyway() {
+        use crate::journal::JournalError;
+        let kept = JournalError::Unflushed(sled::Error::Unsupported("flush".into()));
+        assert!(
+            withheld_because(&kept).ends_with(MAY_BE_BILLED),
+            "{}",
+            withheld_because(&kept)
+        );
+        let lost = JournalError::Encode("a record too large".into());
+        assert!(!lost.may_have_kept());
+        assert!(!withheld_because(&lost).contains(MAY_BE_BILLED));
     }
 }
