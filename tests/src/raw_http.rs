@@ -84,8 +84,9 @@ fn complete(raw: &[u8]) -> bool {
         .is_some_and(|len| raw.len() >= end + 4 + len)
 }
 
-/// An HTTP/1.1 answer as read off the wire (status 0 when none).
-fn reply_of(raw: &[u8]) -> HttpReply {
+/// An HTTP/1.1 answer as read off the wire (status 0 when none; header
+/// names lower-cased; the body as sent, chunk sizes included).
+pub fn reply_of(raw: &[u8]) -> HttpReply {
     let text = String::from_utf8_lossy(raw).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let mut lines = head.split("\r\n");

@@ -615,19 +615,14 @@ fn in_flight_upload(
     }
     let mut raw = Vec::new();
     let _ = s.read_to_end(&mut raw);
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let chunked = head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked");
+    let reply = gshare_tests::raw_http::reply_of(&raw);
+    let chunked = reply
+        .headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
     let body = if chunked {
         let mut out = String::new();
-        let mut rest = body;
+        let mut rest = reply.body.as_str();
         while let Some((len, after)) = rest.split_once("\r\n") {
             let Ok(n) = usize::from_str_radix(len.trim(), 16) else {
                 break;
@@ -640,7 +635,8 @@ fn in_flight_upload(
         }
         out
     } else {
-        body.to_string()
+        reply.body
     };
+    let status = reply.status;
     (status, body, sent, before)
 }
