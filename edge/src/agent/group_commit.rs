@@ -482,13 +482,14 @@ impl GroupCommit {
 /// What a withheld result's answer adds when its usage records may have
 /// been kept though the write failed ([`JournalError::may_have_kept`], a
 /// panic in the append): the call may be billed, so a retry without an
-/// idempotency key may bill it twice (the answer still says `retryable`).
-const MAY_BE_BILLED: &str =
-    "its usage may have been recorded anyway and billed: retry with an idempotency key";
+/// idempotency key, the call's own, may bill it twice (the answer still
+/// says `retryable`).
+const MAY_BE_BILLED: &str = "its usage may have been recorded anyway and billed: \
+     retry with the call's idempotency key if it had one (without, a retry may bill it twice)";
 
 /// The detail of the `usage_not_recorded` answer to the results a failed
 /// append withholds.
-fn withheld_because(e: &crate::journal::JournalError) -> String {
+pub(super) fn withheld_because(e: &crate::journal::JournalError) -> String {
     if e.may_have_kept() {
         format!("{e}; {MAY_BE_BILLED}")
     } else {

@@ -1133,7 +1133,7 @@ impl Handler<FlushUsage> for NodeAgent {
                 tracing::error!("usage journal: the final flush is durable but not applied: {e}");
                 Ok(n)
             }
-            (Err(e), None) => Err(e.to_string()),
+            (Err(e), None) => Err(super::group_commit::withheld_because(&e)),
         };
         let sent = match m.groups.send(|tag| tag == number, &result) {
             n if result.is_ok() => Sent::Released(n),

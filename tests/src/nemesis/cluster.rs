@@ -148,7 +148,13 @@ fn mount_tmpfs(path: &std::path::Path) -> Result<(), String> {
 impl Cluster {
     /// Starts everything and waits until `globex/steady` is ready.
     pub fn start(seed: u64) -> anyhow::Result<Cluster> {
-        let mut region = TestRegion::new(3)?;
+        Self::start_with(seed, "")
+    }
+
+    /// [`Cluster::start`] with `extra` top-level lines in every replica's
+    /// config (e.g. `node_replace_grace_ms = 60000`).
+    pub fn start_with(seed: u64, extra: &str) -> anyhow::Result<Cluster> {
+        let mut region = TestRegion::with_config(3, extra)?;
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
