@@ -5,10 +5,9 @@ use std::net::SocketAddr;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-/// A free loopback TCP port (bound, then released).
+/// A free loopback TCP port ([`crate::ports::free`]).
 pub fn free_port() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
+    crate::ports::free(false).expect("a free TCP port")
 }
 
 /// The agent process; SIGTERM (then SIGKILL) if a test ends early.

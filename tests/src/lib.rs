@@ -22,6 +22,7 @@ pub mod fault_proxy;
 pub mod fuzz;
 pub mod nemesis;
 pub mod openai;
+pub mod ports;
 pub mod raw_http;
 pub mod sim;
 pub mod stand_in_region;

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -52,11 +52,11 @@ pub struct TestRegion {
 }
 
 fn free_udp_port() -> anyhow::Result<SocketAddr> {
-    Ok(UdpSocket::bind("127.0.0.1:0")?.local_addr()?)
+    Ok(crate::ports::free(true)?)
 }
 
 fn free_tcp_port() -> anyhow::Result<SocketAddr> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+    Ok(crate::ports::free(false)?)
 }
 
 impl TestRegion {
@@ -509,7 +509,7 @@ impl TestRegion {
         if !ok {
             bail!("certs issue --name {node}: {out}");
         }
-        let ingress = TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+        let ingress = free_tcp_port()?;
         let replicas: String = quic
             .iter()
             .map(|a| format!("[[replicas]]\nquic_addr = \"{a}\"\n"))
