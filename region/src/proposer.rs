@@ -379,6 +379,10 @@ pub const COMMIT_WITHIN: Duration = Duration::from_secs(10);
 /// What a write is answered when it was not committed within [`COMMIT_WITHIN`].
 pub const NOT_COMMITTED_IN_TIME: &str =
     "not committed within 10 s (the region may have lost its quorum); it may still commit";
+const _: () = assert!(
+    COMMIT_WITHIN.as_secs() == 10,
+    "NOT_COMMITTED_IN_TIME names it"
+);
 
 /// `raft.client_write(batch)`, or `None` when [`COMMIT_WITHIN`] passed
 /// first (the write may have been appended, and may still commit).
