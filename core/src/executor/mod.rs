@@ -42,6 +42,7 @@ mod node_config;
 mod profile;
 mod reject_reason;
 mod rules;
+mod slots;
 mod start_times;
 
 #[cfg(test)]

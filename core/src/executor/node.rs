@@ -22,6 +22,7 @@
 //! output buffer is reused, so the simulator's hot path does not allocate.
 
 use super::gpu::{evictable, squeezed_us, Instance, Queued};
+use super::slots::Slots;
 use super::{
     Command, Event, FunctionId, FunctionProfile, GpuExecutor, NodeConfig, RejectReason, RequestId,
 };
@@ -158,7 +159,7 @@ struct Waiting {
 pub struct NodeExecutor {
     config: NodeConfig,
     gpus: Vec<GpuExecutor>,
-    functions: Vec<Option<FunctionState>>,
+    functions: Slots<FunctionState>,
     host_used_mib: Mib,
     output: Vec<Command>,
     /// Reused buffer of host-eviction candidates (order key, function).
@@ -174,7 +175,7 @@ pub struct NodeExecutor {
     written_scratch: Vec<FunctionId>,
     /// Per function: the GPUs the region reserved for it (`None`: any GPU,
     /// as in the simulator, which has no region).
-    pins: Vec<Option<Vec<u32>>>,
+    pins: Slots<Vec<u32>>,
     /// Remaps asked and not answered yet.
     open_reservations: u32,
 }
@@ -188,7 +189,7 @@ impl NodeExecutor {
         Self {
             config,
             gpus,
-            functions: Vec::new(),
+            functions: Slots::default(),
             host_used_mib: 0,
             output: Vec::new(),
             host_scratch: Vec::new(),
@@ -196,7 +197,7 @@ impl NodeExecutor {
             memory_scratch: Vec::new(),
             victim_scratch: std::cell::RefCell::new(Vec::new()),
             written_scratch: Vec::new(),
-            pins: Vec::new(),
+            pins: Slots::default(),
             open_reservations: 0,
         }
     }
@@ -213,10 +214,7 @@ impl NodeExecutor {
 
     /// Whether the function's weights are in host memory (placed or parked).
     pub fn in_host(&self, function: FunctionId) -> bool {
-        self.functions
-            .get(function.0 as usize)
-            .and_then(|f| f.as_ref())
-            .is_some_and(|f| f.in_host)
+        self.functions.get(function).is_some_and(|f| f.in_host)
     }
 
     /// Moves parked `from`'s host copy to the unused id `to`, which becomes
@@ -228,20 +226,15 @@ impl NodeExecutor {
     /// else when its last busy copy unloads. `false` (and nothing changed)
     /// unless `from` is parked with a host copy and `to` is unused.
     pub fn move_host_copy(&mut self, from: FunctionId, to: FunctionId) -> bool {
-        let (i, j) = (from.0 as usize, to.0 as usize);
         let movable = self
             .functions
-            .get(i)
-            .and_then(|f| f.as_ref())
+            .get(from)
             .is_some_and(|f| f.parked && f.in_host);
-        let free = self.functions.get(j).is_none_or(|f| f.is_none());
-        if !movable || !free || i == j {
+        let free = !self.functions.contains(to);
+        if !movable || !free || from == to {
             return false;
         }
-        if self.functions.len() <= j {
-            self.functions.resize(j + 1, None);
-        }
-        let old = self.functions[i].as_mut().expect("checked above");
+        let old = self.functions.get_mut(from).expect("checked above");
         let moved = FunctionState {
             in_host: true,
             parked: true,
@@ -253,9 +246,9 @@ impl NodeExecutor {
         };
         old.in_host = false;
         if old.copies == 0 {
-            self.functions[i] = None;
+            self.functions.remove(from);
         }
-        self.functions[j] = Some(moved);
+        self.functions.insert(to, moved);
         true
     }
 
@@ -266,10 +259,14 @@ impl NodeExecutor {
     pub fn parked(&self) -> impl Iterator<Item = (FunctionId, Mib)> + '_ {
         self.functions
             .iter()
-            .enumerate()
-            .filter_map(|(k, f)| f.as_ref().map(|f| (k, f)))
             .filter(|(_, f)| f.parked && f.in_host)
-            .map(|(k, f)| (FunctionId(k as u32), f.profile.memory_mib))
+            .map(|(k, f)| (k, f.profile.memory_mib))
+    }
+
+    /// How many functions the node keeps state for: placed, parked, or
+    /// with copies still finishing (not every id it ever saw).
+    pub fn functions_held(&self) -> usize {
+        self.functions.iter().count()
     }
 
     /// When the function's last request arrived, µs (`None`: none yet, or
@@ -290,9 +287,7 @@ impl NodeExecutor {
 
     /// The GPUs the function is pinned to (`None`: unpinned, any GPU).
     pub fn pins(&self, function: FunctionId) -> Option<&[u32]> {
-        self.pins
-            .get(function.0 as usize)
-            .and_then(|p| p.as_deref())
+        self.pins.get(function).map(Vec::as_slice)
     }
 
     /// The remap asked of the region for the function and not answered.
@@ -313,10 +308,6 @@ impl NodeExecutor {
     /// and leaves once idle (then [`Command::Release`] is emitted). The
     /// simulator never pins (its functions may use any GPU).
     pub fn pin(&mut self, now: Micros, function: FunctionId, gpus: &[u32]) {
-        let i = function.0 as usize;
-        if self.pins.len() <= i {
-            self.pins.resize(i + 1, None);
-        }
         let mut set: Vec<u32> = gpus
             .iter()
             .copied()
@@ -324,7 +315,7 @@ impl NodeExecutor {
             .collect();
         set.sort_unstable();
         set.dedup();
-        self.pins[i] = Some(set);
+        self.pins.insert(function, set);
         let gpus: Vec<u32> = (0..self.config.gpus).collect();
         for g in gpus {
             let allowed = self.allowed(function, g);
@@ -351,11 +342,7 @@ impl NodeExecutor {
     /// dropped, a busy or loading one is marked to leave once idle; when
     /// nothing of it is left there, [`Command::Release`] is emitted.
     fn retire(&mut self, now: Micros, function: FunctionId, gpu: u32, to: Option<u32>) {
-        if let Some(p) = self
-            .pins
-            .get_mut(function.0 as usize)
-            .and_then(|p| p.as_mut())
-        {
+        if let Some(p) = self.pins.get_mut(function) {
             p.retain(|&g| g != gpu);
         }
         let gi = gpu as usize;
@@ -409,7 +396,7 @@ impl NodeExecutor {
             unpinned: false,
             ..inst
         });
-        if let Some(f) = self.functions[function.0 as usize].as_mut() {
+        if let Some(f) = self.functions.get_mut(function) {
             f.loading = f.loading.saturating_add(1);
         }
         self.output.push(Command::Move {
@@ -424,7 +411,7 @@ impl NodeExecutor {
     /// host memory with a host cache, see [`NodeExecutor::swap_out`]).
     fn drop_copy(&mut self, now: Micros, function: FunctionId, gpu: u32, k: usize) {
         self.gpus[gpu as usize].remove_instance(k);
-        if let Some(f) = self.functions[function.0 as usize].as_mut() {
+        if let Some(f) = self.functions.get_mut(function) {
             f.copies = f.copies.saturating_sub(1);
         }
         if self.config.rules.host_cache {
@@ -448,7 +435,7 @@ impl NodeExecutor {
     /// function a load is being made of, and its victims).
     fn swap_out(&mut self, function: FunctionId, gpu: u32, keep: &[FunctionId]) -> Micros {
         self.output.push(Command::SwapOut { function, gpu });
-        let Some(f) = self.functions[function.0 as usize].as_ref() else {
+        let Some(f) = self.functions.get(function) else {
             return 0;
         };
         if f.in_host || f.copies > 0 {
@@ -466,7 +453,7 @@ impl NodeExecutor {
     /// copy whose host copy was dropped): `true` when host memory then holds
     /// more than its capacity.
     fn restore_host_copy(&mut self, function: FunctionId) -> bool {
-        let Some(f) = self.functions[function.0 as usize].as_mut() else {
+        let Some(f) = self.functions.get_mut(function) else {
             return false;
         };
         if !self.config.rules.host_cache || f.in_host {
@@ -510,7 +497,7 @@ impl NodeExecutor {
             if !evictable(i, &rules) {
                 continue;
             }
-            let fs = self.functions[i.function.0 as usize].as_ref();
+            let fs = self.functions.get(i.function);
             let write_back = self.write_back_of(i, fs);
             any |= write_back > 0;
             scratch.push((self.victim_key_of(i, fs), k, i.mem_mib, write_back));
@@ -548,12 +535,7 @@ impl NodeExecutor {
 
     /// The region answered a remap (see [`Event::Reserved`]).
     fn reserved(&mut self, now: Micros, function: FunctionId, from: u32, to: u32, granted: bool) {
-        let Some(fs) = self
-            .functions
-            .get_mut(function.0 as usize)
-            .and_then(|f| f.as_mut())
-            .filter(|f| !f.parked)
-        else {
+        let Some(fs) = self.functions.get_mut(function).filter(|f| !f.parked) else {
             return;
         };
         if fs.reserving.is_some_and(|(a, b, _)| (a, b) == (from, to)) {
@@ -564,11 +546,7 @@ impl NodeExecutor {
         if !granted || from == to || to >= self.config.gpus {
             return;
         }
-        let Some(p) = self
-            .pins
-            .get_mut(function.0 as usize)
-            .and_then(|p| p.as_mut())
-        else {
+        let Some(p) = self.pins.get_mut(function) else {
             return;
         };
         if !p.contains(&to) {
@@ -604,7 +582,7 @@ impl NodeExecutor {
             Event::LoadFinished { function, gpu } => self.loaded(now, function, gpu),
             Event::Prefetch { function } => self.prefetch(now, function),
             Event::StartMeasured { function, start_us } => {
-                if let Some(Some(f)) = self.functions.get_mut(function.0 as usize) {
+                if let Some(f) = self.functions.get_mut(function) {
                     f.start_us = Some(start_us);
                 }
             }
@@ -640,12 +618,10 @@ impl NodeExecutor {
     pub fn next_timeout(&self) -> Option<Micros> {
         let rules = self.config.rules;
         let queues = self.gpus.iter().filter_map(|g| g.next_timeout(&rules));
-        let reservations = self
-            .functions
-            .iter()
+        let reservations = (self.open_reservations > 0)
+            .then(|| self.functions.iter().filter_map(|(_, f)| f.reserving))
+            .into_iter()
             .flatten()
-            .filter(|_| self.open_reservations > 0)
-            .filter_map(|f| f.reserving)
             .map(|(_, _, at)| at.saturating_add(RESERVE_TIMEOUT_US));
         let waiting = self.waiting.iter().map(|w| {
             // A remap back-off that ended since it was routed.
@@ -661,7 +637,7 @@ impl NodeExecutor {
     /// Forgets remaps the region did not answer within [`RESERVE_TIMEOUT_US`]
     /// (a late grant still moves: see [`Event::Reserved`]).
     fn expire_reservations(&mut self, now: Micros) {
-        for f in self.functions.iter_mut().flatten() {
+        for f in self.functions.values_mut() {
             if let Some((_, _, at)) = f.reserving {
                 if now.saturating_sub(at) >= RESERVE_TIMEOUT_US {
                     f.reserving = None;
@@ -674,26 +650,16 @@ impl NodeExecutor {
 
     /// A placed function's state (`None`: not placed here, or parked).
     fn state(&self, function: FunctionId) -> Option<&FunctionState> {
-        self.functions
-            .get(function.0 as usize)
-            .and_then(|f| f.as_ref())
-            .filter(|f| !f.parked)
+        self.functions.get(function).filter(|f| !f.parked)
     }
 
     /// A placed function's state, mutable (`None`: not placed, or parked).
     fn state_mut(&mut self, function: FunctionId) -> Option<&mut FunctionState> {
-        self.functions
-            .get_mut(function.0 as usize)
-            .and_then(|f| f.as_mut())
-            .filter(|f| !f.parked)
+        self.functions.get_mut(function).filter(|f| !f.parked)
     }
 
     fn add_function(&mut self, function: FunctionId, profile: FunctionProfile) {
-        let i = function.0 as usize;
-        if self.functions.len() <= i {
-            self.functions.resize(i + 1, None);
-        }
-        if let Some(f) = &mut self.functions[i] {
+        if let Some(f) = self.functions.get_mut(function) {
             f.profile = profile;
             if f.parked {
                 // Revived: its host copy serves the next load (a swap-in),
@@ -707,18 +673,21 @@ impl NodeExecutor {
             }
             return;
         }
-        self.functions[i] = Some(FunctionState {
-            profile,
-            in_host: false,
-            parked: false,
-            last_arrival: None,
-            mean_gap: NO_GAP,
-            copies: 0,
-            loading: 0,
-            reserving: None,
-            reserve_after: 0,
-            start_us: None,
-        });
+        self.functions.insert(
+            function,
+            FunctionState {
+                profile,
+                in_host: false,
+                parked: false,
+                last_arrival: None,
+                mean_gap: NO_GAP,
+                copies: 0,
+                loading: 0,
+                reserving: None,
+                reserve_after: 0,
+                start_us: None,
+            },
+        );
     }
 
     /// What loading `fs` onto a GPU takes now: its runtime's measured
@@ -744,11 +713,7 @@ impl NodeExecutor {
     /// The function leaves the node; with `park` (and a host copy under a
     /// host cache) its host copy stays, see [`Event::InstanceParked`].
     fn remove_function(&mut self, now: Micros, function: FunctionId, park: bool) {
-        let Some(mut fs) = self
-            .functions
-            .get_mut(function.0 as usize)
-            .and_then(|f| f.take())
-        else {
+        let Some(mut fs) = self.functions.remove(function) else {
             return;
         };
         if park && self.config.rules.host_cache && !fs.in_host && fs.copies > 0 {
@@ -770,9 +735,7 @@ impl NodeExecutor {
         if fs.reserving.is_some() {
             self.open_reservations = self.open_reservations.saturating_sub(1);
         }
-        if let Some(p) = self.pins.get_mut(function.0 as usize) {
-            *p = None;
-        }
+        self.pins.remove(function);
         let output = &mut self.output;
         self.waiting.retain(|w| {
             let gone = w.function == function;
@@ -810,7 +773,7 @@ impl NodeExecutor {
             fs.copies = busy as u32;
             fs.loading = 0;
             fs.reserving = None;
-            self.functions[function.0 as usize] = Some(fs);
+            self.functions.insert(function, fs);
         }
         if self.host_used_mib > self.config.host_memory_mib {
             // A parked copy written back may overflow host memory.
@@ -1050,7 +1013,7 @@ impl NodeExecutor {
                 .map(|c| c.gpu)
                 .or_else(|| pins.and_then(|p| p.first().copied()));
             if let Some(from) = from.filter(|_| chosen.is_none_or(|c| other.finish < c.finish)) {
-                if let Some(f) = self.functions[function.0 as usize].as_mut() {
+                if let Some(f) = self.functions.get_mut(function) {
                     f.reserving = Some((from, other.gpu, now));
                 }
                 self.open_reservations = self.open_reservations.saturating_add(1);
@@ -1179,8 +1142,8 @@ impl NodeExecutor {
                 .iter()
                 .filter(|i| evictable(i, &rules))
                 .filter(|i| {
-                    self.functions[i.function.0 as usize]
-                        .as_ref()
+                    self.functions
+                        .get(i.function)
                         .is_some_and(|f| f.copies > 1 && f.next_use() > mine)
                 })
                 .any(|i| {
@@ -1218,7 +1181,7 @@ impl NodeExecutor {
         let absent: Mib = self
             .functions
             .iter()
-            .flatten()
+            .map(|(_, f)| f)
             .filter(|f| f.copies == 0 && f.last_arrival.is_some())
             .map(|f| f.profile.memory_mib)
             .fold(0, Mib::saturating_add);
@@ -1247,10 +1210,7 @@ impl NodeExecutor {
         let slotted = rules.slots_per_gpu.is_some();
         let mut scratch = std::mem::take(&mut self.memory_scratch);
         let mut best: Option<Micros> = None;
-        let pins = self
-            .pins
-            .get(function.0 as usize)
-            .and_then(|p| p.as_deref());
+        let pins = self.pins.get(function).map(Vec::as_slice);
         for g in &self.gpus {
             // No finish here beats this bound: skip the GPU when the bound
             // is past the cutoff or no better than the best so far.
@@ -1281,7 +1241,7 @@ impl NodeExecutor {
                 g.instances
                     .iter()
                     .filter(|i| i.tier.swappable())
-                    .map(|i| self.write_back_of(i, self.functions[i.function.0 as usize].as_ref()))
+                    .map(|i| self.write_back_of(i, self.functions.get(i.function)))
                     .fold(0, Micros::saturating_add)
             } else {
                 0
@@ -1301,7 +1261,7 @@ impl NodeExecutor {
 
     /// Where an idle instance comes in the eviction order (see [`VictimKey`]).
     fn victim_key(&self, i: &Instance) -> VictimKey {
-        self.victim_key_of(i, self.functions[i.function.0 as usize].as_ref())
+        self.victim_key_of(i, self.functions.get(i.function))
     }
 
     /// [`Self::victim_key`] given its function's state `fs`.
@@ -1374,7 +1334,7 @@ impl NodeExecutor {
                 continue;
             };
             self.gpus[g].remove_instance(k);
-            if let Some(f) = self.functions[victim.0 as usize].as_mut() {
+            if let Some(f) = self.functions.get_mut(victim) {
                 f.copies -= 1;
             }
             let gpu = g as u32;
@@ -1409,8 +1369,9 @@ impl NodeExecutor {
         // written back from a GPU copy whose host copy was dropped
         // (`load_us` counts both crossings; a move too).
         self.restore_host_copy(function);
-        let fs = self.functions[function.0 as usize]
-            .as_mut()
+        let fs = self
+            .functions
+            .get_mut(function)
             .expect("routed function is placed");
         if let Some(a) = moved_from {
             let i = self.gpus[a].find(function).expect("found above");
@@ -1489,11 +1450,7 @@ impl NodeExecutor {
         candidates.extend(
             self.functions
                 .iter()
-                .enumerate()
-                .filter_map(|(k, f)| f.as_ref().map(|f| (k, f)))
-                .filter(|(k, f)| {
-                    f.in_host && *k != keep.0 as usize && also.iter().all(|c| c.0 as usize != *k)
-                })
+                .filter(|(k, f)| f.in_host && *k != keep && !also.contains(k))
                 .filter_map(|(k, f)| {
                     let key = if f.copies == 0 {
                         (1, f.last_arrival.unwrap_or(0))
@@ -1503,7 +1460,7 @@ impl NodeExecutor {
                         // A load reads the host copy now.
                         return None;
                     };
-                    Some(Reverse((key, k as u32)))
+                    Some(Reverse((key, k.0)))
                 }),
         );
         // A few are dropped out of many: a heap, not a sort.
@@ -1512,13 +1469,13 @@ impl NodeExecutor {
             let Some(Reverse((_, k))) = heap.pop() else {
                 break;
             };
-            let slot = &mut self.functions[k as usize];
-            let f = slot.as_mut().expect("listed above");
+            let k = FunctionId(k);
+            let f = self.functions.get_mut(k).expect("listed above");
             f.in_host = false;
             self.host_used_mib = self.host_used_mib.saturating_sub(f.profile.memory_mib);
             if f.parked {
                 // Nothing of it is left on the node.
-                *slot = None;
+                self.functions.remove(k);
             }
         }
         self.host_scratch = heap.into_vec();
@@ -1535,10 +1492,7 @@ impl NodeExecutor {
         let Some((mem_cost, _, reserved)) = self.footprint(&fs.profile) else {
             return;
         };
-        let pins = self
-            .pins
-            .get(function.0 as usize)
-            .and_then(|p| p.as_deref());
+        let pins = self.pins.get(function).map(Vec::as_slice);
         let Some(g) = self
             .gpus
             .iter()
@@ -1563,13 +1517,12 @@ impl NodeExecutor {
                 if g.instances[i].removing && g.instances[i].running == 0 {
                     g.remove_instance(i);
                     self.output.push(Command::Unload { function, gpu });
-                    let slot = &mut self.functions[function.0 as usize];
-                    if let Some(f) = slot.as_mut() {
+                    if let Some(f) = self.functions.get_mut(function) {
                         f.copies = f.copies.saturating_sub(1);
                         if f.parked && !f.in_host && f.copies == 0 {
                             // Its host copy moved on (`move_host_copy`):
                             // nothing of it is left on the node.
-                            *slot = None;
+                            self.functions.remove(function);
                         }
                     }
                 }
@@ -1593,7 +1546,7 @@ impl NodeExecutor {
                     it.loaded = true;
                     it.last_used = now;
                 });
-                if let Some(f) = self.functions[function.0 as usize].as_mut() {
+                if let Some(f) = self.functions.get_mut(function) {
                     f.loading -= 1;
                 }
             }

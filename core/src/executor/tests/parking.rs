@@ -226,3 +226,65 @@ fn a_busy_old_copy_unloads_under_its_old_id_after_the_host_copy_moved() {
         }]
     );
 }
+
+/// A node agent's life: every hosting under a fresh id (pinned, served,
+/// then removed, or parked and revived under the next id), beside one
+/// function hosted all along. The node keeps state for what it holds, not
+/// for every id it ever saw (it used to keep a slot per id, and its timer
+/// scanned them all).
+#[test]
+fn fresh_ids_per_hosting_leave_only_the_functions_held() {
+    let mut n = node(1, ExecutorRules::gshare(), &[Tier::Oversubscribed]);
+    let mut t = 0;
+    let mut r = 0;
+    let mut serve = |n: &mut NodeExecutor, f: u32, t: &mut Micros| {
+        r += 1;
+        let out = step(n, *t, arrive(r, f, S, *t + FAR));
+        if out.iter().any(|c| matches!(c, Command::Run { .. })) {
+            *t += S;
+        } else {
+            *t += COLD + SWAP_IN;
+            step(n, *t, loaded(f, 0));
+            *t += S;
+        }
+        step(n, *t, finished(r, 0));
+    };
+    let mut id = 1;
+    while id < 3_000 {
+        if id % 100 == 0 {
+            serve(&mut n, 0, &mut t);
+        }
+        step(&mut n, t, added(id));
+        n.pin(t, FunctionId(id), &[0]);
+        serve(&mut n, id, &mut t);
+        if id % 2 == 0 {
+            step(
+                &mut n,
+                t,
+                Event::InstanceRemoved {
+                    function: FunctionId(id),
+                },
+            );
+            id += 1;
+        } else {
+            // Parked, then revived under the next id (the agent's resume).
+            step(&mut n, t, parked(id));
+            assert!(n.move_host_copy(FunctionId(id), FunctionId(id + 1)));
+            id += 1;
+        }
+        assert!(
+            n.functions_held() <= 2,
+            "after id {id}: {}",
+            n.functions_held()
+        );
+    }
+    assert!(n.pins(FunctionId(1)).is_none());
+    assert_eq!(n.next_timeout(), None);
+    // Function 0 was never added here; the last id is still held.
+    // Function 0 (hosted by `node` from the start) and the parked last id.
+    assert_eq!(
+        n.parked().collect::<Vec<_>>(),
+        vec![(FunctionId(3_000), 4_000)]
+    );
+    assert_eq!(n.functions_held(), 2);
+}
