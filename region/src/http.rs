@@ -329,6 +329,33 @@ fn not_leader(st: &ClusterStatus) -> HttpResponse {
     answer(ApiError::not_leader(st.leader, st.leader_http.clone()))
 }
 
+/// How long a membership change (adding a learner, which waits for it to
+/// catch up; promoting it; removing a voter) may take before its answer
+/// says the outcome is unknown: it needs a quorum to commit, and without
+/// one openraft would hold the request for ever. Below the 30 s that
+/// `gsharectl cluster` waits for an answer.
+pub const MEMBERSHIP_WITHIN: std::time::Duration = std::time::Duration::from_secs(25);
+
+/// `step` (a membership change described by `what`) within
+/// [`MEMBERSHIP_WITHIN`]; past it, `502 outcome_unknown`.
+async fn membership_within<T, E: std::fmt::Display>(
+    what: &str,
+    step: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, HttpResponse> {
+    match tokio::time::timeout(MEMBERSHIP_WITHIN, step).await {
+        Ok(Ok(done)) => Ok(done),
+        Ok(Err(e)) => Err(answer(ApiError::new(
+            actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+            "membership",
+            format!("{what}: {e}"),
+        ))),
+        Err(_) => Err(answer(ApiError::outcome_unknown(format!(
+            "{what}: not done within {} s (the region may have lost its quorum, or a new replica is still catching up); it may still complete: see GET /v1/cluster, and retry if it did not",
+            MEMBERSHIP_WITHIN.as_secs()
+        )))),
+    }
+}
+
 async fn add_replica(
     req: HttpRequest,
     ctx: web::Data<HttpContext>,
@@ -361,23 +388,14 @@ async fn add_replica(
         raft_addr,
         http_addr,
     };
-    if let Err(e) = raft.add_learner(id, node, true).await {
-        return answer(ApiError::new(
-            actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
-            "membership",
-            format!("adding learner {id}: {e}"),
-        ));
+    let learner = raft.add_learner(id, node, true);
+    if let Err(refusal) = membership_within(&format!("adding learner {id}"), learner).await {
+        return refusal;
     }
-    match raft
-        .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
-        .await
-    {
+    let voter = raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false);
+    match membership_within(&format!("promoting {id} to voter"), voter).await {
         Ok(_) => HttpResponse::Ok().json(cluster_status(&ctx.replica).await),
-        Err(e) => answer(ApiError::new(
-            actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
-            "membership",
-            format!("promoting {id} to voter: {e}"),
-        )),
+        Err(refusal) => refusal,
     }
 }
 
@@ -397,18 +415,13 @@ async fn remove_replica(
     if !st.members.iter().any(|m| m.id == id) {
         return answer(ApiError::not_found(format!("replica {id} is not a member")));
     }
-    match ctx
+    let change = ctx
         .replica
         .raft
-        .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
-        .await
-    {
+        .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false);
+    match membership_within(&format!("removing {id}"), change).await {
         Ok(_) => HttpResponse::Ok().json(cluster_status(&ctx.replica).await),
-        Err(e) => answer(ApiError::new(
-            actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
-            "membership",
-            format!("removing {id}: {e}"),
-        )),
+        Err(refusal) => refusal,
     }
 }
 

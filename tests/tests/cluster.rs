@@ -444,3 +444,58 @@ fn a_rejoining_leader_whose_writes_a_snapshot_replaced_answers_them_and_writes_a
     assert!(acknowledged(&r), "{} {}", r.status, r.body);
     assert_all_on(&region, &[1, 2, 3], "stuck", &committed);
 }
+
+/// A membership change the region cannot commit (its followers paused) is
+/// answered within `MEMBERSHIP_WITHIN`, as an unknown outcome, through the
+/// operator's own command; it used to hold the request for ever (and
+/// `gsharectl` gave up at its 30 s with no answer). With the followers back
+/// the region leads and writes again.
+#[test]
+fn a_membership_change_without_a_quorum_is_answered_unknown_in_time() {
+    let _g = serial();
+    let (region, leader) = started(3).expect("3-replica region");
+    let mut acked = BTreeMap::new();
+    write_many(&region, "q", 0..3, &mut acked);
+    let others: Vec<u64> = (1..=3).filter(|id| *id != leader).collect();
+    for id in &others {
+        region.signal(*id, "STOP").expect("pause a follower");
+    }
+    let at = region.http(leader).to_string();
+    let sent = Instant::now();
+    let (ok, out) = region
+        .gsharectl(&[
+            "cluster",
+            "remove-replica",
+            "--at",
+            &at,
+            "--token",
+            TOKEN,
+            "--id",
+            &others[0].to_string(),
+        ])
+        .expect("run gsharectl");
+    let took = sent.elapsed();
+    println!("remove-replica answered after {took:?}: {out}");
+    assert!(!ok, "a change without a quorum reported done: {out}");
+    assert!(
+        out.contains("outcome_unknown") && out.contains("not done within 25 s"),
+        "{out}"
+    );
+    assert!(
+        took < gshare_region::http::MEMBERSHIP_WITHIN + Duration::from_secs(4),
+        "answered after {took:?}"
+    );
+    for id in &others {
+        region.signal(*id, "CONT").expect("resume a follower");
+    }
+    // Whether the change then completed or not, the two replicas that stay
+    // members in either case agree on a leader, and the region writes.
+    let stay = [leader, others[1]];
+    region
+        .wait_leader(&stay, LEADER_WAIT)
+        .expect("a leader again");
+    println!("a leader again after {:?}", sent.elapsed());
+    write_many(&region, "q", 3..6, &mut acked);
+    assert_all_on(&region, &stay, "q", &acked);
+    println!("written after {:?}", sent.elapsed());
+}

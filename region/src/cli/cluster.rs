@@ -59,9 +59,12 @@ fn to_leader(
     let mut at = start.clone();
     for attempt in 0..10 {
         let reply = request_to(&at, method, path, Some(token), body, TIMEOUT)?;
+        let v: serde_json::Value = serde_json::from_str(&reply.body).unwrap_or_default();
+        // A refused membership change (503 `membership`, e.g. another one in
+        // progress) is the leader's answer: shown, not retried.
+        let refused = v["error"]["code"].as_str() == Some("membership");
         match reply.status {
-            421 | 503 => {
-                let v: serde_json::Value = serde_json::from_str(&reply.body).unwrap_or_default();
+            421 | 503 if !refused => {
                 // `error.leader_http`; older replicas put it at the top level.
                 if let Some(leader) = v["error"]
                     .get("leader_http")
