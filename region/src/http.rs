@@ -83,6 +83,11 @@ pub struct ClusterStatus {
     pub purged_index: Option<u64>,
     /// Members of the current configuration.
     pub members: Vec<MemberStatus>,
+    /// A membership change is half done: its joint configuration (the old
+    /// and the new voters together) is in force, and `members` marks the
+    /// voters of both as voters. Sending the change again finishes it.
+    #[serde(default)]
+    pub joint: bool,
 }
 
 /// The body of `POST /v1/cluster/replicas`.
@@ -141,6 +146,7 @@ pub async fn cluster_status(replica: &Replica) -> ClusterStatus {
         snapshot_index: m.snapshot.map(|l| l.index),
         purged_index: m.purged.map(|l| l.index),
         members,
+        joint: membership.get_joint_config().len() > 1,
     }
 }
 
@@ -329,28 +335,63 @@ fn not_leader(st: &ClusterStatus) -> HttpResponse {
     answer(ApiError::not_leader(st.leader, st.leader_http.clone()))
 }
 
-/// How long a membership change (adding a learner, which waits for it to
-/// catch up; promoting it; removing a voter) may take before its answer
-/// says the outcome is unknown: it needs a quorum to commit, and without
-/// one openraft would hold the request for ever. Below the 30 s that
-/// `gsharectl cluster` waits for an answer.
+/// How long a membership request (adding a replica: the learner, which
+/// waits for it to catch up, then its promotion; removing a voter) may take
+/// before its answer says the outcome is unknown: a change needs a quorum
+/// to commit, and without one openraft would hold the request for ever.
+/// One deadline for the whole request, below the 30 s that `gsharectl
+/// cluster` waits for an answer.
 pub const MEMBERSHIP_WITHIN: std::time::Duration = std::time::Duration::from_secs(25);
 
-/// `step` (a membership change described by `what`) within
-/// [`MEMBERSHIP_WITHIN`]; past it, `502 outcome_unknown`.
-async fn membership_within<T, E: std::fmt::Display>(
-    what: &str,
-    step: impl std::future::Future<Output = Result<T, E>>,
-) -> Result<T, HttpResponse> {
-    match tokio::time::timeout(MEMBERSHIP_WITHIN, step).await {
-        Ok(Ok(done)) => Ok(done),
-        Ok(Err(e)) => Err(answer(ApiError::new(
+/// Why a membership change was not made.
+enum MembershipRefusal {
+    /// This replica no longer leads (its uncommitted change was dropped):
+    /// the change did not happen; send it to the leader.
+    NotLeader(Option<u64>, Option<String>),
+    /// openraft refused it (e.g. another change in progress, a stopped
+    /// Raft): nothing changed.
+    Refused(String),
+}
+
+type ChangeError =
+    openraft::error::RaftError<u64, openraft::error::ClientWriteError<u64, ReplicaNode>>;
+
+fn refusal(what: &str, e: ChangeError) -> MembershipRefusal {
+    use openraft::error::{ClientWriteError, RaftError};
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
+            MembershipRefusal::NotLeader(f.leader_id, f.leader_node.map(|n| n.http_addr))
+        }
+        other => MembershipRefusal::Refused(format!("{what}: {other}")),
+    }
+}
+
+/// Runs `change` (a membership change described by `what`) in a task of its
+/// own and waits for it up to [`MEMBERSHIP_WITHIN`]; past that, `502
+/// outcome_unknown`. The task goes on after the answer: openraft changes a
+/// membership in two commits (a joint configuration, then the final one),
+/// both made by the caller's future, so a future dropped in between would
+/// leave the region in the joint configuration for good.
+async fn membership_within(
+    what: String,
+    change: impl std::future::Future<Output = Result<(), MembershipRefusal>> + Send + 'static,
+) -> Result<(), HttpResponse> {
+    let task = tokio::spawn(change);
+    match tokio::time::timeout(MEMBERSHIP_WITHIN, task).await {
+        Ok(Ok(Ok(()))) => Ok(()),
+        Ok(Ok(Err(MembershipRefusal::NotLeader(leader, leader_http)))) => {
+            Err(answer(ApiError::not_leader(leader, leader_http)))
+        }
+        Ok(Ok(Err(MembershipRefusal::Refused(why)))) => Err(answer(ApiError::new(
             actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
             "membership",
-            format!("{what}: {e}"),
+            why,
         ))),
+        Ok(Err(join)) => Err(answer(ApiError::outcome_unknown(format!(
+            "{what}: the change's task ended without an answer ({join}); see GET /v1/cluster"
+        )))),
         Err(_) => Err(answer(ApiError::outcome_unknown(format!(
-            "{what}: not done within {} s (the region may have lost its quorum, or a new replica is still catching up); it may still complete: see GET /v1/cluster, and retry if it did not",
+            "{what}: not done within {} s (the region may have lost its quorum, or the new replica is still catching up); this replica goes on with it while it leads: see GET /v1/cluster, and send the same request again if it is not done or `joint` is true (while it is still under way the answer is 503 membership)",
             MEMBERSHIP_WITHIN.as_secs()
         )))),
     }
@@ -383,18 +424,22 @@ async fn add_replica(
             "raft_addr and http_addr must be ip:port",
         ));
     }
-    let raft = &ctx.replica.raft;
+    let raft = ctx.replica.raft.clone();
     let node = ReplicaNode {
         raft_addr,
         http_addr,
     };
-    let learner = raft.add_learner(id, node, true);
-    if let Err(refusal) = membership_within(&format!("adding learner {id}"), learner).await {
-        return refusal;
-    }
-    let voter = raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false);
-    match membership_within(&format!("promoting {id} to voter"), voter).await {
-        Ok(_) => HttpResponse::Ok().json(cluster_status(&ctx.replica).await),
+    let change = async move {
+        raft.add_learner(id, node, true)
+            .await
+            .map_err(|e| refusal(&format!("adding learner {id}"), e))?;
+        raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+            .await
+            .map_err(|e| refusal(&format!("promoting {id} to voter"), e))?;
+        Ok(())
+    };
+    match membership_within(format!("adding replica {id}"), change).await {
+        Ok(()) => HttpResponse::Ok().json(cluster_status(&ctx.replica).await),
         Err(refusal) => refusal,
     }
 }
@@ -415,12 +460,15 @@ async fn remove_replica(
     if !st.members.iter().any(|m| m.id == id) {
         return answer(ApiError::not_found(format!("replica {id} is not a member")));
     }
-    let change = ctx
-        .replica
-        .raft
-        .change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false);
-    match membership_within(&format!("removing {id}"), change).await {
-        Ok(_) => HttpResponse::Ok().json(cluster_status(&ctx.replica).await),
+    let raft = ctx.replica.raft.clone();
+    let change = async move {
+        raft.change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
+            .await
+            .map(|_| ())
+            .map_err(|e| refusal(&format!("removing {id}"), e))
+    };
+    match membership_within(format!("removing {id}"), change).await {
+        Ok(()) => HttpResponse::Ok().json(cluster_status(&ctx.replica).await),
         Err(refusal) => refusal,
     }
 }

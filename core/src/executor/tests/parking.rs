@@ -280,7 +280,6 @@ fn fresh_ids_per_hosting_leave_only_the_functions_held() {
     }
     assert!(n.pins(FunctionId(1)).is_none());
     assert_eq!(n.next_timeout(), None);
-    // Function 0 was never added here; the last id is still held.
     // Function 0 (hosted by `node` from the start) and the parked last id.
     assert_eq!(
         n.parked().collect::<Vec<_>>(),
