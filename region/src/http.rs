@@ -366,32 +366,40 @@ fn refusal(what: &str, e: ChangeError) -> MembershipRefusal {
     }
 }
 
-/// Runs `change` (a membership change described by `what`) in a task of its
-/// own and waits for it up to [`MEMBERSHIP_WITHIN`]; past that, `502
-/// outcome_unknown`. The task goes on after the answer: openraft changes a
-/// membership in two commits (a joint configuration, then the final one),
-/// both made by the caller's future, so a future dropped in between would
-/// leave the region in the joint configuration for good.
-async fn membership_within(
+/// The answer to a refused membership change.
+fn refused(r: MembershipRefusal) -> HttpResponse {
+    match r {
+        MembershipRefusal::NotLeader(leader, leader_http) => {
+            answer(ApiError::not_leader(leader, leader_http))
+        }
+        MembershipRefusal::Refused(why) => answer(ApiError::new(
+            actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+            "membership",
+            why,
+        )),
+    }
+}
+
+/// Runs `change` (a voter change described by `what`) in a task of its own
+/// and waits for it until `deadline`; past that, `502 outcome_unknown`. The
+/// task goes on after the answer: openraft changes the voters in two
+/// commits (a joint configuration, then the final one), both made by the
+/// caller's future, so a future dropped in between would leave the region
+/// in the joint configuration for good.
+async fn membership_by(
+    deadline: tokio::time::Instant,
     what: String,
     change: impl std::future::Future<Output = Result<(), MembershipRefusal>> + Send + 'static,
 ) -> Result<(), HttpResponse> {
     let task = tokio::spawn(change);
-    match tokio::time::timeout(MEMBERSHIP_WITHIN, task).await {
+    match tokio::time::timeout_at(deadline, task).await {
         Ok(Ok(Ok(()))) => Ok(()),
-        Ok(Ok(Err(MembershipRefusal::NotLeader(leader, leader_http)))) => {
-            Err(answer(ApiError::not_leader(leader, leader_http)))
-        }
-        Ok(Ok(Err(MembershipRefusal::Refused(why)))) => Err(answer(ApiError::new(
-            actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
-            "membership",
-            why,
-        ))),
+        Ok(Ok(Err(r))) => Err(refused(r)),
         Ok(Err(join)) => Err(answer(ApiError::outcome_unknown(format!(
             "{what}: the change's task ended without an answer ({join}); see GET /v1/cluster"
         )))),
         Err(_) => Err(answer(ApiError::outcome_unknown(format!(
-            "{what}: not done within {} s (the region may have lost its quorum, or the new replica is still catching up); this replica goes on with it while it leads: see GET /v1/cluster, and send the same request again if it is not done or `joint` is true (while it is still under way the answer is 503 membership)",
+            "{what}: not done within {} s (the region may have lost its quorum); this replica goes on with it while it leads: see GET /v1/cluster, and send the same request again if it is not done or `joint` is true (while it is still under way the answer is 503 membership)",
             MEMBERSHIP_WITHIN.as_secs()
         )))),
     }
@@ -424,21 +432,32 @@ async fn add_replica(
             "raft_addr and http_addr must be ip:port",
         ));
     }
+    let deadline = tokio::time::Instant::now() + MEMBERSHIP_WITHIN;
     let raft = ctx.replica.raft.clone();
     let node = ReplicaNode {
         raft_addr,
         http_addr,
     };
+    // The learner, then its catch-up, within the request: a future dropped
+    // here leaves at most the learner added (one commit), never a promotion
+    // made later without a request.
+    match tokio::time::timeout_at(deadline, raft.add_learner(id, node, true)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => return refused(refusal(&format!("adding learner {id}"), e)),
+        Err(_) => {
+            return answer(ApiError::outcome_unknown(format!(
+                "adding replica {id}: its learner was not added and caught up within {} s (the region may have lost its quorum, or the replica is still catching up, which goes on); it is not a voter: see GET /v1/cluster, and send the same request again, which promotes it once it has caught up",
+                MEMBERSHIP_WITHIN.as_secs()
+            )))
+        }
+    }
     let change = async move {
-        raft.add_learner(id, node, true)
-            .await
-            .map_err(|e| refusal(&format!("adding learner {id}"), e))?;
         raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
             .await
-            .map_err(|e| refusal(&format!("promoting {id} to voter"), e))?;
-        Ok(())
+            .map(|_| ())
+            .map_err(|e| refusal(&format!("promoting {id} to voter"), e))
     };
-    match membership_within(format!("adding replica {id}"), change).await {
+    match membership_by(deadline, format!("promoting {id} to voter"), change).await {
         Ok(()) => HttpResponse::Ok().json(cluster_status(&ctx.replica).await),
         Err(refusal) => refusal,
     }
@@ -457,17 +476,26 @@ async fn remove_replica(
         return not_leader(&st);
     }
     let id = path.into_inner();
-    if !st.members.iter().any(|m| m.id == id) {
+    let Some(member) = st.members.iter().find(|m| m.id == id) else {
         return answer(ApiError::not_found(format!("replica {id} is not a member")));
-    }
+    };
+    // A learner (added, never promoted) is no voter to remove: it is
+    // removed as a node (`RemoveVoters` of it changed nothing and answered
+    // 200).
+    let changes = if member.voter {
+        ChangeMembers::RemoveVoters(BTreeSet::from([id]))
+    } else {
+        ChangeMembers::RemoveNodes(BTreeSet::from([id]))
+    };
+    let deadline = tokio::time::Instant::now() + MEMBERSHIP_WITHIN;
     let raft = ctx.replica.raft.clone();
     let change = async move {
-        raft.change_membership(ChangeMembers::RemoveVoters(BTreeSet::from([id])), false)
+        raft.change_membership(changes, false)
             .await
             .map(|_| ())
             .map_err(|e| refusal(&format!("removing {id}"), e))
     };
-    match membership_within(format!("removing {id}"), change).await {
+    match membership_by(deadline, format!("removing {id}"), change).await {
         Ok(()) => HttpResponse::Ok().json(cluster_status(&ctx.replica).await),
         Err(refusal) => refusal,
     }

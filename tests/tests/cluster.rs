@@ -495,7 +495,7 @@ fn a_membership_change_without_a_quorum_is_answered_unknown_in_time() {
         region.signal(*id, "CONT").expect("resume a follower");
     }
     // Until a leader's view no longer has the removed replica, nor a joint
-    // configuration: send the change again where it was dropped.
+    // configuration: send the change again where it is not done.
     let stay: Vec<u64> = (1..=3).filter(|id| *id != removed).collect();
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut resent = 0;
@@ -512,11 +512,13 @@ fn a_membership_change_without_a_quorum_is_answered_unknown_in_time() {
                 .as_array()
                 .map(|m| m.iter().filter_map(|m| m["id"].as_u64()).collect())
                 .unwrap_or_default();
-            if members == stay && s["joint"] == false {
+            if members == stay && s["joint"] != true {
                 println!("removed after {:?} ({resent} sent again)", sent.elapsed());
                 break;
             }
-            if s["joint"] == false && members.contains(&removed) {
+            if members != stay {
+                // Dropped, or half done (`joint`): sent again, it finishes
+                // (a change still under way answers 503, harmless).
                 let (ok, out) = remove(*id);
                 resent += 1;
                 println!("sent again to {id}: {ok} {out}");
