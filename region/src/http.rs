@@ -446,7 +446,7 @@ async fn add_replica(
         Ok(Err(e)) => return refused(refusal(&format!("adding learner {id}"), e)),
         Err(_) => {
             return answer(ApiError::outcome_unknown(format!(
-                "adding replica {id}: its learner was not added and caught up within {} s (the region may have lost its quorum, or the replica is still catching up, which goes on); it is not a voter: see GET /v1/cluster, and send the same request again, which promotes it once it has caught up",
+                "adding replica {id}: not added and caught up within {} s (it may be a learner now, still catching up, which goes on; or the region lost its quorum); it is not a voter: see GET /v1/cluster, and send the same request again, which promotes it once it has caught up (or remove it)",
                 MEMBERSHIP_WITHIN.as_secs()
             )))
         }

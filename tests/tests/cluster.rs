@@ -534,3 +534,79 @@ fn a_membership_change_without_a_quorum_is_answered_unknown_in_time() {
     write_many(&region, "q", 3..6, &mut acked);
     assert_all_on(&region, &stay, "q", &acked);
 }
+
+/// Adding a replica that never catches up (nothing listens at its address)
+/// is answered within `MEMBERSHIP_WITHIN`, saying it is not a voter; it is
+/// then a learner, and removing it removes it (a learner used to be sent as
+/// a voter removal, which changed nothing and answered 200).
+#[test]
+fn a_replica_that_never_catches_up_is_left_a_learner_and_can_be_removed() {
+    let _g = serial();
+    let (mut region, leader) = started(3).expect("3-replica region");
+    region.add_replica_config(4).expect("config of replica 4");
+    let r4 = &region.replicas[&4];
+    let (raft4, http4) = (r4.raft_addr.to_string(), r4.http_addr.to_string());
+    let at = region.http(leader).to_string();
+    let members = |region: &TestRegion| -> Vec<(u64, bool)> {
+        region.status(leader).expect("status")["members"]
+            .as_array()
+            .expect("members")
+            .iter()
+            .filter_map(|m| Some((m["id"].as_u64()?, m["voter"].as_bool()?)))
+            .collect()
+    };
+    let sent = Instant::now();
+    let (ok, out) = region
+        .gsharectl(&[
+            "cluster",
+            "add-replica",
+            "--at",
+            &at,
+            "--token",
+            TOKEN,
+            "--id",
+            "4",
+            "--raft-addr",
+            &raft4,
+            "--http-addr",
+            &http4,
+        ])
+        .expect("run gsharectl");
+    let took = sent.elapsed();
+    println!("add-replica answered after {took:?}: {out}");
+    assert!(!ok, "a replica that cannot catch up was added: {out}");
+    assert!(
+        out.contains("outcome_unknown") && out.contains("it is not a voter"),
+        "{out}"
+    );
+    assert!(
+        took < gshare_region::http::MEMBERSHIP_WITHIN + Duration::from_secs(4),
+        "answered after {took:?}"
+    );
+    assert_eq!(
+        members(&region),
+        vec![(1, true), (2, true), (3, true), (4, false)],
+        "replica 4 a learner"
+    );
+    let (ok, out) = region
+        .gsharectl(&[
+            "cluster",
+            "remove-replica",
+            "--at",
+            &at,
+            "--token",
+            TOKEN,
+            "--id",
+            "4",
+        ])
+        .expect("run gsharectl");
+    assert!(ok, "removing the learner failed: {out}");
+    assert_eq!(
+        members(&region),
+        vec![(1, true), (2, true), (3, true)],
+        "the learner removed"
+    );
+    let mut acked = BTreeMap::new();
+    write_many(&region, "l", 0..3, &mut acked);
+    assert_all_on(&region, &[1, 2, 3], "l", &acked);
+}
