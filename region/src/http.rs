@@ -440,16 +440,43 @@ async fn add_replica(
     };
     // The learner, then its catch-up, within the request: a future dropped
     // here leaves at most the learner added (one commit), never a promotion
-    // made later without a request.
-    match tokio::time::timeout_at(deadline, raft.add_learner(id, node, true)).await {
-        Ok(Ok(_)) => {}
+    // made later without a request. Caught up means it acknowledged the
+    // entry that added it: openraft's own blocking `add_learner` calls a
+    // learner caught up while the leader's log is within its lag threshold
+    // (5,000 entries) of it, which a learner that never answered is on a
+    // young region, so an unreachable replica became a voter at once and
+    // the region needed one more replica for its quorum.
+    let unknown = || {
+        answer(ApiError::outcome_unknown(format!(
+            "adding replica {id}: not added and caught up within {} s (it may be a learner now, still catching up, which goes on; or the region lost its quorum); it is not a voter: see GET /v1/cluster, and send the same request again, which promotes it once it has caught up (or remove it)",
+            MEMBERSHIP_WITHIN.as_secs()
+        )))
+    };
+    let added = match tokio::time::timeout_at(deadline, raft.add_learner(id, node, false)).await {
+        Ok(Ok(resp)) => resp.log_id.index,
         Ok(Err(e)) => return refused(refusal(&format!("adding learner {id}"), e)),
-        Err(_) => {
-            return answer(ApiError::outcome_unknown(format!(
-                "adding replica {id}: not added and caught up within {} s (it may be a learner now, still catching up, which goes on; or the region lost its quorum); it is not a voter: see GET /v1/cluster, and send the same request again, which promotes it once it has caught up (or remove it)",
-                MEMBERSHIP_WITHIN.as_secs()
+        Err(_) => return unknown(),
+    };
+    let wait = raft.wait(None);
+    let caught_up = wait.metrics(
+        move |m| {
+            // No longer the leader: the promotion below says so.
+            m.replication.as_ref().is_none_or(|r| {
+                r.get(&id)
+                    .and_then(|matched| matched.as_ref())
+                    .is_some_and(|matched| matched.index >= added)
+            })
+        },
+        "the new learner acknowledged its addition",
+    );
+    match tokio::time::timeout_at(deadline, caught_up).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            return refused(MembershipRefusal::Refused(format!(
+                "adding learner {id}: {e}"
             )))
         }
+        Err(_) => return unknown(),
     }
     let change = async move {
         raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
