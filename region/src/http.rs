@@ -343,6 +343,11 @@ fn not_leader(st: &ClusterStatus) -> HttpResponse {
 /// cluster` waits for an answer.
 pub const MEMBERSHIP_WITHIN: std::time::Duration = std::time::Duration::from_secs(25);
 
+/// Most log entries a new replica may lag the leader by when it is
+/// promoted: with a voter down, the new configuration's quorum may need the
+/// new one, and every write would wait while it caught up further.
+const PROMOTION_LAG: u64 = 256;
+
 /// Why a membership change was not made.
 enum MembershipRefusal {
     /// This replica no longer leads (its uncommitted change was dropped):
@@ -432,6 +437,25 @@ async fn add_replica(
             "raft_addr and http_addr must be ip:port",
         ));
     }
+    // A member already: openraft keeps the addresses it has, so other ones
+    // are refused rather than silently ignored; a voter at the same ones is
+    // done.
+    if let Some(m) = st.members.iter().find(|m| m.id == id) {
+        if (m.raft_addr.as_str(), m.http_addr.as_str()) != (raft_addr.as_str(), http_addr.as_str())
+        {
+            return answer(ApiError::new(
+                actix_web::http::StatusCode::CONFLICT,
+                "membership",
+                format!(
+                    "replica {id} is a member at raft_addr {} and http_addr {}: remove it first to change its addresses",
+                    m.raft_addr, m.http_addr
+                ),
+            ));
+        }
+        if m.voter {
+            return HttpResponse::Ok().json(st);
+        }
+    }
     let deadline = tokio::time::Instant::now() + MEMBERSHIP_WITHIN;
     let raft = ctx.replica.raft.clone();
     let node = ReplicaNode {
@@ -441,7 +465,8 @@ async fn add_replica(
     // The learner, then its catch-up, within the request: a future dropped
     // here leaves at most the learner added (one commit), never a promotion
     // made later without a request. Caught up means it acknowledged the
-    // entry that added it: openraft's own blocking `add_learner` calls a
+    // entry that added it and is within `PROMOTION_LAG` entries of the
+    // leader's log: openraft's own blocking `add_learner` calls a
     // learner caught up while the leader's log is within its lag threshold
     // (5,000 entries) of it, which a learner that never answered is on a
     // young region, so an unreachable replica became a voter at once and
@@ -460,16 +485,29 @@ async fn add_replica(
     let wait = raft.wait(None);
     let caught_up = wait.metrics(
         move |m| {
-            // No longer the leader: the promotion below says so.
+            // No longer the leader: answered below.
             m.replication.as_ref().is_none_or(|r| {
                 r.get(&id)
                     .and_then(|matched| matched.as_ref())
-                    .is_some_and(|matched| matched.index >= added)
+                    .is_some_and(|matched| {
+                        matched.index >= added
+                            && m.last_log_index.unwrap_or(0).saturating_sub(matched.index)
+                                <= PROMOTION_LAG
+                    })
             })
         },
         "the new learner acknowledged its addition",
     );
     match tokio::time::timeout_at(deadline, caught_up).await {
+        Ok(Ok(m)) if m.replication.is_none() => {
+            let leader_http = m.current_leader.and_then(|l| {
+                m.membership_config
+                    .membership()
+                    .get_node(&l)
+                    .map(|n| n.http_addr.clone())
+            });
+            return refused(MembershipRefusal::NotLeader(m.current_leader, leader_http));
+        }
         Ok(Ok(_)) => {}
         Ok(Err(e)) => {
             return refused(MembershipRefusal::Refused(format!(
