@@ -10,7 +10,12 @@
 //! `--value-bytes` value), that returns once the write is committed and
 //! applied (the leader batches concurrent proposals into Raft entries).
 //! Latency is from send to the acknowledgement. The last stdout line is
-//! `writes_per_sec=<N> p50_ms=<x> p99_ms=<y>` for the three replicas.
+//! `writes_per_sec=<N> p50_ms=<x> p99_ms=<y>` for the three replicas. Each
+//! run's line also says the CPU this process used over the measured
+//! seconds (`cpu_cores`, replicas and clients together, from
+//! `/proc/self/stat`) and that CPU per acknowledged write
+//! (`cpu_us_per_write`): on a machine whose cores are all busy, the rate is
+//! the cores over that CPU per write.
 //!
 //! `--placements` measures function deploys instead: a synthetic topology of
 //! `--nodes` nodes (default 1,000) × 8 GPUs (80 GiB) and one tenant with a
@@ -270,6 +275,41 @@ struct Figures {
     p50_ms: f64,
     p99_ms: f64,
     errors: u64,
+    /// CPU this process used over the measured seconds (replicas and
+    /// clients together), in cores; `None` where `/proc` cannot tell.
+    cores: Option<f64>,
+}
+
+impl Figures {
+    /// CPU microseconds this process spent per acknowledged write (the
+    /// replicas, the clients and, with `--placements`, the untimed deletes).
+    fn cpu_us_per_write(&self) -> Option<f64> {
+        self.cores.map(|c| c * 1e6 / self.writes_per_sec.max(1e-9))
+    }
+
+    /// `cores=<c> cpu_us_per_write=<u>`, or nothing where unknown.
+    fn cpu(&self) -> String {
+        match (self.cores, self.cpu_us_per_write()) {
+            (Some(c), Some(u)) => format!(" cpu_cores={c:.2} cpu_us_per_write={u:.0}"),
+            _ => String::new(),
+        }
+    }
+}
+
+/// CPU time this process has used (user plus system), from
+/// `/proc/self/stat` (in its clock ticks, 100 per second on Linux).
+fn process_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces): state is
+    // field 3, utime 14, stime 15.
+    let rest = stat.get(stat.rfind(')')?.checked_add(1)?..)?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = f
+        .get(11)?
+        .parse::<u64>()
+        .ok()?
+        .checked_add(f.get(12)?.parse::<u64>().ok()?)?;
+    Some(Duration::from_millis(ticks.checked_mul(10)?))
 }
 
 fn free_addrs() -> anyhow::Result<(SocketAddr, SocketAddr)> {
@@ -459,6 +499,14 @@ async fn drive(
     let begin = Instant::now();
     let (from, until) = (begin + warmup, begin + warmup + measure);
     let value = "x".repeat(args.value_bytes);
+    // The process's CPU over the measured seconds.
+    let cpu = tokio::spawn(async move {
+        tokio::time::sleep_until(from.into()).await;
+        let a = process_cpu();
+        tokio::time::sleep_until(until.into()).await;
+        let b = process_cpu();
+        a.zip(b).and_then(|(a, b)| b.checked_sub(a))
+    });
     let mut tasks = Vec::new();
     for c in 0..args.clients {
         let value = value.clone();
@@ -546,11 +594,17 @@ async fn drive(
         let i = ((all.len() as f64 - 1.0) * p).round() as usize;
         all[i].as_secs_f64() * 1e3
     };
+    let cores = cpu
+        .await
+        .ok()
+        .flatten()
+        .map(|used| used.as_secs_f64() / measure.as_secs_f64());
     Ok(Figures {
         writes_per_sec: all.len() as f64 / measure.as_secs_f64(),
         p50_ms: pct(0.50),
         p99_ms: pct(0.99),
         errors,
+        cores,
     })
 }
 
@@ -619,8 +673,8 @@ fn main() -> anyhow::Result<()> {
             stop_region(running).await;
             let label = if n == 1 { "baseline (1 replica, no peers)" } else { "region (3 replicas, QUIC+mTLS)" };
             println!(
-                "{label}: {unit}={:.0} p50_ms={:.2} p99_ms={:.2} errors={}",
-                f.writes_per_sec, f.p50_ms, f.p99_ms, f.errors
+                "{label}: {unit}={:.0} p50_ms={:.2} p99_ms={:.2} errors={}{}",
+                f.writes_per_sec, f.p50_ms, f.p99_ms, f.errors, f.cpu()
             );
             figures.push(f);
         }
@@ -641,8 +695,8 @@ fn main() -> anyhow::Result<()> {
             stop_region(running).await;
             let plain = &figures[1];
             println!(
-                "region (3 replicas, API over HTTPS): {unit}={:.0} p50_ms={:.2} p99_ms={:.2} errors={}",
-                f.writes_per_sec, f.p50_ms, f.p99_ms, f.errors
+                "region (3 replicas, API over HTTPS): {unit}={:.0} p50_ms={:.2} p99_ms={:.2} errors={}{}",
+                f.writes_per_sec, f.p50_ms, f.p99_ms, f.errors, f.cpu()
             );
             println!(
                 "https: throughput_ratio={:.3} p99_ratio={:.3} (http {:.0}/s p99 {:.2} ms; https {:.0}/s p99 {:.2} ms)",
@@ -660,6 +714,9 @@ fn main() -> anyhow::Result<()> {
             region.writes_per_sec / base.writes_per_sec.max(1e-9),
             region.p99_ms / base.p99_ms.max(1e-9)
         );
+        if let (Some(b), Some(r)) = (base.cpu_us_per_write(), region.cpu_us_per_write()) {
+            println!("ratio 3 replicas / 1 replica: CPU per write {:.2}x", r / b.max(1e-9));
+        }
         if args.placements {
             println!(
                 "{unit}={:.0} p50_ms={:.2} p99_ms={:.2} gpus_used={} gpus_used_full_scan={}",
