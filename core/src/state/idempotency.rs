@@ -15,12 +15,19 @@
 //! bounded per tenant: a record lives [`KEY_WINDOW_MS`] (by the leader's
 //! stamped clock, so every replica evicts the same records) and a tenant
 //! holds at most [`MAX_KEYS_PER_TENANT`] records (the oldest go first).
-//! Plain serde types (a map and a queue), so they encode with bincode 2.
+//! Every record is a record of the last window's writes: each new record
+//! first forgets the expired ones of every tenant (not only its own), so a
+//! tenant that stopped writing, or was deleted, keeps nothing past the
+//! window once anyone writes again, and the table holds at most the keyed
+//! writes of the last [`KEY_WINDOW_MS`] (and the cap per tenant).
+//! Plain serde types (a map and a queue), so they encode with bincode 2;
+//! the order of tenants by their oldest record is derived, rebuilt when
+//! the table is decoded.
 
 use super::applied::Applied;
 use crate::model::TenantId;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// How long a key's outcome is kept, ms (one hour).
 pub const KEY_WINDOW_MS: u64 = 60 * 60 * 1000;
@@ -71,12 +78,61 @@ pub enum KeyLookup {
 
 /// Every tenant's recorded keys (part of the replicated state).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(from = "Recorded")]
 pub struct IdempotencyTable {
     tenants: BTreeMap<TenantId, TenantKeys>,
+    /// (when its oldest record was made, tenant) for every tenant that
+    /// holds a record: where to look for expired records. Derived from
+    /// `tenants`: not encoded, rebuilt on decoding.
+    #[serde(skip_serializing)]
+    fronts: BTreeSet<(u64, TenantId)>,
+}
+
+/// What an [`IdempotencyTable`] encodes (the same fields, in the same
+/// order, as before its derived part existed).
+#[derive(Deserialize)]
+struct Recorded {
+    tenants: BTreeMap<TenantId, TenantKeys>,
+}
+
+impl From<Recorded> for IdempotencyTable {
+    fn from(r: Recorded) -> Self {
+        let fronts = r
+            .tenants
+            .iter()
+            .filter_map(|(tenant, t)| front_of(t).map(|at| (at, tenant.clone())))
+            .collect();
+        IdempotencyTable {
+            tenants: r.tenants,
+            fronts,
+        }
+    }
 }
 
 fn live(r: &KeyRecord, now: u64) -> bool {
     r.at_ms.saturating_add(KEY_WINDOW_MS) >= now
+}
+
+/// When the oldest record of `t` (the front of its queue) was made.
+fn front_of(t: &TenantKeys) -> Option<u64> {
+    t.order
+        .front()
+        .and_then(|k| t.records.get(k))
+        .map(|r| r.at_ms)
+}
+
+/// Forgets the expired records at the front of `t`'s queue and, while it
+/// holds `keep_below` or more, its oldest ones.
+fn trim(t: &mut TenantKeys, now: u64, keep_below: usize) {
+    while let Some(oldest) = t.order.front() {
+        let expired = t.records.get(oldest).is_none_or(|r| !live(r, now));
+        if !expired && t.order.len() < keep_below {
+            break;
+        }
+        if let Some(k) = t.order.pop_front() {
+            t.records.remove(&k);
+        }
+    }
 }
 
 impl IdempotencyTable {
@@ -94,8 +150,8 @@ impl IdempotencyTable {
         }
     }
 
-    /// Records `outcome` under `key`, first forgetting `tenant`'s expired
-    /// records and, at the cap, its oldest.
+    /// Records `outcome` under `key`, first forgetting every tenant's
+    /// expired records and, at the cap, `tenant`'s oldest.
     pub fn record(
         &mut self,
         tenant: &TenantId,
@@ -104,19 +160,15 @@ impl IdempotencyTable {
         outcome: Applied,
         now: u64,
     ) {
+        self.forget_expired(now);
         let t = self.tenants.entry(tenant.clone()).or_default();
+        if let Some(at) = front_of(t) {
+            self.fronts.remove(&(at, tenant.clone()));
+        }
         if t.records.remove(&key).is_some() {
             t.order.retain(|k| *k != key);
         }
-        while let Some(oldest) = t.order.front() {
-            let expired = t.records.get(oldest).is_none_or(|r| !live(r, now));
-            if !expired && t.order.len() < MAX_KEYS_PER_TENANT {
-                break;
-            }
-            if let Some(k) = t.order.pop_front() {
-                t.records.remove(&k);
-            }
-        }
+        trim(t, now, MAX_KEYS_PER_TENANT);
         t.records.insert(
             key.clone(),
             KeyRecord {
@@ -126,6 +178,38 @@ impl IdempotencyTable {
             },
         );
         t.order.push_back(key);
+        if let Some(at) = front_of(t) {
+            self.fronts.insert((at, tenant.clone()));
+        }
+    }
+
+    /// Forgets the expired records at the front of every tenant's queue
+    /// (a tenant left with none is dropped), oldest first: a step per
+    /// record forgotten, plus one look at the oldest that stays.
+    fn forget_expired(&mut self, now: u64) {
+        while let Some((at, tenant)) = self.fronts.first().cloned() {
+            if at.saturating_add(KEY_WINDOW_MS) >= now {
+                break;
+            }
+            self.fronts.pop_first();
+            let Some(t) = self.tenants.get_mut(&tenant) else {
+                continue;
+            };
+            trim(t, now, usize::MAX);
+            match front_of(t) {
+                Some(at) => {
+                    self.fronts.insert((at, tenant));
+                }
+                None => {
+                    self.tenants.remove(&tenant);
+                }
+            }
+        }
+    }
+
+    /// Tenants holding a record (expired ones included until forgotten).
+    pub fn tenants_held(&self) -> usize {
+        self.tenants.len()
     }
 
     /// Keys recorded for `tenant` (expired ones included until evicted).
@@ -141,6 +225,14 @@ impl IdempotencyTable {
     /// Checks that each tenant's queue and map name the same keys and stay
     /// within the cap.
     pub fn check(&self) -> Result<(), String> {
+        let fronts: BTreeSet<(u64, TenantId)> = self
+            .tenants
+            .iter()
+            .filter_map(|(tenant, t)| front_of(t).map(|at| (at, tenant.clone())))
+            .collect();
+        if fronts != self.fronts {
+            return Err("idempotency keys: the tenants' oldest records are indexed wrong".into());
+        }
         for (tenant, t) in &self.tenants {
             if t.order.len() != t.records.len()
                 || t.order.iter().any(|k| !t.records.contains_key(k))
@@ -209,6 +301,117 @@ mod tests {
             KeyLookup::Replay(applied(10))
         );
         table.check().unwrap();
+    }
+
+    #[test]
+    fn a_tenant_that_stopped_writing_keeps_nothing_past_the_window() {
+        let (gone, quiet, busy) = (
+            TenantId("gone".into()),
+            TenantId("quiet".into()),
+            TenantId("busy".into()),
+        );
+        let mut table = IdempotencyTable::default();
+        for i in 0..100 {
+            table.record(&gone, format!("g{i}"), "f".into(), applied(i), 1_000);
+        }
+        table.record(&quiet, "q".into(), "f".into(), applied(0), 2_000);
+        table.record(&busy, "b0".into(), "f".into(), applied(0), 3_000);
+        assert_eq!(table.tenants_held(), 3);
+        // Within the window of every record, nothing is forgotten.
+        table.record(
+            &busy,
+            "b1".into(),
+            "f".into(),
+            applied(1),
+            1_000 + KEY_WINDOW_MS,
+        );
+        assert_eq!((table.len(&gone), table.len(&quiet)), (100, 1));
+        // Another tenant's write past `gone`'s window forgets all of it (the
+        // tenant too), and `quiet`'s once past its own.
+        table.record(
+            &busy,
+            "b2".into(),
+            "f".into(),
+            applied(2),
+            1_001 + KEY_WINDOW_MS,
+        );
+        assert_eq!((table.len(&gone), table.len(&quiet)), (0, 1));
+        assert_eq!(table.tenants_held(), 2);
+        table.record(
+            &busy,
+            "b3".into(),
+            "f".into(),
+            applied(3),
+            3_001 + KEY_WINDOW_MS,
+        );
+        assert_eq!(table.tenants_held(), 1);
+        assert_eq!(
+            table.len(&busy),
+            3,
+            "b0 is forgotten, b1 to b3 are inside the window"
+        );
+        table.check().unwrap();
+    }
+
+    #[test]
+    fn the_table_holds_only_the_windows_records_whatever_the_order_of_tenants() {
+        // Many tenants, a record each now and then, times that sometimes go
+        // back (a new leader's clock): after each record, every tenant's
+        // oldest record is inside the window (or newer than one kept
+        // behind it), and the index of oldest records matches the queues.
+        let mut table = IdempotencyTable::default();
+        let mut rng = crate::rng::Rng::new(7);
+        let mut now = 0u64;
+        for i in 0..20_000u64 {
+            now = (now + rng.below(600_000)).saturating_sub(rng.below(20_000));
+            let t = TenantId(format!("t{}", rng.below(300)));
+            table.record(&t, format!("k{i}"), "f".into(), applied(i), now);
+            if i % 97 == 0 {
+                table.check().unwrap();
+            }
+            if let Some((at, _)) = table.fronts.first() {
+                assert!(
+                    at.saturating_add(KEY_WINDOW_MS) >= now,
+                    "an expired record is kept at {i}"
+                );
+            }
+        }
+        table.check().unwrap();
+        assert!(table.tenants_held() < 300, "idle tenants are dropped");
+    }
+
+    #[test]
+    fn the_encoding_is_unchanged_and_decoding_rebuilds_the_index() {
+        #[derive(Serialize)]
+        struct Before<'a> {
+            tenants: &'a BTreeMap<TenantId, TenantKeys>,
+        }
+        let mut table = IdempotencyTable::default();
+        for (i, name) in ["a", "b", "c"].iter().enumerate() {
+            let t = TenantId((*name).into());
+            table.record(
+                &t,
+                format!("k{i}"),
+                "f".into(),
+                applied(i as u64),
+                10 * i as u64,
+            );
+        }
+        let config = bincode::config::standard();
+        let bytes = bincode::serde::encode_to_vec(&table, config).unwrap();
+        let before = bincode::serde::encode_to_vec(
+            Before {
+                tenants: &table.tenants,
+            },
+            config,
+        )
+        .unwrap();
+        assert_eq!(bytes, before);
+        let (back, _): (IdempotencyTable, usize) =
+            bincode::serde::decode_from_slice(&bytes, config).unwrap();
+        assert_eq!(back, table);
+        back.check().unwrap();
+        assert_eq!(back.fronts.len(), 3);
     }
 
     #[test]
