@@ -306,8 +306,13 @@ impl NodeExecutor {
     /// instances' slices on this node): from now on its copies are loaded
     /// only there. A copy on a GPU no longer listed takes no new request
     /// and leaves once idle (then [`Command::Release`] is emitted). The
-    /// simulator never pins (its functions may use any GPU).
+    /// simulator never pins (its functions may use any GPU). A function
+    /// this node does not hold is not pinned (its removal, which drops a
+    /// pin, would never come, and the pin would outlive it).
     pub fn pin(&mut self, now: Micros, function: FunctionId, gpus: &[u32]) {
+        if self.functions.get(function).is_none() {
+            return;
+        }
         let mut set: Vec<u32> = gpus
             .iter()
             .copied()

@@ -204,3 +204,14 @@ fn a_gpu_dropped_from_the_pins_is_left_once_idle() {
     assert_eq!(step(&mut n, COLD + S, finished(1, 1)), vec![]);
     assert_eq!(n.gpu(1).resident().collect::<Vec<_>>(), vec![FunctionId(0)]);
 }
+
+#[test]
+fn a_function_not_held_is_not_pinned() {
+    let mut n = node(2, ExecutorRules::gshare(), &[Tier::Guaranteed]);
+    n.pin(0, FunctionId(7), &[1]);
+    assert_eq!(n.pins(FunctionId(7)), None);
+    assert_eq!(n.take_commands(), vec![]);
+    // A held one is.
+    n.pin(0, FunctionId(0), &[1]);
+    assert_eq!(n.pins(FunctionId(0)), Some(&[1][..]));
+}
