@@ -385,6 +385,36 @@ fn refused(r: MembershipRefusal) -> HttpResponse {
     }
 }
 
+/// The answer to a refusal that came after replica `id` was added as a
+/// learner (its addition committed at log index `added`): the same status
+/// and code as [`refused`], so a client follows a `not_leader` as before,
+/// but the message says what did happen (sending the request again
+/// promotes it once it has caught up; removing it undoes it).
+fn refused_after_learner(id: u64, added: u64, r: MembershipRefusal) -> HttpResponse {
+    answer(after_learner(id, added, r))
+}
+
+/// The error of [`refused_after_learner`].
+fn after_learner(id: u64, added: u64, r: MembershipRefusal) -> ApiError {
+    let done = format!(
+        "replica {id} was added as a learner (committed at log index {added}) but not promoted to voter"
+    );
+    let again = "send the same request again to promote it once it has caught up, or remove it";
+    match r {
+        MembershipRefusal::NotLeader(leader, leader_http) => {
+            let mut e = ApiError::not_leader(leader, leader_http);
+            e.message =
+                format!("{done}: this replica lost its leadership; {again} (at the leader)");
+            e
+        }
+        MembershipRefusal::Refused(why) => ApiError::new(
+            actix_web::http::StatusCode::SERVICE_UNAVAILABLE,
+            "membership",
+            format!("{done}: {why}; {again}"),
+        ),
+    }
+}
+
 /// Runs `change` (a voter change described by `what`) in a task of its own
 /// and waits for it until `deadline`; past that, `502 outcome_unknown`. The
 /// task goes on after the answer: openraft changes the voters in two
@@ -395,19 +425,27 @@ async fn membership_by(
     deadline: tokio::time::Instant,
     what: String,
     change: impl std::future::Future<Output = Result<(), MembershipRefusal>> + Send + 'static,
-) -> Result<(), HttpResponse> {
+) -> Result<(), ChangeFailure> {
     let task = tokio::spawn(change);
     match tokio::time::timeout_at(deadline, task).await {
         Ok(Ok(Ok(()))) => Ok(()),
-        Ok(Ok(Err(r))) => Err(refused(r)),
-        Ok(Err(join)) => Err(answer(ApiError::outcome_unknown(format!(
+        Ok(Ok(Err(r))) => Err(ChangeFailure::Refused(r)),
+        Ok(Err(join)) => Err(ChangeFailure::Unknown(answer(ApiError::outcome_unknown(format!(
             "{what}: the change's task ended without an answer ({join}); see GET /v1/cluster"
-        )))),
-        Err(_) => Err(answer(ApiError::outcome_unknown(format!(
+        ))))),
+        Err(_) => Err(ChangeFailure::Unknown(answer(ApiError::outcome_unknown(format!(
             "{what}: not done within {} s (the region may have lost its quorum); this replica goes on with it while it leads: see GET /v1/cluster, and send the same request again if it is not done or `joint` is true (while it is still under way the answer is 503 membership)",
             MEMBERSHIP_WITHIN.as_secs()
-        )))),
+        ))))),
     }
+}
+
+/// How a voter change run by [`membership_by`] failed.
+enum ChangeFailure {
+    /// openraft refused it.
+    Refused(MembershipRefusal),
+    /// Its outcome is unknown: the answer says so.
+    Unknown(HttpResponse),
 }
 
 async fn add_replica(
@@ -506,13 +544,19 @@ async fn add_replica(
                     .get_node(&l)
                     .map(|n| n.http_addr.clone())
             });
-            return refused(MembershipRefusal::NotLeader(m.current_leader, leader_http));
+            return refused_after_learner(
+                id,
+                added,
+                MembershipRefusal::NotLeader(m.current_leader, leader_http),
+            );
         }
         Ok(Ok(_)) => {}
         Ok(Err(e)) => {
-            return refused(MembershipRefusal::Refused(format!(
-                "adding learner {id}: {e}"
-            )))
+            return refused_after_learner(
+                id,
+                added,
+                MembershipRefusal::Refused(format!("waiting for it to catch up: {e}")),
+            )
         }
         Err(_) => return unknown(),
     }
@@ -524,7 +568,8 @@ async fn add_replica(
     };
     match membership_by(deadline, format!("promoting {id} to voter"), change).await {
         Ok(()) => HttpResponse::Ok().json(cluster_status(&ctx.replica).await),
-        Err(refusal) => refusal,
+        Err(ChangeFailure::Refused(r)) => refused_after_learner(id, added, r),
+        Err(ChangeFailure::Unknown(resp)) => resp,
     }
 }
 
@@ -562,7 +607,8 @@ async fn remove_replica(
     };
     match membership_by(deadline, format!("removing {id}"), change).await {
         Ok(()) => HttpResponse::Ok().json(cluster_status(&ctx.replica).await),
-        Err(refusal) => refusal,
+        Err(ChangeFailure::Refused(r)) => refused(r),
+        Err(ChangeFailure::Unknown(resp)) => resp,
     }
 }
 
@@ -614,4 +660,37 @@ pub fn server(
         None => server.bind(addr)?,
     };
     Ok(server.run())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_after_the_learner_was_added_says_it_was() {
+        // Leadership lost while it caught up: still a 421 that clients
+        // follow, no longer "the change did not happen".
+        let e = after_learner(4, 17, MembershipRefusal::NotLeader(Some(2), None));
+        assert_eq!((e.status.as_u16(), e.code), (421, "not_leader"));
+        assert!(
+            e.message
+                .starts_with("replica 4 was added as a learner (committed at log index 17)"),
+            "{}",
+            e.message
+        );
+        // The promotion refused: 503 as any refused change, saying what stays.
+        let e = after_learner(
+            4,
+            17,
+            MembershipRefusal::Refused("promoting 4 to voter: in progress".into()),
+        );
+        assert_eq!((e.status.as_u16(), e.code), (503, "membership"));
+        assert!(
+            e.message.contains("was added as a learner"),
+            "{}",
+            e.message
+        );
+        assert!(e.message.contains("promoting 4 to voter: in progress"));
+        assert!(e.message.contains("send the same request again"));
+    }
 }
