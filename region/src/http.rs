@@ -385,21 +385,71 @@ fn refused(r: MembershipRefusal) -> HttpResponse {
     }
 }
 
-/// The answer to a refusal that came after replica `id` was added as a
-/// learner (its addition committed at log index `added`): the same status
-/// and code as [`refused`], so a client follows a `not_leader` as before,
-/// but the message says what did happen (sending the request again
-/// promotes it once it has caught up; removing it undoes it).
-fn refused_after_learner(id: u64, added: u64, r: MembershipRefusal) -> HttpResponse {
-    answer(after_learner(id, added, r))
+/// Where an add left replica `id` when it was refused: what the answer
+/// says happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AddLeft {
+    /// Added as a learner, its addition committed at this log index, and
+    /// not promoted (not a voter in any configuration).
+    Learner(u64),
+    /// A voter of a joint configuration: the promotion is half done.
+    JointVoter,
+    /// A voter (the refusal came after the promotion took effect).
+    Voter,
+    /// Not a voter; nothing was added by this request (it only promoted).
+    NotVoter,
 }
 
-/// The error of [`refused_after_learner`].
-fn after_learner(id: u64, added: u64, r: MembershipRefusal) -> ApiError {
-    let done = format!(
-        "replica {id} was added as a learner (committed at log index {added}) but not promoted to voter"
-    );
-    let again = "send the same request again to promote it once it has caught up, or remove it";
+impl AddLeft {
+    /// Where `raft`'s latest membership has `id`, after this request added
+    /// it as a learner at `added` (`None`: it did not add it).
+    fn now(
+        raft: &openraft::Raft<gshare_raft_store::TypeConfig>,
+        id: u64,
+        added: Option<u64>,
+    ) -> Self {
+        let m = raft.metrics().borrow().membership_config.clone();
+        let membership = m.membership();
+        if membership.voter_ids().any(|v| v == id) {
+            if membership.get_joint_config().len() > 1 {
+                AddLeft::JointVoter
+            } else {
+                AddLeft::Voter
+            }
+        } else {
+            added.map_or(AddLeft::NotVoter, AddLeft::Learner)
+        }
+    }
+}
+
+/// The answer to a refusal that came after this request changed the
+/// membership (added replica `id` as a learner, or began its promotion):
+/// the same status and code as [`refused`], so a client follows a
+/// `not_leader` as before, but the message says where it left the replica.
+fn refused_after_add(id: u64, left: AddLeft, r: MembershipRefusal) -> HttpResponse {
+    answer(after_add(id, left, r))
+}
+
+/// The error of [`refused_after_add`].
+fn after_add(id: u64, left: AddLeft, r: MembershipRefusal) -> ApiError {
+    let (done, again) = match left {
+        AddLeft::Learner(added) => (
+            format!("replica {id} was added as a learner (committed at log index {added}) but not promoted to voter"),
+            "send the same request again to promote it once it has caught up, or remove it",
+        ),
+        AddLeft::JointVoter => (
+            format!("replica {id} is a voter of a joint configuration (its promotion is half done)"),
+            "send the same request again to finish it (GET /v1/cluster shows `joint`)",
+        ),
+        AddLeft::Voter => (
+            format!("replica {id} is a voter (the refusal came after its promotion)"),
+            "see GET /v1/cluster",
+        ),
+        AddLeft::NotVoter => (
+            format!("replica {id} is not a voter"),
+            "send the same request again",
+        ),
+    };
     match r {
         MembershipRefusal::NotLeader(leader, leader_http) => {
             let mut e = ApiError::not_leader(leader, leader_http);
@@ -490,16 +540,50 @@ async fn add_replica(
                 ),
             ));
         }
-        if m.voter {
+        // A voter of a joint configuration (a promotion or a removal half
+        // done): the promotion below finishes it; it is no voter yet.
+        if m.voter && !st.joint {
             return HttpResponse::Ok().json(st);
         }
     }
     let deadline = tokio::time::Instant::now() + MEMBERSHIP_WITHIN;
     let raft = ctx.replica.raft.clone();
-    let node = ReplicaNode {
-        raft_addr,
-        http_addr,
+    let added = if st.members.iter().any(|m| m.id == id && m.voter) {
+        None
+    } else {
+        let node = ReplicaNode {
+            raft_addr,
+            http_addr,
+        };
+        match add_learner_caught_up(&raft, id, node, deadline).await {
+            Ok(added) => Some(added),
+            Err(resp) => return resp,
+        }
     };
+    let change = async move {
+        raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
+            .await
+            .map(|_| ())
+            .map_err(|e| refusal(&format!("promoting {id} to voter"), e))
+    };
+    match membership_by(deadline, format!("promoting {id} to voter"), change).await {
+        Ok(()) => HttpResponse::Ok().json(cluster_status(&ctx.replica).await),
+        Err(ChangeFailure::Refused(r)) => {
+            refused_after_add(id, AddLeft::now(&ctx.replica.raft, id, added), r)
+        }
+        Err(ChangeFailure::Unknown(resp)) => resp,
+    }
+}
+
+/// Adds replica `id` at `node` as a learner and waits, until `deadline`,
+/// for it to catch up; the log index its addition committed at, or the
+/// answer to give.
+async fn add_learner_caught_up(
+    raft: &openraft::Raft<gshare_raft_store::TypeConfig>,
+    id: u64,
+    node: ReplicaNode,
+    deadline: tokio::time::Instant,
+) -> Result<u64, HttpResponse> {
     // The learner, then its catch-up, within the request: a future dropped
     // here leaves at most the learner added (one commit), never a promotion
     // made later without a request. Caught up means it acknowledged the
@@ -509,16 +593,15 @@ async fn add_replica(
     // (5,000 entries) of it, which a learner that never answered is on a
     // young region, so an unreachable replica became a voter at once and
     // the region needed one more replica for its quorum.
-    let unknown = || {
-        answer(ApiError::outcome_unknown(format!(
-            "adding replica {id}: not added and caught up within {} s (it may be a learner now, still catching up, which goes on; or the region lost its quorum); it is not a voter: see GET /v1/cluster, and send the same request again, which promotes it once it has caught up (or remove it)",
-            MEMBERSHIP_WITHIN.as_secs()
-        )))
-    };
     let added = match tokio::time::timeout_at(deadline, raft.add_learner(id, node, false)).await {
         Ok(Ok(resp)) => resp.log_id.index,
-        Ok(Err(e)) => return refused(refusal(&format!("adding learner {id}"), e)),
-        Err(_) => return unknown(),
+        Ok(Err(e)) => return Err(refused(refusal(&format!("adding learner {id}"), e))),
+        Err(_) => {
+            return Err(answer(ApiError::outcome_unknown(format!(
+                "adding replica {id}: its addition as a learner was not committed within {} s (the region may have lost its quorum; if it commits, the learner catches up meanwhile); it is not a voter: see GET /v1/cluster, and send the same request again, which promotes it once it has caught up (or remove it)",
+                MEMBERSHIP_WITHIN.as_secs()
+            ))))
+        }
     };
     let wait = raft.wait(None);
     let caught_up = wait.metrics(
@@ -544,32 +627,22 @@ async fn add_replica(
                     .get_node(&l)
                     .map(|n| n.http_addr.clone())
             });
-            return refused_after_learner(
+            Err(refused_after_add(
                 id,
-                added,
+                AddLeft::Learner(added),
                 MembershipRefusal::NotLeader(m.current_leader, leader_http),
-            );
+            ))
         }
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => {
-            return refused_after_learner(
-                id,
-                added,
-                MembershipRefusal::Refused(format!("waiting for it to catch up: {e}")),
-            )
-        }
-        Err(_) => return unknown(),
-    }
-    let change = async move {
-        raft.change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), false)
-            .await
-            .map(|_| ())
-            .map_err(|e| refusal(&format!("promoting {id} to voter"), e))
-    };
-    match membership_by(deadline, format!("promoting {id} to voter"), change).await {
-        Ok(()) => HttpResponse::Ok().json(cluster_status(&ctx.replica).await),
-        Err(ChangeFailure::Refused(r)) => refused_after_learner(id, added, r),
-        Err(ChangeFailure::Unknown(resp)) => resp,
+        Ok(Ok(_)) => Ok(added),
+        Ok(Err(e)) => Err(refused_after_add(
+            id,
+            AddLeft::Learner(added),
+            MembershipRefusal::Refused(format!("waiting for it to catch up: {e}")),
+        )),
+        Err(_) => Err(answer(ApiError::outcome_unknown(format!(
+            "adding replica {id}: it was added as a learner (committed at log index {added}) but has not caught up within {} s (it goes on catching up, if it can be reached); it is not a voter: see GET /v1/cluster, and send the same request again, which promotes it once it has caught up (or remove it)",
+            MEMBERSHIP_WITHIN.as_secs()
+        )))),
     }
 }
 
@@ -667,10 +740,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_refusal_after_the_learner_was_added_says_it_was() {
+    fn a_refusal_after_the_learner_was_added_says_where_it_left_it() {
         // Leadership lost while it caught up: still a 421 that clients
         // follow, no longer "the change did not happen".
-        let e = after_learner(4, 17, MembershipRefusal::NotLeader(Some(2), None));
+        let e = after_add(
+            4,
+            AddLeft::Learner(17),
+            MembershipRefusal::NotLeader(Some(2), None),
+        );
         assert_eq!((e.status.as_u16(), e.code), (421, "not_leader"));
         assert!(
             e.message
@@ -679,9 +756,9 @@ mod tests {
             e.message
         );
         // The promotion refused: 503 as any refused change, saying what stays.
-        let e = after_learner(
+        let e = after_add(
             4,
-            17,
+            AddLeft::Learner(17),
             MembershipRefusal::Refused("promoting 4 to voter: in progress".into()),
         );
         assert_eq!((e.status.as_u16(), e.code), (503, "membership"));
@@ -692,5 +769,19 @@ mod tests {
         );
         assert!(e.message.contains("promoting 4 to voter: in progress"));
         assert!(e.message.contains("send the same request again"));
+        // The promotion's first commit made it a voter of a joint
+        // configuration before leadership was lost: said so, not "not promoted".
+        let e = after_add(
+            4,
+            AddLeft::JointVoter,
+            MembershipRefusal::NotLeader(None, None),
+        );
+        assert_eq!(e.status.as_u16(), 421);
+        assert!(
+            e.message.contains("voter of a joint configuration"),
+            "{}",
+            e.message
+        );
+        assert!(!e.message.contains("not promoted"), "{}", e.message);
     }
 }

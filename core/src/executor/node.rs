@@ -307,10 +307,10 @@ impl NodeExecutor {
     /// only there. A copy on a GPU no longer listed takes no new request
     /// and leaves once idle (then [`Command::Release`] is emitted). The
     /// simulator never pins (its functions may use any GPU). A function
-    /// this node does not hold is not pinned (its removal, which drops a
-    /// pin, would never come, and the pin would outlive it).
+    /// not placed here (never added, removed, or parked: a parked function
+    /// comes back under a new id) is not pinned: nothing would drop its pin.
     pub fn pin(&mut self, now: Micros, function: FunctionId, gpus: &[u32]) {
-        if self.functions.get(function).is_none() {
+        if self.state(function).is_none() {
             return;
         }
         let mut set: Vec<u32> = gpus

@@ -15,11 +15,13 @@
 //! bounded per tenant: a record lives [`KEY_WINDOW_MS`] (by the leader's
 //! stamped clock, so every replica evicts the same records) and a tenant
 //! holds at most [`MAX_KEYS_PER_TENANT`] records (the oldest go first).
-//! Every record is a record of the last window's writes: each new record
-//! first forgets the expired ones of every tenant (not only its own), so a
-//! tenant that stopped writing, or was deleted, keeps nothing past the
-//! window once anyone writes again, and the table holds at most the keyed
-//! writes of the last [`KEY_WINDOW_MS`] (and the cap per tenant).
+//! Each new record first forgets expired records of every tenant (not
+//! only its own), oldest first, up to [`FORGET_PER_RECORD`] of them (so no
+//! one apply stalls every replica on a backlog, and the backlog still
+//! shrinks faster than records come): a tenant that stopped writing, or was
+//! deleted, keeps nothing past the window once others write on, and the
+//! table converges to the keyed writes of the last [`KEY_WINDOW_MS`]
+//! (within the cap per tenant).
 //! Plain serde types (a map and a queue), so they encode with bincode 2;
 //! the order of tenants by their oldest record is derived, rebuilt when
 //! the table is decoded.
@@ -33,6 +35,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 pub const KEY_WINDOW_MS: u64 = 60 * 60 * 1000;
 /// Most keys recorded per tenant; beyond it the oldest is forgotten.
 pub const MAX_KEYS_PER_TENANT: usize = 4096;
+/// Most expired records (of any tenant) one new record forgets.
+pub const FORGET_PER_RECORD: usize = 64;
 /// Longest idempotency key, bytes (printable ASCII).
 pub const MAX_KEY_LEN: usize = 128;
 /// Longest request fingerprint, bytes.
@@ -183,11 +187,15 @@ impl IdempotencyTable {
         }
     }
 
-    /// Forgets the expired records at the front of every tenant's queue
-    /// (a tenant left with none is dropped), oldest first: a step per
-    /// record forgotten, plus one look at the oldest that stays.
+    /// Forgets up to [`FORGET_PER_RECORD`] expired records at the fronts
+    /// of the tenants' queues, oldest first (a tenant left with none is
+    /// dropped).
     fn forget_expired(&mut self, now: u64) {
-        while let Some((at, tenant)) = self.fronts.first().cloned() {
+        let mut budget = FORGET_PER_RECORD;
+        while budget > 0 {
+            let Some((at, tenant)) = self.fronts.first().cloned() else {
+                break;
+            };
             if at.saturating_add(KEY_WINDOW_MS) >= now {
                 break;
             }
@@ -195,7 +203,16 @@ impl IdempotencyTable {
             let Some(t) = self.tenants.get_mut(&tenant) else {
                 continue;
             };
-            trim(t, now, usize::MAX);
+            while budget > 0
+                && t.order
+                    .front()
+                    .is_some_and(|k| t.records.get(k).is_none_or(|r| !live(r, now)))
+            {
+                if let Some(k) = t.order.pop_front() {
+                    t.records.remove(&k);
+                }
+                budget = budget.saturating_sub(1);
+            }
             match front_of(t) {
                 Some(at) => {
                     self.fronts.insert((at, tenant));
@@ -326,15 +343,20 @@ mod tests {
             1_000 + KEY_WINDOW_MS,
         );
         assert_eq!((table.len(&gone), table.len(&quiet)), (100, 1));
-        // Another tenant's write past `gone`'s window forgets all of it (the
-        // tenant too), and `quiet`'s once past its own.
-        table.record(
-            &busy,
-            "b2".into(),
-            "f".into(),
-            applied(2),
-            1_001 + KEY_WINDOW_MS,
-        );
+        // Another tenant's writes past `gone`'s window forget it, up to
+        // `FORGET_PER_RECORD` records a write (then the tenant too), and
+        // `quiet`'s once past its own.
+        for _ in 0..2 {
+            table.record(
+                &busy,
+                "b2".into(),
+                "f".into(),
+                applied(2),
+                1_001 + KEY_WINDOW_MS,
+            );
+            assert_eq!(table.len(&quiet), 1);
+            assert!(table.len(&gone) == 100 - FORGET_PER_RECORD || table.len(&gone) == 0);
+        }
         assert_eq!((table.len(&gone), table.len(&quiet)), (0, 1));
         assert_eq!(table.tenants_held(), 2);
         table.record(
@@ -357,8 +379,9 @@ mod tests {
     fn the_table_holds_only_the_windows_records_whatever_the_order_of_tenants() {
         // Many tenants, a record each now and then, times that sometimes go
         // back (a new leader's clock): after each record, every tenant's
-        // oldest record is inside the window (or newer than one kept
-        // behind it), and the index of oldest records matches the queues.
+        // oldest record is inside the window (here no record expires more
+        // than `FORGET_PER_RECORD` others), and the index of oldest records
+        // matches the queues.
         let mut table = IdempotencyTable::default();
         let mut rng = crate::rng::Rng::new(7);
         let mut now = 0u64;
