@@ -385,15 +385,31 @@ fn refused(r: MembershipRefusal) -> HttpResponse {
     }
 }
 
+/// Whether the latest membership (committed or not) is joint with `id` a
+/// voter of its old half only: a removal of `id` half done.
+fn being_removed(raft: &openraft::Raft<gshare_raft_store::TypeConfig>, id: u64) -> bool {
+    let m = raft.metrics().borrow().membership_config.clone();
+    match m.membership().get_joint_config().as_slice() {
+        [old, new] => old.contains(&id) && !new.contains(&id),
+        _ => false,
+    }
+}
+
 /// Where an add left replica `id` when it was refused: what the answer
-/// says happened.
+/// says happened (as this replica's latest membership, which may not be
+/// committed yet, has it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum AddLeft {
     /// Added as a learner, its addition committed at this log index, and
     /// not promoted (not a voter in any configuration).
     Learner(u64),
-    /// A voter of a joint configuration: the promotion is half done.
-    JointVoter,
+    /// A voter of a joint configuration (a change half done: this
+    /// request's promotion where it added the learner).
+    JointVoter {
+        /// This request added it as a learner (so the change is its
+        /// promotion).
+        promoting: bool,
+    },
     /// A voter (the refusal came after the promotion took effect).
     Voter,
     /// Not a voter; nothing was added by this request (it only promoted).
@@ -412,7 +428,9 @@ impl AddLeft {
         let membership = m.membership();
         if membership.voter_ids().any(|v| v == id) {
             if membership.get_joint_config().len() > 1 {
-                AddLeft::JointVoter
+                AddLeft::JointVoter {
+                    promoting: added.is_some(),
+                }
             } else {
                 AddLeft::Voter
             }
@@ -437,12 +455,16 @@ fn after_add(id: u64, left: AddLeft, r: MembershipRefusal) -> ApiError {
             format!("replica {id} was added as a learner (committed at log index {added}) but not promoted to voter"),
             "send the same request again to promote it once it has caught up, or remove it",
         ),
-        AddLeft::JointVoter => (
-            format!("replica {id} is a voter of a joint configuration (its promotion is half done)"),
+        AddLeft::JointVoter { promoting: true } => (
+            format!("replica {id} was added as a learner and this replica's latest membership (perhaps not yet committed) has it a voter of a joint configuration (its promotion half done)"),
+            "send the same request again to finish it (GET /v1/cluster shows `joint`)",
+        ),
+        AddLeft::JointVoter { promoting: false } => (
+            format!("this replica's latest membership (perhaps not yet committed) is a joint configuration (a membership change half done) with replica {id} a voter"),
             "send the same request again to finish it (GET /v1/cluster shows `joint`)",
         ),
         AddLeft::Voter => (
-            format!("replica {id} is a voter (the refusal came after its promotion)"),
+            format!("this replica's latest membership (perhaps not yet committed) has replica {id} a voter (the refusal came after its promotion)"),
             "see GET /v1/cluster",
         ),
         AddLeft::NotVoter => (
@@ -540,10 +562,22 @@ async fn add_replica(
                 ),
             ));
         }
-        // A voter of a joint configuration (a promotion or a removal half
-        // done): the promotion below finishes it; it is no voter yet.
         if m.voter && !st.joint {
             return HttpResponse::Ok().json(st);
+        }
+        // A voter of a joint configuration: where it is a voter of the new
+        // half (its promotion, or another replica's removal, half done),
+        // the promotion below finishes the change; where it is being
+        // removed, promoting it would revert the removal without checking
+        // that it is still there to catch up: refused.
+        if m.voter && st.joint && being_removed(&ctx.replica.raft, id) {
+            return answer(ApiError::new(
+                actix_web::http::StatusCode::CONFLICT,
+                "membership",
+                format!(
+                    "replica {id} is being removed (a removal half done: GET /v1/cluster shows `joint`): finish it with the same removal first, then add it again"
+                ),
+            ));
         }
     }
     let deadline = tokio::time::Instant::now() + MEMBERSHIP_WITHIN;
@@ -773,15 +807,29 @@ mod tests {
         // configuration before leadership was lost: said so, not "not promoted".
         let e = after_add(
             4,
-            AddLeft::JointVoter,
+            AddLeft::JointVoter { promoting: true },
             MembershipRefusal::NotLeader(None, None),
         );
         assert_eq!(e.status.as_u16(), 421);
         assert!(
-            e.message.contains("voter of a joint configuration"),
+            e.message
+                .contains("voter of a joint configuration (its promotion half done)"),
             "{}",
             e.message
         );
         assert!(!e.message.contains("not promoted"), "{}", e.message);
+        // A joint configuration this request did not begin (it only sent
+        // the promotion of a voter): no claim of a promotion.
+        let e = after_add(
+            4,
+            AddLeft::JointVoter { promoting: false },
+            MembershipRefusal::Refused("in progress".into()),
+        );
+        assert!(
+            e.message.contains("a membership change half done"),
+            "{}",
+            e.message
+        );
+        assert!(!e.message.contains("promotion"), "{}", e.message);
     }
 }
