@@ -983,6 +983,15 @@ impl UsageJournal {
         Some(tx)
     }
 
+    /// Tests: the journal takes no more appends, as after an entry that
+    /// is in its log but could not be applied to its tree (`None`: no log).
+    #[cfg(test)]
+    pub(crate) fn refuse_appends(&self, why: &str) -> Option<()> {
+        let mut logged = self.wal.as_ref()?.lock().unwrap_or_else(|p| p.into_inner());
+        logged.unapplied = Some(why.to_string());
+        Some(())
+    }
+
     /// The sequence number the next appended record will get.
     pub fn next_seq(&self) -> u64 {
         self.state().seqs.next()

@@ -186,6 +186,12 @@ pub struct NodeAgent {
     wake: Option<(Micros, SpawnHandle)>,
     /// Per-function load since the last report (the region's autoscaler).
     meter: LoadMeter,
+    /// Why the usage journal takes no more appends (the agent is about to
+    /// exit for a restart to replay it): new invocations are refused.
+    journal_stopped: Option<String>,
+    /// How the agent exits when its journal stops (`std::process::exit`;
+    /// tests keep the process).
+    exit: fn(i32),
 }
 
 impl NodeAgent {
@@ -241,7 +247,17 @@ impl NodeAgent {
             loads: HashMap::new(),
             wake: None,
             meter: LoadMeter::new(),
+            journal_stopped: None,
+            exit: |code| std::process::exit(code),
         }
+    }
+
+    /// Tests: what the agent calls instead of `std::process::exit` when
+    /// its journal stops taking appends.
+    #[cfg(test)]
+    fn exiting_with(mut self, exit: fn(i32)) -> Self {
+        self.exit = exit;
+        self
     }
 
     /// Shows the tenant-labelled series of `/metrics` to a request bearing
@@ -1094,13 +1110,18 @@ impl Handler<Written> for NodeAgent {
             // journaled until a restart replays the log's entry into the
             // journal's tree: exit (code 70) once the released answers
             // are out, for the supervisor to restart the agent
-            // (systemd `Restart=on-failure`).
+            // (systemd `Restart=on-failure`). Meanwhile no new invocation
+            // runs: its usage could not be journaled (it would be
+            // withheld after running), and a keyed one could not be looked
+            // up in the entry not yet in the tree, so a retry after the
+            // restart would run it again.
             tracing::error!(
                 "usage journal stopped taking appends ({why}); the agent exits to replay it"
             );
             self.status.usage_write_failures += 1;
-            ctx.run_later(std::time::Duration::from_millis(500), |_, _| {
-                std::process::exit(70);
+            self.journal_stopped = Some(why);
+            ctx.run_later(std::time::Duration::from_millis(500), |agent, _| {
+                (agent.exit)(70);
             });
         }
     }
@@ -1236,6 +1257,13 @@ impl Handler<Invoke> for NodeAgent {
             }
         }
         let (tx, rx) = oneshot::channel();
+        if self.journal_stopped.is_some() {
+            // Retryable: another agent, or this one once restarted.
+            let outcome = InvokeOutcome::Failed(InvokeError::ShuttingDown);
+            self.count(&outcome);
+            let _ = tx.send(outcome);
+            return Admission::Accepted(rx);
+        }
         let invocation_key = msg.idempotency_key.map(|k| (msg.tenant.clone(), k));
         if let Some(k) = &invocation_key {
             match self.key_answer(k) {
@@ -2165,6 +2193,7 @@ mod tests {
             interval,
             pool_kind: gshare_core::model::PoolKind::Center,
         })
+        .exiting_with(|_| {})
         .start();
         agent.do_send(ApplyAssignment(gshare_core::protocol::Assignment {
             applied_index: 1,
@@ -2242,6 +2271,76 @@ mod tests {
         );
         // Its start never went out.
         assert!(head.await.is_err());
+    }
+
+    /// A keyed invocation of acme's `function` on `agent`: its outcome
+    /// (10 s at most).
+    async fn invoke_keyed(agent: &Addr<NodeAgent>, function: &str, key: &str) -> InvokeOutcome {
+        let admitted = agent
+            .send(Invoke {
+                tenant: TenantId("acme".into()),
+                function: function.into(),
+                token_digest: None,
+                deadline_ms: None,
+                body: b"{}".to_vec().into(),
+                idempotency_key: Some(key.into()),
+                http: None,
+            })
+            .await
+            .unwrap();
+        let Admission::Accepted(outcome) = admitted else {
+            panic!("not admitted");
+        };
+        tokio::time::timeout(Duration::from_secs(10), outcome)
+            .await
+            .expect("an outcome within 10 s")
+            .unwrap()
+    }
+
+    /// The journal stops taking appends (an entry in its log not applied
+    /// to its tree): the agent exits for a restart to replay it. Until it
+    /// does, a new invocation is refused `shutting_down` (retryable) before
+    /// it runs. It used to run: its usage could not be journaled (its
+    /// answer never came, the writer having stopped), and a keyed one run
+    /// then would run again when retried after the restart.
+    #[actix_rt::test]
+    async fn once_the_journal_stops_no_invocation_runs_before_the_exit() {
+        let Some((_dir, journal)) = logged_journal() else {
+            return;
+        };
+        let driver: DriverFactory = Box::new(|_| Box::new(crate::runtime::SimDriver::new()));
+        let agent = metered_agent(&journal, Duration::from_secs(3_600), "f", driver);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let first = invoke_keyed(&agent, "f", "k1").await;
+        assert!(matches!(first, InvokeOutcome::Done { .. }), "{first:?}");
+        journal.refuse_appends("a test's unapplied entry").unwrap();
+        // Admitted before the stop was known: it runs, and its usage cannot
+        // be journaled.
+        let second = invoke_keyed(&agent, "f", "k2").await;
+        assert!(
+            matches!(
+                second,
+                InvokeOutcome::Failed(InvokeError::UsageNotRecorded { .. })
+            ),
+            "{second:?}"
+        );
+        let stopped = tokio::time::timeout(Duration::from_secs(10), async {
+            while agent.send(StatusQuery).await.unwrap().usage_write_failures == 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+        stopped.await.expect("the agent learns the journal stopped");
+        let completed = agent.send(StatusQuery).await.unwrap();
+        for key in ["k3", "k1", "k2"] {
+            let refused = invoke_keyed(&agent, "f", key).await;
+            assert!(
+                matches!(refused, InvokeOutcome::Failed(InvokeError::ShuttingDown)),
+                "{key}: {refused:?}"
+            );
+        }
+        let after = agent.send(StatusQuery).await.unwrap();
+        assert_eq!(after.usage_waiting, 0, "nothing ran to wait for its usage");
+        assert_eq!(after.usage_write_failures, completed.usage_write_failures);
     }
 
     /// Waits (10 s at most) until `cond` holds.
