@@ -468,6 +468,20 @@ impl NodeAgent {
             );
         }
         let stored = Self::stored_for(&p, &outcome, p.streamed);
+        // The journal stopped taking appends: what would wait for a write
+        // (a streamed run, a completed one) is answered at once, its usage
+        // not recorded.
+        if let Some(why) = &self.journal_stopped {
+            let held = p.streamed_at.is_some() || matches!(outcome, InvokeOutcome::Done { .. });
+            if held && p.started.is_some() && p.usage.is_some() && self.metering.is_some() {
+                let err = InvokeError::UsageNotRecorded {
+                    detail: stopped_detail(why),
+                };
+                self.status.usage_withheld += 1;
+                self.release(p.tx, InvokeOutcome::Failed(err), p.key, None);
+                return;
+            }
+        }
         match (&outcome, p.started, p.usage, self.metering.as_mut()) {
             // A streamed run: its first part was billed when the stream
             // started; the rest is compute, whatever the end (unless the
@@ -528,6 +542,37 @@ impl NodeAgent {
                 m.waiting.push((group, held));
             }
             _ => self.release(p.tx, outcome, p.key, stored.as_ref()),
+        }
+    }
+
+    /// The journal stopped taking appends (`why`) and its writer ended:
+    /// no write will come, so what waits for one (replies held for their
+    /// usage, plain ones included, and held stream starts) is answered
+    /// `usage_not_recorded` now (its usage was never journaled), as after a
+    /// failed write; runs that ended behind a held start are answered too.
+    fn withhold_held(&mut self, why: &str) {
+        let e = stopped_detail(why);
+        let Some(m) = self.metering.as_mut() else {
+            return;
+        };
+        let plain = m.groups.send(|_| true, &Err(e.clone()));
+        let replies = std::mem::take(&mut m.waiting);
+        let streams = std::mem::take(&mut m.streams);
+        let ended = std::mem::take(&mut m.ended);
+        self.status.failed += plain;
+        self.status.usage_withheld += plain + replies.len() as u64;
+        for (_, held) in replies {
+            let err = InvokeError::UsageNotRecorded { detail: e.clone() };
+            self.release(held.tx, InvokeOutcome::Failed(err), held.key, None);
+        }
+        for (_, held) in streams {
+            if let Some(p) = self.pending.get_mut(&held.request) {
+                p.stream_failed = Some(e.clone());
+                p.sent_head = None;
+            }
+        }
+        for (at, done) in ended {
+            self.request_done(at, done);
         }
     }
 
@@ -1098,6 +1143,14 @@ impl Actor for NodeAgent {
     }
 }
 
+/// The `usage_not_recorded` detail of a run answered after the journal
+/// stopped taking appends (`why`).
+fn stopped_detail(why: &str) -> String {
+    format!(
+        "the usage journal stopped taking appends ({why}); the agent restarts to replay it: the call was not billed, retry it"
+    )
+}
+
 impl Handler<Written> for NodeAgent {
     type Result = ();
 
@@ -1119,6 +1172,7 @@ impl Handler<Written> for NodeAgent {
                 "usage journal stopped taking appends ({why}); the agent exits to replay it"
             );
             self.status.usage_write_failures += 1;
+            self.withhold_held(&why);
             self.journal_stopped = Some(why);
             ctx.run_later(std::time::Duration::from_millis(500), |agent, _| {
                 (agent.exit)(70);
@@ -1494,6 +1548,16 @@ impl Handler<StreamOpened> for NodeAgent {
             head: msg.open.head,
             chunks: Some(msg.open.chunks),
         };
+        if let Some(why) = &self.journal_stopped {
+            if self.metering.is_some() && p.usage.is_some() {
+                // Its first byte's usage cannot be journaled: nothing goes
+                // out (the chunks dropped stop the reply), and its end is
+                // answered `usage_not_recorded`.
+                p.stream_failed = Some(stopped_detail(why));
+                p.sent_head = None;
+                return;
+            }
+        }
         match (p.started, p.usage.clone(), self.metering.as_mut()) {
             (Some((started, _, compute)), Some(key), Some(m)) => {
                 let (from, to) = (m.unix_base_us + started, m.unix_base_us + now);
@@ -2297,50 +2361,107 @@ mod tests {
             .unwrap()
     }
 
+    /// A driver whose runs each wait for a permit of `gate`, then echo.
+    struct Gated {
+        gate: Arc<tokio::sync::Semaphore>,
+    }
+
+    impl RuntimeDriver for Gated {
+        fn start(
+            &mut self,
+            _: &FunctionSpec,
+            _: &[Slice],
+        ) -> crate::runtime::RuntimeFuture<Result<(), RuntimeError>> {
+            Box::pin(async { Ok(()) })
+        }
+
+        fn invoke(
+            &mut self,
+            invocation: Invocation,
+        ) -> crate::runtime::RuntimeFuture<Result<crate::runtime::FunctionReply, RuntimeError>>
+        {
+            let gate = self.gate.clone();
+            Box::pin(async move {
+                let body = invocation
+                    .body
+                    .collect(usize::MAX)
+                    .await
+                    .map_err(|e| RuntimeError::Failed(e.to_string()))?;
+                gate.acquire()
+                    .await
+                    .map_err(|e| RuntimeError::Failed(e.to_string()))?
+                    .forget();
+                Ok(crate::runtime::FunctionReply::ok(body))
+            })
+        }
+
+        fn stop(&mut self) -> crate::runtime::RuntimeFuture<()> {
+            Box::pin(async {})
+        }
+    }
+
     /// The journal stops taking appends (an entry in its log not applied
     /// to its tree): the agent exits for a restart to replay it. Until it
     /// does, a new invocation is refused `shutting_down` (retryable) before
-    /// it runs. It used to run: its usage could not be journaled (its
-    /// answer never came, the writer having stopped), and a keyed one run
-    /// then would run again when retried after the restart.
+    /// it runs, and one running across the stop is answered
+    /// `usage_not_recorded` when it ends. Both used to wait for a write
+    /// that never came (the writer ends at the stop); a keyed one run in
+    /// that window would run again when retried after the restart.
     #[actix_rt::test]
     async fn once_the_journal_stops_no_invocation_runs_before_the_exit() {
         let Some((_dir, journal)) = logged_journal() else {
             return;
         };
-        let driver: DriverFactory = Box::new(|_| Box::new(crate::runtime::SimDriver::new()));
-        let agent = metered_agent(&journal, Duration::from_secs(3_600), "f", driver);
+        let gate = Arc::new(tokio::sync::Semaphore::new(1));
+        let runs = gate.clone();
+        let driver: DriverFactory = Box::new(move |_| Box::new(Gated { gate: runs.clone() }));
+        // Resident memory is journaled every 100 ms.
+        let agent = metered_agent(&journal, Duration::from_millis(100), "f", driver);
         tokio::time::sleep(Duration::from_millis(300)).await;
         let first = invoke_keyed(&agent, "f", "k1").await;
         assert!(matches!(first, InvokeOutcome::Done { .. }), "{first:?}");
+        // A run in flight across the stop (no permit left: it waits).
+        let across = {
+            let agent = agent.clone();
+            tokio::spawn(async move { invoke_keyed(&agent, "f", "k2").await })
+        };
+        let running = tokio::time::timeout(Duration::from_secs(10), async {
+            while agent.send(StatusQuery).await.unwrap().in_flight == 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+        running.await.expect("k2 runs");
+        // The next memory write meets the refusal: the writer stops.
         journal.refuse_appends("a test's unapplied entry").unwrap();
-        // Admitted before the stop was known: it runs, and its usage cannot
-        // be journaled.
-        let second = invoke_keyed(&agent, "f", "k2").await;
-        assert!(
-            matches!(
-                second,
-                InvokeOutcome::Failed(InvokeError::UsageNotRecorded { .. })
-            ),
-            "{second:?}"
-        );
         let stopped = tokio::time::timeout(Duration::from_secs(10), async {
             while agent.send(StatusQuery).await.unwrap().usage_write_failures == 0 {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         });
         stopped.await.expect("the agent learns the journal stopped");
-        let completed = agent.send(StatusQuery).await.unwrap();
-        for key in ["k3", "k1", "k2"] {
+        for key in ["k3", "k1"] {
             let refused = invoke_keyed(&agent, "f", key).await;
             assert!(
                 matches!(refused, InvokeOutcome::Failed(InvokeError::ShuttingDown)),
                 "{key}: {refused:?}"
             );
         }
+        // Only k2 held a permit's wait: the refused ones never ran.
+        assert_eq!(agent.send(StatusQuery).await.unwrap().in_flight, 1);
+        gate.add_permits(1);
+        let ended = tokio::time::timeout(Duration::from_secs(10), across)
+            .await
+            .expect("k2 is answered")
+            .unwrap();
+        assert!(
+            matches!(
+                ended,
+                InvokeOutcome::Failed(InvokeError::UsageNotRecorded { .. })
+            ),
+            "{ended:?}"
+        );
         let after = agent.send(StatusQuery).await.unwrap();
-        assert_eq!(after.usage_waiting, 0, "nothing ran to wait for its usage");
-        assert_eq!(after.usage_write_failures, completed.usage_write_failures);
+        assert_eq!(after.usage_waiting, 0, "nothing waits for a write");
     }
 
     /// Waits (10 s at most) until `cond` holds.
