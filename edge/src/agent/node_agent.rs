@@ -663,6 +663,13 @@ impl NodeAgent {
                     self.step(now, Event::RequestFinished { request, gpu });
                     return;
                 }
+                if self.journal_stopped.is_some() && self.metering.is_some() {
+                    // Queued before the journal stopped: its usage could
+                    // not be journaled, so it does not run (retryable).
+                    self.answer(request, InvokeOutcome::Failed(InvokeError::ShuttingDown));
+                    self.step(now, Event::RequestFinished { request, gpu });
+                    return;
+                }
                 let usage = self.usage_key(function, gpu);
                 let stream_to = self
                     .pending
@@ -1147,7 +1154,7 @@ impl Actor for NodeAgent {
 /// stopped taking appends (`why`).
 fn stopped_detail(why: &str) -> String {
     format!(
-        "the usage journal stopped taking appends ({why}); the agent restarts to replay it: the call was not billed, retry it"
+        "the usage journal stopped taking appends ({why}); the agent restarts to replay it: what was not yet recorded of this call's usage is not billed; retry it"
     )
 }
 
@@ -1155,6 +1162,12 @@ impl Handler<Written> for NodeAgent {
     type Result = ();
 
     fn handle(&mut self, msg: Written, ctx: &mut Context<Self>) {
+        // Known before this write's answers go out: a run they answer
+        // (one that ended behind a held stream start) must not be held
+        // again for a write that will not come.
+        if let Some(why) = &msg.fatal {
+            self.journal_stopped = Some(why.clone());
+        }
         // The writer writes one group at a time, in order: everything
         // tagged up to its group was in this write or an earlier one.
         self.written(msg.result, msg.sent, |tag| tag <= msg.group);
@@ -1173,7 +1186,6 @@ impl Handler<Written> for NodeAgent {
             );
             self.status.usage_write_failures += 1;
             self.withhold_held(&why);
-            self.journal_stopped = Some(why);
             ctx.run_later(std::time::Duration::from_millis(500), |agent, _| {
                 (agent.exit)(70);
             });
@@ -2361,9 +2373,11 @@ mod tests {
             .unwrap()
     }
 
-    /// A driver whose runs each wait for a permit of `gate`, then echo.
+    /// A driver whose runs each wait for a permit of `gate`, then echo;
+    /// `started` counts the runs begun.
     struct Gated {
         gate: Arc<tokio::sync::Semaphore>,
+        started: Arc<std::sync::atomic::AtomicU32>,
     }
 
     impl RuntimeDriver for Gated {
@@ -2381,6 +2395,8 @@ mod tests {
         ) -> crate::runtime::RuntimeFuture<Result<crate::runtime::FunctionReply, RuntimeError>>
         {
             let gate = self.gate.clone();
+            self.started
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             Box::pin(async move {
                 let body = invocation
                     .body
@@ -2413,8 +2429,15 @@ mod tests {
             return;
         };
         let gate = Arc::new(tokio::sync::Semaphore::new(1));
-        let runs = gate.clone();
-        let driver: DriverFactory = Box::new(move |_| Box::new(Gated { gate: runs.clone() }));
+        let started = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let (runs, count) = (gate.clone(), started.clone());
+        let driver: DriverFactory = Box::new(move |_| {
+            Box::new(Gated {
+                gate: runs.clone(),
+                started: count.clone(),
+            })
+        });
+        let begun = || started.load(std::sync::atomic::Ordering::SeqCst);
         // Resident memory is journaled every 100 ms.
         let agent = metered_agent(&journal, Duration::from_millis(100), "f", driver);
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -2431,6 +2454,21 @@ mod tests {
             }
         });
         running.await.expect("k2 runs");
+        // Two more: k2b runs beside k2 (500 milli-GPU each fill the GPU),
+        // k2c waits for the GPU.
+        let spawn = |key: &'static str| {
+            let agent = agent.clone();
+            tokio::spawn(async move { invoke_keyed(&agent, "f", key).await })
+        };
+        let (beside, queued) = (spawn("k2b"), spawn("k2c"));
+        let waiting = tokio::time::timeout(Duration::from_secs(10), async {
+            while agent.send(StatusQuery).await.unwrap().in_flight < 3 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+        waiting.await.expect("k2b and k2c are admitted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(begun(), 3, "k1, k2 and k2b began; k2c waits");
         // The next memory write meets the refusal: the writer stops.
         journal.refuse_appends("a test's unapplied entry").unwrap();
         let stopped = tokio::time::timeout(Duration::from_secs(10), async {
@@ -2446,9 +2484,9 @@ mod tests {
                 "{key}: {refused:?}"
             );
         }
-        // Only k2 held a permit's wait: the refused ones never ran.
-        assert_eq!(agent.send(StatusQuery).await.unwrap().in_flight, 1);
-        gate.add_permits(1);
+        // The refused ones never began.
+        assert_eq!(begun(), 3);
+        gate.add_permits(2);
         let ended = tokio::time::timeout(Duration::from_secs(10), across)
             .await
             .expect("k2 is answered")
@@ -2460,6 +2498,27 @@ mod tests {
             ),
             "{ended:?}"
         );
+        let beside = tokio::time::timeout(Duration::from_secs(10), beside)
+            .await
+            .expect("k2b is answered")
+            .unwrap();
+        assert!(
+            matches!(
+                beside,
+                InvokeOutcome::Failed(InvokeError::UsageNotRecorded { .. })
+            ),
+            "{beside:?}"
+        );
+        // k2c, queued before the stop, is not begun once the GPU frees.
+        let queued = tokio::time::timeout(Duration::from_secs(10), queued)
+            .await
+            .expect("k2c is answered")
+            .unwrap();
+        assert!(
+            matches!(queued, InvokeOutcome::Failed(InvokeError::ShuttingDown)),
+            "{queued:?}"
+        );
+        assert_eq!(begun(), 3);
         let after = agent.send(StatusQuery).await.unwrap();
         assert_eq!(after.usage_waiting, 0, "nothing waits for a write");
     }
