@@ -470,15 +470,20 @@ impl NodeAgent {
         let stored = Self::stored_for(&p, &outcome, p.streamed);
         // The journal stopped taking appends: what would wait for a write
         // (a streamed run, a completed one) is answered at once, its usage
-        // not recorded.
+        // not recorded (a streamed run that failed keeps its error).
         if let Some(why) = &self.journal_stopped {
             let held = p.streamed_at.is_some() || matches!(outcome, InvokeOutcome::Done { .. });
             if held && p.started.is_some() && p.usage.is_some() && self.metering.is_some() {
-                let err = InvokeError::UsageNotRecorded {
-                    detail: stopped_detail(why),
+                let answer = match outcome {
+                    failed @ InvokeOutcome::Failed(_) => failed,
+                    _ => {
+                        self.status.usage_withheld += 1;
+                        InvokeOutcome::Failed(InvokeError::UsageNotRecorded {
+                            detail: stopped_detail(why),
+                        })
+                    }
                 };
-                self.status.usage_withheld += 1;
-                self.release(p.tx, InvokeOutcome::Failed(err), p.key, None);
+                self.release(p.tx, answer, p.key, None);
                 return;
             }
         }
@@ -573,6 +578,19 @@ impl NodeAgent {
         }
         for (at, done) in ended {
             self.request_done(at, done);
+        }
+        // Requests not begun are refused now (their turn on a GPU may come
+        // after the exit, which would drop them unanswered); the executor
+        // still dispatches them, and `Command::Run` then finishes each
+        // without running it.
+        let queued: Vec<RequestId> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.started.is_none())
+            .map(|(r, _)| *r)
+            .collect();
+        for request in queued {
+            self.answer(request, InvokeOutcome::Failed(InvokeError::ShuttingDown));
         }
     }
 
@@ -1154,7 +1172,7 @@ impl Actor for NodeAgent {
 /// stopped taking appends (`why`).
 fn stopped_detail(why: &str) -> String {
     format!(
-        "the usage journal stopped taking appends ({why}); the agent restarts to replay it: what was not yet recorded of this call's usage is not billed; retry it"
+        "the usage journal stopped taking appends ({why}); the agent restarts to replay it: what was not yet recorded of this call's usage is not billed; retry it under the same idempotency key"
     )
 }
 
@@ -2419,8 +2437,8 @@ mod tests {
     /// The journal stops taking appends (an entry in its log not applied
     /// to its tree): the agent exits for a restart to replay it. Until it
     /// does, a new invocation is refused `shutting_down` (retryable) before
-    /// it runs, and one running across the stop is answered
-    /// `usage_not_recorded` when it ends. Both used to wait for a write
+    /// it runs, as is one queued at the stop, and one running across the
+    /// stop is answered `usage_not_recorded` when it ends. Both used to wait for a write
     /// that never came (the writer ends at the stop); a keyed one run in
     /// that window would run again when retried after the restart.
     #[actix_rt::test]
@@ -2484,6 +2502,16 @@ mod tests {
                 "{key}: {refused:?}"
             );
         }
+        // k2c, queued before the stop, is refused at the stop (its turn
+        // on the GPU may come after the exit), with the GPU still full.
+        let queued = tokio::time::timeout(Duration::from_secs(10), queued)
+            .await
+            .expect("k2c is answered")
+            .unwrap();
+        assert!(
+            matches!(queued, InvokeOutcome::Failed(InvokeError::ShuttingDown)),
+            "{queued:?}"
+        );
         // The refused ones never began.
         assert_eq!(begun(), 3);
         gate.add_permits(2);
@@ -2508,15 +2536,6 @@ mod tests {
                 InvokeOutcome::Failed(InvokeError::UsageNotRecorded { .. })
             ),
             "{beside:?}"
-        );
-        // k2c, queued before the stop, is not begun once the GPU frees.
-        let queued = tokio::time::timeout(Duration::from_secs(10), queued)
-            .await
-            .expect("k2c is answered")
-            .unwrap();
-        assert!(
-            matches!(queued, InvokeOutcome::Failed(InvokeError::ShuttingDown)),
-            "{queued:?}"
         );
         assert_eq!(begun(), 3);
         let after = agent.send(StatusQuery).await.unwrap();
