@@ -1186,6 +1186,8 @@ impl Handler<Written> for NodeAgent {
         if let Some(why) = &msg.fatal {
             self.journal_stopped = Some(why.clone());
         }
+        // A refused write is counted as a failure by `written`.
+        let counted = msg.result.is_err();
         // The writer writes one group at a time, in order: everything
         // tagged up to its group was in this write or an earlier one.
         self.written(msg.result, msg.sent, |tag| tag <= msg.group);
@@ -1202,7 +1204,9 @@ impl Handler<Written> for NodeAgent {
             tracing::error!(
                 "usage journal stopped taking appends ({why}); the agent exits to replay it"
             );
-            self.status.usage_write_failures += 1;
+            if !counted {
+                self.status.usage_write_failures += 1;
+            }
             self.withhold_held(&why);
             ctx.run_later(std::time::Duration::from_millis(500), |agent, _| {
                 (agent.exit)(70);
@@ -2540,6 +2544,8 @@ mod tests {
         assert_eq!(begun(), 3);
         let after = agent.send(StatusQuery).await.unwrap();
         assert_eq!(after.usage_waiting, 0, "nothing waits for a write");
+        // The one refused write, counted once (it was counted twice).
+        assert_eq!(after.usage_write_failures, 1);
     }
 
     /// Waits (10 s at most) until `cond` holds.
