@@ -101,14 +101,9 @@ struct Recorded {
 
 impl From<Recorded> for IdempotencyTable {
     fn from(r: Recorded) -> Self {
-        let fronts = r
-            .tenants
-            .iter()
-            .filter_map(|(tenant, t)| front_of(t).map(|at| (at, tenant.clone())))
-            .collect();
         IdempotencyTable {
+            fronts: fronts_of(&r.tenants),
             tenants: r.tenants,
-            fronts,
         }
     }
 }
@@ -125,10 +120,23 @@ fn front_of(t: &TenantKeys) -> Option<u64> {
         .map(|r| r.at_ms)
 }
 
-/// Forgets the expired records at the front of `t`'s queue and, while it
-/// holds `keep_below` or more, its oldest ones.
-fn trim(t: &mut TenantKeys, now: u64, keep_below: usize) {
-    while let Some(oldest) = t.order.front() {
+/// The index of every tenant's oldest record: (when it was made, tenant).
+fn fronts_of(tenants: &BTreeMap<TenantId, TenantKeys>) -> BTreeSet<(u64, TenantId)> {
+    tenants
+        .iter()
+        .filter_map(|(tenant, t)| front_of(t).map(|at| (at, tenant.clone())))
+        .collect()
+}
+
+/// Forgets, up to `most` records, the expired ones at the front of `t`'s
+/// queue and, while it holds `keep_below` or more, its oldest ones;
+/// returns how many it forgot.
+fn trim(t: &mut TenantKeys, now: u64, keep_below: usize, most: usize) -> usize {
+    let mut forgot = 0;
+    while forgot < most {
+        let Some(oldest) = t.order.front() else {
+            break;
+        };
         let expired = t.records.get(oldest).is_none_or(|r| !live(r, now));
         if !expired && t.order.len() < keep_below {
             break;
@@ -136,7 +144,9 @@ fn trim(t: &mut TenantKeys, now: u64, keep_below: usize) {
         if let Some(k) = t.order.pop_front() {
             t.records.remove(&k);
         }
+        forgot = forgot.saturating_add(1);
     }
+    forgot
 }
 
 impl IdempotencyTable {
@@ -172,7 +182,7 @@ impl IdempotencyTable {
         if t.records.remove(&key).is_some() {
             t.order.retain(|k| *k != key);
         }
-        trim(t, now, MAX_KEYS_PER_TENANT);
+        trim(t, now, MAX_KEYS_PER_TENANT, usize::MAX);
         t.records.insert(
             key.clone(),
             KeyRecord {
@@ -203,16 +213,7 @@ impl IdempotencyTable {
             let Some(t) = self.tenants.get_mut(&tenant) else {
                 continue;
             };
-            while budget > 0
-                && t.order
-                    .front()
-                    .is_some_and(|k| t.records.get(k).is_none_or(|r| !live(r, now)))
-            {
-                if let Some(k) = t.order.pop_front() {
-                    t.records.remove(&k);
-                }
-                budget = budget.saturating_sub(1);
-            }
+            budget = budget.saturating_sub(trim(t, now, usize::MAX, budget));
             match front_of(t) {
                 Some(at) => {
                     self.fronts.insert((at, tenant));
@@ -242,12 +243,7 @@ impl IdempotencyTable {
     /// Checks that each tenant's queue and map name the same keys and stay
     /// within the cap.
     pub fn check(&self) -> Result<(), String> {
-        let fronts: BTreeSet<(u64, TenantId)> = self
-            .tenants
-            .iter()
-            .filter_map(|(tenant, t)| front_of(t).map(|at| (at, tenant.clone())))
-            .collect();
-        if fronts != self.fronts {
+        if fronts_of(&self.tenants) != self.fronts {
             return Err("idempotency keys: the tenants' oldest records are indexed wrong".into());
         }
         for (tenant, t) in &self.tenants {
