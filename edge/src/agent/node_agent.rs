@@ -667,7 +667,9 @@ impl NodeAgent {
                 finish_at,
             } => {
                 let Some(actor) = self.functions.get(&function).map(|h| h.actor.clone()) else {
+                    // (The executor counted the run on its GPU: it ends here.)
                     self.answer(request, InvokeOutcome::Failed(InvokeError::UnknownFunction));
+                    self.step(now, Event::RequestFinished { request, gpu });
                     return;
                 };
                 if !actor.connected() {
@@ -695,6 +697,8 @@ impl NodeAgent {
                     .filter(|p| p.http.is_some())
                     .map(|_| self.stream_watch(request));
                 let Some(p) = self.pending.get_mut(&request) else {
+                    // Answered already: it does not run, and its share ends.
+                    self.step(now, Event::RequestFinished { request, gpu });
                     return;
                 };
                 p.started = Some((now, gpu, compute_milli));
