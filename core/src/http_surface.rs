@@ -50,6 +50,24 @@ pub fn bearer_token(header: &str) -> Result<&str, BearerError> {
     Ok(token)
 }
 
+/// What a refused `X-Gshare-Deadline-Ms` is told (`400 bad_deadline`).
+pub const BAD_DEADLINE: &str =
+    "X-Gshare-Deadline-Ms must be a whole number of milliseconds from 1 to 86400000 (one day)";
+
+/// The deadline an `X-Gshare-Deadline-Ms` value asks for, in ms: a whole
+/// number from 1 to [`crate::bounds::MAX_DEADLINE_MS`] (a function's own
+/// `deadline_ms` has the same bound), surrounding whitespace ignored.
+/// `None` for anything else, which both servers refuse `400 bad_deadline`
+/// ([`BAD_DEADLINE`]): a request that could wait for ever would hold its
+/// body and its place in the queue for ever.
+pub fn deadline_ms(value: &str) -> Option<u64> {
+    value
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .filter(|ms| (1..=crate::bounds::MAX_DEADLINE_MS).contains(ms))
+}
+
 /// Whether a request refused with `status` may succeed if sent again
 /// unchanged (too busy, no leader, shutting down, …).
 pub fn retryable_status(status: u16) -> bool {
@@ -385,6 +403,25 @@ impl ErrorBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_deadline_is_a_whole_number_of_ms_up_to_a_day() {
+        assert_eq!(deadline_ms("1"), Some(1));
+        assert_eq!(deadline_ms(" 30000 "), Some(30_000));
+        assert_eq!(deadline_ms("86400000"), Some(86_400_000));
+        for bad in [
+            "0",
+            "86400001",
+            "999999999999",
+            "18446744073709551616",
+            "-5",
+            "1.5",
+            "",
+            "1e3",
+        ] {
+            assert_eq!(deadline_ms(bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn a_forward_proof_verifies_only_for_its_claim_and_secret() {

@@ -22,7 +22,7 @@
 //!
 //! | status | code |
 //! |---|---|
-//! | 400 | `bad_deadline` (header `X-Gshare-Deadline-Ms` not a positive integer) |
+//! | 400 | `bad_deadline` (header `X-Gshare-Deadline-Ms` not a whole number of ms from 1 to 86400000, one day) |
 //! | 400 | `invalid_idempotency_key` (header `Idempotency-Key` not 1 to 128 printable ASCII characters) |
 //! | 401 | `unauthorized` (missing or unknown token, or another tenant's) |
 //! | 404 | `unknown_function` |
@@ -296,15 +296,13 @@ async fn run(
     };
     let deadline_ms = match req.headers().get(DEADLINE_HEADER) {
         None => None,
-        Some(v) => match v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok()) {
-            Some(ms) if ms > 0 => Some(ms),
-            _ => {
-                return error(
-                    400,
-                    "bad_deadline",
-                    "X-Gshare-Deadline-Ms must be a positive integer (milliseconds)",
-                )
-            }
+        Some(v) => match v
+            .to_str()
+            .ok()
+            .and_then(gshare_core::http_surface::deadline_ms)
+        {
+            Some(ms) => Some(ms),
+            None => return error(400, "bad_deadline", gshare_core::http_surface::BAD_DEADLINE),
         },
     };
     let idempotency_key = match req.headers().get(KEY_HEADER) {

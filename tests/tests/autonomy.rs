@@ -16,6 +16,11 @@
 //! The first also checks the gateway's rule: usage on a connection that
 //! did not register as that agent is refused without retry.
 //!
+//! The agent names its GPU model otherwise than the topology (`SIM_GPU_16G`
+//! against `sim-gpu-16g`, as NVML's names differ from a catalog's) and has a pool kind in its config
+//! that its node's pool does not have: every figure above holds only if the
+//! region prices usage by the topology's names and kinds.
+//!
 //! No timing is asserted: waits have generous deadlines and only the
 //! figures are compared.
 
@@ -165,13 +170,21 @@ impl Stand {
             .iter()
             .map(|p| format!("[[replicas]]\nquic_addr = \"{}\"\n", p.addr()))
             .collect();
+        // The agent names its GPUs otherwise than the topology
+        // (`SIM_GPU_16G` for `sim-gpu-16g`, as NVML says `NVIDIA
+        // A100-SXM4-80GB` for a catalog's `A100-SXM4-80GB`; registration
+        // accepts both) and its config has a pool kind its node's pool
+        // does not have: the region prices its usage by the topology's
+        // name and kind (`usage_as_configured`), so the bill below is the
+        // center price (the edge price is higher; an unknown name is
+        // unpriced, which refused every batch and billed nothing).
         let config = region.root().join("agent.toml");
         std::fs::write(
             &config,
             format!(
                 r#"node = "{node}"
 pool = "center"
-pool_kind = "center"
+pool_kind = "edge"
 data_dir = "data/agent"
 ingress_addr = "{ingress}"
 host_swap_mib = 8192
@@ -181,7 +194,7 @@ interval_ms = 200
 [gpus]
 backend = "simulated"
 [[gpus.simulated]]
-model = "sim-gpu-16g"
+model = "SIM_GPU_16G"
 memory_mib = 16384
 h2d_mib_per_s = 12000
 count = 2

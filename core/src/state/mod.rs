@@ -89,7 +89,9 @@ pub use migration::{
     MUST_FINISH_AFTER_MS,
 };
 pub use migration_plan::{plan_move, plan_returns, return_target, spilled, MoveError, MoveTarget};
-pub use node_gpus::{check_reported_gpus, same_memory, same_model, MEMORY_TOLERANCE_PCT};
+pub use node_gpus::{
+    check_reported_gpus, same_memory, same_model, usage_as_configured, MEMORY_TOLERANCE_PCT,
+};
 pub use node_status::{
     liveness_changes, LivenessChange, LivenessRules, NodeState, NodeStatus,
     DEFAULT_AGENT_JOIN_GRACE_S, DEFAULT_NODE_READY_GRACE_MS, DEFAULT_NODE_REPLACE_GRACE_MS,

@@ -16,6 +16,7 @@
 
 use crate::config::Node;
 use crate::protocol::NodeGpu;
+use crate::state::UsageRecord;
 use std::collections::BTreeSet;
 
 /// How far (percent of the topology's size) a reported GPU memory may be
@@ -91,6 +92,30 @@ pub fn check_reported_gpus(
         ));
     }
     Ok(missing)
+}
+
+/// An agent's usage records as the region prices them.
+///
+/// An agent names the GPU model it ran on as it discovered it (NVML:
+/// `NVIDIA A100-SXM4-80GB`) and the pool kind of its own config; the price
+/// list is keyed by the topology's model names and the kind of the node's
+/// pool, and a record it cannot price refuses its whole batch, which the
+/// agent then sends again forever. So each record of a model that `node`
+/// has (by [`same_model`]) takes the topology's name of it, and every
+/// record the kind of `node`'s pool (the topology's, not the agent's
+/// word). A record of a model the node lacks keeps its name (the region
+/// refuses it unpriced, as before).
+pub fn usage_as_configured(node: &Node, records: &mut [UsageRecord]) {
+    for r in records {
+        if let Some(g) = node
+            .gpus
+            .iter()
+            .find(|g| g.model != r.gpu_model && same_model(&r.gpu_model, &g.model))
+        {
+            r.gpu_model.clone_from(&g.model);
+        }
+        r.pool_kind = node.kind;
+    }
 }
 
 #[cfg(test)]
@@ -173,5 +198,41 @@ mod tests {
         assert!(!same_memory(81_920, 16_384));
         assert!(!same_memory(u64::MAX, 16_384));
         assert!(same_memory(u64::MAX, u64::MAX));
+    }
+
+    #[test]
+    fn usage_takes_the_topologys_model_name_and_pool_kind() {
+        let mut n = node(&[("A100-SXM4-80GB", 1, 81_920), ("L4", 1, 24_576)]);
+        n.kind = PoolKind::Edge;
+        let record = |seq: u64, model: &str| UsageRecord {
+            seq,
+            tenant: crate::model::TenantId("t".into()),
+            function: "f".into(),
+            tier: crate::model::Tier::Guaranteed,
+            gpu_model: model.into(),
+            pool_kind: PoolKind::Center,
+            compute_milli_gpu_ms: 1,
+            memory_mib_ms: 2,
+            invocations: 3,
+            end_ms: 4,
+        };
+        let mut records = vec![
+            record(1, "NVIDIA A100-SXM4-80GB"),
+            record(2, "nvidia l4"),
+            record(3, "L4"),
+            record(4, "H100"),
+        ];
+        let before = records.clone();
+        usage_as_configured(&n, &mut records);
+        let models: Vec<&str> = records.iter().map(|r| r.gpu_model.as_str()).collect();
+        assert_eq!(models, ["A100-SXM4-80GB", "L4", "L4", "H100"]);
+        assert!(records.iter().all(|r| r.pool_kind == PoolKind::Edge));
+        // Nothing else changes.
+        for (a, b) in records.iter().zip(&before) {
+            let mut a = a.clone();
+            a.gpu_model.clone_from(&b.gpu_model);
+            a.pool_kind = b.pool_kind;
+            assert_eq!(&a, b);
+        }
     }
 }

@@ -44,6 +44,12 @@ const MAX_SWAP_EVENTS: usize = 10_000;
 /// Slice requests kept for the region when no link collects them (the
 /// oldest are answered as refused beyond this).
 const MAX_SLICE_REQUESTS: usize = 1_000;
+/// Requests of one tenant that may wait here at once (admitted, not yet
+/// running: queued for a GPU, a load or a swap-in); one more is refused
+/// `429 over_capacity` (retryable). A waiting request holds its body, and
+/// its deadline may be a day away: without a bound one tenant could fill
+/// the agent's memory and its queues, which every tenant's admission reads.
+pub const MAX_WAITING_PER_TENANT: u32 = 1_024;
 
 /// Makes the runtime driver of a hosted function.
 pub type DriverFactory = Box<dyn Fn(&FunctionSpec) -> Box<dyn RuntimeDriver>>;
@@ -140,6 +146,9 @@ struct Pending {
     key: Option<InvocationKey>,
     /// The function it calls (for its histograms).
     function: FunctionId,
+    /// The tenant whose count of waiting requests ([`NodeAgent::waiting`])
+    /// holds it, until it starts or is answered.
+    waits_for: Option<TenantId>,
 }
 
 /// The node agent's supervisor actor (see the module docs of [`super`]).
@@ -167,6 +176,9 @@ pub struct NodeAgent {
     me: Option<Addr<NodeAgent>>,
     /// Keyed invocations running here, with the repeats waiting on them.
     running_keys: HashMap<InvocationKey, Vec<oneshot::Sender<InvokeOutcome>>>,
+    /// Each tenant's requests admitted and not yet running (at most
+    /// [`MAX_WAITING_PER_TENANT`]); tenants with none are absent.
+    waiting: HashMap<TenantId, u32>,
     /// Remap halves for the region, oldest first (the link takes them).
     slice_requests: Vec<SliceRequest>,
     /// Slice requests the region link took and has not answered yet.
@@ -238,6 +250,7 @@ impl NodeAgent {
             metering: None,
             me: None,
             running_keys: HashMap::new(),
+            waiting: HashMap::new(),
             slice_requests: Vec::new(),
             slice_taken: Vec::new(),
             releasing: BTreeSet::new(),
@@ -451,6 +464,9 @@ impl NodeAgent {
         let Some(p) = self.pending.remove(&request) else {
             return;
         };
+        if let Some(tenant) = &p.waits_for {
+            self.stop_waiting(tenant);
+        }
         if let Some((_, gpu, compute)) = p.started.filter(|_| !p.busy_freed) {
             self.busy[gpu as usize] -= compute;
         }
@@ -703,6 +719,7 @@ impl NodeAgent {
                 };
                 p.started = Some((now, gpu, compute_milli));
                 p.usage = usage;
+                let waited = p.waits_for.take();
                 self.meter.started(function, now.saturating_sub(p.arrived));
                 self.busy[gpu as usize] += compute_milli;
                 actor.do_send(RunRequest(Invocation {
@@ -715,6 +732,9 @@ impl NodeAgent {
                     stream_to,
                     http: p.http.take(),
                 }));
+                if let Some(tenant) = waited {
+                    self.stop_waiting(&tenant);
+                }
             }
             Command::SwapIn {
                 function,
@@ -1374,6 +1394,13 @@ impl Handler<Invoke> for NodeAgent {
             let _ = tx.send(outcome);
             return Admission::Accepted(rx);
         };
+        let waiting = self.waiting.get(&msg.tenant).copied().unwrap_or(0);
+        if waiting >= MAX_WAITING_PER_TENANT {
+            let outcome = InvokeOutcome::Failed(InvokeError::OverCapacity);
+            self.count(&outcome);
+            let _ = tx.send(outcome);
+            return Admission::Accepted(rx);
+        }
         let spec = &self.functions[&function].spec;
         let full_gpu_us = spec.latency.full_gpu_us;
         let deadline_ms = msg.deadline_ms.unwrap_or(spec.deadline_ms);
@@ -1403,8 +1430,10 @@ impl Handler<Invoke> for NodeAgent {
                 usage: None,
                 key: invocation_key.clone(),
                 function,
+                waits_for: Some(msg.tenant.clone()),
             },
         );
+        self.waiting.insert(msg.tenant, waiting.saturating_add(1));
         if let Some(k) = invocation_key {
             self.running_keys.insert(k, Vec::new());
         }
@@ -1424,6 +1453,16 @@ impl Handler<Invoke> for NodeAgent {
 }
 
 impl NodeAgent {
+    /// One request of `tenant` no longer waits (it started, or was answered).
+    fn stop_waiting(&mut self, tenant: &TenantId) {
+        if let Some(n) = self.waiting.get_mut(tenant) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.waiting.remove(tenant);
+            }
+        }
+    }
+
     /// What is known here of the invocation under `key`: running (a
     /// channel for its outcome), completed (its stored answer), or nothing.
     fn key_answer(&mut self, key: &InvocationKey) -> KeyAnswer {
@@ -2397,6 +2436,141 @@ mod tests {
             .await
             .expect("an outcome within 10 s")
             .unwrap()
+    }
+
+    /// An invocation of `tenant`'s `function` on `agent`, admitted: the
+    /// channel its outcome comes on.
+    async fn admit(
+        agent: &Addr<NodeAgent>,
+        tenant: &str,
+        function: &str,
+    ) -> oneshot::Receiver<InvokeOutcome> {
+        let admitted = agent
+            .send(Invoke {
+                tenant: TenantId(tenant.into()),
+                function: function.into(),
+                token_digest: None,
+                deadline_ms: None,
+                body: b"{}".to_vec().into(),
+                idempotency_key: None,
+                http: None,
+            })
+            .await
+            .unwrap();
+        let Admission::Accepted(outcome) = admitted else {
+            panic!("not admitted");
+        };
+        outcome
+    }
+
+    /// One tenant's waiting requests are bounded; another tenant's still
+    /// wait beside them, and the count follows starts and answers (nothing
+    /// is left counted once all ran).
+    #[actix_rt::test]
+    async fn one_tenant_cannot_queue_without_bound() {
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let started = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let (runs, count) = (gate.clone(), started.clone());
+        let agent = NodeAgent::new(NodeSetup {
+            node: NodeId("n1".into()),
+            gpus: vec![GpuInfo {
+                index: 0,
+                model: "sim".into(),
+                memory_mib: 16_384,
+                h2d_mib_per_s: 600_000,
+            }],
+            host_swap_mib: 8_192,
+            load: AgentLoadCosts {
+                swap_setup_us: 1_000,
+                cold_setup_us: 1_000,
+                storage_mib_per_s: 100_000,
+            },
+            driver: Box::new(move |_| {
+                Box::new(Gated {
+                    gate: runs.clone(),
+                    started: count.clone(),
+                })
+            }),
+            process_counters: Default::default(),
+            clock: gshare_core::clock::SystemClock::shared(),
+        })
+        .start();
+        let mut other = spec("g", gshare_core::model::Tier::Guaranteed);
+        other.tenant = TenantId("other".into());
+        let mut f = spec("f", gshare_core::model::Tier::Guaranteed);
+        // A long deadline: nothing is refused as late while the gate holds.
+        f.deadline_ms = 600_000;
+        other.deadline_ms = 600_000;
+        agent.do_send(ApplyAssignment(gshare_core::protocol::Assignment {
+            applied_index: 1,
+            instances: [f, other]
+                .into_iter()
+                .zip(1..)
+                .map(|(spec, id)| gshare_core::protocol::AssignedInstance {
+                    instance: InstanceId(id),
+                    spec,
+                    version: 1,
+                    slices: vec![on(0)],
+                })
+                .collect(),
+        }));
+        // Both loaded first: a request waits here only for the GPU.
+        tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                let st = agent.send(StatusQuery).await.unwrap();
+                let resident = st
+                    .instances
+                    .iter()
+                    .filter(|i| i.state == gshare_core::protocol::InstanceState::Resident);
+                if resident.count() == 2 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("both resident");
+        // acme's requests: the first fill the GPU (the driver holds every
+        // run at the gate), the rest wait, until one more than the bound.
+        let mut outcomes = Vec::new();
+        let refused = loop {
+            let mut o = admit(&agent, "acme", "f").await;
+            // A refusal is sent before the admission returns.
+            match o.try_recv() {
+                Ok(refused) => break refused,
+                Err(_) => outcomes.push(o),
+            }
+            assert!(
+                outcomes.len() <= 2 * MAX_WAITING_PER_TENANT as usize,
+                "no bound"
+            );
+        };
+        assert!(
+            matches!(refused, InvokeOutcome::Failed(InvokeError::OverCapacity)),
+            "{refused:?}"
+        );
+        let st = agent.send(StatusQuery).await.unwrap();
+        assert_eq!(st.gpus[0].queued, MAX_WAITING_PER_TENANT, "{st:?}");
+        assert!(st.in_flight > MAX_WAITING_PER_TENANT, "some run: {st:?}");
+        // Another tenant is not refused for acme's queue.
+        let mut theirs = admit(&agent, "other", "g").await;
+        assert!(theirs.try_recv().is_err(), "other's request waits or runs");
+        gate.add_permits(100_000);
+        outcomes.push(theirs);
+        for (i, o) in outcomes.into_iter().enumerate() {
+            let o = tokio::time::timeout(Duration::from_secs(30), o)
+                .await
+                .expect("every admitted request is answered")
+                .unwrap();
+            assert!(matches!(o, InvokeOutcome::Done { .. }), "{i}: {o:?}");
+        }
+        // Nothing stays counted: acme may queue again.
+        let again = admit(&agent, "acme", "f").await;
+        let again = tokio::time::timeout(Duration::from_secs(10), again)
+            .await
+            .expect("answered")
+            .unwrap();
+        assert!(matches!(again, InvokeOutcome::Done { .. }), "{again:?}");
     }
 
     /// A driver whose runs each wait for a permit of `gate`, then echo;

@@ -1100,13 +1100,13 @@ async fn invoke(
         .map(str::to_string);
     let deadline_ms = match &deadline {
         None => None,
-        Some(d) => match d.trim().parse::<u64>() {
-            Ok(ms) if ms > 0 => Some(ms),
-            _ => {
+        Some(d) => match gshare_core::http_surface::deadline_ms(d) {
+            Some(ms) => Some(ms),
+            None => {
                 return error(
                     StatusCode::BAD_REQUEST,
                     "bad_deadline",
-                    "X-Gshare-Deadline-Ms must be a positive integer",
+                    gshare_core::http_surface::BAD_DEADLINE,
                 )
             }
         },

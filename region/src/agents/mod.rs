@@ -317,7 +317,20 @@ async fn register(
     }
 }
 
-async fn usage(hub: &AgentHub, agent: AgentId, records: Vec<UsageRecord>) -> RegionMessage {
+async fn usage(
+    hub: &AgentHub,
+    agent: AgentId,
+    node: Option<NodeId>,
+    mut records: Vec<UsageRecord>,
+) -> RegionMessage {
+    // Priced by the topology's model names and the node's pool kind, not
+    // the agent's (`usage_as_configured`).
+    if let Some(node) = &node {
+        let st = hub.state.read();
+        if let Some(n) = st.region.domain().topology().and_then(|t| t.node(&node.0)) {
+            gshare_core::state::usage_as_configured(n, &mut records);
+        }
+    }
     let seqs: Vec<u64> = records.iter().map(|r| r.seq).collect();
     let n = records.len();
     let cmd = DomainCommand::UsageBatch {
@@ -664,8 +677,9 @@ pub async fn serve_agent(conn: quinn::Connection, hub: AgentHub) {
                     )
                 } else {
                     let hub = hub.clone();
+                    let node = node.clone();
                     tokio::spawn(async move {
-                        let reply = usage(&hub, agent, records).await;
+                        let reply = usage(&hub, agent, node, records).await;
                         let _ = write_frame(&mut send, &reply).await;
                     });
                     continue;
