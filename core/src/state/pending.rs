@@ -15,7 +15,10 @@
 //! touched it) plus the pending demands, so a change that another writer
 //! applied meanwhile (a delete, a topology reload) shows only after the
 //! next release on that node. Apply re-checks every placement with the same
-//! `fit`; a plan made on a stale overlay is refused and planned again.
+//! `fit`; a plan made on a stale overlay is refused and planned again. A
+//! node's GPUs stay filed under the pool they were overlaid with until
+//! that release takes them out (a reload may hand the position to another
+//! pool meanwhile; the indexed planner leaves such an overlay to the scan).
 
 use super::command::DomainCommand;
 use super::fit::{Demand, NodeLoad};
@@ -39,12 +42,25 @@ struct PendingPlan {
     slices: Vec<(usize, u32, Demand)>,
 }
 
+/// A node with a pending plan.
+#[derive(Debug, Clone)]
+struct Overlaid {
+    /// The pool its GPUs are filed under in [`PendingPlans::free`], as of
+    /// the reserve or release that overlaid it. Kept because a topology
+    /// reload (another writer) may give its position to a node of another
+    /// pool meanwhile: every later move or removal of its GPUs in the
+    /// index must name the class they were filed under, or they stay.
+    pool: u32,
+    /// Applied load plus the pending demands.
+    load: NodeLoad,
+}
+
 /// The plans reserved and not yet released.
 #[derive(Debug, Clone, Default)]
 pub struct PendingPlans {
-    /// Nodes with a pending plan: applied load plus the pending demands.
-    nodes: HashMap<usize, NodeLoad>,
-    /// The GPUs of `nodes` by class.
+    /// Nodes with a pending plan, by position.
+    nodes: HashMap<usize, Overlaid>,
+    /// The GPUs of `nodes` by class (each under its node's `pool`).
     free: FreeIndex,
     plans: BTreeMap<PlanTicket, PendingPlan>,
     by_node: HashMap<usize, BTreeSet<PlanTicket>>,
@@ -72,7 +88,13 @@ impl PendingPlans {
     /// The overlaid load of the node at `pos` (topology order), if a
     /// pending plan touches it.
     pub fn node(&self, pos: usize) -> Option<&NodeLoad> {
-        self.nodes.get(&pos)
+        self.nodes.get(&pos).map(|n| &n.load)
+    }
+
+    /// The pool (topology index) the overlaid node at `pos` is filed
+    /// under in [`PendingPlans::free`].
+    pub(crate) fn pool_filed(&self, pos: usize) -> Option<u32> {
+        self.nodes.get(&pos).map(|n| n.pool)
     }
 
     /// The GPUs of the overlaid nodes by class.
@@ -157,7 +179,7 @@ impl PendingPlans {
             if !self.nodes.contains_key(&pos) {
                 self.overlay(view, pos);
             }
-            self.add_demand(view, pos, gpu, &d);
+            self.add_demand(pos, gpu, &d);
         }
         self.plans.insert(ticket, plan);
         ticket
@@ -229,7 +251,7 @@ impl PendingPlans {
                 set.remove(&ticket);
                 set.clone()
             });
-            self.drop_overlay(view, pos);
+            self.drop_overlay(pos);
             match rest {
                 Some(rest) if !rest.is_empty() => {
                     self.overlay(view, pos);
@@ -241,7 +263,7 @@ impl PendingPlans {
                             .map(|(_, g, d)| (*g, *d))
                             .collect();
                         for (g, d) in demands {
-                            self.add_demand(view, pos, g, &d);
+                            self.add_demand(pos, g, &d);
                         }
                     }
                 }
@@ -264,16 +286,24 @@ impl PendingPlans {
                 (at, u32::try_from(i).unwrap_or(u32::MAX)),
             );
         }
-        self.nodes.insert(pos, node.clone());
+        self.nodes.insert(
+            pos,
+            Overlaid {
+                pool,
+                load: node.clone(),
+            },
+        );
     }
 
-    /// Takes the node at `pos` out of the overlay.
-    fn drop_overlay(&mut self, view: &RegionState, pos: usize) {
-        let (Some(node), Some(pool)) = (self.nodes.remove(&pos), view.pool_index_of(pos)) else {
+    /// Takes the node at `pos` out of the overlay: each GPU out of the
+    /// class it was filed under (not the class of whatever pool `pos`
+    /// belongs to now).
+    fn drop_overlay(&mut self, pos: usize) {
+        let Some(Overlaid { pool, load }) = self.nodes.remove(&pos) else {
             return;
         };
         let at = u32::try_from(pos).unwrap_or(u32::MAX);
-        for (i, slot) in node.gpus.iter().enumerate() {
+        for (i, slot) in load.gpus.iter().enumerate() {
             self.free.remove(
                 &GpuClass::of(pool, slot),
                 (at, u32::try_from(i).unwrap_or(u32::MAX)),
@@ -281,10 +311,13 @@ impl PendingPlans {
         }
     }
 
-    fn add_demand(&mut self, view: &RegionState, pos: usize, gpu: u32, d: &Demand) {
-        let (Some(node), Some(pool)) = (self.nodes.get_mut(&pos), view.pool_index_of(pos)) else {
+    /// Adds `d` to GPU `gpu` of the overlaid node at `pos`, moving the GPU
+    /// between classes of the pool it was filed under.
+    fn add_demand(&mut self, pos: usize, gpu: u32, d: &Demand) {
+        let Some(Overlaid { pool, load: node }) = self.nodes.get_mut(&pos) else {
             return;
         };
+        let pool = *pool;
         let Some(slot) = node.gpus.get_mut(gpu as usize) else {
             return;
         };

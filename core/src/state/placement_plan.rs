@@ -24,7 +24,7 @@ use super::plan_metric::PlanMetric;
 use super::plan_rejection::PlanRejection;
 use super::ranking::Ranking;
 use super::region_state::{RegionState, UnixMillis};
-use crate::model::{FunctionSpec, NodeId, PoolKind, Slice};
+use crate::model::{FunctionSpec, NodeId, PoolKind, Slice, TenantId};
 use serde::{Deserialize, Serialize};
 
 /// How to plan: the ranking, how much of the region to scan, and the
@@ -45,6 +45,22 @@ pub struct PlacementPolicy<'a> {
     /// Nodes the plan must not use (a defragmentation's moves leave the
     /// node they make room on). Empty: none.
     pub avoid: &'a [NodeId],
+}
+
+impl PlacementPolicy<'_> {
+    /// The instances of `tenant`'s `function` a plan of more counts: those
+    /// applied in `view` plus those reserved in the pending plans (planned
+    /// and proposed, not applied yet). A decision whether more are needed
+    /// (a scale-out to a desired count, a function below its minimum)
+    /// reads this, not the view's count alone: the planner counts the
+    /// pending ones toward `max_instances`, so a second ask for what a
+    /// pending plan already places would plan again (one too many) or be
+    /// refused as at `max_instances` though it is being satisfied.
+    pub fn instance_count(&self, view: &RegionState, tenant: &TenantId, function: &str) -> u32 {
+        let pending = self.pending.map_or(0, |p| p.count(tenant, function));
+        view.instance_count(tenant, function)
+            .saturating_add(pending)
+    }
 }
 
 /// Where one instance goes.

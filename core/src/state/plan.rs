@@ -601,6 +601,23 @@ fn plan_indexed<'a>(
         (pending.map_or(&empty, |p| p.free()), true),
     ];
     let overlaid = |pos: u32| pending.is_some_and(|p| p.node(pos as usize).is_some());
+    // An overlay made before a topology reload (another writer, which the
+    // scheduler does not see) may sit at a position that a node of another
+    // pool holds now: its GPUs are filed under their old pool, so the index
+    // would count them in the wrong pool group and name the node now at
+    // that position. The scan reads pools from the topology, so it decides
+    // until the release that rebuilds the overlay (the overlay is only the
+    // nodes of the batches in flight: this check is small).
+    if let Some(p) = pending {
+        let moved = p.free().classes().any(|(class, members)| {
+            members
+                .iter()
+                .any(|&(pos, _)| state.pool_index_of(pos as usize) != Some(class.pool))
+        });
+        if moved {
+            return None;
+        }
+    }
     let takes = |pos: u32| {
         state
             .node_name_at(pos as usize)
@@ -651,7 +668,7 @@ fn plan_indexed<'a>(
             let score = candidates[i].0;
             let mut best: Option<GpuAt> = None;
             while i < candidates.len() && candidates[i].0 == score {
-                let (_, _, members, from_overlay, node_rule) = candidates[i];
+                let (_, class, members, from_overlay, node_rule) = candidates[i];
                 i = i.saturating_add(1);
                 let first = members.iter().copied().find(|&(pos, gpu)| {
                     if best.is_some_and(|b| b < (pos, gpu)) {
@@ -659,6 +676,13 @@ fn plan_indexed<'a>(
                     }
                     if !from_overlay && overlaid(pos) {
                         return false; // its load is the overlay's
+                    }
+                    if from_overlay
+                        && pending.and_then(|p| p.pool_filed(pos as usize)) != Some(class.pool)
+                    {
+                        // Not (or no longer) overlaid, or filed under
+                        // another pool: a leftover, never a place.
+                        return false;
                     }
                     if !takes(pos) {
                         return false; // not ready or drained: apply would refuse it

@@ -100,6 +100,7 @@ mod indexed;
 mod keyed;
 mod liveness;
 mod migration;
+mod pending_count;
 mod remap;
 mod rolling_update;
 mod scale_in;

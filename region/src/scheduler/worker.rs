@@ -157,7 +157,9 @@ fn decide(
             let Ok(f) = view.function(tenant, function) else {
                 return nothing; // deleted meanwhile
             };
-            if view.instance_count(tenant, function) >= f.spec.min_instances {
+            // Pending placements count: one being committed already
+            // brings it up (another would be one too many).
+            if policy.instance_count(view, tenant, function) >= f.spec.min_instances {
                 return nothing;
             }
             match plan_placements(view, &f.spec, 1, policy, now) {
@@ -196,7 +198,13 @@ fn decide(
             let Ok(f) = view.function(tenant, function) else {
                 return nothing; // deleted meanwhile
             };
-            if view.instance_count(tenant, function) >= (*desired).min(f.spec.max_instances) {
+            // Pending placements count toward `desired`: replicas each ask
+            // for a wake from zero (they do not dedupe with each other), and
+            // the second ask, planned while the first one's placement
+            // commits, would place one too many or, at `max_instances`, be
+            // refused as full and its replica answer its held requests 503.
+            if policy.instance_count(view, tenant, function) >= (*desired).min(f.spec.max_instances)
+            {
                 return nothing;
             }
             let mut spec = f.spec.clone();
@@ -282,7 +290,9 @@ fn decide(
             let Ok(f) = view.function(tenant, function) else {
                 return nothing;
             };
-            if view.instance_count(tenant, function) >= (*desired).min(f.spec.max_instances) {
+            // (Pending placements count, as for a scale-out.)
+            if policy.instance_count(view, tenant, function) >= (*desired).min(f.spec.max_instances)
+            {
                 return nothing;
             }
             let mut spec = f.spec.clone();
@@ -629,9 +639,9 @@ mod tests {
 
     const T0: u64 = 1_800_000_000_000;
 
-    /// The local demo's topology, acme's burstable function with one
-    /// instance, and a move of it to the other center node.
-    fn one_instance() -> (RegionState, gshare_core::state::InstanceId, MoveTarget) {
+    /// The local demo's topology and acme's burstable function `chat`
+    /// (`min` to `max` instances), deployed with none.
+    fn deployed(min: u32, max: u32) -> RegionState {
         let topology = Topology::from_toml(
             "topology.toml",
             include_str!("../../../configs/local/topology.toml"),
@@ -666,8 +676,8 @@ mod tests {
             tier: Tier::Burstable,
             deadline_ms: 100,
             pool: PoolPreference::Center,
-            min_instances: 1,
-            max_instances: 2,
+            min_instances: min,
+            max_instances: max,
             idle_timeout_s: 60,
             latency: LatencyProfile {
                 full_gpu_us: 1_000,
@@ -676,6 +686,13 @@ mod tests {
         };
         s.apply(DomainCommand::FunctionDeploy { spec }, T0)
             .expect("deploy");
+        s
+    }
+
+    /// [`deployed`] with one instance of `chat` (1 to 2), and a move of it
+    /// to the other center node.
+    fn one_instance() -> (RegionState, gshare_core::state::InstanceId, MoveTarget) {
+        let mut s = deployed(1, 2);
         let eval = Evaluation::Underplaced {
             tenant: TenantId("acme".into()),
             function: "chat".into(),
@@ -765,5 +782,79 @@ mod tests {
                 replans: 0,
             }))
         );
+    }
+
+    /// Two replicas each wake `chat` from zero (`ScaleOut { desired: 1 }`,
+    /// not deduplicated across replicas): the leader plans the first and
+    /// reserves it; the second, decided while that placement commits,
+    /// finds it pending and places nothing. It was planned again: refused
+    /// at `max_instances` (its replica answered its held requests 503), or
+    /// with room for more, a second instance where one was asked for.
+    #[test]
+    fn a_second_wake_while_the_first_commits_places_nothing() {
+        for max in [1, 2] {
+            let s = deployed(0, max);
+            let wake = Evaluation::ScaleOut {
+                tenant: TenantId("acme".into()),
+                function: "chat".into(),
+                desired: 1,
+            };
+            let ranking = RegionRanking::from_state(&s);
+            let mut pending = PendingPlans::default();
+            let first = {
+                let policy = super::super::region_policy(&ranking, Some(&pending));
+                decide(&s, &wake, &policy, &|_| false, T0)
+            };
+            let Decision::Propose(cmd) = first else {
+                panic!("max {max}: the first wake places nothing");
+            };
+            assert_eq!(pending.reserve_command(&s, &cmd).len(), 1);
+            let policy = super::super::region_policy(&ranking, Some(&pending));
+            match decide(&s, &wake, &policy, &|_| false, T0) {
+                Decision::Answer(r) => assert_eq!(
+                    r,
+                    Ok(EvalDone {
+                        applied: None,
+                        replans: 0,
+                    }),
+                    "max {max}"
+                ),
+                Decision::Propose(c) => panic!("max {max}: planned again: {c:?}"),
+                Decision::Defer => panic!("max {max}: deferred"),
+            }
+            // Asking for two (room for them) still places the second.
+            if max == 2 {
+                let two = Evaluation::ScaleOut {
+                    tenant: TenantId("acme".into()),
+                    function: "chat".into(),
+                    desired: 2,
+                };
+                assert!(matches!(
+                    decide(&s, &two, &policy, &|_| false, T0),
+                    Decision::Propose(DomainCommand::InstancePlace { .. })
+                ));
+            }
+        }
+    }
+
+    /// A function below its minimum whose missing instance is pending
+    /// (the underplaced tick came round while it commits) places nothing
+    /// more.
+    #[test]
+    fn an_underplaced_function_with_its_instance_pending_places_nothing() {
+        let s = deployed(1, 2);
+        let eval = Evaluation::Underplaced {
+            tenant: TenantId("acme".into()),
+            function: "chat".into(),
+        };
+        let ranking = RegionRanking::from_state(&s);
+        let mut pending = PendingPlans::default();
+        let cmd = decide_on(&s, &eval, T0).expect("a placement");
+        assert_eq!(pending.reserve_command(&s, &cmd).len(), 1);
+        let policy = super::super::region_policy(&ranking, Some(&pending));
+        assert!(matches!(
+            decide(&s, &eval, &policy, &|_| false, T0),
+            Decision::Answer(Ok(EvalDone { applied: None, .. }))
+        ));
     }
 }

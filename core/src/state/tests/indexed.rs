@@ -181,3 +181,115 @@ fn a_full_region_falls_back_to_the_scans_rejection() {
     let steps: Vec<(u8, u8, u8, u8)> = (0..8).map(|_| (0, 0, 4, 1)).collect();
     check(&steps);
 }
+
+/// `NODES` with a third center node `c3` (after `c2`): every edge node's
+/// position moves up by one, and `eb1`'s old position is `ea1`'s now.
+fn with_c3() -> Topology {
+    let c2 = "[[pools.nodes]]\nname = \"c2\"";
+    let c3 = "[[pools.nodes]]\nname = \"c3\"\ncpu_milli = 8_000\nmemory_mib = 65_536\nswap_mib = 8_192\ngpus = [{ model = \"g16\", count = 2 }]\n\n";
+    let nodes = NODES.replace(c2, &format!("{c3}{c2}"));
+    assert_ne!(nodes, NODES);
+    topology(&format!("{nodes}{PRICES}"))
+}
+
+/// A plan reserved on `eb1`, with a topology reload (another writer)
+/// shifting `eb1`'s position to another pool's node while it commits.
+/// Returns the state after the reload and the pending plans.
+fn reserved_across_a_reload(
+    f: &FunctionSpec,
+) -> (RegionState, PendingPlans, Vec<PlanTicket>, DomainCommand) {
+    let mut s = region();
+    deploy(&mut s, f.clone());
+    let (p, _) = plan_on(&s, None, f, &BestFit, &PlanOptions::indexed()).unwrap();
+    assert_eq!(p.slices[0].gpu, gpu("eb1", 0));
+    let before = s.node_position(&NodeId("eb1".into()));
+    let mut pending = PendingPlans::default();
+    let cmd = p.command();
+    let tickets = pending.reserve_command(&s, &cmd);
+    assert_eq!(tickets.len(), 1);
+    ok(
+        &mut s,
+        DomainCommand::TopologyLoad {
+            topology: with_c3(),
+        },
+    );
+    // `eb1`'s old position now holds `ea1`, a node of pool edge-a.
+    let old = before.unwrap();
+    assert_eq!(s.node_name_at(old), Some(&NodeId("ea1".into())));
+    (s, pending, tickets, cmd)
+}
+
+fn edge_b_spec(name: &str, strict: bool) -> FunctionSpec {
+    let mut f = spec("acme", name, Tier::Guaranteed, 300, 2_048);
+    f.pool = if strict {
+        PoolPreference::EdgeOnly("edge-b".into())
+    } else {
+        PoolPreference::Edge("edge-b".into())
+    };
+    f
+}
+
+#[test]
+fn a_release_after_a_reload_leaves_no_overlay_entry_behind() {
+    let f = edge_b_spec("f", false);
+    let (mut s, mut pending, tickets, cmd) = reserved_across_a_reload(&f);
+    // The batch commits (it names `eb1`, wherever it sits now), then is
+    // released.
+    ok(&mut s, cmd);
+    for t in tickets {
+        pending.release(&s, t);
+    }
+    assert!(pending.is_empty());
+    assert_eq!(pending.nodes(), 0);
+    // Every GPU filed by the overlay was taken out with its class (the
+    // pool it was filed under, not the pool its position has now).
+    assert_eq!(pending.free().classes().count(), 0, "{:?}", pending.free());
+    // So an indexed plan around the (empty) pending plans picks what the
+    // scan picks: `eb1`, not the node now at its old position.
+    let g = edge_b_spec("g", true);
+    deploy(&mut s, g.clone());
+    let full = outcome(plan_on(
+        &s,
+        Some(&pending),
+        &g,
+        &BestFit,
+        &PlanOptions::default(),
+    ));
+    let indexed = outcome(plan_on(
+        &s,
+        Some(&pending),
+        &g,
+        &BestFit,
+        &PlanOptions::indexed(),
+    ));
+    assert_eq!(indexed, full);
+    assert_eq!(full.unwrap().slices[0].gpu, gpu("eb1", 0));
+}
+
+#[test]
+fn an_overlay_from_before_a_reload_never_names_a_node_of_another_pool() {
+    let f = edge_b_spec("f", false);
+    let (mut s, pending, _, _) = reserved_across_a_reload(&f);
+    // While the plan is still pending, a strict edge-b function: the
+    // overlay's entry for `eb1` was filed under edge-b at a position that
+    // is `ea1`'s (edge-a) now.
+    let g = edge_b_spec("g", true);
+    deploy(&mut s, g.clone());
+    let full = outcome(plan_on(
+        &s,
+        Some(&pending),
+        &g,
+        &BestFit,
+        &PlanOptions::default(),
+    ));
+    let indexed = outcome(plan_on(
+        &s,
+        Some(&pending),
+        &g,
+        &BestFit,
+        &PlanOptions::indexed(),
+    ));
+    assert_eq!(indexed, full);
+    let p = full.unwrap();
+    assert_eq!(p.pool, "edge-b", "{p}");
+}
