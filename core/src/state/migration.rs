@@ -7,7 +7,10 @@
 //!   both serve while the new one loads; every tick the leader looks at each migration:
 //!      migration_steps(view, ready, now, wait)      (pure)
 //!         the new one is ready (its agent reports it) ─▶ Complete: InstanceRelease(old)
-//!         a drain's or a roll's, not ready within MUST_FINISH_AFTER_MS ─▶ Complete all the same
+//!         a drain's or a roll's, not ready within MUST_FINISH_AFTER_MS, whose old one's node
+//!           is leaving (drains, or lost) ─▶ Complete all the same
+//!         a roll's, not ready within MUST_FINISH_AFTER_MS, beside a ready instance of its
+//!           version on its node (which serves that version) ─▶ Complete all the same
 //!         not ready within `wait`, or its node not ready ─▶ Abort: InstanceRelease(new)
 //!   a release of either side ends the record (completed, or given up)
 //! ```
@@ -50,9 +53,13 @@ pub enum MigrationCause {
     /// A reshaping update's roll replaces an outgoing instance with one of
     /// the function's current version (on any node, its own included):
     /// like a drain's, recorded so that a new leader ends it rather than
-    /// placing a second new instance, and completed after
-    /// [`MUST_FINISH_AFTER_MS`] even if the new one is not ready. Last,
-    /// to keep the encoding of the others.
+    /// placing a second new instance. It completes when the new instance is
+    /// ready; not ready after [`MUST_FINISH_AFTER_MS`], only where the old
+    /// one's node is leaving (as a drain's) or the new one's node serves
+    /// the new version from another instance (see [`migration_steps`]);
+    /// otherwise it is given up after the general wait and the old one
+    /// serves on (a new version that never loads takes nothing down).
+    /// Last, to keep the encoding of the others.
     Roll,
 }
 
@@ -73,9 +80,9 @@ impl MigrationCause {
         }
     }
 
-    /// Whether the old side must go even if the new one is not ready after
-    /// [`MUST_FINISH_AFTER_MS`]: its node drains, or its version is
-    /// replaced.
+    /// Whether the old side may go although the new one is not ready after
+    /// [`MUST_FINISH_AFTER_MS`] (on the conditions of [`migration_steps`]):
+    /// a drain's, or a roll's.
     pub fn must_finish(self) -> bool {
         matches!(self, MigrationCause::Drain | MigrationCause::Roll)
     }
@@ -150,8 +157,16 @@ impl MigrationStep {
 /// the new one is ready (nothing serves there anyway). A drain's or a
 /// roll's migration ([`MigrationCause::must_finish`]) whose new instance
 /// is not ready after [`MUST_FINISH_AFTER_MS`] completes all the same,
-/// where its node takes placements: the old one's version, or its node
-/// (while it still drains), is leaving.
+/// where its node takes placements, when the old one's node is leaving
+/// (it drains, or is lost). A roll's also does when another instance of
+/// the new one's version on its node is ready: that node's agent serves
+/// the version from that copy (it loads one copy per version ahead, so
+/// an idle function's second instance there may never report resident
+/// itself). A roll's otherwise waits for its new instance like any
+/// migration, and is given up after `wait_ms`: the old version being
+/// replaced is no reason to release a working instance for one that is
+/// not ready (a new version that never loads would take the function
+/// down, one instance every MUST_FINISH_AFTER_MS).
 ///
 /// A migration's age counts from the later of its `started_at` (the
 /// clock of the leader that started it) and when this replica first saw
@@ -176,17 +191,36 @@ pub fn migration_steps(
             .get(&m.to)
             .map_or(m.started_at, |at| (*at).max(m.started_at));
         let age = now.saturating_sub(since);
-        // A drain's old side must go only while its node still drains
-        // (or is lost): undrained, it serves on until the new one is ready.
-        let leaving = || match m.cause {
-            MigrationCause::Drain => view.instance(m.from).is_some_and(|from| {
+        // The old side must go only while its node still drains (or is
+        // lost): undrained, it serves on until the new one is ready.
+        let leaving = || {
+            view.instance(m.from).is_some_and(|from| {
                 from.slices
                     .iter()
                     .any(|s| !view.takes_placements(&s.gpu.node))
-            }),
-            _ => true,
+            })
         };
-        let forced = m.cause.must_finish() && age >= MUST_FINISH_AFTER_MS && leaving();
+        // The new side's node serves its version already: a ready sibling
+        // of the same version shares a node with it (the agent prefetches
+        // only a version's first instance on a node; the others load on
+        // demand, so they may never report resident while idle, and the
+        // roll would be given up and planned again forever).
+        let served_beside = || {
+            view.instances_of(&to.tenant, &to.function).any(|i| {
+                i.id != to.id
+                    && i.version == to.version
+                    && i.slices
+                        .iter()
+                        .any(|s| to.slices.iter().any(|t| t.gpu.node == s.gpu.node))
+                    && ready(i)
+            })
+        };
+        let forced = age >= MUST_FINISH_AFTER_MS
+            && match m.cause {
+                MigrationCause::Drain => leaving(),
+                MigrationCause::Roll => leaving() || served_beside(),
+                _ => false,
+            };
         if node_ok && (forced || ready(to)) {
             out.push(MigrationStep::Complete {
                 from: m.from,

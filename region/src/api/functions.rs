@@ -834,7 +834,8 @@ pub struct UpdateView {
 /// keep serving, on their slices, with their version's spec); the
 /// leader's roll then replaces them one at a time, make-before-break
 /// (a new-version instance placed as a `roll` migration; the old one is
-/// released once the new one is ready, or after 10 s), or, where capacity or quota has no
+/// released once the new one is ready; a new one never ready is given up and the old one
+/// stays: docs/migration.md), or, where capacity or quota has no
 /// room for both, moves the instance in one step (its log line and the
 /// `replace` evaluation counters say so). Other changes (deadline,
 /// instance counts, idle timeout, latency) keep the instances.

@@ -9,6 +9,8 @@
 //!        replica notes first sights each tick, leader or not)
 //!        Complete ─▶ MigrationEnd(release old)   the new one is resident (on-demand tiers: hosted),
 //!                                                or a drain's or a roll's ran past MUST_FINISH_AFTER_MS
+//!                                                with its old node leaving (a roll's also beside a
+//!                                                ready instance of its version on its node)
 //!        Abort    ─▶ MigrationEnd(release new)   not ready in time, or its node went not_ready
 //!                    (refused if the migration ended meanwhile)
 //!     plan_returns(view, policy, calm)                    (core, pure)
@@ -189,7 +191,7 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub) {
                             MigrationStep::Complete { from, to } => tracing::info!(
                                 "migration ({cause}) of {tenant}/{function}: {to} on {node} is ready{}; released {from}",
                                 if cause.must_finish() {
-                                    " (or its 10 s wait ran out)"
+                                    " (or its 10 s wait ran out where it may complete regardless)"
                                 } else {
                                     ""
                                 }

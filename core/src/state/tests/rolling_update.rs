@@ -96,15 +96,18 @@ fn outgoing_instances_keep_their_slices_and_spec_until_replaced_one_by_one() {
     let m = s.migration_of(a).expect("a roll migration");
     assert_eq!((m.from, m.to, m.cause), (a, c, MigrationCause::Roll));
     assert_eq!(replacement(&s, a), Replacement::Nothing);
-    // The migration tick ends it once `c` is ready (or after the wait).
+    // The migration tick ends it once `c` is ready: not ready, `a` serves
+    // on past MUST_FINISH_AFTER_MS (its node is not leaving), and the roll
+    // is given up after the general wait.
+    let none = BTreeMap::new();
+    let at = T0 + MUST_FINISH_AFTER_MS;
+    assert_eq!(migration_steps(&s, &|_| false, at, 60_000, &none), vec![]);
     assert_eq!(
-        migration_steps(
-            &s,
-            &|_| false,
-            T0 + MUST_FINISH_AFTER_MS,
-            60_000,
-            &BTreeMap::new()
-        ),
+        migration_steps(&s, &|_| false, T0 + 60_000, 60_000, &none),
+        vec![MigrationStep::Abort { from: a, to: c }]
+    );
+    assert_eq!(
+        migration_steps(&s, &|i| i.id == c, T0 + 1, 60_000, &none),
         vec![MigrationStep::Complete { from: a, to: c }]
     );
     ok(&mut s, DomainCommand::InstanceRelease { instance: a });
@@ -319,4 +322,156 @@ fn a_change_of_model_args_or_env_is_a_reshape_and_a_bad_model_is_refused_on_appl
             .unwrap_err();
         assert!(matches!(e, ApplyError::InvalidSpec { .. }), "{e}");
     }
+}
+
+/// One leader's roll of `acme/f` (three instances, reshaped), run every
+/// half second from T0 for `until_ms` as the leader's ticks do: the
+/// migration tick ends what `migration_steps` decides (`ready(new, age)`
+/// says whether a new instance is ready `age` ms after it was placed),
+/// then the liveness tick replaces each function's oldest outgoing
+/// instance. After every tick the instances that serve (the old ones
+/// left, and the new ones ready or beside a ready one of their version on
+/// their node) are never fewer than three. Returns the
+/// state at the end and how many roll steps were given up.
+fn roll_for(until_ms: u64, ready: &dyn Fn(u64) -> bool) -> (RegionState, u32) {
+    const TICK_MS: u64 = 500;
+    let mut s = region();
+    let (_, old) = reshaped(&mut s, 3, 3);
+    let mut placed_at: BTreeMap<InstanceId, u64> = BTreeMap::new();
+    let mut seen = BTreeMap::new();
+    let mut given_up = 0u32;
+    let mut now = T0;
+    while now <= T0 + until_ms {
+        note_migrations_seen(&s, &mut seen, now);
+        let is_ready = |placed_at: &BTreeMap<InstanceId, u64>, i: &Instance| {
+            placed_at
+                .get(&i.id)
+                .is_some_and(|at| ready(now.saturating_sub(*at)))
+        };
+        let steps = migration_steps(&s, &|i| is_ready(&placed_at, i), now, 60_000, &seen);
+        for step in steps {
+            let (from, to, complete) = match step {
+                MigrationStep::Complete { from, to } => (from, to, true),
+                MigrationStep::Abort { from, to } => {
+                    given_up += 1;
+                    (from, to, false)
+                }
+            };
+            let end = DomainCommand::MigrationEnd { from, to, complete };
+            s.apply(end, now).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let first = s.all_outgoing().next().map(|i| i.id);
+        if let Some(first) = first {
+            let r = plan_replacement(&s, first, &policy(), now).unwrap_or_else(|r| panic!("{r}"));
+            if let Some(cmd) = r.command(&s, first) {
+                assert!(
+                    matches!(r, Replacement::Migrate(_, MigrationCause::Roll)),
+                    "{r:?}"
+                );
+                match s.apply(cmd, now).unwrap_or_else(|e| panic!("{e}")) {
+                    Applied::InstanceMigrating { instance, .. } => {
+                        placed_at.insert(instance, now);
+                    }
+                    a => panic!("{a:?}"),
+                }
+            }
+        }
+        s.check_invariants().unwrap();
+        // A new instance serves once ready, or beside a ready one on its
+        // node (that node's agent serves the version from that copy).
+        let serves = |i: &Instance| {
+            is_ready(&placed_at, i)
+                || s.instances_of(&t("acme"), "f").any(|o| {
+                    o.id != i.id
+                        && !old.contains(&o.id)
+                        && o.slices[0].gpu.node == i.slices[0].gpu.node
+                        && is_ready(&placed_at, o)
+                })
+        };
+        let serving = s
+            .instances_of(&t("acme"), "f")
+            .filter(|i| old.contains(&i.id) || serves(i))
+            .count();
+        assert!(serving >= 3, "at {}: {serving} serve", now - T0);
+        now += TICK_MS;
+    }
+    (s, given_up)
+}
+
+/// A new version that never loads (a bad model or args): the roll keeps
+/// trying (each step given up after the wait, then planned again) and no
+/// old instance is released; before, each step was completed after
+/// MUST_FINISH_AFTER_MS all the same, and within about 30 s every working
+/// instance was gone.
+#[test]
+fn a_roll_whose_new_instances_never_become_ready_releases_no_old_instance() {
+    let (s, given_up) = roll_for(5 * 60_000, &|_| false);
+    assert_eq!(s.outgoing(&t("acme"), "f").count(), 3);
+    assert!(given_up >= 4, "given up {given_up} times");
+    // Never more than one new instance at a time beside them.
+    assert!(s.instance_count(&t("acme"), "f") <= 1);
+}
+
+/// A new version that loads slower than MUST_FINISH_AFTER_MS (but within
+/// the wait): each old instance goes once its replacement is ready, and
+/// the roll completes.
+#[test]
+fn a_roll_whose_new_instances_load_slowly_completes_once_they_are_ready() {
+    let (s, given_up) = roll_for(3 * 60_000, &|age| age >= 25_000);
+    assert_eq!(given_up, 0);
+    assert_eq!(s.outgoing(&t("acme"), "f").count(), 0);
+    assert_eq!(s.instance_count(&t("acme"), "f"), 3);
+    assert!(s.function(&t("acme"), "f").unwrap().older.is_empty());
+    // Ready at once, as fast as the ticks go.
+    let (s, _) = roll_for(10_000, &|_| true);
+    assert_eq!(s.outgoing(&t("acme"), "f").count(), 0);
+}
+
+/// A roll's new instance placed on a node that already has a ready
+/// instance of the new version: that node's agent serves the version from
+/// that copy and loads none for the second instance until requests need
+/// it, so the step completes after MUST_FINISH_AFTER_MS all the same
+/// (waiting for its own copy, an idle function's roll would be given up
+/// and planned again forever). Without a ready sibling there, it waits.
+#[test]
+fn a_roll_step_beside_a_ready_instance_of_its_version_on_its_node_completes() {
+    let mut s = region();
+    let (_, old) = reshaped(&mut s, 2, 2);
+    let (a, b) = (old[0], old[1]);
+    let r = replacement(&s, a);
+    let c = carry_out(&mut s, a, &r).unwrap();
+    ok(
+        &mut s,
+        DomainCommand::MigrationEnd {
+            from: a,
+            to: c,
+            complete: true,
+        },
+    );
+    // `b`'s replacement on the other GPU of `c`'s node.
+    let Replacement::Migrate(mut slices, cause) = replacement(&s, b) else {
+        panic!("not a migration");
+    };
+    let at_c = s.instance(c).unwrap().slices[0].gpu.clone();
+    slices[0].gpu = GpuId {
+        node: at_c.node.clone(),
+        index: 1 - at_c.index,
+    };
+    let cmd = DomainCommand::InstanceMigrate {
+        instance: b,
+        slices,
+        cause,
+    };
+    let Applied::InstanceMigrating { instance: d, .. } = ok(&mut s, cmd) else {
+        panic!("not a migration");
+    };
+    let none = BTreeMap::new();
+    let at = T0 + MUST_FINISH_AFTER_MS;
+    let c_ready = |i: &Instance| i.id == c;
+    assert_eq!(migration_steps(&s, &c_ready, at - 1, 60_000, &none), vec![]);
+    assert_eq!(
+        migration_steps(&s, &c_ready, at, 60_000, &none),
+        vec![MigrationStep::Complete { from: b, to: d }]
+    );
+    assert_eq!(migration_steps(&s, &|_| false, at, 60_000, &none), vec![]);
 }
