@@ -390,6 +390,62 @@ fn an_update_through_a_lagging_follower_is_never_answered_unknown_function() {
     }
 }
 
+/// A token is good on every replica once its issue was answered, the
+/// invoke route included: a replica that has not applied the issue yet
+/// checks with the leader before a definite `401` (the invoke route used
+/// to answer `401 unauthorized` at once from its own state). Here the
+/// follower is held behind while the token is issued.
+#[test]
+fn a_token_just_issued_is_never_refused_by_a_lagging_replicas_invoke_route() {
+    use gshare_tests::nemesis::cluster::{error_is, Cluster, STEADY};
+    use gshare_tests::{call, json_of, TOKEN};
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let c = Cluster::start(13).expect("cluster");
+    let replicas = c.replica_http();
+    let leader = gshare_tests::until("a leader", 30, || c.leader());
+    let (lagging, proxy) = c
+        .raft_links
+        .iter()
+        .find(|(id, _)| *id != leader)
+        .expect("a follower behind a proxy");
+    let lagging = *lagging;
+    let http = |id: u64| replicas[(id - 1) as usize];
+    let path = format!("/v1/invoke/globex/{STEADY}");
+    // The function serves through the follower first.
+    gshare_tests::until("served through the follower", 60, || {
+        let r = call(http(lagging), "POST", &path, &c.globex, Some("{}"));
+        (r.status == 200).then_some(())
+    });
+    proxy.cut();
+    let others: Vec<u64> = (1..=3).filter(|id| *id != lagging).collect();
+    let issued = gshare_tests::until("a new token", 60, || {
+        let r = call(http(others[0]), "POST", "/v1/tenants/globex/tokens", TOKEN, None);
+        (r.status == 201).then_some(r)
+    });
+    let token = json_of(&issued)["token"]
+        .as_str()
+        .expect("the secret")
+        .to_string();
+    // Held behind, the follower cannot know the token: it says it could
+    // not check it (retryable), never that it is unknown.
+    let r = call(http(lagging), "POST", &path, &token, Some("{}"));
+    assert!(
+        r.status != 401 && r.status != 403,
+        "a token whose issue was answered refused by a lagging replica: {r:?}"
+    );
+    assert!(
+        r.status == 200 || error_is(&r, "token_unverified"),
+        "{r:?}"
+    );
+    proxy.heal();
+    let r = gshare_tests::until("served with the new token", 60, || {
+        let r = call(http(lagging), "POST", &path, &token, Some("{}"));
+        assert!(r.status != 401, "refused once caught up: {r:?}");
+        (r.status == 200).then_some(r)
+    });
+    assert_eq!(r.body, "{}");
+}
+
 /// An agent linked to a replica cut off from the region's leader stayed
 /// there for good: the replica answered its heartbeats `Ack`, so the
 /// leader, hearing nothing of the agent, could declare its node dead while

@@ -17,7 +17,7 @@ use super::function_record::FunctionRecord;
 use super::idempotency::{is_valid_key, IdempotencyTable, KeyLookup, MAX_FINGERPRINT_LEN};
 use super::index::Index;
 use super::instance::{held, Instance, InstanceId};
-use super::meter::{Meter, MeterKey, HOUR_MS};
+use super::meter::{Meter, MeterKey, MeterLine, HOUR_MS};
 use super::migration::{Migration, MigrationCause};
 use super::node_status::{NodeState, NodeStatus};
 use super::price_history::PriceHistory;
@@ -526,13 +526,37 @@ impl RegionState {
     /// `tenant`'s bill for the hours that start in `[from_ms, to_ms)`.
     /// A deleted tenant's bill stays readable.
     pub fn bill(&self, tenant: &TenantId, from_ms: u64, to_ms: u64) -> Result<Bill, QueryError> {
+        self.billed_tenant(tenant)?;
+        Bill::compute(&self.data.meter, &self.data.prices, tenant, from_ms, to_ms)
+    }
+
+    /// `tenant`'s meter lines of the hours that start in `[from_ms,
+    /// to_ms)`; like [`Self::bill`], readable after the tenant was deleted,
+    /// and `NotFound` for a tenant the region never had (not an empty list).
+    pub fn usage(
+        &self,
+        tenant: &TenantId,
+        from_ms: u64,
+        to_ms: u64,
+    ) -> Result<Vec<MeterLine>, QueryError> {
+        self.billed_tenant(tenant)?;
+        Ok(self
+            .data
+            .meter
+            .lines(tenant, from_ms, to_ms)
+            .cloned()
+            .collect())
+    }
+
+    /// `NotFound` unless `tenant` exists or was deleted with usage kept.
+    fn billed_tenant(&self, tenant: &TenantId) -> Result<(), QueryError> {
         if !self.data.tenants.contains_key(tenant) && !self.data.meter.has(tenant) {
             return Err(QueryError::NotFound {
                 kind: ObjectKind::Tenant,
                 name: tenant.0.clone(),
             });
         }
-        Bill::compute(&self.data.meter, &self.data.prices, tenant, from_ms, to_ms)
+        Ok(())
     }
 
     /// Bytes of function specs `tenant` keeps, counted against

@@ -36,7 +36,8 @@ impl RuntimeDriver for SimDriver {
         invocation: Invocation,
     ) -> RuntimeFuture<Result<FunctionReply, RuntimeError>> {
         let running = self.running;
-        Box::pin(async move {
+        let deadline = invocation.deadline;
+        let work = async move {
             if !running {
                 return Err(RuntimeError::NotRunning);
             }
@@ -51,6 +52,22 @@ impl RuntimeDriver for SimDriver {
                 tokio::time::sleep(Duration::from_micros(invocation.service_us)).await;
             }
             Ok(FunctionReply::ok(body))
+        };
+        // Bounded by the request's deadline, as the process driver's call
+        // is: a body that trickles in (each part inside the idle timeout)
+        // would otherwise keep the run, and its compute share, for as long
+        // as the client likes.
+        Box::pin(async move {
+            let Some(at) = deadline else {
+                return work.await;
+            };
+            tokio::time::timeout_at(tokio::time::Instant::from_std(at), work)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(RuntimeError::DeadlineExceeded(
+                        "the request's deadline passed before its body was read and served".into(),
+                    ))
+                })
         })
     }
 
@@ -86,5 +103,24 @@ mod tests {
         assert_eq!(d.invoke(inv(0)).await.unwrap().body, b"hi".to_vec());
         d.stop().await;
         assert_eq!(d.invoke(inv(0)).await, Err(RuntimeError::NotRunning));
+    }
+
+    #[tokio::test]
+    async fn a_body_that_never_ends_is_cut_at_the_deadline() {
+        let mut d = SimDriver::new();
+        d.running = true;
+        let (tx, body) = crate::runtime::RequestBody::channel(4, Some(1_000));
+        let mut late = inv(0);
+        late.body = body;
+        late.deadline = Some(std::time::Instant::now() + Duration::from_millis(50));
+        let r = tokio::time::timeout(Duration::from_secs(10), d.invoke(late))
+            .await
+            .expect("answered by the deadline");
+        assert!(matches!(r, Err(RuntimeError::DeadlineExceeded(_))), "{r:?}");
+        drop(tx);
+        // A run that ends in time is not cut.
+        let mut timely = inv(1_000);
+        timely.deadline = Some(std::time::Instant::now() + Duration::from_secs(30));
+        assert_eq!(d.invoke(timely).await.unwrap().body, b"hi".to_vec());
     }
 }

@@ -1082,9 +1082,13 @@ async fn invoke(
     };
     let digest = token_digest(&token);
     let auth = format!("Bearer {token}");
-    let owned = {
-        let st = ctx.replica.state.read();
-        st.region.domain().token_owner(&digest).map(|(t, _)| t) == Some(&tenant)
+    // As every route: a token issued a moment ago and not applied here yet
+    // is checked against the leader's commit index before a definite 401
+    // (the agent's replica, or a peer the call is forwarded to, may lag).
+    let owned = match crate::api::auth::caller(&req, &ctx).await {
+        Ok(crate::api::auth::Caller::Tenant(t)) => t == tenant,
+        Ok(crate::api::auth::Caller::Operator) => false,
+        Err(e) => return answer(e),
     };
     if !owned {
         return error(

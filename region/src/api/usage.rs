@@ -141,13 +141,11 @@ async fn usage_for_operator(
 
 fn usage_of(ctx: &HttpContext, tenant: &TenantId, q: &Period) -> Result<HttpResponse, ApiError> {
     let st = ctx.replica.state.read();
-    let lines: Vec<_> = st
+    let lines = st
         .region
         .domain()
-        .meter()
-        .lines(tenant, q.from, q.to.unwrap_or(u64::MAX))
-        .cloned()
-        .collect();
+        .usage(tenant, q.from, q.to.unwrap_or(u64::MAX))
+        .map_err(|e| ApiError::from_query(&e))?;
     Ok(HttpResponse::Ok().json(lines))
 }
 

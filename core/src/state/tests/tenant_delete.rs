@@ -99,6 +99,10 @@ fn a_deleted_tenants_tokens_stop_and_its_bill_stays() {
         },
     );
     assert_eq!(e.code(), "duplicate_name");
-    // A tenant that never existed has no bill.
+    // A tenant that never existed has no bill, and no usage (not an
+    // empty list); the deleted one's usage stays readable.
     assert!(s.bill(&t("nobody"), 0, HOUR_MS).is_err());
+    let e = s.usage(&t("nobody"), 0, u64::MAX).unwrap_err();
+    assert!(matches!(e, QueryError::NotFound { .. }), "{e:?}");
+    assert!(!s.usage(&t("acme"), 0, u64::MAX).unwrap().is_empty());
 }
