@@ -419,7 +419,13 @@ fn a_token_just_issued_is_never_refused_by_a_lagging_replicas_invoke_route() {
     proxy.cut();
     let others: Vec<u64> = (1..=3).filter(|id| *id != lagging).collect();
     let issued = gshare_tests::until("a new token", 60, || {
-        let r = call(http(others[0]), "POST", "/v1/tenants/globex/tokens", TOKEN, None);
+        let r = call(
+            http(others[0]),
+            "POST",
+            "/v1/tenants/globex/tokens",
+            TOKEN,
+            None,
+        );
         (r.status == 201).then_some(r)
     });
     let token = json_of(&issued)["token"]
@@ -433,10 +439,7 @@ fn a_token_just_issued_is_never_refused_by_a_lagging_replicas_invoke_route() {
         r.status != 401 && r.status != 403,
         "a token whose issue was answered refused by a lagging replica: {r:?}"
     );
-    assert!(
-        r.status == 200 || error_is(&r, "token_unverified"),
-        "{r:?}"
-    );
+    assert!(r.status == 200 || error_is(&r, "token_unverified"), "{r:?}");
     proxy.heal();
     let r = gshare_tests::until("served with the new token", 60, || {
         let r = call(http(lagging), "POST", &path, &token, Some("{}"));

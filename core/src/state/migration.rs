@@ -11,7 +11,7 @@
 //!           is leaving (drains, or lost) ─▶ Complete all the same
 //!         a roll's, not ready within MUST_FINISH_AFTER_MS, beside a ready instance of its
 //!           version on its node (which serves that version) ─▶ Complete all the same
-//!         not ready within `wait`, or its node not ready ─▶ Abort: InstanceRelease(new)
+//!         not ready within `wait` (or twice its predicted cold start, if longer), or its node not ready ─▶ Abort: InstanceRelease(new)
 //!   a release of either side ends the record (completed, or given up)
 //! ```
 //!
@@ -226,7 +226,7 @@ pub fn migration_steps(
                 from: m.from,
                 to: m.to,
             });
-        } else if !node_ok || age >= wait_ms {
+        } else if !node_ok || age >= give_up_after(view, to, wait_ms) {
             out.push(MigrationStep::Abort {
                 from: m.from,
                 to: m.to,
@@ -234,6 +234,25 @@ pub fn migration_steps(
         }
     }
     out
+}
+
+/// How long a migration waits for its new instance `to` before it is given
+/// up: `wait_ms`, or twice the topology's predicted cold start of its
+/// function's weights on its node where that is longer. A new instance that
+/// cannot load within `wait_ms` even as predicted would be given up
+/// mid-load, planned again and loaded from scratch for ever (a roll never
+/// ending, a return churning storage); twice the prediction leaves room
+/// for a slow disk without waiting for ever on one that never loads.
+pub fn give_up_after(view: &RegionState, to: &Instance, wait_ms: u64) -> u64 {
+    let predicted_us = to.slices.first().and_then(|s| {
+        let weights = view
+            .function(&to.tenant, &to.function)
+            .ok()?
+            .spec
+            .memory_mib;
+        view.topology()?.cold_start_us(&s.gpu.node.0, weights)
+    });
+    predicted_us.map_or(wait_ms, |us| wait_ms.max((us / 1000).saturating_mul(2)))
 }
 
 /// Keeps `seen` (when this replica first saw each migration of `view`,

@@ -85,7 +85,7 @@ pub use idempotency::{
 pub use instance::{Instance, InstanceId};
 pub use meter::{Meter, MeterKey, MeterLine, HOUR_MS};
 pub use migration::{
-    migration_steps, note_migrations_seen, Migration, MigrationCause, MigrationStep,
+    give_up_after, migration_steps, note_migrations_seen, Migration, MigrationCause, MigrationStep,
     MUST_FINISH_AFTER_MS,
 };
 pub use migration_plan::{plan_move, plan_returns, return_target, spilled, MoveError, MoveTarget};

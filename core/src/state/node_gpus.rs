@@ -100,19 +100,28 @@ pub fn check_reported_gpus(
 /// `NVIDIA A100-SXM4-80GB`) and the pool kind of its own config; the price
 /// list is keyed by the topology's model names and the kind of the node's
 /// pool, and a record it cannot price refuses its whole batch, which the
-/// agent then sends again forever. So each record of a model that `node`
-/// has (by [`same_model`]) takes the topology's name of it, and every
-/// record the kind of `node`'s pool (the topology's, not the agent's
-/// word). A record of a model the node lacks keeps its name (the region
-/// refuses it unpriced, as before).
+/// agent then sends again forever. The topology is the truth: every record
+/// takes the kind of `node`'s pool, and the model of `node`'s GPU that it
+/// names (the same name, else by [`same_model`]); on a node of one model,
+/// that model whatever the agent says (its price is the node's, not one
+/// the agent picks). A record naming none of the models of a node with
+/// several keeps its name: priced only if that name is priced (the region
+/// cannot tell which of the node's GPUs it ran on).
 pub fn usage_as_configured(node: &Node, records: &mut [UsageRecord]) {
+    let only = node
+        .gpus
+        .first()
+        .filter(|first| node.gpus.iter().all(|g| g.model == first.model));
     for r in records {
-        if let Some(g) = node
-            .gpus
-            .iter()
-            .find(|g| g.model != r.gpu_model && same_model(&r.gpu_model, &g.model))
-        {
-            r.gpu_model.clone_from(&g.model);
+        let exact = node.gpus.iter().any(|g| g.model == r.gpu_model);
+        if !exact {
+            let named = node
+                .gpus
+                .iter()
+                .find(|g| same_model(&r.gpu_model, &g.model));
+            if let Some(g) = named.or(only) {
+                r.gpu_model.clone_from(&g.model);
+            }
         }
         r.pool_kind = node.kind;
     }
@@ -225,8 +234,22 @@ mod tests {
         let before = records.clone();
         usage_as_configured(&n, &mut records);
         let models: Vec<&str> = records.iter().map(|r| r.gpu_model.as_str()).collect();
+        // (H100 is none of this node's two models: kept, priced only if
+        // that name is.)
         assert_eq!(models, ["A100-SXM4-80GB", "L4", "L4", "H100"]);
         assert!(records.iter().all(|r| r.pool_kind == PoolKind::Edge));
+        // On a node of one model, that model, whatever the agent says; an
+        // exact name of a node's model is kept (two names alike by
+        // `same_model` are two models).
+        let one = node(&[("L4", 2, 24_576)]);
+        let mut lie = vec![record(5, "H100")];
+        usage_as_configured(&one, &mut lie);
+        assert_eq!(lie[0].gpu_model, "L4");
+        let alike = node(&[("a100_80g", 1, 81_920), ("A100-80G", 1, 81_920)]);
+        let mut exact = vec![record(6, "A100-80G"), record(7, "a100_80g")];
+        usage_as_configured(&alike, &mut exact);
+        assert_eq!(exact[0].gpu_model, "A100-80G");
+        assert_eq!(exact[1].gpu_model, "a100_80g");
         // Nothing else changes.
         for (a, b) in records.iter().zip(&before) {
             let mut a = a.clone();

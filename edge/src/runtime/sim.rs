@@ -36,38 +36,34 @@ impl RuntimeDriver for SimDriver {
         invocation: Invocation,
     ) -> RuntimeFuture<Result<FunctionReply, RuntimeError>> {
         let running = self.running;
-        let deadline = invocation.deadline;
-        let work = async move {
+        Box::pin(async move {
             if !running {
                 return Err(RuntimeError::NotRunning);
             }
             // The echo needs the whole body (the ingress and the region
             // bound it by `max_request_bytes`); a cut one fails the call.
-            let body = invocation
-                .body
-                .collect(usize::MAX)
-                .await
-                .map_err(|e| RuntimeError::Failed(e.to_string()))?;
+            // Reading it is bounded by the request's deadline, as the
+            // process driver's call is: a body that trickles in (each part
+            // inside the idle timeout) would otherwise keep the run, and
+            // its compute share, for as long as the client likes. (The
+            // service time itself is the executor's prediction, which it
+            // dispatched to end by the deadline: not cut.)
+            let collect = invocation.body.collect(usize::MAX);
+            let read = match invocation.deadline {
+                None => collect.await,
+                Some(at) => tokio::time::timeout_at(tokio::time::Instant::from_std(at), collect)
+                    .await
+                    .map_err(|_| {
+                        RuntimeError::DeadlineExceeded(
+                            "the request's deadline passed before its body was read".into(),
+                        )
+                    })?,
+            };
+            let body = read.map_err(|e| RuntimeError::Failed(e.to_string()))?;
             if invocation.service_us > 0 {
                 tokio::time::sleep(Duration::from_micros(invocation.service_us)).await;
             }
             Ok(FunctionReply::ok(body))
-        };
-        // Bounded by the request's deadline, as the process driver's call
-        // is: a body that trickles in (each part inside the idle timeout)
-        // would otherwise keep the run, and its compute share, for as long
-        // as the client likes.
-        Box::pin(async move {
-            let Some(at) = deadline else {
-                return work.await;
-            };
-            tokio::time::timeout_at(tokio::time::Instant::from_std(at), work)
-                .await
-                .unwrap_or_else(|_| {
-                    Err(RuntimeError::DeadlineExceeded(
-                        "the request's deadline passed before its body was read and served".into(),
-                    ))
-                })
         })
     }
 
@@ -118,9 +114,10 @@ mod tests {
             .expect("answered by the deadline");
         assert!(matches!(r, Err(RuntimeError::DeadlineExceeded(_))), "{r:?}");
         drop(tx);
-        // A run that ends in time is not cut.
-        let mut timely = inv(1_000);
-        timely.deadline = Some(std::time::Instant::now() + Duration::from_secs(30));
+        // A whole body is not cut, nor is the service time after it (the
+        // executor dispatched the run to end by the deadline).
+        let mut timely = inv(20_000);
+        timely.deadline = Some(std::time::Instant::now() + Duration::from_millis(1));
         assert_eq!(d.invoke(timely).await.unwrap().body, b"hi".to_vec());
     }
 }

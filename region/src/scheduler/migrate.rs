@@ -35,8 +35,8 @@ use gshare_core::command::{CommandOutcome, RegionCommand};
 use gshare_core::model::TenantId;
 use gshare_core::protocol::InstanceState;
 use gshare_core::state::{
-    migration_steps, note_migrations_seen, plan_returns, return_target, spilled, DomainCommand,
-    Instance, InstanceId, MigrationCause, MigrationStep, RegionState,
+    give_up_after, migration_steps, note_migrations_seen, plan_returns, return_target, spilled,
+    DomainCommand, Instance, InstanceId, MigrationCause, MigrationStep, RegionState,
 };
 use openraft::ServerState;
 
@@ -96,7 +96,8 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub) {
     let busy: Arc<Mutex<BTreeSet<(TenantId, String)>>> = Arc::default();
     // Old sides of migrations this leader gave up, and when: not planned
     // to return again for RETURN_AFTER_GIVE_UP_MS (a model that loads
-    // slower than MIGRATION_WAIT would churn forever).
+    // slower than its wait, MIGRATION_WAIT or twice its predicted cold
+    // start, would churn forever).
     let mut given_up: BTreeMap<InstanceId, u64> = BTreeMap::new();
     // When this replica first saw each migration (by its new side), on its
     // own clock: ages count from it too, so a leader whose clock runs ahead
@@ -126,8 +127,8 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub) {
         let agents = hub.gather().await;
         let now = inner.proposer.now_ms();
         let wait_ms = MIGRATION_WAIT.as_millis() as u64;
-        // (step, cause, node of the new side, tenant, function)
-        let steps: Vec<(MigrationStep, MigrationCause, String, TenantId, String)> = {
+        // (step, cause, node of the new side, tenant, function, its wait in s)
+        let steps: Vec<(MigrationStep, MigrationCause, String, TenantId, String, u64)> = {
             let st = inner.state.read();
             let view = st.region.domain();
             note_migrations_seen(view, &mut seen, now);
@@ -140,12 +141,14 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub) {
                     let m = view.migration_of(to)?;
                     let new = view.instance(to)?;
                     let node = new.slices.first().map(|s| s.gpu.node.0.clone())?;
+                    let wait_s = give_up_after(view, new, wait_ms) / 1000;
                     Some((
                         step,
                         m.cause,
                         node,
                         new.tenant.clone(),
                         new.function.clone(),
+                        wait_s,
                     ))
                 })
                 .collect()
@@ -166,7 +169,7 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub) {
                 .collect();
             match inner.proposer.propose_all(commands).await {
                 Ok(outcomes) => {
-                    for ((step, cause, node, tenant, function), outcome) in
+                    for ((step, cause, node, tenant, function, wait_s), outcome) in
                         steps.iter().zip(outcomes)
                     {
                         if let CommandOutcome::Domain(Err(e)) = &outcome {
@@ -197,8 +200,8 @@ async fn tick(inner: Weak<Inner>, hub: AgentHub) {
                                 }
                             ),
                             MigrationStep::Abort { from, to } => tracing::warn!(
-                                "migration ({cause}) of {tenant}/{function}: {to} on {node} not ready within {} s; released it, {from} stays",
-                                MIGRATION_WAIT.as_secs()
+                                "migration ({cause}) of {tenant}/{function}: {to} on {node} not ready within {} s (or its node stopped taking placements); released it, {from} stays",
+                                wait_s
                             ),
                         }
                     }

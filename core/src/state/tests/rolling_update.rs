@@ -334,8 +334,12 @@ fn a_change_of_model_args_or_env_is_a_reshape_and_a_bad_model_is_refused_on_appl
 /// their node) are never fewer than three. Returns the
 /// state at the end and how many roll steps were given up.
 fn roll_for(until_ms: u64, ready: &dyn Fn(u64) -> bool) -> (RegionState, u32) {
+    roll_in(region(), until_ms, ready)
+}
+
+/// [`roll_for`] on `s` (a [`region`], its topology changed or not).
+fn roll_in(mut s: RegionState, until_ms: u64, ready: &dyn Fn(u64) -> bool) -> (RegionState, u32) {
     const TICK_MS: u64 = 500;
-    let mut s = region();
     let (_, old) = reshaped(&mut s, 3, 3);
     let mut placed_at: BTreeMap<InstanceId, u64> = BTreeMap::new();
     let mut seen = BTreeMap::new();
@@ -425,6 +429,33 @@ fn a_roll_whose_new_instances_load_slowly_completes_once_they_are_ready() {
     // Ready at once, as fast as the ticks go.
     let (s, _) = roll_for(10_000, &|_| true);
     assert_eq!(s.outgoing(&t("acme"), "f").count(), 0);
+}
+
+/// A new version whose predicted cold start (2,000 MiB of weights at
+/// 20 MiB/s: 100.5 s) is longer than the migration wait (60 s): each step
+/// waits for twice the prediction before it is given up, so a load that
+/// ends as predicted completes the roll (given up at 60 s, every step was
+/// loaded from scratch again and the roll never ended).
+#[test]
+fn a_roll_whose_new_version_loads_longer_than_the_wait_completes() {
+    let mut s = region();
+    let slow = topology(
+        &format!("{NODES}{PRICES}").replace("storage_mib_per_s = 2_000", "storage_mib_per_s = 20"),
+    );
+    ok(&mut s, DomainCommand::TopologyLoad { topology: slow });
+    let (s, given_up) = roll_in(s, 8 * 60_000, &|age| age >= 101_000);
+    assert_eq!(given_up, 0);
+    assert_eq!(s.outgoing(&t("acme"), "f").count(), 0);
+    assert_eq!(s.instance_count(&t("acme"), "f"), 3);
+    // One that never loads is still given up, after twice the prediction.
+    let mut s = region();
+    let slow = topology(
+        &format!("{NODES}{PRICES}").replace("storage_mib_per_s = 2_000", "storage_mib_per_s = 20"),
+    );
+    ok(&mut s, DomainCommand::TopologyLoad { topology: slow });
+    let (s, given_up) = roll_in(s, 5 * 60_000, &|_| false);
+    assert_eq!(given_up, 1, "once, at 201 s");
+    assert_eq!(s.outgoing(&t("acme"), "f").count(), 3);
 }
 
 /// A roll's new instance placed on a node that already has a ready
