@@ -27,6 +27,7 @@
 //! | 401 | `unauthorized` (missing or unknown token, or another tenant's) |
 //! | 404 | `unknown_function` |
 //! | 404 | `unknown_route` (no route for this path and method) |
+//! | 409 | `idempotency_key_reused` (the key was used for another function of the tenant within the key window; nothing ran) |
 //! | 413 | `body_too_large` (over the config's `max_request_bytes`, after the token check: an announced length at once; a chunked body once its running count passes it, when that aborted the call) |
 //! | 408 | `body_timeout` (no bytes of the request body for the config's `body_idle_timeout_ms`: the upload was cut, which aborted the call) |
 //! | 400 | `bad_request` (the request body broke off, which aborted the call) |

@@ -345,6 +345,22 @@ pub struct KeyedOutcome {
     /// (its first byte waits for this record) and not stored again since,
     /// or one cut before its end; replayed as truncated.
     pub complete: bool,
+    /// The function it called (`None` in a record stored before keys named
+    /// their function: then the key is not checked against it).
+    pub function: Option<String>,
+}
+
+/// [`KeyedOutcome`] as the journal stored it before keyed outcomes named
+/// their function (read with `function: None`).
+#[derive(Deserialize)]
+struct KeyedOutcomeV2 {
+    tenant: TenantId,
+    key: String,
+    at_ms: u64,
+    body: Vec<u8>,
+    body_len: u64,
+    head: Option<gshare_core::protocol::ReplyHead>,
+    complete: bool,
 }
 
 /// [`KeyedOutcome`] as the journal stored it before transparent
@@ -397,7 +413,15 @@ impl KeyedOutcome {
             body_len: body_len.max(keep as u64),
             head,
             complete,
+            function: None,
         }
+    }
+
+    /// The record, naming the function its invocation called (a repeat of
+    /// the key for another function is refused, not replayed).
+    pub fn of_function(mut self, function: &str) -> Self {
+        self.function = Some(function.to_string());
+        self
     }
 
     /// Whether the stored body is shorter than the original, or the body
@@ -430,23 +454,40 @@ impl KeyedOutcome {
         }
     }
 
-    /// Decodes a stored outcome, of this layout or the one before it.
+    /// Decodes a stored outcome, of this layout or one before it.
     fn decode(bytes: &[u8]) -> Result<Self, String> {
         let cfg = bincode::config::standard().with_limit::<KEYED_LIMIT>();
-        match bincode::serde::decode_from_slice::<Self, _>(bytes, cfg) {
-            Ok((o, _)) => Ok(o),
-            Err(e) => match bincode::serde::decode_from_slice::<KeyedOutcomeV1, _>(bytes, cfg) {
-                Ok((o, n)) if n == bytes.len() => Ok(Self {
+        let e = match bincode::serde::decode_from_slice::<Self, _>(bytes, cfg) {
+            Ok((o, n)) if n == bytes.len() => return Ok(o),
+            Ok(_) => "trailing bytes".to_string(),
+            Err(e) => e.to_string(),
+        };
+        if let Ok((o, n)) = bincode::serde::decode_from_slice::<KeyedOutcomeV2, _>(bytes, cfg) {
+            if n == bytes.len() {
+                return Ok(Self {
                     tenant: o.tenant,
                     key: o.key,
                     at_ms: o.at_ms,
                     body: o.body,
                     body_len: o.body_len,
-                    head: None,
-                    complete: true,
-                }),
-                _ => Err(e.to_string()),
-            },
+                    head: o.head,
+                    complete: o.complete,
+                    function: None,
+                });
+            }
+        }
+        match bincode::serde::decode_from_slice::<KeyedOutcomeV1, _>(bytes, cfg) {
+            Ok((o, n)) if n == bytes.len() => Ok(Self {
+                tenant: o.tenant,
+                key: o.key,
+                at_ms: o.at_ms,
+                body: o.body,
+                body_len: o.body_len,
+                head: None,
+                complete: true,
+                function: None,
+            }),
+            _ => Err(e),
         }
     }
 }
@@ -1850,6 +1891,42 @@ mod tests {
                 truncated: false,
             }
         );
+        // A key as an agent of the layout before this one wrote it (a head
+        // and `complete`, no function): read with no function.
+        #[derive(Serialize)]
+        struct Before<'a> {
+            tenant: &'a TenantId,
+            key: &'a str,
+            at_ms: u64,
+            body: &'a [u8],
+            body_len: u64,
+            head: Option<&'a gshare_core::protocol::ReplyHead>,
+            complete: bool,
+        }
+        let before = Before {
+            tenant: &acme,
+            key: "before",
+            at_ms: t0,
+            body: b"{}",
+            body_len: 2,
+            head: Some(&head),
+            complete: true,
+        };
+        let bytes = bincode::serde::encode_to_vec(&before, bincode::config::standard()).unwrap();
+        j.tree.insert(keyed_key(&acme, "before"), bytes).unwrap();
+        let read = j.keyed(&acme, "before", t0).unwrap().unwrap();
+        assert_eq!(read.function, None);
+        assert_eq!(read.replay(), replay("whole"));
+        // This layout keeps the function.
+        j.append_keyed(
+            vec![rec(11)],
+            vec![http("named", b"{}", 2, true).of_function("f")],
+            t0,
+        )
+        .unwrap();
+        let read = j.keyed(&acme, "named", t0).unwrap().unwrap();
+        assert_eq!(read.function.as_deref(), Some("f"));
+        assert_eq!(read.replay(), replay("whole"));
     }
 
     #[test]

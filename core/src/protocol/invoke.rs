@@ -125,6 +125,16 @@ pub enum InvokeError {
     /// The client's request body broke off (its connection, a malformed
     /// chunk): the call was aborted.
     BodyBroken,
+    /// The idempotency key was used, within the key window, for another
+    /// function of the tenant: nothing ran (a key names one call; before,
+    /// the other function's stored answer was replayed as this one's).
+    /// Appended: an agent sends it to a replica, and a replica older than
+    /// it cannot decode it (it ends that one stream; upgrade the replicas
+    /// first, as for every addition to the agent's answers).
+    KeyReused {
+        /// The function the key was used for.
+        function: String,
+    },
 }
 
 impl InvokeError {
@@ -141,6 +151,7 @@ impl InvokeError {
             InvokeError::BodyTooLarge { .. } => "body_too_large",
             InvokeError::BodyTimeout { .. } => "body_timeout",
             InvokeError::BodyBroken => "bad_request",
+            InvokeError::KeyReused { .. } => "idempotency_key_reused",
         }
     }
 
@@ -159,7 +170,8 @@ impl InvokeError {
             | InvokeError::UnknownFunction
             | InvokeError::BodyTooLarge { .. }
             | InvokeError::BodyTimeout { .. }
-            | InvokeError::BodyBroken => false,
+            | InvokeError::BodyBroken
+            | InvokeError::KeyReused { .. } => false,
         }
     }
 
@@ -175,6 +187,7 @@ impl InvokeError {
             InvokeError::BodyTooLarge { .. } => 413,
             InvokeError::BodyTimeout { .. } => 408,
             InvokeError::BodyBroken => 400,
+            InvokeError::KeyReused { .. } => 409,
         }
     }
 }
@@ -215,6 +228,11 @@ impl std::fmt::Display for InvokeError {
             InvokeError::BodyBroken => {
                 f.write_str("the request body broke off before its end; the call was aborted")
             }
+            InvokeError::KeyReused { function } => write!(
+                f,
+                "the idempotency key was used for function {function:?} of this tenant within \
+                 the key window: nothing ran; use a new key for another call"
+            ),
         }
     }
 }
@@ -317,6 +335,19 @@ mod tests {
         assert_eq!((e.code(), e.http_status()), ("function_crashed", 502));
         let other = InvokeError::InstanceFailed { detail: "x".into() };
         assert_ne!(e.code(), other.code());
+        let frame = super::super::encode_frame(&InvokeOutcome::Failed(e.clone())).unwrap();
+        let back: InvokeOutcome = super::super::decode_payload(&frame[4..]).unwrap();
+        assert_eq!(back, InvokeOutcome::Failed(e));
+    }
+
+    #[test]
+    fn a_key_reused_for_another_function_is_a_conflict_that_survives_the_codec() {
+        let e = InvokeError::KeyReused {
+            function: "chat".into(),
+        };
+        assert_eq!((e.code(), e.http_status()), ("idempotency_key_reused", 409));
+        assert!(!e.retryable());
+        assert!(e.to_string().contains("\"chat\""), "{e}");
         let frame = super::super::encode_frame(&InvokeOutcome::Failed(e.clone())).unwrap();
         let back: InvokeOutcome = super::super::decode_payload(&frame[4..]).unwrap();
         assert_eq!(back, InvokeOutcome::Failed(e));

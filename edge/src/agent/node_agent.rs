@@ -174,8 +174,9 @@ pub struct NodeAgent {
     swap_events: Vec<SwapEvent>,
     metering: Option<MeterState>,
     me: Option<Addr<NodeAgent>>,
-    /// Keyed invocations running here, with the repeats waiting on them.
-    running_keys: HashMap<InvocationKey, Vec<oneshot::Sender<InvokeOutcome>>>,
+    /// Keyed invocations running here: the function each calls, and the
+    /// repeats waiting on it.
+    running_keys: HashMap<InvocationKey, (String, Vec<oneshot::Sender<InvokeOutcome>>)>,
     /// Each tenant's requests admitted and not yet running (at most
     /// [`MAX_WAITING_PER_TENANT`]); tenants with none are absent.
     waiting: HashMap<TenantId, u32>,
@@ -357,7 +358,7 @@ impl NodeAgent {
         stored: Option<&crate::journal::KeyedOutcome>,
     ) {
         self.count(&outcome);
-        if let Some(waiting) = key.and_then(|k| self.running_keys.remove(&k)) {
+        if let Some((_, waiting)) = key.and_then(|k| self.running_keys.remove(&k)) {
             let joined = match stored {
                 Some(o) if o.head.is_some() => o.replay(),
                 _ => outcome.clone(),
@@ -378,37 +379,37 @@ impl NodeAgent {
         streamed: Option<crate::runtime::Streamed>,
     ) -> Option<crate::journal::KeyedOutcome> {
         let (tenant, key) = p.key.clone()?;
-        match (outcome, &p.sent_head) {
-            (InvokeOutcome::Done { body, .. }, None) => {
-                Some(crate::journal::KeyedOutcome::new(tenant, key, 0, &body[..]))
-            }
-            (InvokeOutcome::Done { body, .. }, Some(head)) => {
-                let (len, complete) = match streamed {
-                    Some(s) => (s.len, s.complete),
-                    None => (body.len() as u64, true),
-                };
-                Some(crate::journal::KeyedOutcome::http(
-                    tenant,
-                    key,
-                    0,
-                    head.clone(),
-                    &body[..],
-                    len,
-                    complete,
-                ))
-            }
-            // A stream cut by its deadline or a crash: its start stays
-            // stored as not complete.
-            (_, Some(head)) if p.streamed_at.is_some() => Some(crate::journal::KeyedOutcome::http(
-                tenant,
-                key,
-                0,
-                head.clone(),
-                &[],
-                0,
-                false,
-            )),
-            _ => None,
+        let stored =
+            match (outcome, &p.sent_head) {
+                (InvokeOutcome::Done { body, .. }, None) => {
+                    Some(crate::journal::KeyedOutcome::new(tenant, key, 0, &body[..]))
+                }
+                (InvokeOutcome::Done { body, .. }, Some(head)) => {
+                    let (len, complete) = match streamed {
+                        Some(s) => (s.len, s.complete),
+                        None => (body.len() as u64, true),
+                    };
+                    Some(crate::journal::KeyedOutcome::http(
+                        tenant,
+                        key,
+                        0,
+                        head.clone(),
+                        &body[..],
+                        len,
+                        complete,
+                    ))
+                }
+                // A stream cut by its deadline or a crash: its start stays
+                // stored as not complete.
+                (_, Some(head)) if p.streamed_at.is_some() => Some(
+                    crate::journal::KeyedOutcome::http(tenant, key, 0, head.clone(), &[], 0, false),
+                ),
+                _ => None,
+            };
+        // (A keyed run that stores an outcome ran: its usage key names its function.)
+        match &p.usage {
+            Some(u) => stored.map(|o| o.of_function(&u.function)),
+            None => stored,
         }
     }
 
@@ -1184,7 +1185,7 @@ impl Actor for NodeAgent {
             m.ended.clear();
             m.groups.close();
         }
-        for (_, waiting) in self.running_keys.drain() {
+        for (_, (_, waiting)) in self.running_keys.drain() {
             for tx in waiting {
                 let _ = tx.send(InvokeOutcome::Failed(InvokeError::ShuttingDown));
             }
@@ -1378,7 +1379,7 @@ impl Handler<Invoke> for NodeAgent {
         }
         let invocation_key = msg.idempotency_key.map(|k| (msg.tenant.clone(), k));
         if let Some(k) = &invocation_key {
-            match self.key_answer(k) {
+            match self.key_answer(k, Some(&msg.function)) {
                 KeyAnswer::Known(outcome) => {
                     self.count(&outcome);
                     let _ = tx.send(outcome);
@@ -1435,7 +1436,7 @@ impl Handler<Invoke> for NodeAgent {
         );
         self.waiting.insert(msg.tenant, waiting.saturating_add(1));
         if let Some(k) = invocation_key {
-            self.running_keys.insert(k, Vec::new());
+            self.running_keys.insert(k, (msg.function, Vec::new()));
         }
         self.meter.arrived(function);
         self.step(
@@ -1465,8 +1466,22 @@ impl NodeAgent {
 
     /// What is known here of the invocation under `key`: running (a
     /// channel for its outcome), completed (its stored answer), or nothing.
-    fn key_answer(&mut self, key: &InvocationKey) -> KeyAnswer {
-        if let Some(waiting) = self.running_keys.get_mut(key) {
+    ///
+    /// A key names one call: asked for `function` (an invocation; `None`: a
+    /// replica's look-up of a key it sent) while it runs or is stored for
+    /// another function of the tenant, the answer is `KeyReused` and
+    /// nothing runs (a record stored before records named their function
+    /// is not checked).
+    fn key_answer(&mut self, key: &InvocationKey, function: Option<&str>) -> KeyAnswer {
+        let reused = |of: &str| {
+            KeyAnswer::Known(InvokeOutcome::Failed(InvokeError::KeyReused {
+                function: of.to_string(),
+            }))
+        };
+        if let Some((of, waiting)) = self.running_keys.get_mut(key) {
+            if function.is_some_and(|f| f != of) {
+                return reused(of);
+            }
             let (tx, rx) = oneshot::channel();
             waiting.push(tx);
             return KeyAnswer::Running(rx);
@@ -1479,7 +1494,10 @@ impl NodeAgent {
             .journal
             .keyed(&key.0, &key.1, self.setup.clock.unix_ms())
         {
-            Ok(Some(stored)) => KeyAnswer::Known(stored.replay()),
+            Ok(Some(stored)) => match (&stored.function, function) {
+                (Some(of), Some(f)) if of != f => reused(of),
+                _ => KeyAnswer::Known(stored.replay()),
+            },
             Ok(None) => KeyAnswer::Unknown,
             // Running it again could bill it twice: refuse instead.
             Err(e) => KeyAnswer::Known(InvokeOutcome::Failed(InvokeError::InstanceFailed {
@@ -1493,7 +1511,7 @@ impl Handler<LookupKey> for NodeAgent {
     type Result = KeyAnswer;
 
     fn handle(&mut self, msg: LookupKey, _: &mut Context<Self>) -> KeyAnswer {
-        self.key_answer(&(msg.tenant, msg.key))
+        self.key_answer(&(msg.tenant, msg.key), None)
     }
 }
 
@@ -1619,7 +1637,19 @@ impl Handler<StreamOpened> for NodeAgent {
         // A keyed run stores its start with its first byte's usage: a
         // retry of the key while (or after) it streams never runs it again.
         let stored = p.key.clone().map(|(tenant, key)| {
-            crate::journal::KeyedOutcome::http(tenant, key, 0, msg.open.head.clone(), &[], 0, false)
+            let o = crate::journal::KeyedOutcome::http(
+                tenant,
+                key,
+                0,
+                msg.open.head.clone(),
+                &[],
+                0,
+                false,
+            );
+            match &p.usage {
+                Some(u) => o.of_function(&u.function),
+                None => o,
+            }
         });
         let start = ReplyStart {
             head: msg.open.head,
@@ -2436,6 +2466,72 @@ mod tests {
             .await
             .expect("an outcome within 10 s")
             .unwrap()
+    }
+
+    /// An idempotency key names one call: repeated for another function of
+    /// the tenant, while its run goes on or once it is stored, it is
+    /// refused `idempotency_key_reused` and nothing runs (the other
+    /// function's answer was replayed as this one's); repeated for its own
+    /// function it joins or replays as before.
+    #[actix_rt::test]
+    async fn a_key_used_for_one_function_is_refused_for_another() {
+        let Some((_dir, journal)) = logged_journal() else {
+            return;
+        };
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let started = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let (runs, count) = (gate.clone(), started.clone());
+        let driver: DriverFactory = Box::new(move |_| {
+            Box::new(Gated {
+                gate: runs.clone(),
+                started: count.clone(),
+            })
+        });
+        let agent = metered_agent(&journal, Duration::from_millis(100), "f", driver);
+        agent.do_send(ApplyAssignment(gshare_core::protocol::Assignment {
+            applied_index: 2,
+            instances: ["f", "g"]
+                .into_iter()
+                .zip(1..)
+                .map(|(name, id)| gshare_core::protocol::AssignedInstance {
+                    instance: InstanceId(id),
+                    spec: spec(name, gshare_core::model::Tier::Guaranteed),
+                    version: 1,
+                    slices: vec![on(0)],
+                })
+                .collect(),
+        }));
+        let begun = || started.load(std::sync::atomic::Ordering::SeqCst);
+        // While f's run under "k" goes on.
+        let first = {
+            let agent = agent.clone();
+            tokio::spawn(async move { invoke_keyed(&agent, "f", "k").await })
+        };
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while begun() == 0 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("f runs");
+        let reused = |o: &InvokeOutcome| matches!(o, InvokeOutcome::Failed(InvokeError::KeyReused { function }) if function == "f");
+        let other = invoke_keyed(&agent, "g", "k").await;
+        assert!(reused(&other), "while it runs: {other:?}");
+        gate.add_permits(100);
+        let first = tokio::time::timeout(Duration::from_secs(10), first)
+            .await
+            .expect("f answered")
+            .unwrap();
+        assert!(matches!(first, InvokeOutcome::Done { .. }), "{first:?}");
+        // Once stored.
+        let other = invoke_keyed(&agent, "g", "k").await;
+        assert!(reused(&other), "once stored: {other:?}");
+        let again = invoke_keyed(&agent, "f", "k").await;
+        assert!(matches!(again, InvokeOutcome::Replayed { .. }), "{again:?}");
+        assert_eq!(begun(), 1, "g never ran, nor f again");
+        // Another key runs g.
+        let g = invoke_keyed(&agent, "g", "k2").await;
+        assert!(matches!(g, InvokeOutcome::Done { .. }), "{g:?}");
     }
 
     /// An invocation of `tenant`'s `function` on `agent`, admitted: the

@@ -5,8 +5,8 @@
 
 use super::*;
 use crate::state::{
-    migration_steps, note_migrations_seen, plan_move, plan_returns, MigrationCause, MigrationStep,
-    MoveError, MoveTarget,
+    give_up_after, migration_steps, note_migrations_seen, plan_move, plan_returns, MigrationCause,
+    MigrationStep, MoveError, MoveTarget,
 };
 
 fn slice(node: &str, index: u32, compute_milli: u32, memory_mib: u64) -> Slice {
@@ -259,20 +259,25 @@ fn returning_to_c2() -> (RegionState, InstanceId, InstanceId) {
     (s, old, new)
 }
 
+/// The migration wait these tests pass: longer than twice the predicted
+/// cold start of their 4,096 MiB on c2 (0.5 s + 4,096 MiB at 2,000 MiB/s),
+/// which a shorter wait gives way to ([`give_up_after`]; tested below).
+const WAIT: u64 = 10_000;
+
 #[test]
 fn steps_complete_a_ready_migration_and_give_up_a_late_one() {
     let (mut s, old, new) = returning_to_c2();
     let never = |_: &Instance| false;
     let always = |_: &Instance| true;
     assert_eq!(
-        migration_steps(&s, &never, T0 + 999, 1_000, &BTreeMap::new()),
+        migration_steps(&s, &never, T0 + WAIT - 1, WAIT, &BTreeMap::new()),
         vec![]
     );
     assert_eq!(
-        migration_steps(&s, &never, T0 + 1_000, 1_000, &BTreeMap::new()),
+        migration_steps(&s, &never, T0 + WAIT, WAIT, &BTreeMap::new()),
         vec![MigrationStep::Abort { from: old, to: new }]
     );
-    let steps = migration_steps(&s, &always, T0 + 10, 1_000, &BTreeMap::new());
+    let steps = migration_steps(&s, &always, T0 + 10, WAIT, &BTreeMap::new());
     assert_eq!(steps, vec![MigrationStep::Complete { from: old, to: new }]);
     assert_eq!(steps[0].releases(), old);
     // The new side's node stops taking placements: given up at once.
@@ -284,7 +289,7 @@ fn steps_complete_a_ready_migration_and_give_up_a_late_one() {
         },
     );
     assert_eq!(
-        migration_steps(&s, &always, T0 + 10, 1_000, &BTreeMap::new()),
+        migration_steps(&s, &always, T0 + 10, WAIT, &BTreeMap::new()),
         vec![MigrationStep::Abort { from: old, to: new }]
     );
 }
@@ -303,30 +308,48 @@ fn a_leader_whose_clock_runs_ahead_ends_no_migration_early() {
     note_migrations_seen(&s, &mut seen, ahead);
     assert_eq!(seen, BTreeMap::from([(new, ahead)]));
     assert_eq!(
-        migration_steps(&s, &never, ahead, 1_000, &BTreeMap::new()),
+        migration_steps(&s, &never, ahead, WAIT, &BTreeMap::new()),
         abort
     );
     assert_eq!(
-        migration_steps(&s, &never, ahead + 999, 1_000, &seen),
+        migration_steps(&s, &never, ahead + WAIT - 1, WAIT, &seen),
         vec![]
     );
     assert_eq!(
-        migration_steps(&s, &never, ahead + 1_000, 1_000, &seen),
+        migration_steps(&s, &never, ahead + WAIT, WAIT, &seen),
         abort
     );
     // The leader that started it (first sight at or before the stamp, its
     // clock behind) ages it from the stamp, as before.
     let behind = BTreeMap::from([(new, T0 - 5_000)]);
-    assert_eq!(
-        migration_steps(&s, &never, T0 + 1_000, 1_000, &behind),
-        abort
-    );
+    assert_eq!(migration_steps(&s, &never, T0 + WAIT, WAIT, &behind), abort);
     // A later look keeps the first sight; an ended migration is forgotten.
     note_migrations_seen(&s, &mut seen, ahead + 500);
     assert_eq!(seen, BTreeMap::from([(new, ahead)]));
     ok(&mut s, DomainCommand::InstanceRelease { instance: new });
     note_migrations_seen(&s, &mut seen, ahead + 600);
     assert!(seen.is_empty());
+}
+
+/// A wait shorter than twice the predicted cold start of the new side's
+/// weights on its node gives way to it: a load as slow as predicted is
+/// not given up mid-way.
+#[test]
+fn a_migration_waits_at_least_twice_its_predicted_cold_start() {
+    let (s, old, new) = returning_to_c2();
+    let never = |_: &Instance| false;
+    // 0.5 s + 4,096 MiB at 2,000 MiB/s = 2,548 ms, twice 5,096 ms.
+    let to = s.instance(new).unwrap();
+    assert_eq!(give_up_after(&s, to, 1_000), 5_096);
+    assert_eq!(give_up_after(&s, to, 60_000), 60_000);
+    assert_eq!(
+        migration_steps(&s, &never, T0 + 5_095, 1_000, &BTreeMap::new()),
+        vec![]
+    );
+    assert_eq!(
+        migration_steps(&s, &never, T0 + 5_096, 1_000, &BTreeMap::new()),
+        vec![MigrationStep::Abort { from: old, to: new }]
+    );
 }
 
 #[test]

@@ -96,15 +96,26 @@ fn outgoing_instances_keep_their_slices_and_spec_until_replaced_one_by_one() {
     let m = s.migration_of(a).expect("a roll migration");
     assert_eq!((m.from, m.to, m.cause), (a, c, MigrationCause::Roll));
     assert_eq!(replacement(&s, a), Replacement::Nothing);
-    // The migration tick ends it once `c` is ready: not ready, `a` serves
-    // on past MUST_FINISH_AFTER_MS (its node is not leaving), and the roll
-    // is given up after the general wait.
+    // The migration tick ends it once `c` is ready: not ready, `a` (ready:
+    // it serves) serves on past MUST_FINISH_AFTER_MS (its node is not
+    // leaving), and the roll is given up after the general wait.
     let none = BTreeMap::new();
     let at = T0 + MUST_FINISH_AFTER_MS;
-    assert_eq!(migration_steps(&s, &|_| false, at, 60_000, &none), vec![]);
+    let a_serves = |i: &Instance| i.id == a;
+    assert_eq!(migration_steps(&s, &a_serves, at, 60_000, &none), vec![]);
     assert_eq!(
-        migration_steps(&s, &|_| false, T0 + 60_000, 60_000, &none),
+        migration_steps(&s, &a_serves, T0 + 60_000, 60_000, &none),
         vec![MigrationStep::Abort { from: a, to: c }]
+    );
+    // Where `a` does not serve either (no agent reports it), nothing is
+    // lost by releasing it: completed after MUST_FINISH_AFTER_MS.
+    assert_eq!(
+        migration_steps(&s, &|_| false, at - 1, 60_000, &none),
+        vec![]
+    );
+    assert_eq!(
+        migration_steps(&s, &|_| false, at, 60_000, &none),
+        vec![MigrationStep::Complete { from: a, to: c }]
     );
     assert_eq!(
         migration_steps(&s, &|i| i.id == c, T0 + 1, 60_000, &none),
@@ -352,7 +363,14 @@ fn roll_in(mut s: RegionState, until_ms: u64, ready: &dyn Fn(u64) -> bool) -> (R
                 .get(&i.id)
                 .is_some_and(|at| ready(now.saturating_sub(*at)))
         };
-        let steps = migration_steps(&s, &|i| is_ready(&placed_at, i), now, 60_000, &seen);
+        // The old instances serve (their agents report them).
+        let steps = migration_steps(
+            &s,
+            &|i| old.contains(&i.id) || is_ready(&placed_at, i),
+            now,
+            60_000,
+            &seen,
+        );
         for step in steps {
             let (from, to, complete) = match step {
                 MigrationStep::Complete { from, to } => (from, to, true),
@@ -498,11 +516,15 @@ fn a_roll_step_beside_a_ready_instance_of_its_version_on_its_node_completes() {
     };
     let none = BTreeMap::new();
     let at = T0 + MUST_FINISH_AFTER_MS;
-    let c_ready = |i: &Instance| i.id == c;
+    // (`b`, the old side, serves.)
+    let c_ready = |i: &Instance| i.id == c || i.id == b;
     assert_eq!(migration_steps(&s, &c_ready, at - 1, 60_000, &none), vec![]);
     assert_eq!(
         migration_steps(&s, &c_ready, at, 60_000, &none),
         vec![MigrationStep::Complete { from: b, to: d }]
     );
-    assert_eq!(migration_steps(&s, &|_| false, at, 60_000, &none), vec![]);
+    assert_eq!(
+        migration_steps(&s, &|i| i.id == b, at, 60_000, &none),
+        vec![]
+    );
 }
