@@ -297,6 +297,18 @@ fn a_keyed_retry_through_any_replica_reaches_the_agent_that_ran_it() {
     );
 }
 
+/// A follower of `c`'s leader, by id, and the proxy of its inbound Raft
+/// link (cut it to hold the follower behind).
+fn a_follower(c: &gshare_tests::nemesis::cluster::Cluster) -> (u64, &gshare_tests::FaultProxy) {
+    let leader = gshare_tests::until("a leader", 30, || c.leader());
+    let (lagging, proxy) = c
+        .raft_links
+        .iter()
+        .find(|(id, _)| *id != leader)
+        .expect("a follower behind a proxy");
+    (*lagging, proxy)
+}
+
 /// The nemesis's seed 2 found an update answered `404 unknown_function`
 /// that took effect: it went to a follower that had not applied the deploy,
 /// the leader committed it, and the follower answered from its own state.
@@ -311,13 +323,7 @@ fn an_update_through_a_lagging_follower_is_never_answered_unknown_function() {
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let c = Cluster::start(11).expect("cluster");
     let replicas = c.replica_http();
-    let leader = gshare_tests::until("a leader", 30, || c.leader());
-    let (lagging, proxy) = c
-        .raft_links
-        .iter()
-        .find(|(id, _)| *id != leader)
-        .expect("a follower behind a proxy");
-    let lagging = *lagging;
+    let (lagging, proxy) = a_follower(&c);
     let http = |id: u64| replicas[(id - 1) as usize];
     let send = |to: u64, method: &str, path: &str, key: &str, body: &str| {
         request_with(
@@ -402,13 +408,7 @@ fn a_token_just_issued_is_never_refused_by_a_lagging_replicas_invoke_route() {
     let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let c = Cluster::start(13).expect("cluster");
     let replicas = c.replica_http();
-    let leader = gshare_tests::until("a leader", 30, || c.leader());
-    let (lagging, proxy) = c
-        .raft_links
-        .iter()
-        .find(|(id, _)| *id != leader)
-        .expect("a follower behind a proxy");
-    let lagging = *lagging;
+    let (lagging, proxy) = a_follower(&c);
     let http = |id: u64| replicas[(id - 1) as usize];
     let path = format!("/v1/invoke/globex/{STEADY}");
     // The function serves through the follower first.

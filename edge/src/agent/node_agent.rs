@@ -2332,15 +2332,9 @@ mod tests {
         Some((dir, Arc::new(journal)))
     }
 
-    /// A one-GPU agent metering into `journal` every `interval`, hosting
-    /// function `name` (instance 1, 1 GiB on GPU 0) on `driver`.
-    fn metered_agent(
-        journal: &Arc<crate::journal::UsageJournal>,
-        interval: Duration,
-        name: &str,
-        driver: DriverFactory,
-    ) -> Addr<NodeAgent> {
-        let agent = NodeAgent::new(NodeSetup {
+    /// One 16 GiB GPU on node n1, fast loads, on `driver`.
+    fn one_gpu(driver: DriverFactory) -> NodeSetup {
+        NodeSetup {
             node: NodeId("n1".into()),
             gpus: vec![GpuInfo {
                 index: 0,
@@ -2357,15 +2351,47 @@ mod tests {
             driver,
             process_counters: Default::default(),
             clock: gshare_core::clock::SystemClock::shared(),
-        })
-        .with_metering(Metering {
-            journal: journal.clone(),
-            appended: Arc::default(),
-            interval,
-            pool_kind: gshare_core::model::PoolKind::Center,
-        })
-        .exiting_with(|_| {})
-        .start();
+        }
+    }
+
+    /// A [`Gated`] driver with `permits`: the gate, the count of runs
+    /// begun, and the factory.
+    fn gated(
+        permits: usize,
+    ) -> (
+        Arc<tokio::sync::Semaphore>,
+        Arc<std::sync::atomic::AtomicU32>,
+        DriverFactory,
+    ) {
+        let gate = Arc::new(tokio::sync::Semaphore::new(permits));
+        let started = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let (runs, count) = (gate.clone(), started.clone());
+        let driver: DriverFactory = Box::new(move |_| {
+            Box::new(Gated {
+                gate: runs.clone(),
+                started: count.clone(),
+            })
+        });
+        (gate, started, driver)
+    }
+
+    /// A one-GPU agent metering into `journal` every `interval`, hosting
+    /// function `name` (instance 1, 1 GiB on GPU 0) on `driver`.
+    fn metered_agent(
+        journal: &Arc<crate::journal::UsageJournal>,
+        interval: Duration,
+        name: &str,
+        driver: DriverFactory,
+    ) -> Addr<NodeAgent> {
+        let agent = NodeAgent::new(one_gpu(driver))
+            .with_metering(Metering {
+                journal: journal.clone(),
+                appended: Arc::default(),
+                interval,
+                pool_kind: gshare_core::model::PoolKind::Center,
+            })
+            .exiting_with(|_| {})
+            .start();
         agent.do_send(ApplyAssignment(gshare_core::protocol::Assignment {
             applied_index: 1,
             instances: vec![gshare_core::protocol::AssignedInstance {
@@ -2478,15 +2504,7 @@ mod tests {
         let Some((_dir, journal)) = logged_journal() else {
             return;
         };
-        let gate = Arc::new(tokio::sync::Semaphore::new(0));
-        let started = Arc::new(std::sync::atomic::AtomicU32::new(0));
-        let (runs, count) = (gate.clone(), started.clone());
-        let driver: DriverFactory = Box::new(move |_| {
-            Box::new(Gated {
-                gate: runs.clone(),
-                started: count.clone(),
-            })
-        });
+        let (gate, started, driver) = gated(0);
         let agent = metered_agent(&journal, Duration::from_millis(100), "f", driver);
         agent.do_send(ApplyAssignment(gshare_core::protocol::Assignment {
             applied_index: 2,
@@ -2564,33 +2582,8 @@ mod tests {
     /// is left counted once all ran).
     #[actix_rt::test]
     async fn one_tenant_cannot_queue_without_bound() {
-        let gate = Arc::new(tokio::sync::Semaphore::new(0));
-        let started = Arc::new(std::sync::atomic::AtomicU32::new(0));
-        let (runs, count) = (gate.clone(), started.clone());
-        let agent = NodeAgent::new(NodeSetup {
-            node: NodeId("n1".into()),
-            gpus: vec![GpuInfo {
-                index: 0,
-                model: "sim".into(),
-                memory_mib: 16_384,
-                h2d_mib_per_s: 600_000,
-            }],
-            host_swap_mib: 8_192,
-            load: AgentLoadCosts {
-                swap_setup_us: 1_000,
-                cold_setup_us: 1_000,
-                storage_mib_per_s: 100_000,
-            },
-            driver: Box::new(move |_| {
-                Box::new(Gated {
-                    gate: runs.clone(),
-                    started: count.clone(),
-                })
-            }),
-            process_counters: Default::default(),
-            clock: gshare_core::clock::SystemClock::shared(),
-        })
-        .start();
+        let (gate, _, driver) = gated(0);
+        let agent = NodeAgent::new(one_gpu(driver)).start();
         let mut other = spec("g", gshare_core::model::Tier::Guaranteed);
         other.tenant = TenantId("other".into());
         let mut f = spec("f", gshare_core::model::Tier::Guaranteed);
@@ -2724,15 +2717,7 @@ mod tests {
         let Some((_dir, journal)) = logged_journal() else {
             return;
         };
-        let gate = Arc::new(tokio::sync::Semaphore::new(1));
-        let started = Arc::new(std::sync::atomic::AtomicU32::new(0));
-        let (runs, count) = (gate.clone(), started.clone());
-        let driver: DriverFactory = Box::new(move |_| {
-            Box::new(Gated {
-                gate: runs.clone(),
-                started: count.clone(),
-            })
-        });
+        let (gate, started, driver) = gated(1);
         let begun = || started.load(std::sync::atomic::Ordering::SeqCst);
         // Resident memory is journaled every 100 ms.
         let agent = metered_agent(&journal, Duration::from_millis(100), "f", driver);

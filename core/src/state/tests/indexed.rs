@@ -246,24 +246,20 @@ fn a_release_after_a_reload_leaves_no_overlay_entry_behind() {
     assert_eq!(pending.free().classes().count(), 0, "{:?}", pending.free());
     // So an indexed plan around the (empty) pending plans picks what the
     // scan picks: `eb1`, not the node now at its old position.
-    let g = edge_b_spec("g", true);
-    deploy(&mut s, g.clone());
-    let full = outcome(plan_on(
-        &s,
-        Some(&pending),
-        &g,
-        &BestFit,
-        &PlanOptions::default(),
-    ));
-    let indexed = outcome(plan_on(
-        &s,
-        Some(&pending),
-        &g,
-        &BestFit,
-        &PlanOptions::indexed(),
-    ));
-    assert_eq!(indexed, full);
+    let full = indexed_as_full_scan(&mut s, &pending);
     assert_eq!(full.unwrap().slices[0].gpu, gpu("eb1", 0));
+}
+
+/// Deploys a strict edge-b function `g` on `s` and plans it around
+/// `pending` by the full scan and by the index: they must agree; the full
+/// scan's plan.
+fn indexed_as_full_scan(s: &mut RegionState, pending: &PendingPlans) -> Result<Proposal, String> {
+    let g = edge_b_spec("g", true);
+    deploy(s, g.clone());
+    let plan = |options: &PlanOptions| outcome(plan_on(s, Some(pending), &g, &BestFit, options));
+    let full = plan(&PlanOptions::default());
+    assert_eq!(plan(&PlanOptions::indexed()), full);
+    full
 }
 
 #[test]
@@ -273,23 +269,7 @@ fn an_overlay_from_before_a_reload_never_names_a_node_of_another_pool() {
     // While the plan is still pending, a strict edge-b function: the
     // overlay's entry for `eb1` was filed under edge-b at a position that
     // is `ea1`'s (edge-a) now.
-    let g = edge_b_spec("g", true);
-    deploy(&mut s, g.clone());
-    let full = outcome(plan_on(
-        &s,
-        Some(&pending),
-        &g,
-        &BestFit,
-        &PlanOptions::default(),
-    ));
-    let indexed = outcome(plan_on(
-        &s,
-        Some(&pending),
-        &g,
-        &BestFit,
-        &PlanOptions::indexed(),
-    ));
-    assert_eq!(indexed, full);
+    let full = indexed_as_full_scan(&mut s, &pending);
     let p = full.unwrap();
     assert_eq!(p.pool, "edge-b", "{p}");
 }
