@@ -10,8 +10,8 @@
 //!         a drain's or a roll's, not ready within MUST_FINISH_AFTER_MS, whose old one's node
 //!           is leaving (drains, or lost) ─▶ Complete all the same
 //!         a roll's, not ready within MUST_FINISH_AFTER_MS, beside a ready instance of its
-//!           version on its node (which serves that version), or whose old one does not
-//!           serve either (not ready) ─▶ Complete all the same
+//!           version on its node (which serves that version), or whose old one is on a node
+//!           no agent ever registered for (it serves nothing) ─▶ Complete all the same
 //!         not ready within `wait` (or twice its predicted cold start, if longer), or its node not ready ─▶ Abort: InstanceRelease(new)
 //!   a release of either side ends the record (completed, or given up)
 //! ```
@@ -163,9 +163,9 @@ impl MigrationStep {
 /// the new one's version on its node is ready: that node's agent serves
 /// the version from that copy (it loads one copy per version ahead, so
 /// an idle function's second instance there may never report resident
-/// itself). So does a roll's whose old instance does not serve either (no
-/// agent reports it ready: releasing it loses nothing, and without agents
-/// a roll would never end). A roll's otherwise waits for its new instance like any
+/// itself). So does a roll's whose old instance is on a node no agent ever
+/// registered for (it serves nothing: releasing it loses nothing, and
+/// without agents a roll would never end). A roll's otherwise waits for its new instance like any
 /// migration, and is given up after `wait_ms`: the old version being
 /// replaced is no reason to release a working instance for one that is
 /// not ready (a new version that never loads would take the function
@@ -218,9 +218,17 @@ pub fn migration_steps(
                     && ready(i)
             })
         };
-        // The old side of a roll that does not serve (no agent reports it
-        // ready) loses nothing by going: it may go as before.
-        let old_idle = || view.instance(m.from).is_some_and(|from| !ready(from));
+        // The old side of a roll on a node no agent ever registered for
+        // serves nothing there, so it loses nothing by going. (Not "not
+        // reported ready": a report can be missing for a moment, a peer
+        // slow to answer, an agent reconnecting, while the instance serves.)
+        let old_idle = || {
+            view.instance(m.from).is_some_and(|from| {
+                from.slices
+                    .iter()
+                    .all(|s| view.agents().all(|a| a.node != s.gpu.node))
+            })
+        };
         let forced = age >= MUST_FINISH_AFTER_MS
             && match m.cause {
                 MigrationCause::Drain => leaving(),

@@ -10,7 +10,8 @@
 //!        Complete ─▶ MigrationEnd(release old)   the new one is resident (on-demand tiers: hosted),
 //!                                                or a drain's or a roll's ran past MUST_FINISH_AFTER_MS
 //!                                                with its old node leaving (a roll's also beside a
-//!                                                ready instance of its version on its node)
+//!                                                ready instance of its version on its node, or with
+//!                                                its old one on a node no agent registered for)
 //!        Abort    ─▶ MigrationEnd(release new)   not ready in time, or its node went not_ready
 //!                    (refused if the migration ended meanwhile)
 //!     plan_returns(view, policy, calm)                    (core, pure)
