@@ -56,8 +56,9 @@ pub enum MigrationCause {
     /// like a drain's, recorded so that a new leader ends it rather than
     /// placing a second new instance. It completes when the new instance is
     /// ready; not ready after [`MUST_FINISH_AFTER_MS`], only where the old
-    /// one's node is leaving (as a drain's) or the new one's node serves
-    /// the new version from another instance (see [`migration_steps`]);
+    /// one's node is leaving (as a drain's) or no agent ever registered for
+    /// it, or the new one's node serves the new version from another
+    /// instance (see [`migration_steps`]);
     /// otherwise it is given up after the general wait and the old one
     /// serves on (a new version that never loads takes nothing down).
     /// Last, to keep the encoding of the others.
