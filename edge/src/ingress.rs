@@ -362,7 +362,18 @@ async fn run(
         idempotency_key,
         http: None,
     };
-    let answered = ask(&agent, msg, http).await;
+    // A client that closes its connection while its call waits drops the
+    // call here: the agent then cancels it if it has not started.
+    let socket = req.conn_data::<ClientSocket>().cloned();
+    let answered = tokio::select! {
+        biased;
+        answered = ask(&agent, msg, http) => answered,
+        () = client_gone(socket) => return error(
+            499,
+            "client_closed_request",
+            "the connection was closed while the call waited: it was dropped if it had not started (if it had, it ran to its end, unanswered)",
+        ),
+    };
     // A call that failed because its body was cut says why.
     if let Answered::Whole(_, InvokeOutcome::Failed(_)) = &answered {
         if let Some(Upload::Stopped(stop)) = upload.map(|u| u.get()) {
@@ -382,6 +393,56 @@ async fn run(
             },
         ) => transparent_response(head, body, queued_us, service_us),
         Answered::Whole(_, outcome) => outcome_response(outcome),
+    }
+}
+
+/// How often a waiting call checks whether its client's connection closed.
+const CLIENT_CHECK: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// A duplicate of a client connection's socket, taken when it connects
+/// ([`on_connect`]): peeked at while a call waits, to find out whether the
+/// client went away ([`client_gone`]). (actix-web goes on with a handler
+/// whose client closed its connection; only writing its answer fails.)
+#[derive(Debug, Clone)]
+struct ClientSocket(Arc<std::net::TcpStream>);
+
+/// Keeps a [`ClientSocket`] of each connection, plain or TLS.
+fn on_connect(conn: &dyn std::any::Any, ext: &mut actix_web::dev::Extensions) {
+    use std::os::fd::AsFd;
+    let tcp = conn
+        .downcast_ref::<actix_web::rt::net::TcpStream>()
+        .or_else(|| {
+            conn.downcast_ref::<actix_tls::accept::rustls_0_23::TlsStream<actix_web::rt::net::TcpStream>>()
+                .map(|t| t.get_ref().0)
+        });
+    if let Some(fd) = tcp.and_then(|t| t.as_fd().try_clone_to_owned().ok()) {
+        ext.insert(ClientSocket(Arc::new(std::net::TcpStream::from(fd))));
+    }
+}
+
+/// Resolves once the client's connection has ended: its socket reads
+/// end-of-file (the client closed it, or shut down its sending side, as
+/// Go's server also reads it) or fails (reset). Checked every
+/// [`CLIENT_CHECK`]; never resolves without a socket, or while bytes are
+/// waiting to be read (a pipelined request, TLS records).
+async fn client_gone(socket: Option<ClientSocket>) {
+    let Some(ClientSocket(socket)) = socket else {
+        return std::future::pending().await;
+    };
+    loop {
+        tokio::time::sleep(CLIENT_CHECK).await;
+        // The socket is non-blocking (the duplicate shares the server's
+        // file status): a peek never waits.
+        match socket.peek(&mut [0u8; 1]) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                ) => {}
+            Err(_) => return,
+        }
     }
 }
 
@@ -624,6 +685,7 @@ pub fn serve_listener(
             .default_service(web::to(unknown_route))
     })
     .workers(workers.max(1))
+    .on_connect(on_connect)
     .disable_signals();
     let server = match tls {
         Some(tls) => server.listen_rustls_0_23(listener, tls)?,

@@ -158,7 +158,7 @@ impl Default for AgentMetrics {
 }
 
 /// The node's figures, unlabelled, in [`sample`]'s order.
-pub const NODE_SERIES: [Series; 20] = [
+pub const NODE_SERIES: [Series; 21] = [
     Series::gauge(
         "gshare_edge_in_flight",
         "Invocations accepted and not answered yet",
@@ -178,6 +178,11 @@ pub const NODE_SERIES: [Series; 20] = [
     Series::counter(
         "gshare_edge_invocations_replayed_total",
         "Invocations answered with the stored answer of their idempotency key",
+        &[],
+    ),
+    Series::counter(
+        "gshare_edge_invocations_abandoned_total",
+        "Invocations dropped before they ran because their caller went away (never run, never billed)",
         &[],
     ),
     Series::counter(
@@ -320,6 +325,7 @@ pub fn sample(s: &NodeStatus, out: &mut Sampler) {
         s.served,
         s.failed,
         s.replayed,
+        s.abandoned,
         s.swap_ins,
         s.swap_outs,
         s.cold_starts,

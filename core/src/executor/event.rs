@@ -51,6 +51,15 @@ pub enum Event {
         /// The GPU it ran on.
         gpu: u32,
     },
+    /// The caller gave up on a request that has not started (its client
+    /// went away): it leaves its GPU's queue, or the requests waiting for
+    /// memory, and no command names it. A request that started (its run
+    /// ends with [`Event::RequestFinished`]), was answered or is unknown is
+    /// left as it is.
+    RequestCancelled {
+        /// Its id.
+        request: RequestId,
+    },
     /// A swap-in, cold start or move onto `gpu` completed.
     LoadFinished {
         /// The function loaded.

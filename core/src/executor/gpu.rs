@@ -331,6 +331,18 @@ impl GpuExecutor {
         }
     }
 
+    /// Where `request` is in the queue, if it is queued here.
+    pub(crate) fn queued_at(&self, request: RequestId) -> Option<usize> {
+        self.queue.iter().position(|q| q.request == request)
+    }
+
+    /// Takes `request` out of the queue (its work no longer booked);
+    /// `None` if it is not queued here.
+    pub(crate) fn cancel(&mut self, request: RequestId, all_resident: bool) -> Option<Queued> {
+        let pos = self.queued_at(request)?;
+        Some(self.unqueue(pos, all_resident))
+    }
+
     fn unqueue(&mut self, pos: usize, all_resident: bool) -> Queued {
         let q = self.queue.remove(pos);
         self.queued_work -= q.service_us * q.compute as u64;

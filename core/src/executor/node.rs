@@ -584,6 +584,7 @@ impl NodeExecutor {
                 deadline,
             } => self.arrive(now, request, function, full_gpu_us, deadline),
             Event::RequestFinished { request, gpu } => self.finish(now, request, gpu),
+            Event::RequestCancelled { request } => self.cancel(now, request),
             Event::LoadFinished { function, gpu } => self.loaded(now, function, gpu),
             Event::Prefetch { function } => self.prefetch(now, function),
             Event::StartMeasured { function, start_us } => {
@@ -1537,6 +1538,27 @@ impl NodeExecutor {
         if let Some(function) = done {
             self.leave_if_unpinned(now, function, gpu);
         }
+        self.retry_waiting(now);
+    }
+
+    /// See [`Event::RequestCancelled`]: a queued request's work stops
+    /// counting in its GPU's predictions, and what queued behind it may
+    /// start now.
+    fn cancel(&mut self, now: Micros, request: RequestId) {
+        if let Some(k) = self.waiting.iter().position(|w| w.request == request) {
+            self.waiting.remove(k);
+            return;
+        }
+        let rules = self.config.rules;
+        let Some(g) = self
+            .gpus
+            .iter_mut()
+            .find(|g| g.queued_at(request).is_some())
+        else {
+            return;
+        };
+        g.cancel(request, rules.all_resident);
+        g.dispatch(now, &rules, &mut self.output);
         self.retry_waiting(now);
     }
 

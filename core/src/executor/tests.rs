@@ -704,6 +704,78 @@ fn a_removed_function_drops_its_waiting_requests() {
     assert_eq!(n.waiting(), 0);
 }
 
+fn cancelled(r: u64) -> Event {
+    Event::RequestCancelled {
+        request: RequestId(r),
+    }
+}
+
+#[test]
+fn a_cancelled_request_leaves_its_queue_and_its_work_no_longer_counts() {
+    let mut n = node(1, ExecutorRules::oracle(), &[Tier::Oversubscribed]);
+    assert_eq!(
+        step(&mut n, 0, arrive(1, 0, S, 10 * S)),
+        vec![run(1, 0, 0, 1000, S)]
+    );
+    assert_eq!(step(&mut n, 0, arrive(2, 0, S, 10 * S)), vec![]);
+    assert_eq!(step(&mut n, 0, arrive(3, 0, S, 10 * S)), vec![]);
+    // Behind 1, 2 and 3 a 1 s request finishes at 4 s: a 3 s deadline is refused.
+    assert_eq!(
+        step(&mut n, 0, arrive(4, 0, S, 3 * S)),
+        vec![Command::Reject {
+            request: RequestId(4),
+            reason: RejectReason::DeadlineUnreachable {
+                predicted_finish: 4 * S,
+                deadline: 3 * S,
+            },
+        }]
+    );
+    assert_eq!(step(&mut n, 0, cancelled(2)), vec![]);
+    assert_eq!(n.gpu(0).queued(), 1);
+    // A running request, an unknown one and one cancelled twice: nothing changes.
+    assert_eq!(step(&mut n, 0, cancelled(1)), vec![]);
+    assert_eq!(step(&mut n, 0, cancelled(99)), vec![]);
+    assert_eq!(step(&mut n, 0, cancelled(2)), vec![]);
+    assert_eq!(n.gpu(0).queued(), 1);
+    // Without 2's second of work, the same request now fits (finish 3 s).
+    assert_eq!(step(&mut n, 0, arrive(5, 0, S, 3 * S)), vec![]);
+    assert_eq!(
+        step(&mut n, S, finished(1, 0)),
+        vec![run(5, 0, 0, 1000, 2 * S)]
+    );
+    assert_eq!(
+        step(&mut n, 2 * S, finished(5, 0)),
+        vec![run(3, 0, 0, 1000, 3 * S)]
+    );
+    // Request 2 never runs.
+    assert_eq!(step(&mut n, 3 * S, finished(3, 0)), vec![]);
+    assert_eq!(step(&mut n, 3 * S, Event::Timer), vec![]);
+    assert_eq!(n.gpu(0).queued(), 0);
+}
+
+#[test]
+fn a_cancelled_request_waiting_for_memory_is_dropped_unanswered() {
+    let mut n = all_busy();
+    assert_eq!(
+        step(&mut n, 20 * S, arrive(13, 3, 100 * MS, 30 * S)),
+        vec![]
+    );
+    assert_eq!(n.waiting(), 1);
+    assert_eq!(step(&mut n, 21 * S, cancelled(13)), vec![]);
+    assert_eq!(n.waiting(), 0);
+    // Function 3 leaves: nothing is left of request 13 to reject.
+    assert_eq!(
+        step(
+            &mut n,
+            21 * S,
+            Event::InstanceRemoved {
+                function: FunctionId(3)
+            }
+        ),
+        vec![]
+    );
+}
+
 #[test]
 fn waits_for_the_resident_copy_while_the_deadline_holds_else_loads_another() {
     // Without `spread` (tested below), which would load the second copy as

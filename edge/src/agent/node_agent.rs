@@ -39,6 +39,9 @@ use tokio::sync::oneshot;
 /// timeouts are exact, so this tick normally finds nothing to do; an idle
 /// agent wakes ten times a second).
 const TICK_FALLBACK: Duration = Duration::from_millis(100);
+/// How often, at most, the waiting requests are checked for callers that
+/// went away ([`NodeAgent::cancel_abandoned`]), µs.
+const SWEEP_EVERY_US: Micros = 50_000;
 /// Swap events kept for the region when nobody collects them.
 const MAX_SWAP_EVENTS: usize = 10_000;
 /// Slice requests kept for the region when no link collects them (the
@@ -151,6 +154,16 @@ struct Pending {
     waits_for: Option<TenantId>,
 }
 
+impl Pending {
+    /// Nobody waits for its answer any more: its caller dropped the
+    /// receiving end (the ingress does when the client's connection
+    /// closes), and no idempotency key lets a later call pick its outcome
+    /// up (a keyed request runs: a retry under its key joins or replays it).
+    fn abandoned(&self) -> bool {
+        self.key.is_none() && self.tx.is_closed()
+    }
+}
+
 /// The node agent's supervisor actor (see the module docs of [`super`]).
 pub struct NodeAgent {
     setup: NodeSetup,
@@ -197,6 +210,8 @@ pub struct NodeAgent {
     loads: HashMap<(FunctionId, u32), (Micros, Measured)>,
     /// The armed executor tick: when it fires, and its handle.
     wake: Option<(Micros, SpawnHandle)>,
+    /// When [`NodeAgent::cancel_abandoned`] last looked.
+    swept_at: Micros,
     /// Per-function load since the last report (the region's autoscaler).
     meter: LoadMeter,
     /// Why the usage journal takes no more appends (the agent is about to
@@ -260,6 +275,7 @@ impl NodeAgent {
             metrics: Arc::new(AgentMetrics::new(None)),
             loads: HashMap::new(),
             wake: None,
+            swept_at: 0,
             meter: LoadMeter::new(),
             journal_stopped: None,
             exit: |code| std::process::exit(code),
@@ -441,11 +457,57 @@ impl NodeAgent {
     /// a safety net, a tick whenever requests are pending), then re-arm.
     fn tick(&mut self, ctx: &mut Context<Self>) {
         let now = self.now();
+        self.cancel_abandoned(now);
         let due = self.executor.next_timeout().is_some_and(|t| t <= now);
         if due || !self.pending.is_empty() {
             self.step(now, Event::Timer);
         }
         self.arm(ctx);
+    }
+
+    /// Requests not started whose callers went away
+    /// ([`Pending::abandoned`]) leave the executor's queues (checked on
+    /// ticks at least [`SWEEP_EVERY_US`] apart; ticks come at most
+    /// [`TICK_FALLBACK`] apart), so that their work no longer delays or
+    /// refuses others.
+    fn cancel_abandoned(&mut self, now: Micros) {
+        // A tick may come at every executor timeout: look at most every
+        // SWEEP_EVERY.
+        if now.saturating_sub(self.swept_at) < SWEEP_EVERY_US || self.pending.is_empty() {
+            return;
+        }
+        self.swept_at = now;
+        let gone: Vec<RequestId> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.started.is_none() && p.abandoned())
+            .map(|(r, _)| *r)
+            .collect();
+        for request in gone {
+            if self.drop_abandoned(request) {
+                self.step(now, Event::RequestCancelled { request });
+            }
+        }
+    }
+
+    /// Forgets `request` if it has not started and nobody waits for it
+    /// ([`Pending::abandoned`]): it never runs and nothing of it is billed.
+    /// Returns whether it did.
+    fn drop_abandoned(&mut self, request: RequestId) -> bool {
+        if !self
+            .pending
+            .get(&request)
+            .is_some_and(|p| p.started.is_none() && p.abandoned())
+        {
+            return false;
+        }
+        if let Some(p) = self.pending.remove(&request) {
+            if let Some(tenant) = &p.waits_for {
+                self.stop_waiting(tenant);
+            }
+        }
+        self.status.abandoned += 1;
+        true
     }
 
     fn step(&mut self, now: Micros, event: Event) {
@@ -704,6 +766,13 @@ impl NodeAgent {
                     // Queued before the journal stopped: its usage could
                     // not be journaled, so it does not run (retryable).
                     self.answer(request, InvokeOutcome::Failed(InvokeError::ShuttingDown));
+                    self.step(now, Event::RequestFinished { request, gpu });
+                    return;
+                }
+                if self.drop_abandoned(request) {
+                    // Its caller went away while it waited (before the
+                    // tick that would have cancelled it): it does not run,
+                    // and its share ends.
                     self.step(now, Event::RequestFinished { request, gpu });
                     return;
                 }
@@ -2604,21 +2673,7 @@ mod tests {
                 .collect(),
         }));
         // Both loaded first: a request waits here only for the GPU.
-        tokio::time::timeout(Duration::from_secs(10), async {
-            loop {
-                let st = agent.send(StatusQuery).await.unwrap();
-                let resident = st
-                    .instances
-                    .iter()
-                    .filter(|i| i.state == gshare_core::protocol::InstanceState::Resident);
-                if resident.count() == 2 {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await
-        .expect("both resident");
+        resident(&agent, 2).await;
         // acme's requests: the first fill the GPU (the driver holds every
         // run at the gate), the rest wait, until one more than the bound.
         let mut outcomes = Vec::new();
@@ -2660,6 +2715,129 @@ mod tests {
             .expect("answered")
             .unwrap();
         assert!(matches!(again, InvokeOutcome::Done { .. }), "{again:?}");
+    }
+
+    /// Waits (at most 10 s) until `n` instances are resident.
+    async fn resident(agent: &Addr<NodeAgent>, n: usize) {
+        tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                let st = agent.send(StatusQuery).await.unwrap();
+                let resident = st
+                    .instances
+                    .iter()
+                    .filter(|i| i.state == gshare_core::protocol::InstanceState::Resident);
+                if resident.count() == n {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("resident");
+    }
+
+    /// Polls the agent's status (at most 10 s) until `done` holds of it.
+    async fn status_until(
+        agent: &Addr<NodeAgent>,
+        what: &str,
+        done: impl Fn(&NodeStatus) -> bool,
+    ) -> NodeStatus {
+        let polled = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                let st = agent.send(StatusQuery).await.unwrap();
+                if done(&st) {
+                    return st;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        match polled {
+            Ok(st) => st,
+            Err(_) => panic!("{what}: {:?}", agent.send(StatusQuery).await.unwrap()),
+        }
+    }
+
+    #[actix_rt::test]
+    async fn a_request_whose_caller_went_away_leaves_its_queue_and_never_runs() {
+        let (gate, started, driver) = gated(0);
+        let agent = NodeAgent::new(one_gpu(driver)).start();
+        let mut f = spec("f", gshare_core::model::Tier::Guaranteed);
+        f.deadline_ms = 600_000;
+        agent.do_send(ApplyAssignment(gshare_core::protocol::Assignment {
+            applied_index: 1,
+            instances: vec![gshare_core::protocol::AssignedInstance {
+                instance: InstanceId(1),
+                spec: f,
+                version: 1,
+                slices: vec![on(0)],
+            }],
+        }));
+        agent.do_send(ApplyTokens(gshare_core::protocol::TokenDigests {
+            applied_index: 1,
+            tenants: vec![gshare_core::protocol::TenantTokens {
+                tenant: TenantId("acme".into()),
+                digests: vec![crate::token::token_digest("t")],
+            }],
+        }));
+        resident(&agent, 1).await;
+        // Runs are held at the gate: the GPU fills, then requests queue.
+        let mut kept = Vec::new();
+        while agent.send(StatusQuery).await.unwrap().gpus[0].queued < 2 {
+            kept.push(admit(&agent, "acme", "f").await);
+        }
+        let running = started.load(std::sync::atomic::Ordering::SeqCst);
+        // The last one's caller goes away: it leaves the queue at the next tick.
+        drop(kept.pop());
+        let st = status_until(&agent, "cancelled", |s| s.abandoned == 1).await;
+        assert_eq!(st.gpus[0].queued, 1, "{st:?}");
+        // Through the ingress: a client that closes its connection while its
+        // call waits (actix drops the handler, and with it the answer's
+        // receiving end).
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = crate::ingress::serve_listener(
+            listener,
+            agent.clone(),
+            1,
+            None,
+            None,
+            Default::default(),
+        )
+        .unwrap();
+        actix_rt::spawn(server);
+        let client = std::thread::spawn(move || {
+            use std::io::Write;
+            let mut c = std::net::TcpStream::connect(addr).unwrap();
+            write!(
+                c,
+                "POST /v1/invoke/acme/f HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\nContent-Length: 2\r\n\r\n{{}}"
+            )
+            .unwrap();
+            c
+        });
+        let conn = actix_rt::task::spawn_blocking(move || client.join().unwrap())
+            .await
+            .unwrap();
+        status_until(&agent, "the call queued", |s| s.gpus[0].queued == 2).await;
+        drop(conn);
+        let st = status_until(&agent, "the closed call cancelled", |s| s.abandoned == 2).await;
+        assert_eq!(st.gpus[0].queued, 1, "{st:?}");
+        // The gate opens: every kept request is answered, the two gone
+        // never ran.
+        gate.add_permits(1_000);
+        let kept_n = kept.len() as u32;
+        for (i, o) in kept.into_iter().enumerate() {
+            let o = tokio::time::timeout(Duration::from_secs(30), o)
+                .await
+                .expect("answered")
+                .unwrap();
+            assert!(matches!(o, InvokeOutcome::Done { .. }), "{i}: {o:?}");
+        }
+        assert!(running < kept_n, "some waited: {running} of {kept_n}");
+        assert_eq!(started.load(std::sync::atomic::Ordering::SeqCst), kept_n);
+        let st = agent.send(StatusQuery).await.unwrap();
+        assert_eq!((st.abandoned, st.in_flight), (2, 0), "{st:?}");
     }
 
     /// A driver whose runs each wait for a permit of `gate`, then echo;

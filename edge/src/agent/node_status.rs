@@ -22,6 +22,9 @@ pub struct NodeStatus {
     pub failed: u64,
     /// Invocations answered with the stored answer of their idempotency key.
     pub replayed: u64,
+    /// Invocations dropped before they ran because their caller went away
+    /// (its connection closed; unkeyed calls only): never run, never billed.
+    pub abandoned: u64,
     /// Swap-ins from host memory.
     pub swap_ins: u64,
     /// Swap-outs to host memory.
