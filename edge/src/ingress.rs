@@ -32,6 +32,7 @@
 //! | 408 | `body_timeout` (no bytes of the request body for the config's `body_idle_timeout_ms`: the upload was cut, which aborted the call) |
 //! | 400 | `bad_request` (the request body broke off, which aborted the call) |
 //! | 429 | `over_capacity` |
+//! | 499 | `client_closed_request` (the client's connection ended while its call waited: an unkeyed call that had not started is dropped; only a client that half-closed can read this) |
 //! | 502 | `instance_failed` (the runtime failed, its reply was over the cap, or on the plain route the function answered non-2xx) |
 //! | 502 | `function_crashed` (its process died while serving; it is restarted) |
 //! | 503 | `shutting_down` |
@@ -371,7 +372,7 @@ async fn run(
         () = client_gone(socket) => return error(
             499,
             "client_closed_request",
-            "the connection was closed while the call waited: it was dropped if it had not started (if it had, it ran to its end, unanswered)",
+            "the connection ended while the call waited: a call without an idempotency key that had not started was dropped (it never runs); one that had started, or has a key, runs to its end unanswered",
         ),
     };
     // A call that failed because its body was cut says why.
@@ -406,42 +407,92 @@ const CLIENT_CHECK: std::time::Duration = std::time::Duration::from_millis(50);
 #[derive(Debug, Clone)]
 struct ClientSocket(Arc<std::net::TcpStream>);
 
-/// Keeps a [`ClientSocket`] of each connection, plain or TLS.
+/// Keeps a [`ClientSocket`] of each connection, plain or TLS (a
+/// connection of another kind is not watched, which is said once).
 fn on_connect(conn: &dyn std::any::Any, ext: &mut actix_web::dev::Extensions) {
     use std::os::fd::AsFd;
+    static UNWATCHED: std::sync::Once = std::sync::Once::new();
     let tcp = conn
         .downcast_ref::<actix_web::rt::net::TcpStream>()
         .or_else(|| {
             conn.downcast_ref::<actix_tls::accept::rustls_0_23::TlsStream<actix_web::rt::net::TcpStream>>()
                 .map(|t| t.get_ref().0)
         });
-    if let Some(fd) = tcp.and_then(|t| t.as_fd().try_clone_to_owned().ok()) {
-        ext.insert(ClientSocket(Arc::new(std::net::TcpStream::from(fd))));
+    match tcp.map(|t| t.as_fd().try_clone_to_owned()) {
+        Some(Ok(fd)) => {
+            ext.insert(ClientSocket(Arc::new(std::net::TcpStream::from(fd))));
+        }
+        Some(Err(e)) => tracing::debug!("a connection's socket was not duplicated: {e}"),
+        None => UNWATCHED.call_once(|| {
+            tracing::warn!(
+                "ingress connections of an unknown kind: a call whose client goes away is not dropped"
+            )
+        }),
+    }
+}
+
+/// What a peek at a client's socket says.
+fn peeked(socket: &std::net::TcpStream) -> Option<bool> {
+    // The socket is non-blocking (the duplicate shares the server's file
+    // status): a peek never waits. `Some(true)`: the connection ended.
+    match socket.peek(&mut [0u8; 1]) {
+        Ok(0) => Some(true),
+        Ok(_) => Some(false),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+            ) =>
+        {
+            None
+        }
+        Err(_) => Some(true),
     }
 }
 
 /// Resolves once the client's connection has ended: its socket reads
 /// end-of-file (the client closed it, or shut down its sending side, as
-/// Go's server also reads it) or fails (reset). Checked every
-/// [`CLIENT_CHECK`]; never resolves without a socket, or while bytes are
-/// waiting to be read (a pipelined request, TLS records).
+/// Go's server also reads it) or fails (reset). Looked at first after
+/// [`CLIENT_CHECK`] (a call answered sooner costs nothing), then on each
+/// readiness of the socket (registered with the worker's reactor; every
+/// [`CLIENT_CHECK`] while unread bytes wait, or if it cannot be
+/// registered). Never resolves without a socket, nor
+/// while bytes the server has not read lie before the end (a request body
+/// still arriving, a pipelined request not yet read, TLS records).
 async fn client_gone(socket: Option<ClientSocket>) {
     let Some(ClientSocket(socket)) = socket else {
         return std::future::pending().await;
     };
+    tokio::time::sleep(CLIENT_CHECK).await;
+    if peeked(&socket) == Some(true) {
+        return;
+    }
+    // Another duplicate, registered with the worker's reactor (on its
+    // own: nothing reads through it), tells when to look again.
+    let watch = socket.try_clone().and_then(tokio::net::TcpStream::from_std);
+    let Ok(watch) = watch else {
+        loop {
+            tokio::time::sleep(CLIENT_CHECK).await;
+            if peeked(&socket) == Some(true) {
+                return;
+            }
+        }
+    };
     loop {
-        tokio::time::sleep(CLIENT_CHECK).await;
-        // The socket is non-blocking (the duplicate shares the server's
-        // file status): a peek never waits.
-        match socket.peek(&mut [0u8; 1]) {
-            Ok(0) => return,
-            Ok(_) => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
-                ) => {}
-            Err(_) => return,
+        if watch.readable().await.is_err() {
+            return std::future::pending().await;
+        }
+        let looked = watch.try_io(tokio::io::Interest::READABLE, || match peeked(&socket) {
+            Some(ended) => Ok(ended),
+            // Nothing to read: the readiness is cleared until the next.
+            None => Err(std::io::ErrorKind::WouldBlock.into()),
+        });
+        match looked {
+            Ok(true) => return,
+            // Bytes wait (their end may lie behind them): the socket stays
+            // ready, so look again after a while instead.
+            Ok(false) => tokio::time::sleep(CLIENT_CHECK).await,
+            Err(_) => {}
         }
     }
 }

@@ -2820,6 +2820,9 @@ mod tests {
             .await
             .unwrap();
         status_until(&agent, "the call queued", |s| s.gpus[0].queued == 2).await;
+        // Past the ingress's first look (50 ms): the socket's readiness
+        // tells it.
+        tokio::time::sleep(Duration::from_millis(200)).await;
         drop(conn);
         let st = status_until(&agent, "the closed call cancelled", |s| s.abandoned == 2).await;
         assert_eq!(st.gpus[0].queued, 1, "{st:?}");
