@@ -121,6 +121,24 @@ pub(crate) struct Queued {
     pub mean_gap: Micros,
 }
 
+/// A request being routed, as a GPU's queue would order and weigh it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Newcomer {
+    /// Its place in the queue's order: (deadline, request).
+    pub key: (Micros, RequestId),
+    /// The compute it asks for.
+    pub compute: MilliGpu,
+    /// Its service time at that compute, µs.
+    pub service_us: Micros,
+}
+
+impl Newcomer {
+    /// Its work, µs·milli-GPU.
+    fn work(&self) -> u64 {
+        self.service_us * self.compute as u64
+    }
+}
+
 /// A request running on this GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Running {
@@ -219,24 +237,69 @@ impl GpuExecutor {
         self.functions.iter().position(|&f| f == function)
     }
 
-    /// Fluid estimate of when `compute` frees up for a request behind
-    /// everything queued here: 0 wait when the queue is empty and the
-    /// compute is free, else the committed work spread over the whole GPU.
-    pub(crate) fn compute_start(&self, now: Micros, compute: MilliGpu) -> Micros {
-        if self.queue.is_empty() && self.compute_free >= compute {
-            return now;
+    /// Fluid estimate of when the compute a newcomer `n` asks for frees up
+    /// here: without `edf`, behind everything queued (no wait when the
+    /// queue is empty and its compute is free, else the committed work
+    /// spread over the whole GPU). With `edf`, as the queue is served,
+    /// earliest deadline first: only the running work and the queued
+    /// requests of lower keys come before it (no wait when none is queued
+    /// ahead and its compute is free), unless going ahead of the later ones
+    /// would push one that the same estimate has finishing in time past
+    /// its deadline (then behind everything, as without `edf`). So a
+    /// tenant's queue of far deadlines does not turn away another's near
+    /// ones that fit before them, and what was admitted keeps the finish
+    /// it was admitted on.
+    pub(crate) fn compute_start(&self, now: Micros, n: &Newcomer, edf: bool) -> Micros {
+        if !edf {
+            if self.queue.is_empty() && self.compute_free >= n.compute {
+                return now;
+            }
+            return self.drain_at(now);
         }
-        self.drain_at(now)
+        let running = self.running_work(now);
+        let whole = WHOLE_GPU as u64;
+        // Earliest key first (the queue is sorted descending).
+        let mut queued = self.queue.iter().rev();
+        let mut ahead = 0u64;
+        let mut any_ahead = false;
+        let behind = loop {
+            match queued.next() {
+                Some(q) if (q.deadline, q.request) < n.key => {
+                    ahead += q.service_us * q.compute as u64;
+                    any_ahead = true;
+                }
+                first_behind => break first_behind,
+            }
+        };
+        let start = if !any_ahead && self.compute_free >= n.compute {
+            now
+        } else {
+            now + (running + ahead) / whole
+        };
+        // The queued requests behind it, each with the work ahead of it.
+        let delay = n.work() / whole;
+        let mut before = running + ahead;
+        for q in behind.into_iter().chain(queued) {
+            let finish = now + before / whole + q.service_us;
+            if finish <= q.deadline && finish.saturating_add(delay) > q.deadline {
+                return now + (running + self.queued_work) / whole;
+            }
+            before += q.service_us * q.compute as u64;
+        }
+        start
+    }
+
+    /// The running requests' work left at `now`, µs·milli-GPU.
+    fn running_work(&self, now: Micros) -> u64 {
+        self.running
+            .iter()
+            .map(|r| r.finish_at.saturating_sub(now) * r.compute as u64)
+            .sum()
     }
 
     /// Fluid estimate of when the running and queued work here is done.
     pub(crate) fn drain_at(&self, now: Micros) -> Micros {
-        let running: u64 = self
-            .running
-            .iter()
-            .map(|r| r.finish_at.saturating_sub(now) * r.compute as u64)
-            .sum();
-        now + (running + self.queued_work) / WHOLE_GPU as u64
+        now + (self.running_work(now) + self.queued_work) / WHOLE_GPU as u64
     }
 
     /// Memory that evicting idle instances could free under `rules`.

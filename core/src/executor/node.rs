@@ -21,7 +21,7 @@
 //! Everything is decided from the event and `now`: no clock, no I/O, and the
 //! output buffer is reused, so the simulator's hot path does not allocate.
 
-use super::gpu::{evictable, squeezed_us, Instance, Queued};
+use super::gpu::{evictable, squeezed_us, Instance, Newcomer, Queued};
 use super::slots::Slots;
 use super::{
     Command, Event, FunctionId, FunctionProfile, GpuExecutor, NodeConfig, RejectReason, RequestId,
@@ -880,10 +880,14 @@ impl NodeExecutor {
         let rules = self.config.rules;
         let slotted = rules.slots_per_gpu.is_some();
         let service = profile.service_us(full_gpu_us, compute);
+        let newcomer = Newcomer {
+            key: (deadline, request),
+            compute,
+            service_us: service,
+        };
         let prefer_resident = rules.wait_within_deadline && profile.tier.delayable();
         let load_us = self.load_us(&fs);
 
-        let mut bests = Bests::default();
         // A pinned function may ask to be remapped onto a GPU it is not
         // pinned to: the best such load, for comparison only.
         let pins = self.pins(function);
@@ -893,117 +897,136 @@ impl NodeExecutor {
             && profile.tier.remappable()
             && fs.reserving.is_none()
             && now >= fs.reserve_after;
-        // All pristine GPUs (nothing loaded, queued or running, link idle)
-        // give the same prediction: only the first one is evaluated (of
-        // those pinned, and of the others).
-        let mut seen_pristine = [false; 2];
-        for g in &self.gpus {
-            let allowed = pins.is_none_or(|p| p.contains(&g.index));
-            if !allowed && (!may_remap || g.find(function).is_some()) {
-                continue;
-            }
-            if !rules.all_resident && g.pristine(now) {
-                if seen_pristine[usize::from(allowed)] {
+        // The candidates, each GPU's queue counted as ahead of the request
+        // (`edf` false) or, earliest deadline first, only where that is
+        // harmless ([`super::gpu::GpuExecutor::compute_start`]).
+        let candidates = |edf: bool| {
+            // All pristine GPUs (nothing loaded, queued or running, link idle)
+            // give the same prediction: only the first one is evaluated (of
+            // those pinned, and of the others).
+            let mut bests = Bests::default();
+            let mut seen_pristine = [false; 2];
+            for g in &self.gpus {
+                let allowed = pins.is_none_or(|p| p.contains(&g.index));
+                if !allowed && (!may_remap || g.find(function).is_some()) {
                     continue;
                 }
-                seen_pristine[usize::from(allowed)] = true;
-            }
-            let choice = if rules.all_resident {
-                Choice {
-                    finish: g.compute_start(now, compute) + service,
-                    load: false,
-                    evicts: false,
-                    victim: (0, 0, 0),
-                    used_mib: 0,
-                    gpu: g.index,
-                }
-            } else if let Some(i) = g.find(function) {
-                let it = &g.instances[i];
-                let ready = if it.loaded { now } else { it.ready_at.max(now) };
-                // Batching: a request may join the running batch now.
-                let (joined, share, _) = it.join(service, compute, slotted);
-                let finish = if it.loaded
-                    && it.running > 0
-                    && it.batch_ppm > 0
-                    && g.queue.is_empty()
-                    && g.compute_free >= share
-                {
-                    now + joined
-                } else if slotted {
-                    ready.max(it.busy_until) + it.queued_us + service
-                } else {
-                    let waited = ready.max(g.compute_start(now, compute)) + service;
-                    // Squeezed onto the free compute now (see `GpuExecutor::dispatch`).
-                    let squeezed = (rules.squeeze
-                        && compute < WHOLE_GPU
-                        && it.loaded
-                        && g.queue.is_empty()
-                        && (1..compute).contains(&g.compute_free)
-                        && (it.running == 0 || it.batch_ppm == 0))
-                        .then(|| now + squeezed_us(service, compute, g.compute_free));
-                    squeezed.map_or(waited, |s| s.min(waited))
-                };
-                Choice {
-                    finish,
-                    load: false,
-                    evicts: false,
-                    victim: (0, 0, 0),
-                    used_mib: 0,
-                    gpu: g.index,
-                }
-            } else {
-                if g.free_mib < mem_cost
-                    && g.free_mib.saturating_add(g.evictable_mib(&rules)) < mem_cost
-                {
-                    continue;
-                }
-                let evicts = g.free_mib < mem_cost;
-                let ready = g.link_free_at.max(now) + load_us;
-                let start_at = |ready: Micros| {
-                    if slotted {
-                        ready
-                    } else {
-                        ready.max(g.compute_start(now, compute))
-                    }
-                };
-                let victim = if evicts && slotted {
-                    g.instances
-                        .iter()
-                        .filter(|i| evictable(i, &rules))
-                        .map(|i| self.victim_key(i))
-                        .min()
-                        .unwrap_or((0, 0, 0))
-                } else {
-                    (0, 0, 0)
-                };
-                let mut choice = Choice {
-                    finish: start_at(ready) + service,
-                    load: true,
-                    evicts,
-                    victim,
-                    used_mib: self.config.gpu_memory_mib.saturating_sub(g.free_mib),
-                    gpu: g.index,
-                };
-                if evicts && rules.host_cache {
-                    // A write-back of the victims only delays this load:
-                    // skip its (costlier) sum when the load is beaten
-                    // without it (a later finish keeps it beaten).
-                    let beaten = if allowed { bests.load } else { bests.other };
-                    if beaten.is_some_and(|b| choice >= b) {
+                if !rules.all_resident && g.pristine(now) {
+                    if seen_pristine[usize::from(allowed)] {
                         continue;
                     }
-                    let write_back = self.write_back_us(g, mem_cost);
-                    if write_back > 0 {
-                        choice.finish = start_at(ready + write_back) + service;
-                    }
+                    seen_pristine[usize::from(allowed)] = true;
                 }
-                choice
-            };
-            bests.keep(
-                choice,
-                allowed,
-                prefer_resident && choice.finish <= deadline,
-            );
+                let choice = if rules.all_resident {
+                    Choice {
+                        finish: g.compute_start(now, &newcomer, edf) + service,
+                        load: false,
+                        evicts: false,
+                        victim: (0, 0, 0),
+                        used_mib: 0,
+                        gpu: g.index,
+                    }
+                } else if let Some(i) = g.find(function) {
+                    let it = &g.instances[i];
+                    let ready = if it.loaded { now } else { it.ready_at.max(now) };
+                    // Batching: a request may join the running batch now.
+                    let (joined, share, _) = it.join(service, compute, slotted);
+                    let finish = if it.loaded
+                        && it.running > 0
+                        && it.batch_ppm > 0
+                        && g.queue.is_empty()
+                        && g.compute_free >= share
+                    {
+                        now + joined
+                    } else if slotted {
+                        ready.max(it.busy_until) + it.queued_us + service
+                    } else {
+                        let waited = ready.max(g.compute_start(now, &newcomer, edf)) + service;
+                        // Squeezed onto the free compute now (see `GpuExecutor::dispatch`).
+                        let squeezed = (rules.squeeze
+                            && compute < WHOLE_GPU
+                            && it.loaded
+                            && g.queue.is_empty()
+                            && (1..compute).contains(&g.compute_free)
+                            && (it.running == 0 || it.batch_ppm == 0))
+                            .then(|| now + squeezed_us(service, compute, g.compute_free));
+                        squeezed.map_or(waited, |s| s.min(waited))
+                    };
+                    Choice {
+                        finish,
+                        load: false,
+                        evicts: false,
+                        victim: (0, 0, 0),
+                        used_mib: 0,
+                        gpu: g.index,
+                    }
+                } else {
+                    if g.free_mib < mem_cost
+                        && g.free_mib.saturating_add(g.evictable_mib(&rules)) < mem_cost
+                    {
+                        continue;
+                    }
+                    let evicts = g.free_mib < mem_cost;
+                    let ready = g.link_free_at.max(now) + load_us;
+                    let start_at = |ready: Micros| {
+                        if slotted {
+                            ready
+                        } else {
+                            ready.max(g.compute_start(now, &newcomer, edf))
+                        }
+                    };
+                    let victim = if evicts && slotted {
+                        g.instances
+                            .iter()
+                            .filter(|i| evictable(i, &rules))
+                            .map(|i| self.victim_key(i))
+                            .min()
+                            .unwrap_or((0, 0, 0))
+                    } else {
+                        (0, 0, 0)
+                    };
+                    let mut choice = Choice {
+                        finish: start_at(ready) + service,
+                        load: true,
+                        evicts,
+                        victim,
+                        used_mib: self.config.gpu_memory_mib.saturating_sub(g.free_mib),
+                        gpu: g.index,
+                    };
+                    if evicts && rules.host_cache {
+                        // A write-back of the victims only delays this load:
+                        // skip its (costlier) sum when the load is beaten
+                        // without it (a later finish keeps it beaten).
+                        let beaten = if allowed { bests.load } else { bests.other };
+                        if beaten.is_some_and(|b| choice >= b) {
+                            continue;
+                        }
+                        let write_back = self.write_back_us(g, mem_cost);
+                        if write_back > 0 {
+                            choice.finish = start_at(ready + write_back) + service;
+                        }
+                    }
+                    choice
+                };
+                bests.keep(
+                    choice,
+                    allowed,
+                    prefer_resident && choice.finish <= deadline,
+                );
+            }
+            bests
+        };
+        let mut bests = candidates(false);
+        // Nothing meets the deadline behind all the queued work: earliest
+        // deadline first it may still fit ahead of later deadlines, where
+        // that makes none of them late. (Only then: counting the queues
+        // whole spreads the load, which the next requests need.)
+        let misses = |b: &Bests| b.resident.or(b.all).is_none_or(|c| c.finish > deadline);
+        if misses(&bests) {
+            let ahead = candidates(true);
+            if !misses(&ahead) && ahead.resident.or(ahead.all).is_some_and(|c| !c.load) {
+                bests = ahead;
+            }
         }
         let Bests {
             all: best,
@@ -1062,7 +1085,7 @@ impl NodeExecutor {
             // A later finish beyond both the deadline and the finish now
             // changes nothing below.
             let cutoff = chosen.map_or(Micros::MAX, |c| c.finish.max(deadline));
-            self.memory_wait_finish(now, function, mem_cost, compute, load_us, service, cutoff)
+            self.memory_wait_finish(now, function, mem_cost, load_us, &newcomer, cutoff)
         } else {
             None
         };
@@ -1201,17 +1224,16 @@ impl NodeExecutor {
     /// held by instances that will have become evictable; `None` if no GPU
     /// ever gets enough. Exact when that finish is at most `cutoff`;
     /// otherwise `None` or some finish after `cutoff`.
-    #[allow(clippy::too_many_arguments)]
     fn memory_wait_finish(
         &mut self,
         now: Micros,
         function: FunctionId,
         mem_cost: Mib,
-        compute: MilliGpu,
         load_us: Micros,
-        service: Micros,
+        n: &Newcomer,
         cutoff: Micros,
     ) -> Option<Micros> {
+        let service = n.service_us;
         let rules = self.config.rules;
         let slotted = rules.slots_per_gpu.is_some();
         let mut scratch = std::mem::take(&mut self.memory_scratch);
@@ -1235,7 +1257,7 @@ impl NodeExecutor {
             let start = if slotted {
                 ready
             } else {
-                ready.max(g.compute_start(now, compute))
+                ready.max(g.compute_start(now, n, false))
             };
             if best.is_some_and(|b| start + service >= b) {
                 // A write-back only adds to it.
@@ -1256,7 +1278,7 @@ impl NodeExecutor {
             let start = if slotted {
                 ready
             } else {
-                ready.max(g.compute_start(now, compute))
+                ready.max(g.compute_start(now, n, false))
             };
             let finish = start + service;
             best = Some(best.map_or(finish, |b| b.min(finish)));
@@ -1557,8 +1579,13 @@ impl NodeExecutor {
         else {
             return;
         };
-        g.cancel(request, rules.all_resident);
+        let gpu = g.index;
+        let cancelled = g.cancel(request, rules.all_resident);
         g.dispatch(now, &rules, &mut self.output);
+        // A copy marked to leave this GPU may have waited only for it.
+        if let Some(q) = cancelled {
+            self.leave_if_unpinned(now, q.function, gpu);
+        }
         self.retry_waiting(now);
     }
 

@@ -717,16 +717,16 @@ fn a_cancelled_request_leaves_its_queue_and_its_work_no_longer_counts() {
         step(&mut n, 0, arrive(1, 0, S, 10 * S)),
         vec![run(1, 0, 0, 1000, S)]
     );
-    assert_eq!(step(&mut n, 0, arrive(2, 0, S, 10 * S)), vec![]);
-    assert_eq!(step(&mut n, 0, arrive(3, 0, S, 10 * S)), vec![]);
-    // Behind 1, 2 and 3 a 1 s request finishes at 4 s: a 3 s deadline is refused.
+    assert_eq!(step(&mut n, 0, arrive(2, 0, S, 3 * S)), vec![]);
+    assert_eq!(step(&mut n, 0, arrive(3, 0, S, 3_500 * MS)), vec![]);
+    // Behind 1, 2 and 3 a 1 s request finishes at 4 s: 3.8 s is refused.
     assert_eq!(
-        step(&mut n, 0, arrive(4, 0, S, 3 * S)),
+        step(&mut n, 0, arrive(4, 0, S, 3_800 * MS)),
         vec![Command::Reject {
             request: RequestId(4),
             reason: RejectReason::DeadlineUnreachable {
                 predicted_finish: 4 * S,
-                deadline: 3 * S,
+                deadline: 3_800 * MS,
             },
         }]
     );
@@ -738,19 +738,70 @@ fn a_cancelled_request_leaves_its_queue_and_its_work_no_longer_counts() {
     assert_eq!(step(&mut n, 0, cancelled(2)), vec![]);
     assert_eq!(n.gpu(0).queued(), 1);
     // Without 2's second of work, the same request now fits (finish 3 s).
-    assert_eq!(step(&mut n, 0, arrive(5, 0, S, 3 * S)), vec![]);
+    assert_eq!(step(&mut n, 0, arrive(5, 0, S, 3_800 * MS)), vec![]);
+    assert_eq!(
+        step(&mut n, S, finished(1, 0)),
+        vec![run(3, 0, 0, 1000, 2 * S)]
+    );
+    assert_eq!(
+        step(&mut n, 2 * S, finished(3, 0)),
+        vec![run(5, 0, 0, 1000, 3 * S)]
+    );
+    // Request 2 never runs.
+    assert_eq!(step(&mut n, 3 * S, finished(5, 0)), vec![]);
+    assert_eq!(step(&mut n, 3 * S, Event::Timer), vec![]);
+    assert_eq!(n.gpu(0).queued(), 0);
+}
+
+#[test]
+fn far_deadlines_queued_do_not_turn_away_a_near_one_that_fits_before_them() {
+    let mut n = node(1, ExecutorRules::oracle(), &[Tier::Oversubscribed]);
+    assert_eq!(
+        step(&mut n, 0, arrive(1, 0, S, FAR)),
+        vec![run(1, 0, 0, 1000, S)]
+    );
+    // Three seconds of work queued, due in a thousand seconds.
+    for r in 2..=4 {
+        assert_eq!(step(&mut n, 0, arrive(r, 0, S, FAR)), vec![]);
+    }
+    // Earliest deadline first, a near request waits only for request 1
+    // (finish 2 s), not for the queue (5 s): admitted, and run next.
+    assert_eq!(step(&mut n, 0, arrive(5, 0, S, 2_500 * MS)), vec![]);
     assert_eq!(
         step(&mut n, S, finished(1, 0)),
         vec![run(5, 0, 0, 1000, 2 * S)]
     );
     assert_eq!(
         step(&mut n, 2 * S, finished(5, 0)),
-        vec![run(3, 0, 0, 1000, 3 * S)]
+        vec![run(2, 0, 0, 1000, 3 * S)]
     );
-    // Request 2 never runs.
-    assert_eq!(step(&mut n, 3 * S, finished(3, 0)), vec![]);
-    assert_eq!(step(&mut n, 3 * S, Event::Timer), vec![]);
-    assert_eq!(n.gpu(0).queued(), 0);
+}
+
+#[test]
+fn a_near_deadline_is_not_admitted_ahead_of_one_it_would_make_late() {
+    let mut n = node(1, ExecutorRules::oracle(), &[Tier::Oversubscribed]);
+    assert_eq!(
+        step(&mut n, 0, arrive(1, 0, S, FAR)),
+        vec![run(1, 0, 0, 1000, S)]
+    );
+    // Request 2 finishes at 2 s, due at 2.2 s.
+    assert_eq!(step(&mut n, 0, arrive(2, 0, S, 2_200 * MS)), vec![]);
+    // Request 3 (due 2.1 s) would finish at 2 s ahead of 2, but 2 would then
+    // finish at 3 s, late: 3 counts as behind 2 (finish 3 s) and is refused.
+    assert_eq!(
+        step(&mut n, 0, arrive(3, 0, S, 2_100 * MS)),
+        vec![Command::Reject {
+            request: RequestId(3),
+            reason: RejectReason::DeadlineUnreachable {
+                predicted_finish: 3 * S,
+                deadline: 2_100 * MS,
+            },
+        }]
+    );
+    assert_eq!(
+        step(&mut n, S, finished(1, 0)),
+        vec![run(2, 0, 0, 1000, 2 * S)]
+    );
 }
 
 #[test]

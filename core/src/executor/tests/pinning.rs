@@ -206,6 +206,41 @@ fn a_gpu_dropped_from_the_pins_is_left_once_idle() {
 }
 
 #[test]
+fn a_copy_that_waited_only_for_a_cancelled_request_leaves_the_gpu_dropped_from_its_pins() {
+    let g = Tier::Guaranteed;
+    let mut n = node(2, ExecutorRules::gshare(), &[g, g]);
+    n.pin(0, FunctionId(0), &[0]);
+    n.pin(0, FunctionId(1), &[0]);
+    assert_eq!(n.take_commands(), vec![]);
+    // Function 1 takes GPU 0's compute; function 0's request queues there.
+    assert_eq!(
+        step(&mut n, 0, arrive(1, 1, 10 * S, FAR)),
+        vec![cold(1, 0, COLD)]
+    );
+    assert_eq!(
+        step(&mut n, COLD, loaded(1, 0)),
+        vec![run(1, 1, 0, 1000, COLD + 10 * S)]
+    );
+    let load = step(&mut n, COLD, arrive(2, 0, S, FAR));
+    assert!(
+        matches!(load[..], [Command::ColdStart { gpu: 0, .. }]),
+        "{load:?}"
+    );
+    let Command::ColdStart { ready_at, .. } = load[0] else {
+        unreachable!()
+    };
+    assert_eq!(step(&mut n, ready_at, loaded(0, 0)), vec![]);
+    assert_eq!(n.gpu(0).queued(), 1);
+    // The region moves function 0 to GPU 1; its copy on GPU 0 stays for
+    // its queued request, which is then cancelled: the copy leaves now.
+    n.pin(ready_at, FunctionId(0), &[1]);
+    assert_eq!(n.take_commands(), vec![]);
+    let out = step(&mut n, ready_at, cancelled(2));
+    assert!(out.contains(&release(0, 0)), "{out:?}");
+    assert!(!n.gpu(0).resident().any(|f| f == FunctionId(0)));
+}
+
+#[test]
 fn a_function_not_held_is_not_pinned() {
     let mut n = node(2, ExecutorRules::gshare(), &[Tier::Guaranteed]);
     n.pin(0, FunctionId(7), &[1]);
