@@ -132,13 +132,6 @@ pub(crate) struct Newcomer {
     pub service_us: Micros,
 }
 
-impl Newcomer {
-    /// Its work, µs·milli-GPU.
-    fn work(&self) -> u64 {
-        self.service_us * self.compute as u64
-    }
-}
-
 /// A request running on this GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Running {
@@ -243,12 +236,16 @@ impl GpuExecutor {
     /// spread over the whole GPU). With `edf`, as the queue is served,
     /// earliest deadline first: only the running work and the queued
     /// requests of lower keys come before it (no wait when none is queued
-    /// ahead and its compute is free), unless going ahead of the later ones
-    /// would push one that the same estimate has finishing in time past
-    /// its deadline (then behind everything, as without `edf`). So a
-    /// tenant's queue of far deadlines does not turn away another's near
-    /// ones that fit before them, and what was admitted keeps the finish
-    /// it was admitted on.
+    /// ahead and its compute is free), unless it could make late a queued
+    /// request of a later key that the fluid estimate has finishing in
+    /// time: one that, with everything before it and the newcomer run one
+    /// after another (the most strict EDF on compute can take, whatever
+    /// the shares), would finish past its deadline. Then it counts as
+    /// behind everything, as without `edf`. So a tenant's queue of far
+    /// deadlines does not turn away another's near ones that fit before
+    /// them, and a request queued in time is not made late by one that
+    /// comes after it (short of a squeezed run, which takes longer than its
+    /// service at full share).
     pub(crate) fn compute_start(&self, now: Micros, n: &Newcomer, edf: bool) -> Micros {
         if !edf {
             if self.queue.is_empty() && self.compute_free >= n.compute {
@@ -256,8 +253,13 @@ impl GpuExecutor {
             }
             return self.drain_at(now);
         }
-        let running = self.running_work(now);
         let whole = WHOLE_GPU as u64;
+        let running = self.running_work(now);
+        let mut serial: Micros = self
+            .running
+            .iter()
+            .map(|r| r.finish_at.saturating_sub(now))
+            .fold(0, Micros::saturating_add);
         // Earliest key first (the queue is sorted descending).
         let mut queued = self.queue.iter().rev();
         let mut ahead = 0u64;
@@ -265,7 +267,8 @@ impl GpuExecutor {
         let behind = loop {
             match queued.next() {
                 Some(q) if (q.deadline, q.request) < n.key => {
-                    ahead += q.service_us * q.compute as u64;
+                    ahead = ahead.saturating_add(q.service_us.saturating_mul(q.compute as u64));
+                    serial = serial.saturating_add(q.service_us);
                     any_ahead = true;
                 }
                 first_behind => break first_behind,
@@ -274,17 +277,26 @@ impl GpuExecutor {
         let start = if !any_ahead && self.compute_free >= n.compute {
             now
         } else {
-            now + (running + ahead) / whole
+            now.saturating_add(running.saturating_add(ahead) / whole)
         };
-        // The queued requests behind it, each with the work ahead of it.
-        let delay = n.work() / whole;
-        let mut before = running + ahead;
+        if start.saturating_add(n.service_us) > n.key.0 {
+            // Late even so: nothing behind it to look at (the caller
+            // takes no estimate that misses the deadline from here).
+            return start;
+        }
+        // The queued requests behind it, each with the work before it.
+        let mut before = running.saturating_add(ahead);
+        serial = serial.saturating_add(n.service_us);
         for q in behind.into_iter().chain(queued) {
-            let finish = now + before / whole + q.service_us;
-            if finish <= q.deadline && finish.saturating_add(delay) > q.deadline {
-                return now + (running + self.queued_work) / whole;
+            let fluid = now
+                .saturating_add(before / whole)
+                .saturating_add(q.service_us);
+            let worst = now.saturating_add(serial).saturating_add(q.service_us);
+            if fluid <= q.deadline && worst > q.deadline {
+                return self.drain_at(now);
             }
-            before += q.service_us * q.compute as u64;
+            before = before.saturating_add(q.service_us.saturating_mul(q.compute as u64));
+            serial = serial.saturating_add(q.service_us);
         }
         start
     }
@@ -392,6 +404,14 @@ impl GpuExecutor {
                 inst.queued_us += q.service_us;
             });
         }
+    }
+
+    /// Whether a request of a key later than `key` is queued here.
+    pub(crate) fn queued_after(&self, key: (Micros, RequestId)) -> bool {
+        // Sorted descending: the first is the latest.
+        self.queue
+            .first()
+            .is_some_and(|q| (q.deadline, q.request) > key)
     }
 
     /// Where `request` is in the queue, if it is queued here.

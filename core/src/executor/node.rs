@@ -610,6 +610,11 @@ impl NodeExecutor {
                 granted,
             } => self.reserved(now, function, from, to, granted),
         }
+        // Only the agent pins (the simulator never does): nothing to look
+        // at without pins.
+        if !self.pins.is_empty() {
+            self.leave_idle_unpinned(now);
+        }
     }
 
     /// The earliest time at which an [`Event::Timer`] may do something
@@ -907,6 +912,11 @@ impl NodeExecutor {
             let mut bests = Bests::default();
             let mut seen_pristine = [false; 2];
             for g in &self.gpus {
+                // Without a later deadline queued, a GPU's queue counts
+                // whole either way: judged so already.
+                if edf && !g.queued_after(newcomer.key) {
+                    continue;
+                }
                 let allowed = pins.is_none_or(|p| p.contains(&g.index));
                 if !allowed && (!may_remap || g.find(function).is_some()) {
                     continue;
@@ -1021,10 +1031,11 @@ impl NodeExecutor {
         // deadline first it may still fit ahead of later deadlines, where
         // that makes none of them late. (Only then: counting the queues
         // whole spreads the load, which the next requests need.)
+        // (Slotted rules wait for a slot, not for compute: the same again.)
         let misses = |b: &Bests| b.resident.or(b.all).is_none_or(|c| c.finish > deadline);
-        if misses(&bests) {
+        if !slotted && misses(&bests) {
             let ahead = candidates(true);
-            if !misses(&ahead) && ahead.resident.or(ahead.all).is_some_and(|c| !c.load) {
+            if !misses(&ahead) {
                 bests = ahead;
             }
         }
@@ -1579,14 +1590,28 @@ impl NodeExecutor {
         else {
             return;
         };
-        let gpu = g.index;
-        let cancelled = g.cancel(request, rules.all_resident);
+        g.cancel(request, rules.all_resident);
         g.dispatch(now, &rules, &mut self.output);
-        // A copy marked to leave this GPU may have waited only for it.
-        if let Some(q) = cancelled {
-            self.leave_if_unpinned(now, q.function, gpu);
-        }
         self.retry_waiting(now);
+    }
+
+    /// Copies marked to leave their GPU ([`Instance::unpinned`]) that a
+    /// cancel or a rejection left idle leave now (a run's end sees to
+    /// its own function's copy; these have no run to end).
+    fn leave_idle_unpinned(&mut self, now: Micros) {
+        let idle: Vec<(FunctionId, u32)> = self
+            .gpus
+            .iter()
+            .flat_map(|g| {
+                g.instances
+                    .iter()
+                    .filter(|i| i.unpinned && i.idle())
+                    .map(move |i| (i.function, g.index))
+            })
+            .collect();
+        for (function, gpu) in idle {
+            self.leave_if_unpinned(now, function, gpu);
+        }
     }
 
     fn loaded(&mut self, now: Micros, function: FunctionId, gpu: u32) {

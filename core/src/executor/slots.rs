@@ -94,6 +94,11 @@ impl<T> Slots<T> {
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
+
+    /// No id in use.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
 }
 
 #[cfg(test)]

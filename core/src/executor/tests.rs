@@ -805,6 +805,48 @@ fn a_near_deadline_is_not_admitted_ahead_of_one_it_would_make_late() {
 }
 
 #[test]
+fn a_near_deadline_is_not_admitted_ahead_where_shares_that_do_not_pack_would_make_one_late() {
+    // Three functions of 600 milli each on one GPU: two never run together.
+    let mut n = NodeExecutor::new(config(1, ExecutorRules::oracle()));
+    for f in 0..3 {
+        n.handle(
+            0,
+            Event::InstanceAdded {
+                function: FunctionId(f),
+                profile: FunctionProfile {
+                    saturation_milli: 600,
+                    ..profile(Tier::Oversubscribed)
+                },
+            },
+        );
+    }
+    assert_eq!(
+        step(&mut n, 0, arrive(1, 0, 10 * MS, FAR)),
+        vec![run(1, 0, 0, 600, 10 * MS)]
+    );
+    // Request 2 waits for request 1's compute: it runs 10–20 ms, due at 22 ms.
+    assert_eq!(step(&mut n, 0, arrive(2, 1, 10 * MS, 22 * MS)), vec![]);
+    // Request 3 (5 ms, due at 16 ms) would finish at 11 ms by the shared
+    // compute ahead of 2, 2 still at 16 ms by it; but run one after another
+    // (as strict EDF runs two shares that do not fit together), 2 would
+    // end at 25 ms: 3 counts as behind 2 and is refused.
+    assert_eq!(
+        step(&mut n, 0, arrive(3, 2, 5 * MS, 16 * MS)),
+        vec![Command::Reject {
+            request: RequestId(3),
+            reason: RejectReason::DeadlineUnreachable {
+                predicted_finish: 17 * MS,
+                deadline: 16 * MS,
+            },
+        }]
+    );
+    assert_eq!(
+        step(&mut n, 10 * MS, finished(1, 0)),
+        vec![run(2, 1, 0, 600, 20 * MS)]
+    );
+}
+
+#[test]
 fn a_cancelled_request_waiting_for_memory_is_dropped_unanswered() {
     let mut n = all_busy();
     assert_eq!(

@@ -241,6 +241,47 @@ fn a_copy_that_waited_only_for_a_cancelled_request_leaves_the_gpu_dropped_from_i
 }
 
 #[test]
+fn a_copy_that_waited_only_for_a_request_turned_away_leaves_the_gpu_dropped_from_its_pins() {
+    let g = Tier::Guaranteed;
+    let mut n = node(2, ExecutorRules::gshare(), &[g, g]);
+    n.pin(0, FunctionId(0), &[0]);
+    n.pin(0, FunctionId(1), &[0]);
+    assert_eq!(n.take_commands(), vec![]);
+    assert_eq!(
+        step(&mut n, 0, arrive(1, 1, 10 * S, FAR)),
+        vec![cold(1, 0, COLD)]
+    );
+    assert_eq!(
+        step(&mut n, COLD, loaded(1, 0)),
+        vec![run(1, 1, 0, 1000, COLD + 10 * S)]
+    );
+    // Function 0's request is due 2 s after request 1's predicted end.
+    let due = COLD + 12 * S;
+    let load = step(&mut n, COLD, arrive(2, 0, S, due));
+    let [Command::ColdStart { ready_at, .. }] = load[..] else {
+        panic!("{load:?}")
+    };
+    assert_eq!(step(&mut n, ready_at, loaded(0, 0)), vec![]);
+    n.pin(ready_at, FunctionId(0), &[1]);
+    assert_eq!(n.take_commands(), vec![]);
+    // Request 1 overruns: past `due - 1 s` request 2 cannot make it, and the
+    // tick turns it away; function 0's copy has nothing left on GPU 0.
+    let out = step(&mut n, due - S + 1, Event::Timer);
+    assert!(
+        matches!(
+            out[0],
+            Command::Reject {
+                request: RequestId(2),
+                ..
+            }
+        ),
+        "{out:?}"
+    );
+    assert!(out.contains(&release(0, 0)), "{out:?}");
+    assert!(!n.gpu(0).resident().any(|f| f == FunctionId(0)));
+}
+
+#[test]
 fn a_function_not_held_is_not_pinned() {
     let mut n = node(2, ExecutorRules::gshare(), &[Tier::Guaranteed]);
     n.pin(0, FunctionId(7), &[1]);
