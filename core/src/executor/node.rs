@@ -913,9 +913,27 @@ impl NodeExecutor {
             let mut seen_pristine = [false; 2];
             for g in &self.gpus {
                 // Without a later deadline queued, a GPU's queue counts
-                // whole either way: judged so already.
+                // whole either way: judged so already. And only a loaded
+                // copy goes ahead: one still loading (or to be loaded) is
+                // passed over by dispatch until it is ready, while the
+                // later deadlines take the compute.
                 if edf && !g.queued_after(newcomer.key) {
                     continue;
+                }
+                // And only a copy ready when the compute frees for it goes
+                // ahead: dispatch passes over one still loading, and the
+                // later deadlines take the compute meanwhile. (A load that
+                // evicts, whose write-backs may come first, never does.)
+                if edf && !rules.all_resident {
+                    let ready = match g.find(function) {
+                        Some(i) if g.instances[i].loaded => now,
+                        Some(i) => g.instances[i].ready_at.max(now),
+                        None if g.free_mib < mem_cost => continue,
+                        None => g.link_free_at.max(now) + load_us,
+                    };
+                    if ready > g.compute_start(now, &newcomer, true) {
+                        continue;
+                    }
                 }
                 let allowed = pins.is_none_or(|p| p.contains(&g.index));
                 if !allowed && (!may_remap || g.find(function).is_some()) {
@@ -1036,7 +1054,13 @@ impl NodeExecutor {
         if !slotted && misses(&bests) {
             let ahead = candidates(true);
             if !misses(&ahead) {
-                bests = ahead;
+                // A remap's comparison keeps the GPUs the second look
+                // passed over (an empty one is the natural target).
+                let other = match (bests.other, ahead.other) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                bests = Bests { other, ..ahead };
             }
         }
         let Bests {
@@ -1592,6 +1616,11 @@ impl NodeExecutor {
         };
         g.cancel(request, rules.all_resident);
         g.dispatch(now, &rules, &mut self.output);
+        // A copy that waited only for it leaves before the waiting
+        // requests look for memory.
+        if !self.pins.is_empty() {
+            self.leave_idle_unpinned(now);
+        }
         self.retry_waiting(now);
     }
 

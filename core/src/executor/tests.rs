@@ -847,6 +847,44 @@ fn a_near_deadline_is_not_admitted_ahead_where_shares_that_do_not_pack_would_mak
 }
 
 #[test]
+fn a_request_whose_copy_is_not_ready_when_the_compute_frees_is_not_admitted_ahead() {
+    let ovs = Tier::Oversubscribed;
+    let mut n = node(1, ExecutorRules::gshare(), &[ovs, ovs, ovs]);
+    // Function 0 runs until 10.5 s; function 1's 5 s request (due 17 s)
+    // waits for the compute once loaded at 9 s.
+    assert_eq!(
+        step(&mut n, 0, arrive(1, 0, 6 * S, FAR)),
+        vec![cold(0, 0, COLD)]
+    );
+    assert_eq!(
+        step(&mut n, 0, arrive(2, 1, 5 * S, 17 * S)),
+        vec![cold(1, 0, 2 * COLD)]
+    );
+    assert_eq!(
+        step(&mut n, COLD, loaded(0, 0)),
+        vec![run(1, 0, 0, 1000, COLD + 6 * S)]
+    );
+    assert_eq!(step(&mut n, 2 * COLD, loaded(1, 0)), vec![]);
+    // Function 2's 1 s request, due 15 s, needs a load until 13.5 s. Behind
+    // request 2 it would end at 16.5 s. Ahead of it, it would end at 14.5 s
+    // by the estimate, but the compute frees at 10.5 s, before the load
+    // ends: dispatch would run request 2 then (until 15.5 s) and this one
+    // would miss. It is refused now, not after its load.
+    let out = step(&mut n, 2 * COLD, arrive(3, 2, S, 15 * S));
+    assert_eq!(
+        out.first(),
+        Some(&Command::Reject {
+            request: RequestId(3),
+            reason: RejectReason::DeadlineUnreachable {
+                predicted_finish: 16_500 * MS,
+                deadline: 15 * S,
+            },
+        }),
+        "{out:?}"
+    );
+}
+
+#[test]
 fn a_cancelled_request_waiting_for_memory_is_dropped_unanswered() {
     let mut n = all_busy();
     assert_eq!(
