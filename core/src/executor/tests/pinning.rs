@@ -205,14 +205,17 @@ fn a_gpu_dropped_from_the_pins_is_left_once_idle() {
     assert_eq!(n.gpu(1).resident().collect::<Vec<_>>(), vec![FunctionId(0)]);
 }
 
-#[test]
-fn a_copy_that_waited_only_for_a_cancelled_request_leaves_the_gpu_dropped_from_its_pins() {
+/// Two GPUs, two `guaranteed` functions pinned to GPU 0: function 1 runs
+/// there until `COLD + 10 s`; function 0's 1 s request 2 (due `due`) is
+/// queued behind it once its copy is loaded, then the region moves
+/// function 0 to GPU 1 (its copy on GPU 0 stays for the request). Returns
+/// the node and the time it is at.
+fn queued_behind_then_moved(due: Micros) -> (NodeExecutor, Micros) {
     let g = Tier::Guaranteed;
     let mut n = node(2, ExecutorRules::gshare(), &[g, g]);
     n.pin(0, FunctionId(0), &[0]);
     n.pin(0, FunctionId(1), &[0]);
     assert_eq!(n.take_commands(), vec![]);
-    // Function 1 takes GPU 0's compute; function 0's request queues there.
     assert_eq!(
         step(&mut n, 0, arrive(1, 1, 10 * S, FAR)),
         vec![cold(1, 0, COLD)]
@@ -221,49 +224,34 @@ fn a_copy_that_waited_only_for_a_cancelled_request_leaves_the_gpu_dropped_from_i
         step(&mut n, COLD, loaded(1, 0)),
         vec![run(1, 1, 0, 1000, COLD + 10 * S)]
     );
-    let load = step(&mut n, COLD, arrive(2, 0, S, FAR));
-    assert!(
-        matches!(load[..], [Command::ColdStart { gpu: 0, .. }]),
-        "{load:?}"
-    );
-    let Command::ColdStart { ready_at, .. } = load[0] else {
-        unreachable!()
+    let load = step(&mut n, COLD, arrive(2, 0, S, due));
+    let [Command::ColdStart {
+        gpu: 0, ready_at, ..
+    }] = load[..]
+    else {
+        panic!("{load:?}")
     };
     assert_eq!(step(&mut n, ready_at, loaded(0, 0)), vec![]);
     assert_eq!(n.gpu(0).queued(), 1);
-    // The region moves function 0 to GPU 1; its copy on GPU 0 stays for
-    // its queued request, which is then cancelled: the copy leaves now.
     n.pin(ready_at, FunctionId(0), &[1]);
     assert_eq!(n.take_commands(), vec![]);
-    let out = step(&mut n, ready_at, cancelled(2));
+    (n, ready_at)
+}
+
+#[test]
+fn a_copy_that_waited_only_for_a_cancelled_request_leaves_the_gpu_dropped_from_its_pins() {
+    let (mut n, now) = queued_behind_then_moved(FAR);
+    // Its queued request is cancelled: the copy leaves now.
+    let out = step(&mut n, now, cancelled(2));
     assert!(out.contains(&release(0, 0)), "{out:?}");
     assert!(!n.gpu(0).resident().any(|f| f == FunctionId(0)));
 }
 
 #[test]
 fn a_copy_that_waited_only_for_a_request_turned_away_leaves_the_gpu_dropped_from_its_pins() {
-    let g = Tier::Guaranteed;
-    let mut n = node(2, ExecutorRules::gshare(), &[g, g]);
-    n.pin(0, FunctionId(0), &[0]);
-    n.pin(0, FunctionId(1), &[0]);
-    assert_eq!(n.take_commands(), vec![]);
-    assert_eq!(
-        step(&mut n, 0, arrive(1, 1, 10 * S, FAR)),
-        vec![cold(1, 0, COLD)]
-    );
-    assert_eq!(
-        step(&mut n, COLD, loaded(1, 0)),
-        vec![run(1, 1, 0, 1000, COLD + 10 * S)]
-    );
     // Function 0's request is due 2 s after request 1's predicted end.
     let due = COLD + 12 * S;
-    let load = step(&mut n, COLD, arrive(2, 0, S, due));
-    let [Command::ColdStart { ready_at, .. }] = load[..] else {
-        panic!("{load:?}")
-    };
-    assert_eq!(step(&mut n, ready_at, loaded(0, 0)), vec![]);
-    n.pin(ready_at, FunctionId(0), &[1]);
-    assert_eq!(n.take_commands(), vec![]);
+    let (mut n, _) = queued_behind_then_moved(due);
     // Request 1 overruns: past `due - 1 s` request 2 cannot make it, and the
     // tick turns it away; function 0's copy has nothing left on GPU 0.
     let out = step(&mut n, due - S + 1, Event::Timer);
