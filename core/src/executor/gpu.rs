@@ -244,8 +244,8 @@ impl GpuExecutor {
     /// behind everything, as without `edf`. So a tenant's queue of far
     /// deadlines does not turn away another's near ones that fit before
     /// them, and a request queued in time is not made late by one that
-    /// comes after it (short of a squeezed run, which takes longer than its
-    /// service at full share).
+    /// comes after it (short of runs that take longer than their service at
+    /// full share: a batch joiner, a right-sized or squeezed run).
     pub(crate) fn compute_start(&self, now: Micros, n: &Newcomer, edf: bool) -> Micros {
         if !edf {
             if self.queue.is_empty() && self.compute_free >= n.compute {
@@ -414,15 +414,10 @@ impl GpuExecutor {
             .is_some_and(|q| (q.deadline, q.request) > key)
     }
 
-    /// Where `request` is in the queue, if it is queued here.
-    pub(crate) fn queued_at(&self, request: RequestId) -> Option<usize> {
-        self.queue.iter().position(|q| q.request == request)
-    }
-
     /// Takes `request` out of the queue (its work no longer booked);
     /// `None` if it is not queued here.
     pub(crate) fn cancel(&mut self, request: RequestId, all_resident: bool) -> Option<Queued> {
-        let pos = self.queued_at(request)?;
+        let pos = self.queue.iter().position(|q| q.request == request)?;
         Some(self.unqueue(pos, all_resident))
     }
 

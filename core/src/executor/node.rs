@@ -1607,14 +1607,12 @@ impl NodeExecutor {
             return;
         }
         let rules = self.config.rules;
-        let Some(g) = self
-            .gpus
-            .iter_mut()
-            .find(|g| g.queued_at(request).is_some())
-        else {
+        let Some(g) = self.gpus.iter_mut().find_map(|g| {
+            g.cancel(request, rules.all_resident)?;
+            Some(g)
+        }) else {
             return;
         };
-        g.cancel(request, rules.all_resident);
         g.dispatch(now, &rules, &mut self.output);
         // A copy that waited only for it leaves before the waiting
         // requests look for memory.

@@ -2792,8 +2792,8 @@ mod tests {
         let st = status_until(&agent, "cancelled", |s| s.abandoned == 1).await;
         assert_eq!(st.gpus[0].queued, 1, "{st:?}");
         // Through the ingress: a client that closes its connection while its
-        // call waits (actix drops the handler, and with it the answer's
-        // receiving end).
+        // call waits (the ingress sees the connection end and drops the
+        // call, and with it the answer's receiving end).
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let server = crate::ingress::serve_listener(
